@@ -1,0 +1,103 @@
+"""The command line: a thin click layer over typed library functions.
+
+Commands live in mw_env.commands.<name> and are imported only when invoked, so `mw-env --help`
+never pays for torch, rich or detection. This module is the only place that catches MwEnvError.
+
+Exit codes: 0 ok · 1 a check or step failed · 2 usage or bad input (or the tool could not run) ·
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from mw_env import __version__
+from mw_env.errors import EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError
+
+# name -> (module, attribute, one-line help). Order is the order of `mw-env --help`.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "detect": ("mw_env.commands.detect", "detect", "Show what this machine is and which profile fits it."),
+    "profiles": ("mw_env.commands.profiles", "profiles", "List hardware profiles, or show one."),
+    "host-commands": (
+        "mw_env.commands.host",
+        "host_commands",
+        "Print the host-side commands that pass the GPU into this container.",
+    ),
+    "bootstrap": (
+        "mw_env.commands.bootstrap",
+        "bootstrap",
+        "Create the training venv with the right torch for this hardware.",
+    ),
+    "env": ("mw_env.commands.bootstrap", "env_cmd", "Print the profile's runtime environment (eval-able)."),
+    "doctor": ("mw_env.commands.doctor", "doctor", "Check the environment; name each problem's cause and fix."),
+    "train": ("mw_env.commands.train", "train", "Train the bundled address tagger (and manage runs)."),
+}
+
+EPILOG = "Exit codes: 0 ok, 1 a check or step failed, 2 usage or bad input, 130 interrupted."
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module_name, attr, _ = spec
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("mw_env.commands"):
+                return None  # not built yet in this checkout
+            raise
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help comes from the table above so --help imports nothing.
+        rows = [(name, help_) for name, (_, _, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mw-env")
+@click.option("--debug", is_flag=True, envvar="MW_ENV_DEBUG", help="Show tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """mw-env: a working PyTorch training environment on whatever hardware this container has."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI, turn MwEnvError into `error:`/`hint:` lines and an exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args or bool(os.environ.get("MW_ENV_DEBUG"))
+    try:
+        result = cli.main(args=args, prog_name="mw-env", standalone_mode=False)
+    except MwEnvError as exc:
+        if debug:
+            raise
+        click.echo(f"error: {exc.message}", err=True)
+        if exc.hint:
+            click.echo(f"hint: {exc.hint}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code if exc.exit_code else EXIT_USAGE
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,1 @@
+"""One module per CLI command: parse options, call one library function, render its result."""

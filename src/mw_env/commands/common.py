@@ -1,0 +1,43 @@
+"""Options and helpers shared by the command modules (the only layer that prints, with cli.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def root_option(func: F) -> F:
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False),
+        envvar="MW_ENV_ROOT",
+        default=None,
+        help="Read the machine from this folder instead of / (fake machine roots; env MW_ENV_ROOT).",
+    )(func)
+
+
+def profile_options(func: F) -> F:
+    func = click.option(
+        "--profiles-dir",
+        "profiles_dirs",
+        multiple=True,
+        type=click.Path(file_okay=False),
+        help="Extra folder of profile YAML files (repeatable; env MW_ENV_PROFILES, ':'-separated).",
+    )(func)
+    func = click.option("--profile", default=None, envvar="MW_ENV_PROFILE", help="Use this profile by name.")(func)
+    return click.option("--gpu", type=int, default=None, help="Choose GPU N (see `mw-env detect`).")(func)
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON only, on stdout.")(func)
+
+
+def echo_json(data: Any) -> None:
+    """JSON on stdout, nothing else."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
