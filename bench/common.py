@@ -1,0 +1,37 @@
+"""Helpers for bench scripts: each writes its own section of docs/benchmarks.md between markers."""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "docs" / "benchmarks.md"
+HEADER = """# Benchmarks
+
+Measured by the scripts in bench/ (`make bench`, or one script at a time). Every figure is a ratio
+against a reference measured in the same run on the same machine; absolute times are for orientation.
+Each section says when and where it was measured.
+"""
+
+
+def machine_line() -> str:
+    import os
+
+    return (
+        f"{time.strftime('%Y-%m-%d')} · {platform.machine()} · {os.cpu_count()} CPUs · "
+        f"Python {platform.python_version()} · {platform.platform(terse=True)}"
+    )
+
+
+def update_section(name: str, markdown: str) -> None:
+    """Replace (or append) the section between <!-- bench:NAME --> and <!-- /bench:NAME -->."""
+    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else HEADER
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{markdown.strip()}\n{end}"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    BENCHMARKS.parent.mkdir(parents=True, exist_ok=True)
+    BENCHMARKS.write_text(text)
