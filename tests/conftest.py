@@ -19,3 +19,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "torch" in item.keywords:
             item.add_marker(skip)
+
+
+def fake_machine(name: str, *, env: dict[str, str] | None = None):
+    """A Machine over tests/fixtures/machines/<name>/, with that root's .mw-env-bin/ first on PATH.
+
+    Fake commands (nvidia-smi, rocminfo, ...) live in <root>/.mw-env-bin/ and print captured output.
+    """
+    import os
+
+    from mw_env.machine import Machine
+
+    root = MACHINES / name
+    assert root.is_dir(), f"no fake machine {name!r} under {MACHINES}"
+    base = {"PATH": f"{root / '.mw-env-bin'}:/usr/bin:/bin", "HOME": "/home/agent", "USER": "agent"}
+    base.update(env or {})
+    base.setdefault("LANG", os.environ.get("LANG", "C.UTF-8"))
+    return Machine(root=root, env=base)
