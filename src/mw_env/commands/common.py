@@ -30,7 +30,9 @@ def profile_options(func: F) -> F:
         type=click.Path(file_okay=False),
         help="Extra folder of profile YAML files (repeatable; env MW_ENV_PROFILES, ':'-separated).",
     )(func)
-    func = click.option("--profile", default=None, envvar="MW_ENV_PROFILE", help="Use this profile by name.")(func)
+    func = click.option("--profile", default=None, envvar="MW_ENV_PROFILE", help="Use this profile by name.")(
+        func
+    )
     return click.option("--gpu", type=int, default=None, help="Choose GPU N (see `mw-env detect`).")(func)
 
 

@@ -1,0 +1,326 @@
+"""Operator-side commands that pass this machine's GPU into its container (incus, docker, podman).
+
+The commands run on the HOST, so they are strings for a POSIX shell: every value we put in is validated and
+shell-quoted; the only unquoted parts are `$(...)` lookups we write ourselves (a group id or an image name that
+only the host knows). Facts (doctor-anchors d, B1): incus passes /dev/dri with a `gpu` device but never
+/dev/kfd, and creates both root:root 0660, so a non-root user needs `gid=` = the render group's number INSIDE
+the container (numbers, not names: the render gid is allocated dynamically and differs between host and image).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from mw_env.errors import InputError
+from mw_env.hardware import DeviceNode, Hardware
+
+if TYPE_CHECKING:
+    from mw_env.machine import Machine
+    from mw_env.profiles.model import Selection
+
+RUNTIMES = ("incus", "docker", "podman")
+# incus instance names: 1-63 letters, digits and dashes, starting with a letter, not ending with a dash.
+_INCUS_NAME = re.compile(r"^[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# docker/podman: the daemon's own rule [a-zA-Z0-9][a-zA-Z0-9_.-]+ (at least 2 characters).
+_OCI_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{1,127}$")
+_OCI_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
+_LIST = {"incus": "incus list", "docker": "docker ps -a", "podman": "podman ps -a"}
+_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What the operator runs on the host, in order, and what they should know."""
+
+    runtime: str
+    container: str
+    commands: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    vendor: str = "amd"
+    checks: tuple[str, ...] = field(default=())  # commands that verify the result (also in `commands`)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runtime": self.runtime,
+            "container": self.container,
+            "commands": list(self.commands),
+            "notes": list(self.notes),
+        }
+
+
+def default_runtime(hardware: Hardware) -> str:
+    """The runtime this container runs under when we can tell (LXC-style containers are incus), else incus."""
+    kind = hardware.container.kind
+    if kind in RUNTIMES:
+        return kind
+    return "incus"
+
+
+def validate_container_name(runtime: str, name: str) -> str:
+    """`name` when it is a valid container name for `runtime`; InputError naming the rule otherwise."""
+    if runtime not in RUNTIMES:
+        raise InputError(f"unknown runtime {runtime!r}", hint=f"allowed: {', '.join(RUNTIMES)}")
+    pattern, rule = (
+        (_INCUS_NAME, "1-63 letters, digits and '-', starting with a letter and not ending with '-'")
+        if runtime == "incus"
+        else (_OCI_NAME, "2-128 characters from [A-Za-z0-9_.-], starting with a letter or digit")
+    )
+    if not pattern.match(name or ""):
+        raise InputError(f"invalid {runtime} container name {name!r}", hint=f"a {runtime} name is {rule}")
+    return name
+
+
+def host_plan(
+    *,
+    runtime: str | None,
+    container: str | None,
+    hardware: Hardware,
+    selection: Selection,
+    machine: Machine | None = None,
+    image: str | None = None,
+) -> HostPlan:
+    """The host-side commands for this container, runtime and profile (see the module doc)."""
+    runtime = runtime or default_runtime(hardware)
+    if runtime not in RUNTIMES:
+        raise InputError(f"unknown runtime {runtime!r}", hint=f"allowed: {', '.join(RUNTIMES)}")
+    if container is None:
+        same_kind = hardware.container.kind == runtime or (
+            runtime == "incus" and hardware.container.kind == "lxc"
+        )
+        container = hardware.container.name if same_kind else None
+    if not container:
+        where = (
+            f"this {hardware.container.kind} container's name is not visible from inside"
+            if hardware.container.kind != "none"
+            else "mw-env does not seem to run in a container"
+        )
+        raise InputError(
+            f"cannot tell which container to pass the GPU into: {where}",
+            hint=f"pass --container NAME (the name `{_LIST[runtime]}` shows on the host)",
+        )
+    validate_container_name(runtime, container)
+    if image is not None and not _OCI_IMAGE.match(image):
+        raise InputError(
+            f"invalid image reference {image!r}", hint="e.g. ubuntu:24.04 or ghcr.io/org/img:tag"
+        )
+
+    vendor = _vendor(hardware, selection)
+    if vendor == "amd":
+        plan = (
+            _incus_amd(container, hardware, machine)
+            if runtime == "incus"
+            else _oci_amd(runtime, container, hardware, image)
+        )
+    else:
+        plan = _incus_nvidia(container) if runtime == "incus" else _oci_nvidia(runtime, container, image)
+    gpu = hardware.gpu
+    if gpu is not None and gpu.vendor == vendor and gpu.device_nodes_ok:
+        note = "this container can already open the GPU's device nodes: the commands matter only for a new container"
+        plan = replace(plan, notes=(note, *plan.notes))
+    return plan
+
+
+def host_commands(
+    *,
+    runtime: str | None,
+    container: str | None,
+    hardware: Hardware,
+    selection: Selection,
+    machine: Machine | None = None,
+) -> list[str]:
+    """The commands of `host_plan()` (the contract's shape)."""
+    plan = host_plan(
+        runtime=runtime, container=container, hardware=hardware, selection=selection, machine=machine
+    )
+    return list(plan.commands)
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def _vendor(hardware: Hardware, selection: Selection) -> str:
+    kind = selection.profile.host.kind
+    if kind in ("amd", "nvidia"):
+        return kind
+    gpu = hardware.gpu or next((g for g in hardware.gpus if g.vendor in ("amd", "nvidia")), None)
+    if gpu is not None and gpu.vendor in ("amd", "nvidia"):
+        return gpu.vendor
+    raise InputError(
+        f"nothing to pass through: profile {selection.profile.name!r} uses no GPU and none was detected",
+        hint="to prepare a container for a GPU the host has, name its profile: --profile gfx1103 / gfx1151 / rocm / cuda",
+    )
+
+
+def _node(hardware: Hardware, prefix: str) -> DeviceNode | None:
+    gpu = hardware.gpu
+    nodes = gpu.device_nodes if gpu is not None else ()
+    return next((n for n in nodes if n.path == prefix or n.path.startswith(prefix)), None)
+
+
+def _render_gid(hardware: Hardware, machine: Machine | None) -> int | None:
+    """The render group's number in THIS container: its /etc/group, else a device node owned by `render`."""
+    if machine is not None:
+        for gid, name in machine.groups().items():
+            if name == "render":
+                return gid
+    for node in hardware.gpu.device_nodes if hardware.gpu else ():
+        if node.group == "render" and node.gid is not None:
+            return node.gid
+    return None
+
+
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> HostPlan:
+    c = _q(container)
+    commands: list[str] = []
+    notes: list[str] = []
+    gid = _render_gid(hardware, machine)
+    if gid is None:
+        # The image has no render group yet: create one and read its number back on the host.
+        commands.append(f"incus exec {c} -- groupadd --system render")
+        g = f'"$(incus exec {c} -- getent group render | cut -d: -f3)"'
+        notes.append(
+            "this container has no 'render' group: the first command creates it, the others use its number"
+        )
+    else:
+        g = str(gid)
+        notes.append(
+            f"gid={gid} is the 'render' group's number inside {container} (read from its /etc/group)"
+        )
+
+    kfd, render = _node(hardware, "/dev/kfd"), _node(hardware, "/dev/dri/renderD")
+    for dev, node, add in (
+        ("gpu", render, f"incus config device add {c} gpu gpu gid={g}"),
+        ("kfd", kfd, f"incus config device add {c} kfd unix-char source=/dev/kfd path=/dev/kfd gid={g}"),
+    ):
+        if node is None or not node.exists:
+            commands.append(add)
+        elif not node.ok:
+            # Passed through already, but root:root 0660: only the gid is wrong.
+            commands.append(f"incus config device set {c} {dev} gid={g}")
+            notes.append(
+                f"{node.path} exists but this user cannot open it (owner {node.uid}:{node.gid}, mode {node.mode}); "
+                f"if your device is not named {dev!r}, find it with `incus config device show {container}`"
+            )
+        else:
+            notes.append(f"{node.path} is already passed through and usable")
+
+    user = machine.user() if machine is not None else None
+    if user is not None and user.uid != 0 and (gid is None or gid not in user.groups):
+        if user.name and _USER_NAME.match(user.name):
+            commands.append(f"incus exec {c} -- usermod -aG render {_q(user.name)}")
+            notes.append(
+                f"{user.name} joins 'render'; log in again (or `newgrp render`) for it to take effect"
+            )
+        else:
+            notes.append(
+                "add the training user to the 'render' group inside the container (usermod -aG render USER)"
+            )
+    check = f"incus exec {c} -- ls -ln /dev/kfd /dev/dri"
+    commands.append(check)
+    notes.append(
+        "incus device changes are live: no restart needed; then run `mw-env doctor` inside the container"
+    )
+    return HostPlan("incus", container, tuple(commands), tuple(notes), vendor="amd", checks=(check,))
+
+
+def _image_expr(runtime: str, container: str, image: str | None) -> str:
+    if image is not None:
+        return _q(image)
+    return f"\"$({runtime} inspect --format '{{{{.Config.Image}}}}' {_q(container)})\""
+
+
+def _gpu_name(container: str) -> str:
+    # docker cannot add devices to a running container: the GPU copy is a new container next to it.
+    return f"{container[:124]}-gpu"
+
+
+def _oci_amd(runtime: str, container: str, hardware: Hardware, image: str | None) -> HostPlan:
+    new = _gpu_name(container)
+    notes = [
+        f"{runtime} cannot add devices to a running container: this starts {new} from {container}'s image with "
+        f"the GPU; repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",
+    ]
+    flags = ["--device=/dev/kfd", "--device=/dev/dri"]
+    if runtime == "docker":
+        kfd = _node(hardware, "/dev/kfd")
+        # Inside docker (no user namespace) a passed node shows the HOST's gid, which is what --group-add needs.
+        render = str(kfd.gid) if kfd is not None and kfd.exists and kfd.gid not in (None, 0) else None
+        flags += [
+            "--group-add",
+            '"$(getent group video | cut -d: -f3)"',
+            "--group-add",
+            render or '"$(getent group render | cut -d: -f3)"',
+        ]
+        notes.append(
+            "--group-add uses the host's video and render group numbers (names differ between host and image)"
+        )
+    else:
+        flags += ["--group-add", "keep-groups", "--security-opt", "label=disable"]
+        notes.append(
+            "rootless podman: keep-groups hands the container your host groups, so your host user must be in "
+            "render and video (`sudo usermod -aG render,video $USER`); rootful podman: use "
+            '--group-add "$(getent group render | cut -d: -f3)" instead'
+        )
+        notes.append(
+            "label=disable: SELinux otherwise denies mmap of /dev/kfd ('Memory critical error ... Memory in use'); "
+            "alternative: sudo setsebool -P container_use_devices true"
+        )
+    flags.append("--ipc=host")
+    notes.append(
+        "--ipc=host: without it ROCm allocations fail with 'Memory critical error ... Memory in use'"
+    )
+    run = " ".join(
+        [runtime, "run", "-dit", "--name", _q(new), *flags, _image_expr(runtime, container, image)]
+    )
+    check = f"{runtime} exec {_q(new)} ls -ln /dev/kfd /dev/dri"
+    return HostPlan(runtime, container, (run, check), tuple(notes), vendor="amd", checks=(check,))
+
+
+def _incus_nvidia(container: str) -> HostPlan:
+    c = _q(container)
+    check = f"incus exec {c} -- nvidia-smi"
+    commands = (
+        f"incus config device add {c} gpu gpu gputype=physical mode=0666",
+        f"incus config set {c} nvidia.runtime=true",
+        f"incus restart {c}",
+        check,
+    )
+    notes = (
+        "nvidia.runtime=true injects the host's driver libraries and nvidia-smi (needs the NVIDIA container "
+        "toolkit on the host) and takes effect on restart",
+        "mode=0666 matches the host's /dev/nvidia* permissions; incus would otherwise create them root-only (0660)",
+    )
+    return HostPlan("incus", container, commands, notes, vendor="nvidia", checks=(check,))
+
+
+def _oci_nvidia(runtime: str, container: str, image: str | None) -> HostPlan:
+    new = _gpu_name(container)
+    notes = [
+        f"{runtime} cannot add devices to a running container: this starts {new} from {container}'s image with "
+        f"the GPU; repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",
+    ]
+    commands: list[str] = []
+    if runtime == "docker":
+        notes.append(
+            "needs the NVIDIA container toolkit: sudo nvidia-ctk runtime configure --runtime=docker && "
+            "sudo systemctl restart docker"
+        )
+        flags = ["--gpus", "all"]
+    else:
+        commands.append("sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
+        notes.append("podman uses CDI: the first command writes the device spec (NVIDIA container toolkit)")
+        flags = ["--device", "nvidia.com/gpu=all", "--security-opt", "label=disable"]
+    flags.append("--ipc=host")
+    commands.append(
+        " ".join([runtime, "run", "-dit", "--name", _q(new), *flags, _image_expr(runtime, container, image)])
+    )
+    check = f"{runtime} exec {_q(new)} nvidia-smi"
+    commands.append(check)
+    return HostPlan(runtime, container, tuple(commands), tuple(notes), vendor="nvidia", checks=(check,))

@@ -1,0 +1,104 @@
+"""Load profile YAML files (shipped, --profiles-dir, MW_ENV_PROFILES) and validate them strictly.
+
+Every problem is an InputError that names the file, the key (dotted path) and what is allowed, because a
+profile typo must never silently fall back to a default: a wrong index URL costs a multi-GB download.
+The rules live in schema.py; this module finds the files and merges the folders.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from mw_env.errors import InputError
+from mw_env.profiles._readers import Ctx
+from mw_env.profiles.model import Profile
+from mw_env.profiles.schema import parse_profile
+
+SHIPPED_DIR = Path(__file__).resolve().parent
+PROFILES_ENV = "MW_ENV_PROFILES"
+
+__all__ = [
+    "PROFILES_ENV",
+    "SHIPPED_DIR",
+    "load_profile_file",
+    "load_profiles",
+    "parse_profile",
+    "profile_dirs_from_env",
+]
+
+
+def load_profile_file(path: Path, *, shipped: bool = False) -> Profile:
+    """Read and validate one profile file."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(
+            f"profile {path}: cannot read it ({exc})", hint="check the path and permissions"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(
+            f"profile {path}: invalid YAML{where}: {problem}", hint="fix the YAML syntax"
+        ) from None
+    profile = parse_profile(data, path=path, shipped=shipped)
+    if profile.name != path.stem:
+        raise Ctx(path).fail(
+            "name", f"{profile.name!r} differs from the file name {path.stem!r}", f"name: {path.stem}"
+        )
+    return profile
+
+
+def _dir_profiles(folder: Path, *, shipped: bool) -> list[Profile]:
+    if not folder.is_dir():
+        raise InputError(
+            f"profiles folder {folder} does not exist or is not a folder",
+            hint=f"pass an existing folder to --profiles-dir / {PROFILES_ENV}",
+        )
+    files = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+    seen: dict[str, Path] = {}
+    out = []
+    for f in files:
+        if f.stem in seen:
+            raise InputError(
+                f"profiles folder {folder}: {seen[f.stem].name} and {f.name} both define {f.stem!r}",
+                hint="keep one of them",
+            )
+        seen[f.stem] = f
+        out.append(load_profile_file(f, shipped=shipped))
+    return out
+
+
+def profile_dirs_from_env(env: Mapping[str, str] | None) -> list[Path]:
+    """The folders named by MW_ENV_PROFILES (':'-separated; empty entries ignored)."""
+    value = (os.environ if env is None else env).get(PROFILES_ENV, "")
+    return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
+
+
+def load_profiles(
+    *, extra_dirs: Sequence[Path | str] = (), env: Mapping[str, str] | None = None
+) -> dict[str, Profile]:
+    """Shipped profiles, then MW_ENV_PROFILES folders, then `extra_dirs` (--profiles-dir); later ones replace
+    earlier ones with the same name. Every file is validated the same way."""
+    profiles: dict[str, Profile] = {p.name: p for p in _dir_profiles(SHIPPED_DIR, shipped=True)}
+    for folder in [*profile_dirs_from_env(env), *(Path(d).expanduser() for d in extra_dirs)]:
+        for p in _dir_profiles(folder, shipped=False):
+            profiles[p.name] = p
+    names = set(profiles)
+    for p in profiles.values():
+        for alias in p.aliases:
+            if alias in names:
+                raise InputError(
+                    f"profile {p.path}: aliases: {alias!r} is already a profile name",
+                    hint="choose another alias",
+                )
+    return profiles

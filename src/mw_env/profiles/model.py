@@ -1,0 +1,243 @@
+"""The profile model: frozen dataclasses that the loader builds from YAML and everything else reads.
+
+Fields may be added (with defaults); never renamed or removed without updating every reader
+(design.md, "Module contracts").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from mw_env.hardware import Gpu, Hardware
+    from mw_env.machine import Machine
+
+Build = Literal["rocm", "cuda", "cpu"]
+SdpaBackend = Literal["math", "flash", "efficient", "auto"]
+Precision = Literal["fp32", "bf16", "fp16"]
+Runtime = Literal["incus", "docker", "podman"]
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    """Where torch comes from and what a correct install of it reports."""
+
+    id: str  # name inside the profile, e.g. "rocm6.4", "therock-gfx110x", "cu126"
+    build: Build
+    index_url: str | None  # PEP 503 simple index; None = the default index / a wheelhouse
+    version: str  # PEP 440 specifier for torch, e.g. "==2.9.1" or ">=2.11,<2.14"
+    local_tag: str  # "+rocm6.4" / "+cu126" / "+cpu" (what torch.__version__ ends with)
+    runtime_version: str | None = None  # HIP / CUDA the wheel bundles, e.g. "6.4", "12.6"
+    arch_list: tuple[str, ...] = ()  # gfx… or sm_… the wheel ships kernels for
+    min_driver: str | None = None  # CUDA: the lowest NVIDIA driver that runs this wheel (Linux)
+    newest_torch: str | None = None  # newest torch release on this index ("2.14"): ranks CUDA sources
+    ptx: bool = False  # CUDA: the newest SM also ships PTX, so newer GPUs can JIT it
+    companions: tuple[str, ...] = ()  # other packages that must come from the same index (torchvision…)
+    extra_index_urls: tuple[str, ...] = ()
+    default: bool = False  # the source chosen when nothing else decides
+    note: str = ""  # why this source, or what to watch for (shown by `profiles NAME`)
+    refs: tuple[str, ...] = ()  # where the facts come from (URLs)
+
+    @property
+    def requirement(self) -> str:
+        """The pip requirement for torch from this source, e.g. `torch==2.9.1`."""
+        return f"torch{self.version}"
+
+    def accepts(self, installed_version: str) -> bool:
+        """Whether an installed `torch.__version__` (e.g. "2.9.1+rocm6.4") is this source's build and version."""
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            v = Version(installed_version)
+        except InvalidVersion:
+            return False
+        tag = self.local_tag.lstrip("+")
+        # "+rocm7.2" also accepts AMD's "+rocm7.2.0" / "+rocm7.2.0.lw.git…" spellings of the same stack.
+        local = v.local or ""
+        if not (local == tag or local.startswith(tag + ".")):
+            return False
+        from packaging.specifiers import SpecifierSet
+
+        return SpecifierSet(self.version).contains(Version(v.public), prereleases=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Match:
+    """Which hardware a profile is for. An empty tuple matches nothing on that axis."""
+
+    vendor: str | None = None  # "amd" | "nvidia" | None (= no GPU: the CPU profile)
+    gfx: tuple[str, ...] = ()  # exact gfx targets; "*" means any of this vendor
+    pci_ids: tuple[str, ...] = ()  # "1002:15bf" — matches even when the gfx target is unknown
+    priority: int = 0  # higher wins when several profiles match
+
+
+@dataclass(frozen=True)
+class ArchOverride:
+    """An arch without native wheels, run with HSA_OVERRIDE_GFX_VERSION pointing at a sibling ISA."""
+
+    gfx: str  # "gfx1031"
+    hsa_override: str  # "10.3.0"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class DoctorExpectations:
+    device_nodes: tuple[str, ...] = ()  # "/dev/kfd", "/dev/dri/renderD*", "/dev/nvidia*"
+    min_hip: str | None = None
+    min_cuda: str | None = None
+    arch: str | None = None  # gfx… / sm_… that must be in torch.cuda.get_arch_list(); None = the GPU's own
+    harmless_messages: tuple[str, ...] = ()  # substrings of known-harmless warnings
+    # dtype -> expected dense matmul TFLOP/s (a realistic figure, not the datasheet peak)
+    expected_tflops: Mapping[str, float] = field(default_factory=dict)
+    # GPU-name substring -> {dtype: TFLOP/s}; the first key found in Gpu.name wins over expected_tflops
+    expected_tflops_by_gpu: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    probe_timeout_s: float = 60.0
+    notes: tuple[str, ...] = ()
+    # Extra known-message entries for the doctor's catalogue (id, pattern, severity, title, cause, fix, source);
+    # checked in full by mw_env.checks.catalogue when the doctor loads them.
+    catalogue: tuple[Mapping[str, Any], ...] = ()
+
+    def tflops_for(self, gpu_name: str | None) -> dict[str, float]:
+        """The expected TFLOP/s per dtype for a GPU (its row in the table, else the profile default)."""
+        if gpu_name:
+            import re
+
+            for key, row in self.expected_tflops_by_gpu.items():
+                # Whole-token match: "L4" must not pick up an "L40S", nor "A10" an "A100".
+                if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", gpu_name, re.IGNORECASE):
+                    return dict(row)
+        return dict(self.expected_tflops)
+
+
+@dataclass(frozen=True)
+class TrainerDefaults:
+    device: str = "cuda"  # "cuda" (ROCm and NVIDIA both) | "cpu"
+    precision: Precision = "fp32"
+    sdpa_backend: SdpaBackend = "auto"
+    compile: bool = False
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """How the host must pass this profile's hardware into a container."""
+
+    kind: Literal["amd", "nvidia", "none"] = "none"
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    match: Match
+    sources: tuple[TorchSource, ...]
+    env: Mapping[str, str] = field(default_factory=dict)  # always set for this profile
+    doctor: DoctorExpectations = field(default_factory=DoctorExpectations)
+    trainer: TrainerDefaults = field(default_factory=TrainerDefaults)
+    host: HostSpec = field(default_factory=HostSpec)
+    arch_overrides: tuple[ArchOverride, ...] = ()  # rocm: archs that run on a sibling ISA
+    # gfx1103: the value of HSA_OVERRIDE_GFX_VERSION when the chosen wheel lacks the GPU's arch
+    hsa_override_when_missing: str | None = None
+    aliases: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    refs: tuple[str, ...] = ()  # where the profile's facts come from
+    path: Path | None = None  # the YAML file it was loaded from
+    shipped: bool = True
+
+    @property
+    def default_source(self) -> TorchSource:
+        for src in self.sources:
+            if src.default:
+                return src
+        return self.sources[0]
+
+    def source(self, source_id: str) -> TorchSource | None:
+        for src in self.sources:
+            if src.id == source_id:
+                return src
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["path"] = str(self.path) if self.path else None
+        return data
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The profile chosen for this hardware, the torch source for it, and the runtime env."""
+
+    profile: Profile
+    reason: str
+    torch: TorchSource
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpu: Gpu | None = None
+    warnings: tuple[str, ...] = ()  # things the user should know (hang-prone override, no fitting wheel)
+    explicit: bool = False  # chosen by --profile rather than by matching
+    hsa_override: str | None = None  # the HSA_OVERRIDE_GFX_VERSION in `env`, if any
+    # The arch the installed torch must serve: AMD "gfx1100" (the override's target when one is set, else the
+    # GPU's own gfx), NVIDIA "sm_86" (covered by an equal-major, lower-minor sm_8x too); None on CPU.
+    required_arch: str | None = None
+    trainer: TrainerDefaults = field(default_factory=TrainerDefaults)  # profile defaults fitted to this GPU
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def expected_tflops(self) -> dict[str, float]:
+        """Expected dense-matmul TFLOP/s per dtype for this GPU (empty when the profile has no figure)."""
+        return self.profile.doctor.tflops_for(self.gpu.name if self.gpu else None)
+
+    def arch_supported(self, arch_list: list[str] | tuple[str, ...]) -> bool:
+        """Whether a torch build reporting `torch.cuda.get_arch_list()` == arch_list can run on this GPU."""
+        if self.required_arch is None:
+            return True
+        if self.required_arch.startswith("sm_"):
+            from mw_env.profiles.cuda import covers, parse_cc
+
+            cc = parse_cc(self.required_arch)
+            return cc is not None and covers(
+                arch_list, cc, ptx=any(a.startswith("compute_") for a in arch_list)
+            )
+        return self.required_arch in arch_list
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile.name,
+            "reason": self.reason,
+            "explicit": self.explicit,
+            "env": dict(self.env),
+            "torch": {
+                "index_url": self.torch.index_url,
+                "build": self.torch.build,
+                "source": self.torch.id,
+                "version": self.torch.version,
+                "requirement": self.torch.requirement,
+                "local_tag": self.torch.local_tag,
+                "runtime_version": self.torch.runtime_version,
+                "arch_list": list(self.torch.arch_list),
+            },
+            "required_arch": self.required_arch,
+            "hsa_override": self.hsa_override,
+            "trainer": asdict(self.trainer),
+            "expected_tflops": self.expected_tflops,
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What every command needs: the machine, its hardware facts and the selection for them."""
+
+    machine: Machine
+    hardware: Hardware
+    selection: Selection
+    profiles: Mapping[str, Profile] = field(default_factory=dict)

@@ -1,0 +1,141 @@
+"""`mw-env detect` end to end: human and JSON output, exit codes, and the fake machine roots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mw_env.cli import main
+
+MACHINES = Path(__file__).parent / "fixtures" / "machines"
+BAD = Path(__file__).parent / "fixtures" / "profiles" / "bad"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for var in ("MW_ENV_PROFILES", "MW_ENV_PROFILE", "MW_ENV_ROOT", "MW_ENV_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _run_json(capsys, *args: str) -> dict:
+    assert main(["detect", "--json", *args]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out)  # stdout holds JSON and nothing else
+
+
+def test_empty_machine_is_cpu_and_says_why(tmp_path, capsys):
+    data = _run_json(capsys, "--root", str(tmp_path))
+    assert data["profile"] == "cpu"
+    assert "no" in data["reason"].lower() and "GPU" in data["reason"]
+    assert (
+        data["torch"]["index_url"] == "https://download.pytorch.org/whl/cpu"
+        and data["torch"]["build"] == "cpu"
+    )
+    assert data["gpus"] == [] and data["env"] == {}
+    for key in ("hardware", "container", "warnings", "trainer", "required_arch"):
+        assert key in data
+    assert set(data["container"]) == {"kind", "name"}
+
+
+def test_this_machine_detects_and_explains(capsys):
+    # Whatever this machine is, detect must produce a profile and a reason (here: a CPU-only box).
+    data = _run_json(capsys)
+    assert data["profile"] and data["reason"]
+    if not data["gpus"]:
+        assert data["profile"] == "cpu"
+
+
+def test_human_output(tmp_path, capsys):
+    assert main(["detect", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Profile" in out and "cpu" in out and "Why" in out and "download.pytorch.org/whl/cpu" in out
+
+
+def test_explicit_profile_and_source(tmp_path, capsys):
+    data = _run_json(capsys, "--root", str(tmp_path), "--profile", "gfx1103", "--source", "therock-gfx110x")
+    assert data["profile"] == "gfx1103" and data["torch"]["source"] == "therock-gfx110x"
+    assert "chosen with --profile" in data["reason"]
+
+
+def test_profile_from_environment(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MW_ENV_PROFILE", "gfx1151")
+    assert _run_json(capsys, "--root", str(tmp_path))["profile"] == "gfx1151"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--profile", "nope"], "known profiles: cpu, cuda, gfx1103, gfx1151, rocm"),
+        (["--profile", "gfx1103", "--source", "cu126"], "has no torch source 'cu126'"),
+        (["--profiles-dir", str(BAD)], ".yaml"),
+        (["--profiles-dir", "/nonexistent/profiles"], "does not exist"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, needle):
+    assert main(["detect", "--json", "--root", str(tmp_path), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert needle in captured.err and "Traceback" not in captured.err
+
+
+# fixture root -> (profile, torch source, HSA override or None)
+EXPECTED = {
+    "cpu-only": ("cpu", "cpu", None),
+    "incus-780m": ("gfx1103", "rocm6.4", "11.0.0"),
+    "incus-780m-no-kfd": ("gfx1103", "rocm6.4", "11.0.0"),
+    "strix-halo-8060s": ("gfx1151", "rocm7.2", None),
+    "rx7900xtx": ("rocm", "rocm7.2", None),
+    "igpu-780m-dgpu-7900xtx": ("rocm", "rocm7.2", None),
+    "mi300x-x4": ("rocm", "rocm7.2", None),
+    "nvidia-pascal-1080ti-535": ("cuda", "cu126", None),
+    "nvidia-ampere-3090x2-560": ("cuda", "cu126", None),
+    "nvidia-a100x4-555": ("cuda", "cu126", None),
+    "nvidia-h100x8-565": ("cuda", "cu126", None),
+    "nvidia-l4-550": ("cuda", "cu126", None),
+    "nvidia-blackwell-5090-580": ("cuda", "cu130", None),
+    "nvidia-old-driver-470": ("cuda", "cu118", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_machines(name, capsys, monkeypatch):
+    root = MACHINES / name
+    if not root.is_dir():
+        pytest.skip(f"fixture machine {name} not built yet")
+    monkeypatch.setenv("PATH", f"{root / '.mw-env-bin'}:/usr/bin:/bin")
+    data = _run_json(capsys, "--root", str(root))
+    profile, source, override = EXPECTED[name]
+    assert (data["profile"], data["torch"]["source"]) == (profile, source), data["reason"]
+    assert data["env"].get("HSA_OVERRIDE_GFX_VERSION") == override
+    assert data["reason"]
+    if name == "incus-780m-no-kfd":
+        assert "bootstrap can still prepare the venv" in data["reason"]
+    if name == "igpu-780m-dgpu-7900xtx":
+        assert "HIP_VISIBLE_DEVICES" in data["env"]
+
+
+def test_broken_sysfs_never_tracebacks(capsys, monkeypatch):
+    root = MACHINES / "broken-sysfs"
+    if not root.is_dir():
+        pytest.skip("fixture machine broken-sysfs not built yet")
+    monkeypatch.setenv("PATH", f"{root / '.mw-env-bin'}:/usr/bin:/bin")
+    data = _run_json(capsys, "--root", str(root))
+    assert data["profile"] and data["reason"]
+
+
+def test_gpu_out_of_range_is_usage_error(capsys, monkeypatch):
+    root = MACHINES / "rx7900xtx"
+    if not root.is_dir():
+        pytest.skip("fixture machine rx7900xtx not built yet")
+    monkeypatch.setenv("PATH", f"{root / '.mw-env-bin'}:/usr/bin:/bin")
+    assert main(["detect", "--json", "--root", str(root), "--gpu", "7"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--gpu 7" in captured.err
+
+
+def test_detect_help_documents_exit_codes(capsys):
+    assert main(["detect", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Exit codes" in out and "--json" in out and "--profiles-dir" in out

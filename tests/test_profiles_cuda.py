@@ -1,0 +1,99 @@
+"""NVIDIA source choice: driver version AND compute capability (install-anchors b4, b5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mw_env.profiles import load_profiles
+from mw_env.profiles.cuda import choose_cuda_source, covers, minimum_driver_hint, parse_cc, parse_version
+
+
+@pytest.fixture(scope="module")
+def sources():
+    return load_profiles(env={})["cuda"].sources
+
+
+@pytest.mark.parametrize(
+    ("text", "cc"),
+    [
+        ("8.6", (8, 6)),
+        ("12.0", (12, 0)),
+        ("sm_86", (8, 6)),
+        ("sm_120", (12, 0)),
+        ("90", (9, 0)),
+        ("", None),
+        ("x", None),
+    ],
+)
+def test_parse_cc(text, cc):
+    assert parse_cc(text) == cc
+
+
+def test_parse_version():
+    assert parse_version("550.144.03") == (550, 144, 3)
+    assert parse_version("580") == (580,)
+    assert parse_version("N/A") is None and parse_version(None) is None
+
+
+def test_cuda_binary_compatibility_rules():
+    assert covers(["sm_60"], (6, 1))  # same major, lower minor
+    assert covers(["sm_86"], (8, 9))  # Ada runs Ampere SASS
+    assert not covers(["sm_86"], (8, 0))  # never a higher minor
+    assert not covers(["sm_75", "sm_90"], (6, 1))
+    assert not covers(["sm_90"], (12, 0))  # no PTX: Blackwell cannot JIT
+    assert covers(["sm_90"], (12, 0), ptx=True)
+    assert not covers(["sm_90"], (8, 6), ptx=True)  # PTX only serves newer GPUs
+
+
+@pytest.mark.parametrize(
+    ("driver", "ccs", "expected"),
+    [
+        ("580.82.07", ["6.1"], "cu126"),  # Pascal: cu13x have no sm_6x, newest torch on cu126
+        ("535.183.01", ["6.1"], "cu126"),
+        ("580.65.06", ["12.0"], "cu130"),  # Blackwell: cu126 lacks sm_120
+        ("575.51.03", ["12.0"], "cu128"),  # below 580: cu128 is the newest that runs
+        ("596.10", ["8.6"], "cu132"),  # equal torch: newest CUDA the driver runs
+        ("560.35.03", ["8.6", "8.6"], "cu126"),  # captures/nvidia-rtx3090x2-560
+        ("555.42.02", ["8.0"], "cu126"),  # captures/nvidia-a100sxm-x4-555
+        ("565.57.01", ["9.0"], "cu126"),  # captures/nvidia-h100sxm-x8-565
+        ("550.90.07", ["8.9"], "cu126"),  # captures/nvidia-l4-550
+        ("470.82.01", ["7.5"], "cu118"),  # old driver: torch <= 2.7 on CUDA 11.8
+        ("580.82.07", ["6.1", "8.6"], "cu126"),  # mixed box: the wheel must cover every GPU
+    ],
+)
+def test_choice(sources, driver, ccs, expected):
+    choice = choose_cuda_source(sources, driver=driver, capabilities=ccs)
+    assert choice.source is not None, choice.reason
+    assert choice.source.id == expected, choice.reason
+    assert expected in choice.reason and driver in choice.reason
+
+
+def test_old_driver_torch_is_limited_to_2_7(sources):
+    choice = choose_cuda_source(sources, driver="470.82.01", capabilities=["6.1"])
+    assert choice.source.id == "cu118" and choice.source.version == ">=2.5,<2.8"
+
+
+@pytest.mark.parametrize(
+    ("driver", "ccs", "why"), [("418.67", ["7.0"], "needs driver"), ("470.82.01", ["3.7"], "sm_37")]
+)
+def test_no_wheel_fits_says_why(sources, driver, ccs, why):
+    choice = choose_cuda_source(sources, driver=driver, capabilities=ccs)
+    assert choice.source is None
+    assert "no CUDA torch wheel fits" in choice.reason and why in choice.reason
+
+
+def test_unknown_driver_prefers_the_oldest_cuda_among_newest_torch(sources):
+    choice = choose_cuda_source(sources, driver=None, capabilities=["8.6"])
+    assert choice.source.id == "cu126"
+    assert "driver version unknown" in choice.reason
+
+
+def test_unknown_cc_is_said(sources):
+    choice = choose_cuda_source(sources, driver="560.35.03", capabilities=[None])
+    assert choice.source.id == "cu126" and "compute capability unknown" in choice.reason
+
+
+def test_minimum_driver_hint(sources):
+    assert minimum_driver_hint(sources, ["7.0"]).startswith("450.80.02")
+    assert minimum_driver_hint(sources, ["12.0"]).startswith("570.26")
+    assert minimum_driver_hint(sources, ["3.7"]) is None
