@@ -50,6 +50,13 @@ class Gpu:
     kfd_node: int | None = None  # AMD: KFD topology node id
     device_nodes: tuple[DeviceNode, ...] = ()
     notes: tuple[str, ...] = ()
+    chip: str | None = None  # codename, e.g. "Phoenix1", "Navi 31", "Strix Halo"
+    gfx_target_version: int | None = None  # AMD: KFD encoding, e.g. 110003 for gfx1103
+    source: str = "pci"  # what found it: "kfd" | "pci" | "nvidia-smi"
+    uuid: str | None = None  # NVIDIA: "GPU-4aba3cfa-..." (CUDA_VISIBLE_DEVICES accepts it)
+    # torch device index inside this container: among reachable GPUs of the same vendor, in HIP order (KFD
+    # node order) or CUDA order with CUDA_DEVICE_ORDER=PCI_BUS_ID; None when the GPU is not passed through.
+    runtime_index: int | None = None
 
     @property
     def device_nodes_ok(self) -> bool:
@@ -62,6 +69,7 @@ class CpuInfo:
     arch: str = "unknown"  # "x86_64", "aarch64"
     cores: int = 0  # logical CPUs
     flags: tuple[str, ...] = ()  # only the ones that matter: avx2, avx512f, amx_bf16, ...
+    quota_cores: float | None = None  # cgroup cpu.max quota in CPUs; None when unlimited or unknown
 
 
 @dataclass(frozen=True)
@@ -77,12 +85,14 @@ class ContainerInfo:
     kind: ContainerKind = "none"
     name: str | None = None
     evidence: str | None = None  # which file/variable told us
+    id: str | None = None  # docker/podman container id where it can be read
 
 
 @dataclass(frozen=True)
 class PythonInfo:
     version: str  # "3.12.3"
     path: str
+    source: str = "PATH"  # "PATH" (found on PATH and run) | "uv" (uv python list)
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,8 @@ class Hardware:
     uv: UvInfo | None = None
     nvidia_driver: str | None = None
     notes: tuple[str, ...] = ()  # what could not be read, and why (broken sysfs, missing tools)
+    memory_limit_bytes: int | None = None  # cgroup memory limit of this container, None when unlimited
+    ignored_devices: tuple[str, ...] = ()  # display adapters that are not compute GPUs (BMC VGA, Intel)
 
     @property
     def gpu(self) -> Gpu | None:
@@ -114,6 +126,6 @@ class Hardware:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for g, gpu in zip(data["gpus"], self.gpus):
+        for g, gpu in zip(data["gpus"], self.gpus, strict=True):
             g["device_nodes_ok"] = gpu.device_nodes_ok
         return data

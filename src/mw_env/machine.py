@@ -29,7 +29,7 @@ from pathlib import Path
 
 FAKE_META = ".mw-env-fake.yaml"
 DEFAULT_TIMEOUT = 10.0
-_MAX_READ = 4 * 1024 * 1024
+_MAX_READ = 1024 * 1024  # larger reads of /proc/sys files fail with ENOMEM
 
 
 @dataclass(frozen=True)

@@ -364,7 +364,13 @@ def _hip_visible(hardware: Hardware) -> dict[str, str]:
         return {}
     # HIP numbers devices in KFD topology order.
     order = sorted(amd, key=lambda g: (g.kfd_node if g.kfd_node is not None else 1 << 30, g.index))
-    keep = [str(i) for i, g in enumerate(order) if g.gfx_target == gpu.gfx_target]
+    # detect() gives each reachable GPU its HIP index (runtime_index): GPUs not passed into this container
+    # take no index, so the position in the KFD order is only the fallback.
+    keep = [
+        str(g.runtime_index if g.runtime_index is not None else i)
+        for i, g in enumerate(order)
+        if g.gfx_target == gpu.gfx_target
+    ]
     return {"HIP_VISIBLE_DEVICES": ",".join(keep)}
 
 
