@@ -33,7 +33,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Create the training venv with the right torch for this hardware.",
     ),
     "env": ("mw_env.commands.bootstrap", "env_cmd", "Print the profile's runtime environment (eval-able)."),
-    "doctor": ("mw_env.commands.doctor", "doctor", "Check the environment; name each problem's cause and fix."),
+    "doctor": (
+        "mw_env.commands.doctor",
+        "doctor",
+        "Check the environment; name each problem's cause and fix.",
+    ),
     "train": ("mw_env.commands.train", "train", "Train the bundled address tagger (and manage runs)."),
 }
 

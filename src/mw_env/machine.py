@@ -102,7 +102,9 @@ class Machine:
         self.env = dict(self.env)
 
     @classmethod
-    def from_env(cls, root: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Machine:
+    def from_env(
+        cls, root: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+    ) -> Machine:
         """The machine for a CLI invocation: `root`, else MW_ENV_ROOT, else `/`."""
         env = dict(os.environ if env is None else env)
         chosen = root or env.get("MW_ENV_ROOT") or "/"
@@ -279,7 +281,9 @@ class Machine:
                 duration_s=time.monotonic() - start,
             )
         except OSError as exc:
-            return CommandResult(argv=argv, returncode=None, error=str(exc), duration_s=time.monotonic() - start)
+            return CommandResult(
+                argv=argv, returncode=None, error=str(exc), duration_s=time.monotonic() - start
+            )
         return CommandResult(
             argv=argv,
             returncode=proc.returncode,

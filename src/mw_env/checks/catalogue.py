@@ -1,0 +1,247 @@
+"""Known messages and the causes + fixes of every finding, loaded from catalogue.yaml (data, not code).
+
+Profiles extend it: `doctor.harmless_messages` (substrings reported as info) and an optional
+`doctor.catalogue` (extra message entries, same keys as the YAML). `python -m mw_env.checks.catalogue`
+prints docs/troubleshooting.md.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from mw_env.errors import InputError
+
+CATALOGUE_FILE = Path(__file__).with_name("catalogue.yaml")
+Severity = Literal["harmless", "warning", "fatal"]
+SEVERITIES: tuple[str, ...] = ("harmless", "warning", "fatal")
+_MESSAGE_KEYS = ("id", "pattern", "severity", "title", "cause", "fix", "source")
+_FIX_KEYS = ("title", "cause", "fix")
+
+
+@dataclass(frozen=True)
+class Message:
+    """A known message: a regex over log lines, how bad it is, what causes it and how to fix it."""
+
+    id: str
+    pattern: str
+    severity: Severity
+    title: str
+    cause: str
+    fix: str
+    source: str = ""
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compile(self.pattern)
+
+
+@dataclass(frozen=True)
+class FixText:
+    title: str
+    cause: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A known message found in a text: the entry, the 1-based line number and the line itself."""
+
+    message: Message
+    line_no: int
+    line: str
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    messages: tuple[Message, ...]
+    fixes: Mapping[str, FixText]
+
+    def fix_for(self, fix_id: str, **values: Any) -> tuple[str, str]:
+        """(cause, fix) for a finding, with its placeholders filled; unknown placeholders stay visible."""
+        entry = self.fixes.get(fix_id)
+        if entry is None:  # a programming error, but never lose the finding over it
+            return (fix_id, "")
+        return (_fill(entry.cause, values), _fill(entry.fix, values))
+
+    def scan(self, text: str) -> list[Hit]:
+        """Every line of `text` that matches a known message, first entry wins per line."""
+        hits: list[Hit] = []
+        for no, line in enumerate(text.splitlines(), start=1):
+            for msg in self.messages:
+                if msg.regex.search(line):
+                    hits.append(Hit(message=msg, line_no=no, line=line.strip()))
+                    break
+        return hits
+
+    def extended(self, extra: Iterable[Message]) -> Catalogue:
+        """Profile entries first, so a profile can re-classify a shipped message."""
+        return Catalogue(messages=(*extra, *self.messages), fixes=self.fixes)
+
+
+def _fill(template: str, values: Mapping[str, Any]) -> str:
+    class _Keep(dict):
+        def __missing__(self, key: str) -> str:
+            return "{" + key + "}"
+
+    return string.Formatter().vformat(
+        template, (), _Keep({k: "" if v is None else v for k, v in values.items()})
+    )
+
+
+@lru_cache(maxsize=256)
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+def _message(entry: Any, where: str) -> Message:
+    if not isinstance(entry, Mapping):
+        raise InputError(f"{where}: each message must be a mapping with keys {', '.join(_MESSAGE_KEYS)}")
+    unknown = sorted(set(entry) - set(_MESSAGE_KEYS))
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r}", hint=f"allowed: {', '.join(_MESSAGE_KEYS)}")
+    for key in ("id", "pattern", "severity", "cause", "fix"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise InputError(f"{where}: {key!r} must be a non-empty string")
+    if entry["severity"] not in SEVERITIES:
+        raise InputError(
+            f"{where}: severity {entry['severity']!r} is not allowed",
+            hint=f"allowed: {', '.join(SEVERITIES)}",
+        )
+    try:
+        re.compile(entry["pattern"])
+    except re.error as exc:
+        raise InputError(f"{where}: pattern {entry['pattern']!r} is not a valid regex ({exc})") from exc
+    return Message(
+        id=entry["id"],
+        pattern=entry["pattern"],
+        severity=entry["severity"],
+        title=str(entry.get("title") or entry["id"]),
+        cause=" ".join(entry["cause"].split()),
+        fix=" ".join(entry["fix"].split()),
+        source=str(entry.get("source") or ""),
+    )
+
+
+def parse_catalogue(data: Any, *, source: str) -> Catalogue:
+    """Validate a loaded YAML document; InputError names the file, the entry and the key."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: must be a mapping with 'messages' and 'fixes'")
+    messages = []
+    ids: set[str] = set()
+    for i, entry in enumerate(data.get("messages") or []):
+        msg = _message(entry, f"{source}: messages[{i}]")
+        if msg.id in ids:
+            raise InputError(f"{source}: messages[{i}]: duplicate id {msg.id!r}")
+        ids.add(msg.id)
+        messages.append(msg)
+    fixes: dict[str, FixText] = {}
+    raw_fixes = data.get("fixes") or {}
+    if not isinstance(raw_fixes, Mapping):
+        raise InputError(f"{source}: 'fixes' must map ids to {{title, cause, fix}}")
+    for key, entry in raw_fixes.items():
+        if not isinstance(entry, Mapping) or any(not isinstance(entry.get(k), str) for k in _FIX_KEYS):
+            raise InputError(f"{source}: fixes.{key} needs string keys {', '.join(_FIX_KEYS)}")
+        fixes[str(key)] = FixText(**{k: " ".join(entry[k].split()) for k in _FIX_KEYS})
+    return Catalogue(messages=tuple(messages), fixes=fixes)
+
+
+@lru_cache(maxsize=4)
+def _load_file(path: str) -> Catalogue:
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path} is not valid YAML: {exc}") from exc
+    return parse_catalogue(data, source=path)
+
+
+def profile_messages(profile: Any) -> list[Message]:
+    """A profile's additions: `doctor.harmless_messages` substrings and optional `doctor.catalogue` entries."""
+    doctor = getattr(profile, "doctor", None)
+    name = getattr(profile, "name", "profile")
+    out: list[Message] = []
+    for i, entry in enumerate(getattr(doctor, "catalogue", None) or ()):
+        out.append(_message(entry, f"profile {name}: doctor.catalogue[{i}]"))
+    for i, text in enumerate(getattr(doctor, "harmless_messages", None) or ()):
+        out.append(
+            Message(
+                id=f"{name}-harmless-{i + 1}",
+                pattern=re.escape(str(text)),
+                severity="harmless",
+                title=str(text),
+                cause=f"Known harmless on profile {name}.",
+                fix="Nothing to do.",
+                source=f"profile {name}",
+            )
+        )
+    return out
+
+
+def load_catalogue(*, profile: Any = None, extra_files: Sequence[Path] = ()) -> Catalogue:
+    """The shipped catalogue, extended by extra YAML files and the profile's entries."""
+    cat = _load_file(str(CATALOGUE_FILE))
+    for path in extra_files:
+        cat = cat.extended(_load_file(str(path)).messages)
+    if profile is not None:
+        shipped = [m for m in cat.messages if m.severity == "harmless"]
+        # A profile's harmless substring that a shipped harmless entry already covers adds nothing but a
+        # poorer explanation; one that re-classifies a warning or a fatal entry goes first and wins.
+        extra = [m for m in profile_messages(profile) if not any(s.regex.search(m.title) for s in shipped)]
+        cat = cat.extended(extra)
+    return cat
+
+
+def render_troubleshooting(cat: Catalogue | None = None) -> str:
+    """docs/troubleshooting.md: every known message and every finding, with cause and fix."""
+    cat = cat or load_catalogue()
+    marks = {"fatal": "✗ fatal", "warning": "! warning", "harmless": "• harmless"}
+    out = [
+        "# Troubleshooting",
+        "",
+        "Generated from `src/mw_env/checks/catalogue.yaml` by `python -m mw_env.checks.catalogue` (a test keeps",
+        "this page and the catalogue in step). `mw-env doctor` reports these findings for your machine;",
+        "`mw-env doctor --explain train.log` finds the known messages in a log and prints their cause and fix.",
+        "Text in `{braces}` is filled in by the doctor for your machine.",
+        "",
+        "## Known messages",
+        "",
+    ]
+    for msg in cat.messages:
+        out += [
+            f"### {msg.title}",
+            "",
+            f"- severity: {marks[msg.severity]} · id `{msg.id}` · pattern `{msg.pattern}`",
+            f"- cause: {msg.cause}",
+            f"- fix: {msg.fix}",
+        ]
+        if msg.source:
+            out.append(f"- source: {msg.source}")
+        out.append("")
+    out += ["## Doctor findings", ""]
+    for key, fix in cat.fixes.items():
+        out += [
+            f"### {fix.title}",
+            "",
+            f"- check finding `{key}`",
+            f"- cause: {fix.cause}",
+            f"- fix: {fix.fix}",
+            "",
+        ]
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_troubleshooting())

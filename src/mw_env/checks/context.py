@@ -1,0 +1,256 @@
+"""What every check reads: the machine, its hardware, the selection, the venv, and the shared probe runs.
+
+The static venv inspection and the full probe are started once, in the background, as soon as the
+doctor starts; checks that need them wait (bounded) for their result.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from mw_env.checks.catalogue import Catalogue
+from mw_env.checks.probe import ProbeResult, run_probe
+
+if TYPE_CHECKING:
+    from mw_env.hardware import Gpu, Hardware
+    from mw_env.machine import Machine
+    from mw_env.profiles.model import Selection
+
+T = TypeVar("T")
+GIB = 1024**3
+_CONTAINER_KINDS = ("incus", "lxc", "docker", "podman", "kubernetes")
+
+
+class Background(Generic[T]):
+    """A value computed once in a daemon thread; `get` waits at most `timeout` seconds.
+
+    Daemon threads, not an executor: a check stuck in a syscall must never keep the doctor from exiting.
+    """
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._fn = fn
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._started = False
+        self._lock = threading.Lock()
+
+    def start(self) -> Background[T]:
+        with self._lock:
+            if not self._started:
+                self._started = True
+                threading.Thread(target=self._run, daemon=True, name="mw-env-doctor-bg").start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # handed to whoever waits
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def get(self, timeout: float) -> T:
+        self.start()
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"no result within {timeout:.0f}s")
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+@dataclass
+class DoctorContext:
+    machine: Machine
+    hardware: Hardware
+    selection: Selection
+    venv: Path
+    catalogue: Catalogue
+    quick: bool = False
+    probe_timeout: float = 60.0
+    network: bool = False
+    record: Any = None  # VenvRecord | None
+    record_error: str | None = None
+    run_env: dict[str, str] | None = None  # the environment training runs with, when the caller knows it
+    _static: Background[ProbeResult] | None = field(default=None, repr=False)
+    _probe: Background[ProbeResult] | None = field(default=None, repr=False)
+
+    # -- facts ------------------------------------------------------------------------------------
+    @property
+    def profile(self) -> Any:
+        return self.selection.profile
+
+    @property
+    def gpu(self) -> Gpu | None:
+        return self.selection.gpu if self.selection.gpu is not None else self.hardware.gpu
+
+    @property
+    def vendor(self) -> str | None:
+        return self.gpu.vendor if self.gpu else None
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def container_kind(self) -> str:
+        return self.hardware.container.kind
+
+    @property
+    def in_container(self) -> bool:
+        return self.container_kind in _CONTAINER_KINDS
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment training gets: the caller's `run_env`, else this process's with the venv's env
+        file on top (what `source <venv>/bin/activate` gives)."""
+        if self.run_env is not None:
+            return dict(self.run_env)
+        merged = dict(self.machine.env)
+        if self.record is not None:
+            merged.update(getattr(self.record, "env", {}) or {})
+        return merged
+
+    def fix(self, fix_id: str, **values: Any) -> tuple[str, str]:
+        return self.catalogue.fix_for(fix_id, **values)
+
+    def install_command(self) -> str:
+        """The one command that puts the selection's torch into the venv."""
+        src = self.selection.torch
+        argv = ["uv", "pip", "install", "--python", str(self.python), "--reinstall-package", "torch"]
+        if src.index_url:
+            argv += ["--index-url", src.index_url]
+        argv.append(f"torch{src.version}" if src.version else "torch")
+        return "`" + shlex.join(argv) + "`"
+
+    def host_fix(self) -> str:
+        """The operator-side commands for this container's runtime and name, joined for one fix line."""
+        lines = host_lines(self)
+        return "; ".join(f"`{line}`" for line in lines) if lines else "`mw-env host-commands` on the host"
+
+    # -- background probes ------------------------------------------------------------------------
+    def start_background(self) -> None:
+        if not self.python.exists():
+            return
+        self._static = Background(
+            lambda: run_probe(python=self.python, env=self.env, timeout=30, config={"mode": "static"})
+        )
+        self._static.start()
+        if not self.quick:
+            self._probe = Background(
+                lambda: run_probe(
+                    python=self.python, env=self.env, timeout=self.probe_timeout, config=self.probe_config()
+                )
+            )
+            self._probe.start()
+
+    def probe_config(self) -> dict[str, Any]:
+        gpu = self.gpu
+        big = 2048 if (gpu is not None and gpu.integrated) else 4096
+        return {
+            "mode": "full",
+            "sdpa_backend": getattr(self.profile.trainer, "sdpa_backend", "auto"),
+            "bench_seconds": 0.5,
+            "sizes": {"cuda": {"check": 1024, "bench": big}, "cpu": {}},
+        }
+
+    def static(self) -> ProbeResult | None:
+        """The no-torch-import inspection of the venv (None when the venv has no python)."""
+        return self._static.get(35) if self._static else None
+
+    def probe(self) -> ProbeResult | None:
+        """The full probe (None with --quick or without a venv python)."""
+        return self._probe.get(self.probe_timeout + 5) if self._probe else None
+
+    def torch_info(self) -> dict[str, Any]:
+        """version / hip / cuda / build / arch_list / source, from the probe when it ran, else static files."""
+        info: dict[str, Any] = {}
+        static = self.static()
+        st = static.stage("static") if static else None
+        if st and st.get("torch_found"):
+            info.update(
+                version=st.get("version_version"), hip=st.get("version_hip"), cuda=st.get("version_cuda")
+            )
+            info["arch_list"] = list(st.get("blas_gfx") or [])
+            info["arch_source"] = "rocBLAS kernel files" if info["arch_list"] else None
+            info["source"] = "static"
+        probe = self.probe()
+        imp = probe.stage("import") if probe else None
+        if imp and imp.get("ok"):
+            info.update(version=imp.get("version"), hip=imp.get("hip"), cuda=imp.get("cuda"), source="probe")
+            rt = probe.stage("runtime") if probe else None
+            arch = (rt or {}).get("arch_list") or imp.get("arch_flags") or []
+            if arch:
+                info.update(arch_list=list(arch), arch_source="torch.cuda.get_arch_list()")
+        if info:
+            info["build"] = "rocm" if info.get("hip") else "cuda" if info.get("cuda") else "cpu"
+        return info
+
+
+def host_lines(ctx: DoctorContext) -> list[str]:
+    """mw_env.host.host_commands for the detected runtime; a minimal built-in list if that is unavailable."""
+    kind = ctx.container_kind
+    name = ctx.hardware.container.name
+    try:
+        from mw_env.host import host_commands
+    except ImportError:
+        return _fallback_host_lines(kind, name, ctx.vendor)
+    try:
+        runtime = kind if kind in ("incus", "docker", "podman") else ("incus" if kind == "lxc" else None)
+        return list(
+            host_commands(
+                runtime=runtime,
+                container=name,
+                hardware=ctx.hardware,
+                selection=ctx.selection,
+                machine=ctx.machine,
+            )
+        )
+    except Exception:  # e.g. the container's name is not visible from inside: still say what to run
+        return _fallback_host_lines(kind, name, ctx.vendor)
+
+
+def _fallback_host_lines(kind: str, name: str | None, vendor: str | None) -> list[str]:
+    c = name or "<container>"
+    if vendor == "nvidia":
+        if kind in ("incus", "lxc"):
+            return [
+                f"incus config device add {c} gpu0 gpu gputype=physical",
+                f"incus config set {c} nvidia.runtime=true",
+            ]
+        return [
+            "docker run --gpus all --ipc=host ...",
+            "podman run --device nvidia.com/gpu=all --ipc=host ...",
+        ]
+    if kind in ("incus", "lxc"):
+        return [
+            f"incus config device add {c} gpu0 gpu gputype=physical gid=<render gid in {c}>",
+            f"incus config device add {c} kfd unix-char source=/dev/kfd path=/dev/kfd gid=<render gid in {c}>",
+        ]
+    group = '--group-add video --group-add "$(getent group render | cut -d: -f3)"'
+    if kind == "podman":
+        return ["podman run --device /dev/kfd --device /dev/dri --group-add keep-groups --ipc=host ..."]
+    return [f"docker run --device /dev/kfd --device /dev/dri {group} --ipc=host ..."]
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KiB", "MiB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def version_tuple(text: str | None) -> tuple[int, ...]:
+    """'6.2.41133-abc' -> (6, 2, 41133); '6.8.0-45-generic' -> (6, 8, 0); junk -> ()."""
+    import re
+
+    m = re.match(r"\s*(\d+(?:\.\d+)*)", text or "")
+    return tuple(int(p) for p in m.group(1).split(".")) if m else ()

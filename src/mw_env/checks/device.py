@@ -1,0 +1,107 @@
+"""The GPU as torch sees it: available, name, capability, memory (VRAM, GTT on APUs), memory held by others."""
+
+from __future__ import annotations
+
+from mw_env.checks.context import GIB, DoctorContext, human_bytes
+from mw_env.checks.model import CheckResult, result
+
+AREA = "device"
+
+
+def check_device(ctx: DoctorContext) -> list[CheckResult]:
+    title = "torch.cuda device"
+    if ctx.quick:
+        return [result("device.available", AREA, title, "skip", "skipped with --quick")]
+    probe = ctx.probe()
+    rt = probe.stage("runtime") if probe else None
+    if rt is None:
+        why = "no venv python" if probe is None else f"the probe stopped at stage '{probe.last_stage}'"
+        return [result("device.available", AREA, title, "skip", why)]
+    if not rt.get("ok"):
+        return [
+            result(
+                "device.available",
+                AREA,
+                title,
+                "fail",
+                f"device init failed: {rt.get('error')}",
+                "See the compute probe and known messages below.",
+            )
+        ]
+    gpu = ctx.gpu
+    if gpu is None:
+        threads = (probe.stage("import") or {}).get("threads") if probe else None
+        return [
+            result(
+                "device.available",
+                AREA,
+                "CPU device",
+                "pass",
+                f"CPU profile: training runs on the CPU ({threads} threads)",
+            )
+        ]
+    if not rt.get("available"):
+        return [_not_available(ctx)]
+    name = rt.get("name") or "?"
+    arch = rt.get("gcn_arch") or ".".join(str(x) for x in rt.get("capability") or [])
+    total = rt.get("total_visible") or rt.get("total_memory")
+    free = rt.get("free_memory")
+    mem = f"{human_bytes(total)} visible, {human_bytes(free)} free"
+    if gpu.vendor == "amd" and gpu.integrated and gpu.gtt_bytes:
+        mem += f" (APU: VRAM carve-out {human_bytes(gpu.memory_bytes)}, GTT {human_bytes(gpu.gtt_bytes)})"
+    out = [
+        result(
+            "device.available",
+            AREA,
+            title,
+            "pass",
+            f"{name} ({arch}), {rt.get('device_count', 1)} device(s); {mem}",
+        )
+    ]
+    if total and free is not None:
+        used = total - free
+        if used > max(1 * GIB, 0.1 * total):
+            who = _nvidia_apps(ctx) if gpu.vendor == "nvidia" else ""
+            cause, fix = ctx.fix(
+                "device.memory_held", used=human_bytes(used), total=human_bytes(total), who=who
+            )
+            out.append(result("device.memory", AREA, "GPU memory in use", "warn", cause, fix))
+    return out
+
+
+def _not_available(ctx: DoctorContext) -> CheckResult:
+    info = ctx.torch_info()
+    build = info.get("build", "unknown")
+    wanted = "rocm" if ctx.vendor == "amd" else "cuda"
+    if build != wanted:
+        label = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}.get(build, build)
+        reason, hint = (
+            f": a {label} build cannot use this {'AMD' if ctx.vendor == 'amd' else 'NVIDIA'} GPU",
+            f"Install the right build: {ctx.install_command()}",
+        )
+    elif ctx.vendor == "amd" and not ctx.machine.exists("/dev/kfd"):
+        reason, hint = ": /dev/kfd is not in this container", f"On the host: {ctx.host_fix()}"
+    elif ctx.env.get("CUDA_VISIBLE_DEVICES") == "" or ctx.env.get("HIP_VISIBLE_DEVICES") == "":
+        reason, hint = (
+            ": CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES is set and empty (= no devices)",
+            "`unset CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES`",
+        )
+    else:
+        reason, hint = (
+            " although the device nodes look fine",
+            "See the device-node and known-message findings; on the host check `dmesg | grep -i amdgpu` or `nvidia-smi`.",
+        )
+    cause, fix = ctx.fix("device.not_available", build=build, reason=reason, fix_hint=hint)
+    return result(
+        "device.available", AREA, "torch.cuda device", "fail", f"{cause} Training would run on the CPU.", fix
+    )
+
+
+def _nvidia_apps(ctx: DoctorContext) -> str:
+    res = ctx.machine.run(
+        ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+        timeout=5,
+    )
+    if not res.ok or not res.stdout.strip():
+        return ""
+    return " by: " + "; ".join(line.strip() for line in res.stdout.strip().splitlines()[:5])

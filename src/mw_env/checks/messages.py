@@ -1,0 +1,49 @@
+"""Known messages in the probe's output: harmless ones as info, fatal ones mapped to cause and fix."""
+
+from __future__ import annotations
+
+from mw_env.checks.context import DoctorContext
+from mw_env.checks.model import CheckResult, result
+
+AREA = "messages"
+
+
+def check_messages(ctx: DoctorContext) -> list[CheckResult]:
+    title = "known messages"
+    if ctx.quick:
+        return [result("messages.known", AREA, title, "skip", "skipped with --quick")]
+    probe = ctx.probe()
+    if probe is None:
+        return [result("messages.known", AREA, title, "skip", "no probe output")]
+    hits = ctx.catalogue.scan(probe.stderr + "\n" + probe.stdout_other)
+    out: list[CheckResult] = []
+    seen: set[str] = set()
+    harmless: list[str] = []
+    for hit in hits:
+        msg = hit.message
+        if msg.severity == "harmless":
+            harmless.append(f"{msg.title} - {msg.cause} ({msg.fix})")
+            continue
+        if msg.id in seen:
+            continue
+        seen.add(msg.id)
+        status = "fail" if msg.severity == "fatal" else "warn"
+        out.append(
+            result(f"messages.{msg.id}", AREA, msg.title, status, f"{hit.line[:240]} - {msg.cause}", msg.fix)
+        )
+    harmless = list(dict.fromkeys(harmless))
+    if not out:
+        detail = f"{len(harmless)} known-harmless message(s)" if harmless else "none in the probe's output"
+        out.append(result("messages.known", AREA, title, "pass", detail, info=tuple(harmless)))
+    elif harmless:
+        out.append(
+            result(
+                "messages.harmless",
+                AREA,
+                "known-harmless messages",
+                "pass",
+                f"{len(harmless)} found",
+                info=tuple(harmless),
+            )
+        )
+    return out

@@ -1,0 +1,107 @@
+"""The doctor's results: one `CheckResult` per check, gathered in a `DoctorReport`.
+
+`DoctorReport.to_dict()` is the `mw-env doctor --json` contract (design.md, "Contracts").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+Status = Literal["pass", "warn", "fail", "skip"]
+STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
+
+# Areas in report order: the first failure explains the later ones (no device node -> no GPU in torch).
+AREAS: dict[str, str] = {
+    "devices": "Device nodes",
+    "venv": "Training venv",
+    "torch": "PyTorch build",
+    "versions": "Runtime versions",
+    "arch": "GPU architecture",
+    "ipc": "Shared memory and confinement",
+    "apu": "Kernel, memory and caches",
+    "device": "GPU as torch sees it",
+    "probe": "Compute probe",
+    "messages": "Known messages",
+    "network": "Network",
+    "disk": "Disk",
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One finding: what was checked, how it went, and (for warn/fail) how to fix it."""
+
+    id: str  # "devices.kfd", "torch.build", "probe.matmul.bf16"
+    area: str  # a key of AREAS
+    title: str
+    status: Status
+    detail: str = ""
+    fix: str = ""
+    duration_s: float = 0.0
+    info: tuple[str, ...] = ()  # extra lines shown with -v (harmless messages, figures)
+
+    def with_duration(self, seconds: float) -> CheckResult:
+        return replace(self, duration_s=round(seconds, 4))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "area": self.area,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "fix": self.fix,
+            "duration_s": self.duration_s,
+            "info": list(self.info),
+        }
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    profile: str
+    checks: tuple[CheckResult, ...]
+    duration_s: float = 0.0
+    venv: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)  # probe figures (TFLOP/s, device), for --json
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == "fail" for c in self.checks)
+
+    @property
+    def failed(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.status == "fail")
+
+    @property
+    def warned(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.status == "warn")
+
+    def get(self, check_id: str) -> CheckResult | None:
+        for c in self.checks:
+            if c.id == check_id:
+                return c
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "ok": self.ok,
+            "venv": self.venv,
+            "duration_s": round(self.duration_s, 3),
+            "checks": [c.to_dict() for c in self.checks],
+            "facts": self.facts,
+        }
+
+
+def result(
+    id: str,
+    area: str,
+    title: str,
+    status: Status,
+    detail: str = "",
+    fix: str = "",
+    info: tuple[str, ...] = (),
+) -> CheckResult:
+    """Shorthand used by the check modules."""
+    return CheckResult(id=id, area=area, title=title, status=status, detail=detail, fix=fix, info=tuple(info))

@@ -1,0 +1,197 @@
+"""Run every area's checks concurrently, each with its own timeout; a crash becomes a failed check.
+
+Areas that need the venv's torch wait on the shared background probe (started first, bounded by the
+probe timeout), so a hung GPU costs the probe timeout plus a moment, never a hung doctor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mw_env.checks import (
+    apu,
+    arch,
+    compute,
+    device,
+    devices,
+    disk,
+    ipc,
+    messages,
+    network,
+    torch_build,
+    venv,
+    versions,
+)
+from mw_env.checks.catalogue import load_catalogue
+from mw_env.checks.context import Background, DoctorContext
+from mw_env.checks.model import AREAS, CheckResult, DoctorReport, result
+from mw_env.checks.probe import kill_active
+from mw_env.errors import MwEnvError
+
+if TYPE_CHECKING:
+    from mw_env.hardware import Hardware
+    from mw_env.machine import Machine
+    from mw_env.profiles.model import Selection
+
+AreaFn = Callable[[DoctorContext], list[CheckResult]]
+# (area, function, what it waits for: "" nothing, "static" the venv inspection, "probe" the full probe).
+# Order here is report order (model.AREAS).
+AREA_CHECKS: tuple[tuple[str, AreaFn, str], ...] = (
+    ("devices", devices.check_devices, ""),
+    ("venv", venv.check_venv, "static"),
+    ("torch", torch_build.check_torch, "probe"),
+    ("versions", versions.check_versions, "probe"),
+    ("arch", arch.check_arch, "probe"),
+    ("ipc", ipc.check_ipc, "probe"),  # the probe's GPU allocation tells a real IPC/SELinux block from a risk
+    ("apu", apu.check_apu, ""),
+    ("device", device.check_device, "probe"),
+    ("probe", compute.check_compute, "probe"),
+    ("messages", messages.check_messages, "probe"),
+    ("network", network.check_network, ""),
+    ("disk", disk.check_disk, ""),
+)
+CHECK_TIMEOUT = 10.0
+STATIC_TIMEOUT = 35.0  # the venv's python answering without importing torch
+
+
+def run_doctor(
+    *,
+    machine: Machine,
+    selection: Selection,
+    venv: Path,
+    quick: bool = False,
+    probe_timeout: float = 60.0,
+    hardware: Hardware | None = None,
+    network: bool | None = None,
+    check_timeout: float = CHECK_TIMEOUT,
+    run_env: Mapping[str, str] | None = None,
+) -> DoctorReport:
+    """Check the machine, the venv and its torch against the selection; never raises for a finding.
+
+    `run_env` is the environment training will run with (the trainer passes its own); by default this
+    process's environment with the venv's env file (mw-env.env) on top, as `source bin/activate` gives.
+    `network` None checks the torch index host only in a full run on the real machine (a quick pre-flight
+    must not wait on a broken DNS; a fake root has no network of its own).
+    """
+    start = time.monotonic()
+    venv = Path(venv).expanduser().absolute()
+    if hardware is None:
+        from mw_env.detect import detect
+
+        hardware = detect(machine, gpu=selection.gpu.index if selection.gpu is not None else None)
+    record, record_error = _read_record(venv)
+    ctx = DoctorContext(
+        machine=machine,
+        hardware=hardware,
+        selection=selection,
+        venv=venv,
+        catalogue=load_catalogue(profile=selection.profile),
+        quick=quick,
+        probe_timeout=probe_timeout,
+        network=(not quick and machine.is_real) if network is None else network,
+        record=record,
+        record_error=record_error,
+        run_env=dict(run_env) if run_env is not None else None,
+    )
+    try:
+        return _run(ctx, start=start, quick=quick, probe_timeout=probe_timeout, check_timeout=check_timeout)
+    finally:
+        # Done, interrupted or given up on: no probe may outlive the doctor.
+        kill_active()
+
+
+def _run(
+    ctx: DoctorContext, *, start: float, quick: bool, probe_timeout: float, check_timeout: float
+) -> DoctorReport:
+    ctx.start_background()
+    running = []
+    for area, fn, needs in AREA_CHECKS:
+        job: Background[tuple[list[CheckResult], float]] = Background(_timed(fn, ctx))
+        running.append((area, job, needs))
+        job.start()
+    checks: list[CheckResult] = []
+    for area, job, needs in running:
+        # Every area started at `start`; deadlines count from there, so timeouts do not add up.
+        # The static inspection and the probe run side by side, so waiting on the probe covers both.
+        if needs == "probe" and not quick:
+            limit = max(probe_timeout + 5, STATIC_TIMEOUT) + 2
+        elif needs:
+            limit = STATIC_TIMEOUT + 2
+        else:
+            limit = check_timeout
+        remaining = max(0.0, start + limit - time.monotonic())
+        try:
+            results, took = job.get(remaining)
+        except TimeoutError:
+            checks.append(
+                result(
+                    f"{area}.timeout",
+                    area,
+                    AREAS[area],
+                    "fail",
+                    f"check did not finish within {limit:.0f}s",
+                    "Re-run with -v; a hanging check usually means a hung device or network call.",
+                )
+            )
+            continue
+        except Exception as exc:
+            checks.append(
+                result(
+                    f"{area}.crashed",
+                    area,
+                    AREAS[area],
+                    "fail",
+                    f"check crashed: {type(exc).__name__}: {exc}",
+                    "This is a bug in mw-env's doctor; please report it with `mw-env doctor -v --json`.",
+                )
+            )
+            continue
+        checks.extend(r.with_duration(took) for r in results)
+    return DoctorReport(
+        profile=ctx.selection.profile.name,
+        checks=tuple(checks),
+        duration_s=time.monotonic() - start,
+        venv=str(ctx.venv),
+        facts=_facts(ctx),
+    )
+
+
+def _timed(fn: AreaFn, ctx: DoctorContext) -> Callable[[], tuple[list[CheckResult], float]]:
+    def call() -> tuple[list[CheckResult], float]:
+        t0 = time.monotonic()
+        out = fn(ctx)
+        return out, time.monotonic() - t0
+
+    return call
+
+
+def _read_record(venv: Path) -> tuple[Any, str | None]:
+    from mw_env.provision.record import read_record
+
+    try:
+        return read_record(venv), None
+    except MwEnvError as exc:
+        return None, exc.message
+
+
+def _facts(ctx: DoctorContext) -> dict[str, Any]:
+    """Figures for --json: the torch build and, when the probe ran, device and TFLOP/s per dtype."""
+    facts: dict[str, Any] = {}
+    try:
+        info = ctx.torch_info()
+        probe = ctx.probe()
+    except Exception:  # facts are a bonus; the checks already reported what went wrong
+        return facts
+    if info:
+        facts["torch"] = {k: info.get(k) for k in ("version", "build", "hip", "cuda", "arch_list")}
+    if probe is not None:
+        rt = probe.stage("runtime") or {}
+        facts["device"] = rt.get("device")
+        facts["device_name"] = rt.get("name")
+        facts["tflops"] = {d: (probe.stage(f"matmul.{d}") or {}).get("tflops") for d in compute.DTYPES}
+        facts["probe_s"] = round(probe.duration_s, 3)
+        facts["probe_last_stage"] = probe.last_stage
+    return facts

@@ -1,0 +1,93 @@
+"""The training venv: it exists, its python runs, it was made by bootstrap, its env file is in place."""
+
+from __future__ import annotations
+
+from mw_env.checks.context import DoctorContext
+from mw_env.checks.model import CheckResult, result
+
+AREA = "venv"
+
+
+def check_venv(ctx: DoctorContext) -> list[CheckResult]:
+    venv = ctx.venv
+    if not venv.is_dir():
+        cause, fix = ctx.fix("venv.missing", venv=venv)
+        return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
+    out = [result("venv.exists", AREA, "venv exists", "pass", str(venv))]
+    static = ctx.static()
+    py = ctx.python
+    if static is None or static.error or static.timed_out or static.stage("static") is None:
+        why = (
+            "no bin/python"
+            if static is None
+            else static.error
+            or (
+                "timed out" if static.timed_out else (static.stderr.strip().splitlines() or ["no output"])[-1]
+            )
+        )
+        cause, fix = ctx.fix("venv.python_broken", python=py, error=why)
+        out.append(result("venv.python", AREA, "venv python runs", "fail", cause, fix))
+        return out
+    st = static.stage("static") or {}
+    out.append(result("venv.python", AREA, "venv python runs", "pass", f"Python {st.get('python')} ({py})"))
+    out.append(_record(ctx))
+    env_check = _env_file(ctx)
+    if env_check is not None:
+        out.append(env_check)
+    return out
+
+
+def _record(ctx: DoctorContext) -> CheckResult:
+    title = "bootstrap record"
+    if ctx.record_error:
+        return result(
+            "venv.record",
+            AREA,
+            title,
+            "fail",
+            ctx.record_error,
+            f"`mw-env bootstrap --venv {ctx.venv}` rewrites it",
+        )
+    rec = ctx.record
+    if rec is None:
+        cause, fix = ctx.fix("venv.no_record", venv=ctx.venv)
+        return result("venv.record", AREA, title, "warn", cause, fix)
+    name = ctx.profile.name
+    if rec.profile != name:
+        cause, fix = ctx.fix("venv.record_profile", recorded=rec.profile, profile=name)
+        return result("venv.record", AREA, title, "warn", cause, fix)
+    return result("venv.record", AREA, title, "pass", f"profile {rec.profile}, {rec.torch_requirement}")
+
+
+def _env_file(ctx: DoctorContext) -> CheckResult | None:
+    """The venv's env file exists, holds the recorded env, and the activate script sources it."""
+    rec = ctx.record
+    if rec is None or not rec.env:
+        return None
+    title = "runtime env file"
+    env_file = ctx.venv / "mw-env.env"
+    try:
+        text = env_file.read_text(encoding="utf-8")
+    except OSError:
+        text = None
+    absent = [k for k in rec.env if text is None or f"export {k}=" not in text]
+    if absent:
+        return result(
+            "venv.env",
+            AREA,
+            title,
+            "warn",
+            f"{env_file} lacks {', '.join(absent)} (recorded in mw-env.json)",
+            "Re-run `mw-env bootstrap` to rewrite the env file.",
+        )
+    unset = [k for k, v in rec.env.items() if ctx.machine.env.get(k) != v]
+    pairs = ", ".join(f"{k}={v}" for k, v in rec.env.items())
+    if unset:
+        cause, fix = ctx.fix(
+            "venv.env_not_applied", missing=", ".join(unset), env_file=env_file, venv=ctx.venv
+        )
+        # Informational: mw-env train applies the file itself; only the user's own scripts need it.
+        return result(
+            "venv.env", AREA, title, "pass", f"{pairs} (applied by mw-env train)", info=(cause, fix)
+        )
+    return result("venv.env", AREA, title, "pass", f"{pairs} (set in this shell)")

@@ -1,0 +1,230 @@
+"""`mw-env doctor`: render the doctor's report (flutter-doctor style) or explain a training log."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, InputError, MwEnvError
+
+if TYPE_CHECKING:
+    from mw_env.checks.catalogue import Hit
+    from mw_env.checks.model import DoctorReport
+
+MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "bright_black")}
+HIT_MARKS = {"harmless": ("•", "bright_black"), "warning": ("!", "yellow"), "fatal": ("✗", "red")}
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def render_report(report: DoctorReport, *, verbose: bool) -> None:
+    """Print the report: one line per check grouped by area, fixes under warn/fail, a summary line."""
+    from rich.markup import escape
+
+    from mw_env.checks.model import AREAS
+
+    con = _console()
+    con.print(f"Doctor summary for profile [bold]{escape(report.profile)}[/] (venv {escape(report.venv)}):")
+    by_area: dict[str, list] = {}
+    for c in report.checks:
+        by_area.setdefault(c.area, []).append(c)
+    for area, checks in by_area.items():
+        worst = (
+            "fail"
+            if any(c.status == "fail" for c in checks)
+            else "warn"
+            if any(c.status == "warn" for c in checks)
+            else "pass"
+        )
+        if all(c.status == "skip" for c in checks):
+            worst = "skip"
+        mark, colour = MARKS[worst]
+        con.print(f"[{colour}][{mark}][/] {escape(AREAS.get(area, area))}")
+        for c in checks:
+            cmark, ccolour = MARKS[c.status]
+            took = f" [bright_black]({c.duration_s * 1000:.0f} ms)[/]" if verbose else ""
+            show_detail = verbose or c.status in ("warn", "fail", "skip")
+            detail = f": {escape(c.detail)}" if show_detail and c.detail else ""
+            con.print(f"    [{ccolour}]{cmark}[/] {escape(c.title)}{detail}{took}")
+            if c.fix and c.status in ("warn", "fail"):
+                con.print(f"      [bold]fix:[/] {escape(c.fix)}")
+            if verbose:
+                for line in c.info:
+                    con.print(f"      [bright_black]• {escape(line)}[/]")
+    fails = {c.area for c in report.failed}
+    warns = {c.area for c in report.warned} - fails
+    took = f" in {report.duration_s:.1f}s"
+    if fails:
+        con.print(
+            f"[red]✗[/] Doctor found failures in {len(fails)} area(s){(warns and f' and warnings in {len(warns)}') or ''}{took}."
+        )
+    elif warns:
+        con.print(f"[yellow]![/] Doctor found warnings in {len(warns)} area(s), no failures{took}.")
+    else:
+        con.print(f"[green]•[/] No issues found{took}.")
+    if not verbose:
+        con.print("[bright_black]Run `mw-env doctor -v` for details and timings.[/]")
+
+
+def render_hits(hits: list[Hit], *, source: str) -> None:
+    from rich.markup import escape
+
+    con = _console()
+    if not hits:
+        con.print(f"No known messages in {escape(source)}.")
+        return
+    seen: set[str] = set()
+    for hit in hits:
+        msg = hit.message
+        if msg.id in seen:
+            continue
+        seen.add(msg.id)
+        mark, colour = HIT_MARKS[msg.severity]
+        count = sum(1 for h in hits if h.message.id == msg.id)
+        more = f" (and {count - 1} more)" if count > 1 else ""
+        con.print(f"[{colour}]{mark}[/] line {hit.line_no}{more}: {escape(hit.line[:200])}")
+        con.print(f"    [bold]{msg.severity}[/] · {escape(msg.title)}")
+        con.print(f"    cause: {escape(msg.cause)}")
+        con.print(f"    fix: {escape(msg.fix)}")
+
+
+def _explain(path: str, *, as_json: bool, profile: str | None, profiles_dirs: tuple[str, ...]) -> int:
+    from mw_env.checks.catalogue import load_catalogue
+
+    if path == "-":
+        text, source = sys.stdin.read(), "stdin"
+    else:
+        try:
+            text, source = Path(path).read_text(encoding="utf-8", errors="replace"), path
+        except OSError as exc:
+            raise InputError(
+                f"cannot read {path}: {exc.strerror}", hint="pass a log file, or - for stdin"
+            ) from exc
+    prof = None
+    if profile:
+        from mw_env.profiles import load_profiles
+
+        profiles = load_profiles(extra_dirs=[Path(d) for d in profiles_dirs])
+        if profile not in profiles:
+            raise InputError(f"unknown profile {profile!r}", hint=f"allowed: {', '.join(sorted(profiles))}")
+        prof = profiles[profile]
+    hits = load_catalogue(profile=prof).scan(text)
+    fatal = any(h.message.severity == "fatal" for h in hits)
+    if as_json:
+        echo_json(
+            {
+                "source": source,
+                "fatal": fatal,
+                "messages": [
+                    {
+                        "id": h.message.id,
+                        "severity": h.message.severity,
+                        "line_no": h.line_no,
+                        "line": h.line,
+                        "title": h.message.title,
+                        "cause": h.message.cause,
+                        "fix": h.message.fix,
+                    }
+                    for h in hits
+                ],
+            }
+        )
+    else:
+        render_hits(hits, source=source)
+    return EXIT_FAILED if fatal else EXIT_OK
+
+
+@click.command(
+    "doctor",
+    epilog="Exit codes: 0 no check failed, 1 a check failed (--explain: a fatal message found), "
+    "2 the doctor itself could not run (bad input), 130 interrupted.",
+)
+@root_option
+@profile_options
+@click.option(
+    "--venv",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="The venv to check (default: the one bootstrap made: $MW_ENV_VENV or ~/training-venv).",
+)
+@json_option
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Details of passing checks, harmless messages, per-check timings."
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Skip the GPU probe and the network check (no torch import): device nodes, venv, build, env, disk.",
+)
+@click.option(
+    "--explain",
+    "explain",
+    metavar="FILE|-",
+    default=None,
+    help="Explain the known messages in a training log (- reads stdin).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="Probe timeout in seconds (default: the profile's, else 60).",
+)
+@click.option("--offline", is_flag=True, help="Skip the network check (also skipped with --quick).")
+def doctor(
+    root: str | None,
+    profile: str | None,
+    profiles_dirs: tuple[str, ...],
+    gpu: int | None,
+    venv: str | None,
+    as_json: bool,
+    verbose: bool,
+    quick: bool,
+    explain: str | None,
+    timeout: float | None,
+    offline: bool,
+) -> int:
+    """Check the environment; name each problem's cause and fix."""
+    if explain is not None:
+        return _explain(explain, as_json=as_json, profile=profile, profiles_dirs=profiles_dirs)
+    from mw_env.checks import run_doctor
+    from mw_env.profiles import resolve
+    from mw_env.provision.record import default_venv
+
+    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu)
+    machine = resolved.machine
+    chosen_venv = Path(venv).expanduser() if venv else default_venv(machine.env)
+    probe_timeout = timeout or float(
+        getattr(resolved.selection.profile.doctor, "probe_timeout_s", 60.0) or 60.0
+    )
+    try:
+        report = run_doctor(
+            machine=machine,
+            selection=resolved.selection,
+            venv=chosen_venv,
+            quick=quick,
+            probe_timeout=probe_timeout,
+            hardware=resolved.hardware,
+            network=False if offline else None,
+        )
+    except MwEnvError as exc:
+        exc.exit_code = EXIT_USAGE  # the doctor itself could not run
+        raise
+    except Exception as exc:  # a bug in the doctor: exit 2 with one line, --debug shows the traceback
+        raise MwEnvError(
+            f"the doctor could not run: {type(exc).__name__}: {exc}",
+            hint="re-run with `mw-env --debug doctor` for the traceback, and report it",
+            exit_code=EXIT_USAGE,
+        ) from exc
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        render_report(report, verbose=verbose)
+    return EXIT_OK if report.ok else EXIT_FAILED

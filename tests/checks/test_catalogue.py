@@ -1,0 +1,162 @@
+"""The catalogue of known messages: every error text of the seeds maps to its cause; the YAML is validated;
+profiles extend it; docs/troubleshooting.md is generated from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO
+from mw_env.checks.catalogue import load_catalogue, parse_catalogue, profile_messages, render_troubleshooting
+from mw_env.errors import InputError
+
+# (log line as users see it, catalogue id). Every error text in seeds/amd-whisper-finetune.txt and
+# seeds/training-environment.txt, plus the failure catalogue of doctor-anchors.md.
+SEED_LINES = [
+    ("Memory critical error by agent node-0 ... Reason: Memory in use.", "memory-critical-in-use"),
+    (
+        "Memory critical error by agent node-0 (Agent handle: 0x55d0c6a8b2a0) on address 0x7f5a40000000. Reason: Memory in use.",
+        "memory-critical-in-use",
+    ),
+    (
+        "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py:125: UserWarning: Attempting to use hipBLASLt on an unsupported architecture! Overriding blas backend to hipblas (Triggered internally at ../aten/src/ATen/Context.cpp:296.)",
+        "hipblaslt-unsupported-arch",
+    ),
+    ("/opt/amdgpu/share/libdrm/amdgpu.ids: No such file or directory", "amdgpu-ids-missing"),
+    ("amdgpu.ids: No such file or directory", "amdgpu-ids-missing"),
+    ("RuntimeError: HIP error: invalid device function", "invalid-device-function"),
+    (
+        "HIP error: invalid device function\nCompile with `TORCH_USE_HIP_DSA` to enable device-side assertions.",
+        "invalid-device-function",
+    ),
+    ("Unable to open /dev/kfd read-write: No such file or directory", "kfd-missing"),
+    ("cuda: False", "torch-no-gpu"),
+    (
+        "pip._vendor.urllib3.exceptions.NewConnectionError: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution",
+        "dns-failure",
+    ),
+    ("curl: (6) Could not resolve host: download.pytorch.org", "dns-failure"),
+    ("UserWarning: Flash attention kernel not used because: (Triggered internally ...)", "sdpa-no-kernel"),
+    ("RuntimeError: No available kernel.  Aborting execution.", "sdpa-no-kernel"),
+    ("Unable to open /dev/kfd read-write: Permission denied", "kfd-permission"),
+    ('agent is not member of "render" group, the default DRM access group.', "kfd-permission"),
+    (
+        "docker: Error response from daemon: Unable to find group render: no matching entries in group file.",
+        "render-group-unknown",
+    ),
+    (
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+        "shm-bus-error",
+    ),
+    ("HW Exception by GPU node-1 (Agent handle: 0x5a1) reason :GPU Hang", "gpu-hang"),
+    (
+        "rocBLAS error: Cannot read /venv/lib/python3.12/site-packages/torch/lib/rocblas/library/TensileLibrary.dat: Illegal seek for GPU arch : gfx1035",
+        "tensile-illegal-seek",
+    ),
+    (
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 512.00 MiB",
+        "hip-oom",
+    ),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "no-kernel-image"),
+    (
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).",
+        "nvidia-driver-too-old",
+    ),
+    (
+        "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may degrade.",
+        "miopen-missing-kdb",
+    ),
+    (
+        "MIOpen Error: filesystem error: cannot create directories: Permission denied [/tmp/miopen-cache/3.5.2.]",
+        "miopen-cache-permission",
+    ),
+    ("Failed to initialize NVML: Unknown Error", "nvml-unknown-error"),
+    ("Could not initialize Tensile host: No devices found", "tensile-no-devices"),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), SEED_LINES)
+def test_seed_messages_map_to_their_entry(line, expected):
+    hits = load_catalogue().scan(line)
+    assert hits, f"no catalogue entry matches {line!r}"
+    assert hits[0].message.id == expected
+
+
+def test_severities_of_the_seed_messages():
+    cat = load_catalogue()
+    sev = {m.id: m.severity for m in cat.messages}
+    assert sev["hipblaslt-unsupported-arch"] == "harmless"
+    assert sev["amdgpu-ids-missing"] == "harmless"
+    assert sev["memory-critical-in-use"] == "fatal"
+    assert sev["invalid-device-function"] == "fatal"
+    mem = next(m for m in cat.messages if m.id == "memory-critical-in-use")
+    # One text, several causes: the entry names all three and sends the user to the staged probe.
+    assert "--ipc=host" in mem.cause and "SELinux" in mem.cause and "Strix Halo" in mem.cause
+
+
+def test_unrelated_lines_match_nothing():
+    text = "step 100 loss 1.234 lr 3e-4\nSaved checkpoint to runs/x/checkpoints/step-000000100.pt\ncuda: True"
+    assert load_catalogue().scan(text) == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        (
+            {"id": "x", "pattern": "a", "severity": "deadly", "cause": "c", "fix": "f"},
+            "severity 'deadly' is not allowed",
+        ),
+        ({"id": "x", "pattern": "(", "severity": "fatal", "cause": "c", "fix": "f"}, "not a valid regex"),
+        (
+            {"id": "x", "pattern": "a", "severity": "fatal", "cause": "c", "fix": "f", "colour": "red"},
+            "unknown key 'colour'",
+        ),
+        (
+            {"id": "x", "pattern": "a", "severity": "fatal", "cause": "", "fix": "f"},
+            "'cause' must be a non-empty string",
+        ),
+    ],
+)
+def test_bad_catalogue_entries_are_named(entry, needle):
+    with pytest.raises(InputError) as err:
+        parse_catalogue({"messages": [entry]}, source="extra.yaml")
+    assert "extra.yaml: messages[0]" in str(err.value)
+    assert needle in str(err.value)
+
+
+def test_profiles_extend_the_catalogue():
+    from dataclasses import replace
+
+    from mw_env.profiles import load_profiles
+
+    gfx1103 = load_profiles()["gfx1103"]
+    assert any(m.severity == "harmless" and "hipBLASLt" in m.title for m in profile_messages(gfx1103))
+    # Covered by a shipped harmless entry: the shipped explanation is kept.
+    hit = load_catalogue(profile=gfx1103).scan("Attempting to use hipBLASLt on an unsupported architecture!")[
+        0
+    ]
+    assert hit.message.id == "hipblaslt-unsupported-arch"
+    # A profile may re-classify a shipped warning as harmless on its hardware.
+    kdb = "Missing system database file: gfx1030_40.kdb"
+    custom = replace(gfx1103, doctor=replace(gfx1103.doctor, harmless_messages=(kdb,)))
+    hit = load_catalogue(profile=custom).scan(
+        f"MIOpen(HIP): Warning [SQLiteBase] {kdb} Performance may degrade."
+    )[0]
+    assert hit.message.severity == "harmless" and hit.message.source == "profile gfx1103"
+
+
+def test_every_fix_placeholder_is_filled_by_some_check():
+    import re
+
+    src = "".join(p.read_text() for p in (REPO / "src" / "mw_env" / "checks").glob("*.py"))
+    cat = load_catalogue()
+    for key, fix in cat.fixes.items():
+        assert f'"{key}"' in src, f"fix {key} is never used by a check"
+        for name in re.findall(r"\{(\w+)\}", fix.cause + fix.fix):
+            assert f"{name}=" in src, f"placeholder {{{name}}} of {key} is never filled"
+
+
+def test_troubleshooting_doc_is_generated_from_the_catalogue():
+    doc = (REPO / "docs" / "troubleshooting.md").read_text()
+    assert doc == render_troubleshooting(), (
+        "regenerate: python -m mw_env.checks.catalogue > docs/troubleshooting.md"
+    )
