@@ -18,6 +18,7 @@ Missing files, unreadable files and missing commands are facts (None, an empty l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat as stat_mod
@@ -144,10 +145,8 @@ class Machine:
     def listdir(self, rel: str | os.PathLike[str]) -> list[str]:
         """Sorted entry names, [] when the folder is missing or unreadable. Includes meta devices."""
         names: set[str] = set()
-        try:
+        with contextlib.suppress(OSError):
             names.update(os.listdir(self.path(rel)))
-        except OSError:
-            pass
         prefix = "/" + str(rel).strip("/") + "/"
         for dev in self._meta_devices():
             if dev.startswith(prefix) and "/" not in dev[len(prefix) :]:
