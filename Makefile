@@ -31,8 +31,11 @@ $(VENV)/.stamp: pyproject.toml $(UV)
 
 install: $(VENV)/.stamp
 
+# The main job: detect the hardware, pick the profile, build ~/training-venv (BOOTSTRAP_ARGS adds options,
+# e.g. BOOTSTRAP_ARGS='--venv /data/venv --find-links /srv/wheels'). Uses the wheelhouse that pip's
+# configuration names (PIP_FIND_LINKS / pip.conf find-links) before any remote torch index.
 bootstrap: install
-	$(VENV)/bin/mw-env bootstrap --yes
+	UV=$(abspath $(UV)) $(VENV)/bin/mw-env bootstrap --yes $(BOOTSTRAP_ARGS)
 
 doctor: install
 	$(VENV)/bin/mw-env doctor
@@ -40,11 +43,18 @@ doctor: install
 train: install
 	$(VENV)/bin/mw-env train --config smoke
 
-# The test venv holds a real torch when a wheelhouse has one.
+# The product provisions its own test venv (CPU profile, torch from the wheelhouse, torch pinned); a re-run
+# over a finished venv is a no-op. Only when no wheelhouse holds a CPU torch: a torch-less venv (torch tests skip).
+TEST_BOOTSTRAP := bootstrap --profile cpu --venv $(TEST_VENV) --extras train,dev --yes
 test-env: install
-	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(TEST_VENV)
-	-$(UV) pip install --quiet --python $(TEST_VENV)/bin/python --find-links "$${PIP_FIND_LINKS:-/opt/wheels}" 'torch==2.13.0'
-	$(UV) pip install --quiet --python $(TEST_VENV)/bin/python -e '.[train,dev]'
+	@if UV=$(abspath $(UV)) $(VENV)/bin/mw-env $(TEST_BOOTSTRAP) --dry-run --json \
+	    | $(VENV)/bin/python -c 'import json,sys; t=json.load(sys.stdin)["torch"] or {}; sys.exit(t.get("origin") not in ("wheelhouse", "installed"))'; then \
+	  UV=$(abspath $(UV)) $(VENV)/bin/mw-env $(TEST_BOOTSTRAP); \
+	else \
+	  echo "test-env: no wheelhouse holds a CPU torch; building a torch-less test venv (torch tests will skip)"; \
+	  $(UV) venv --quiet --allow-existing --python $(PYTHON) $(TEST_VENV) && \
+	  $(UV) pip install --quiet --python $(TEST_VENV)/bin/python -e '.[dev]' 'numpy>=1.24' 'pyarrow>=14'; \
+	fi
 
 test: test-env
 	$(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)

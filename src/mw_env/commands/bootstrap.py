@@ -1,0 +1,301 @@
+"""`mw-env bootstrap` (the ordered installer) and `mw-env env` (the venv's runtime environment)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED
+
+
+def _venv_option(verb: str) -> Any:
+    return click.option(
+        "--venv",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help=f"The venv to {verb} (default: $MW_ENV_VENV or ~/training-venv).",
+    )
+
+
+@click.command("bootstrap")
+@root_option
+@profile_options
+@_venv_option("build")
+@click.option(
+    "--python",
+    "python",
+    default=None,
+    help="Python for the venv (default 3.12; falls back, with a "
+    "warning, to an available one the project supports).",
+)
+@click.option(
+    "--project",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Project whose extras to install (default: mw-env itself).",
+)
+@click.option("--extras", default="train", show_default=True, help="Comma-separated extras of the project.")
+@click.option("--torch-index", default=None, help="Index URL for torch (replaces the profile's).")
+@click.option(
+    "--find-links",
+    "find_links",
+    multiple=True,
+    help="Wheelhouse folder/URL (repeatable; also PIP_FIND_LINKS, UV_FIND_LINKS, pip.conf find-links).",
+)
+@click.option("--offline", is_flag=True, help="Never contact an index: the wheelhouse and uv's cache only.")
+@click.option("--recreate", is_flag=True, help="Build a new venv beside the old one; swap when complete.")
+@click.option(
+    "--adopt-torch/--no-adopt-torch",
+    "adopt",
+    default=None,
+    help="Reuse a torch of the profile's build that the base image ships (asked when not given).",
+)
+@click.option("--no-doctor", is_flag=True, help="Skip the final doctor run.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (the exact commands) and change nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Answer yes to questions (adopt an image's torch).")
+@click.option("-v", "--verbose", is_flag=True, help="Show uv's output live (it is always shown on failure).")
+@json_option
+def bootstrap(
+    root: str | None,
+    profile: str | None,
+    profiles_dirs: tuple[str, ...],
+    gpu: int | None,
+    venv: Path | None,
+    python: str | None,
+    project: Path | None,
+    extras: str,
+    torch_index: str | None,
+    find_links: tuple[str, ...],
+    offline: bool,
+    recreate: bool,
+    adopt: bool | None,
+    no_doctor: bool,
+    dry_run: bool,
+    yes: bool,
+    verbose: bool,
+    as_json: bool,
+) -> int:
+    """Create the training venv: the right torch FIRST, verified, pinned; then the extras, env and doctor.
+
+    Re-running a finished bootstrap changes nothing; an interrupted one resumes at the step that failed.
+    Exit codes: 0 ready, 1 a step failed (state kept), 2 bad input, 130 interrupted (state kept).
+    """
+    from rich.console import Console
+
+    from mw_env.profiles import resolve
+    from mw_env.provision.plan import BootstrapOptions, plan
+    from mw_env.provision.record import default_venv
+
+    out = Console(stderr=as_json, highlight=False)
+    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu)
+    sel = resolved.selection
+    options = BootstrapOptions(
+        venv=venv or default_venv(resolved.machine.env),
+        python=python or "3.12",
+        python_explicit=python is not None,
+        project=project,
+        extras=tuple(e.strip() for e in extras.split(",") if e.strip()),
+        torch_index=torch_index,
+        find_links=find_links,
+        offline=offline,
+        recreate=recreate,
+        adopt=True if (adopt is None and yes) else adopt,
+        doctor=not no_doctor,
+    )
+    kwargs = dict(
+        profile=sel.profile.name,
+        torch=sel.torch,
+        runtime_env=dict(sel.env),
+        env=resolved.machine.env,
+        companions=tuple(getattr(sel.torch, "companions", ()) or ()),
+    )
+    the_plan = plan(options=options, **kwargs)
+    if the_plan.adoptable is not None and not dry_run:
+        cand = the_plan.adoptable
+        question = (
+            f"The base image ships torch {cand.version} ({cand.build}) for {cand.python.path}. "
+            "Reuse it instead of downloading the profile's torch?"
+        )
+        if sys.stdin.isatty() and not as_json and click.confirm(question, default=True):
+            the_plan = plan(options=_with(options, adopt=True), **kwargs)
+        else:
+            out.print(f"[yellow]note:[/] the image's torch {cand.version} could be reused: --adopt-torch")
+    if dry_run:
+        if as_json:
+            echo_json(the_plan.to_dict())
+        else:
+            _print_plan(out, the_plan, sel)
+        return 0
+
+    from mw_env.provision.execute import execute
+
+    for w in the_plan.warnings:
+        out.print(f"[yellow]warning:[/] {w}")
+    out.print(f"[bold]mw-env bootstrap[/] profile [cyan]{the_plan.profile}[/] -> {the_plan.venv}")
+    events = _RichEvents(out, verbose=verbose)
+    try:
+        result = execute(the_plan, events=events, doctor=_doctor_hook(resolved, out), argv=sys.argv)
+    except KeyboardInterrupt:
+        events.stop()
+        out.print("[red]interrupted[/]: everything done so far is kept; re-run `mw-env bootstrap` to resume")
+        return EXIT_INTERRUPTED
+    finally:
+        events.stop()
+    if result.doctor_report is not None and not as_json:
+        _render_doctor(result.doctor_report)
+    if as_json:
+        echo_json(result.to_dict())
+    if not result.ok:
+        err = result.error
+        out.print(f"[red]error:[/] step {result.failed_step}: {err.message if err else 'failed'}")
+        if err and err.hint:
+            out.print(f"[yellow]hint:[/] {err.hint}")
+        out.print(f"state kept: re-run to resume at '{result.failed_step}' ({result.total_s:.1f}s)")
+        return err.exit_code if err else EXIT_FAILED
+    verb = "ready" if result.changed else "already complete, nothing changed"
+    out.print(f"[green]{the_plan.venv} {verb}[/] (torch {result.torch_version}) in {result.total_s:.1f}s")
+    env_cmd_line = "mw-env env" if venv is None else f"mw-env env --venv {the_plan.venv}"
+    out.print(
+        f'next: [bold]source {the_plan.venv}/bin/activate[/] (or eval "$({env_cmd_line})"), then '
+        "[bold]mw-env train[/]"
+    )
+    return 0
+
+
+def _with(options: Any, **changes: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(options, **changes)
+
+
+def _doctor_hook(resolved: Any, out: Any) -> Any:
+    try:
+        from mw_env.checks import run_doctor
+    except ImportError:
+        return None
+
+    def hook(venv: Path) -> tuple[bool, Any]:
+        report = run_doctor(machine=resolved.machine, selection=resolved.selection, venv=venv)
+        return bool(report.ok), report
+
+    return hook
+
+
+def _render_doctor(report: Any) -> None:
+    try:
+        from mw_env.commands.doctor import render_report
+    except ImportError:
+        return
+    render_report(report, verbose=False)
+
+
+def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
+    import shlex
+
+    out.print(f"[bold]profile[/] {the_plan.profile}: {sel.reason}")
+    out.print(
+        f"[bold]venv[/] {the_plan.venv}"
+        + (f" (built at {the_plan.build_venv})" if the_plan.build_venv != the_plan.venv else "")
+    )
+    if the_plan.python:
+        out.print(f"[bold]python[/] {the_plan.python.version} ({the_plan.python.path})")
+    if the_plan.torch:
+        out.print(
+            f"[bold]torch[/] {the_plan.torch.requirement} from {the_plan.torch.origin} "
+            f"{the_plan.torch.location or ''}"
+        )
+    for w in the_plan.warnings:
+        out.print(f"[yellow]warning:[/] {w}")
+    if the_plan.adoptable is not None:
+        cand = the_plan.adoptable
+        out.print(
+            f"[yellow]note:[/] {cand.python.path} already holds torch {cand.version} ({cand.build}): "
+            "--adopt-torch reuses it instead of downloading"
+        )
+    if the_plan.problem:
+        out.print(f"[red]problem:[/] {the_plan.problem}")
+        if the_plan.problem_hint:
+            out.print(f"[yellow]hint:[/] {the_plan.problem_hint}")
+    for i, step in enumerate(the_plan.steps, 1):
+        mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
+        out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")
+        if step.command:
+            out.print(f"      $ {shlex.join(step.command)}", soft_wrap=True, markup=False)
+
+
+class _RichEvents:
+    """Each step with a live spinner and its elapsed time; uv's output live (-v) or on failure."""
+
+    def __init__(self, console: Any, *, verbose: bool) -> None:
+        self.console = console
+        self.verbose = verbose
+        self.status: Any = None
+        self.started = 0.0
+
+    def step_started(self, step: Any) -> None:
+        self.started = time.monotonic()
+        self.status = self.console.status(f"{step.title} ...")
+        self.status.start()
+
+    def step_output(self, step: Any, line: str) -> None:
+        if self.verbose:
+            self.console.print(f"    {line}", style="dim", markup=False, highlight=False)
+        elif self.status is not None:
+            elapsed = time.monotonic() - self.started
+            self.status.update(f"{step.title} ({elapsed:.0f}s) {line.strip()[:80]}")
+
+    def step_finished(self, step: Any, outcome: Any) -> None:
+        self.stop()
+        icons = {
+            "done": "[green]✓[/]",
+            "skipped": "[dim]·[/]",
+            "failed": "[red]✗[/]",
+            "interrupted": "[red]![/]",
+            "warn": "[yellow]![/]",
+        }
+        timing = f" ({outcome.duration_s:.1f}s)" if outcome.status != "skipped" else " (already done)"
+        # A failure's message follows as `error:`; repeating it here would only add noise.
+        detail = f" [dim]{outcome.detail}[/]" if outcome.detail and outcome.status in ("done", "warn") else ""
+        self.console.print(f"{icons.get(outcome.status, '?')} {step.title}{timing}{detail}")
+        if outcome.status == "failed" and outcome.output_tail and not self.verbose:
+            self.console.print(outcome.output_tail, style="dim", markup=False, highlight=False)
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+@click.command("env")
+@root_option
+@profile_options
+@_venv_option("read")
+def env_cmd(
+    root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None, venv: Path | None
+) -> int:
+    """Print the venv's runtime environment as export lines: eval "$(mw-env env)"."""
+    import os
+
+    from mw_env.provision.record import default_venv, env_path, export_lines
+
+    target = venv or default_venv(os.environ)
+    path = env_path(target)
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        sys.stdout.write("".join(line + "\n" for line in text.splitlines() if line.startswith("export ")))
+        return 0
+    from mw_env.profiles import resolve
+
+    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu)
+    click.echo(
+        f"# no bootstrapped venv at {target}: the {resolved.selection.profile.name} profile's environment "
+        "(the torch pin appears after `mw-env bootstrap`)",
+        err=True,
+    )
+    sys.stdout.write(export_lines(resolved.selection.env))
+    return 0

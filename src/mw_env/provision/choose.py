@@ -1,0 +1,316 @@
+"""Choices a plan makes before any step runs: the interpreter, the torch source, an image torch to adopt.
+
+The rule the seeds teach: torch must come from the profile's build (never the resolver's default).
+A wheelhouse that already holds a wheel of that build wins over the remote index; when the index
+cannot be reached, the interpreter is chosen to fit the wheel that is at hand, with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from mw_env.provision import uv as uvmod
+from mw_env.provision.wheelhouse import Reach, Sources, WheelFile, matching_torch, probe_index, wheels_in
+
+FALLBACK_PYTHONS = ("3.12", "3.13", "3.11", "3.10")
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    path: str
+    version: str  # "3.11.7"
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+
+@dataclass(frozen=True)
+class TorchChoice:
+    """Where torch comes from and the requirement that installs it."""
+
+    requirement: str  # "torch==2.13.0+cpu" (a wheelhouse pins exactly) or "torch>=2.9,<2.15"
+    origin: str  # "wheelhouse" | "index" | "image" | "installed"
+    location: str | None  # the wheel's path, the index URL, or the image's site-packages
+    wheel: WheelFile | None = None
+    image_version: str | None = None  # adoption: the image's torch version
+
+
+@dataclass(frozen=True)
+class AdoptCandidate:
+    """A torch of the profile's build that the base image already ships."""
+
+    python: Interpreter
+    version: str
+    site: str  # the site-packages folder holding it
+    hip: str | None
+    cuda: str | None
+
+    @property
+    def build(self) -> str:
+        return "rocm" if self.hip else "cuda" if self.cuda else "cpu"
+
+
+def torch_spec_requirement(version_spec: str) -> str:
+    return f"torch{version_spec}" if version_spec else "torch"
+
+
+def exact_requirement(version_spec: str, local_tag: str) -> str:
+    """`torch==2.9.1+rocm6.4` when the profile names one release, else the range (the index decides)."""
+    m = re.fullmatch(r"\s*==\s*([0-9][^,;\s]*)\s*", version_spec or "")
+    if m and local_tag and "+" not in m.group(1) and "*" not in m.group(1):
+        return f"torch=={m.group(1)}{local_tag}"
+    return torch_spec_requirement(version_spec)
+
+
+def version_fits(version: str, spec: str) -> bool:
+    try:
+        return SpecifierSet(spec or "").contains(Version(version).public, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
+
+
+def supported(version: str, requires_python: str | None) -> bool:
+    if not requires_python:
+        return True
+    try:
+        return SpecifierSet(requires_python).contains(version, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return True
+
+
+def find_interpreter(uv: str | None, request: str, env: Mapping[str, str]) -> Interpreter | None:
+    path = uvmod.find_python(uv, request, env)
+    if not path:
+        return None
+    found = uvmod.python_version(path, env)
+    return Interpreter(path=found[1] or path, version=found[0]) if found else None
+
+
+@dataclass(frozen=True)
+class Choice:
+    python: Interpreter | None
+    torch: TorchChoice | None
+    warnings: tuple[str, ...] = ()
+    problem: str | None = None  # why nothing workable was found
+    problem_hint: str | None = None
+    reach: Reach | None = None
+
+
+def choose(
+    *,
+    uv: str | None,
+    env: Mapping[str, str],
+    request: str,
+    explicit: bool,
+    build: str,
+    version_spec: str,
+    local_tag: str,
+    index_url: str | None,
+    sources: Sources,
+    offline: bool,
+    requires_python: str | None,
+) -> Choice:
+    """Pick (interpreter, torch source) so that the install can succeed, warning about every fallback."""
+    warnings: list[str] = []
+    wheels = wheels_in(sources.find_links, "torch")
+    good, other_versions = matching_torch(wheels, local_tag=local_tag or None, specifier=version_spec)
+    wanted = find_interpreter(uv, request, env)
+    if wanted is not None and not supported(wanted.version, requires_python):
+        if explicit:
+            return Choice(
+                None,
+                None,
+                problem=f"Python {wanted.version} does not satisfy the project's "
+                f"requires-python {requires_python}",
+                problem_hint="pass another --python",
+            )
+        wanted = None
+
+    def wheel_for(py: Interpreter, pool: Sequence[WheelFile]) -> WheelFile | None:
+        return next((w for w in pool if w.fits_python(py.version)), None)
+
+    if wanted is not None and (w := wheel_for(wanted, good)):
+        return Choice(wanted, TorchChoice(f"torch=={w.version}", "wheelhouse", str(w.path), wheel=w))
+
+    reach: Reach | None = None
+    index_ok = False
+    if index_url and not offline:
+        reach = probe_index(index_url, env=env)
+        index_ok = reach.ok
+    if wanted is not None and index_ok:
+        return Choice(
+            wanted, TorchChoice(exact_requirement(version_spec, local_tag), "index", index_url), reach=reach
+        )
+
+    # The wanted interpreter is missing, or the index cannot be used: take what makes the install possible.
+    why_index = (
+        "--offline was given"
+        if offline
+        else f"{index_url} is unreachable ({reach.detail})"
+        if reach
+        else "the profile names no index"
+    )
+    if explicit and wanted is None:
+        return Choice(
+            None,
+            None,
+            problem=f"Python {request} was not found",
+            problem_hint=_python_hint(request),
+            reach=reach,
+        )
+    candidates: list[Interpreter] = [wanted] if wanted else []
+    if not explicit:
+        for req in dict.fromkeys(
+            (*(p for w in good + other_versions for p in w.pythons()), *FALLBACK_PYTHONS)
+        ):
+            if wanted and req == wanted.minor:
+                continue
+            found = find_interpreter(uv, req, env)
+            if found and supported(found.version, requires_python) and found not in candidates:
+                candidates.append(found)
+    for pool, note in ((good, ""), (other_versions, " (outside the profile's range {spec})")):
+        for py in candidates:
+            w = wheel_for(py, pool)
+            if w is None:
+                continue
+            if py != wanted:
+                fits = ", ".join(w.pythons()) or "any"
+                missing = (
+                    f"Python {request} is not available; the wheelhouse's torch {w.version} fits Python {fits}"
+                    if wanted is None
+                    else f"the wheelhouse's torch {w.version} fits only Python {fits}, and {why_index}"
+                )
+                warnings.append(f"using Python {py.version} ({py.path}): {missing}")
+            if note:
+                warnings.append(
+                    f"using the wheelhouse's torch {w.version}{note.format(spec=version_spec)}: {why_index}"
+                )
+            return Choice(
+                py,
+                TorchChoice(f"torch=={w.version}", "wheelhouse", str(w.path), wheel=w),
+                tuple(warnings),
+                reach=reach,
+            )
+    if index_ok and candidates:
+        py = candidates[0]
+        warnings.append(f"using Python {py.version} ({py.path}): Python {request} is not available")
+        return Choice(
+            py,
+            TorchChoice(exact_requirement(version_spec, local_tag), "index", index_url),
+            tuple(warnings),
+            reach=reach,
+        )
+    if not candidates:
+        return Choice(
+            None,
+            None,
+            problem=f"no Python interpreter satisfying {requires_python or 'the project'} was found",
+            problem_hint=_python_hint(request),
+            reach=reach,
+        )
+    if offline:
+        problem = (
+            f"--offline, and no wheelhouse holds a torch{local_tag} wheel for Python {candidates[0].minor}"
+        )
+    elif not index_url:
+        problem = f"the profile names no torch index and no wheelhouse holds a torch{local_tag} wheel"
+    else:
+        problem = f"the torch index {index_url} is unreachable: {reach.detail if reach else '?'}"
+    from mw_env.provision.wheelhouse import unreachable_hint
+
+    hint = unreachable_hint(reach) if reach else "pass --find-links DIR with a folder holding the torch wheel"
+    return Choice(candidates[0], None, tuple(warnings), problem=problem, problem_hint=hint, reach=reach)
+
+
+def _python_hint(request: str) -> str:
+    return (
+        f"install it (`uv python install {request}`, or your distribution's python{request} package) or "
+        "pass --python with a version or path that exists"
+    )
+
+
+_ADOPT_PROBE = r"""
+import importlib.util, json, os, re, sys
+out = {"version": None}
+try:
+    import importlib.metadata as md
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.submodule_search_locations:
+        pkg = list(spec.submodule_search_locations)[0]
+        out["version"] = md.version("torch")
+        out["site"] = os.path.dirname(pkg)
+        text = open(os.path.join(pkg, "version.py")).read()
+        for k in ("hip", "cuda"):
+            m = re.search(r"^%s\s*(?::\s*[^=]+)?=\s*['\"]([^'\"]+)['\"]" % k, text, re.M)
+            out[k] = m.group(1) if m else None
+except Exception as exc:
+    out["error"] = str(exc)
+out["python"] = "%d.%d.%d" % sys.version_info[:3]
+print(json.dumps(out))
+"""
+
+
+def find_image_torch(pythons: Sequence[str], env: Mapping[str, str]) -> list[AdoptCandidate]:
+    """Interpreters among `pythons` whose site-packages already hold torch (read without importing it)."""
+    out: list[AdoptCandidate] = []
+    seen: set[str] = set()
+    for path in pythons:
+        if not path or path in seen or not os.path.isfile(path):
+            continue
+        seen.add(path)
+        res = uvmod._run_quiet([path, "-c", _ADOPT_PROBE], {**env, "PYTHONNOUSERSITE": "1"}, 20.0)
+        if not res.ok:
+            continue
+        try:
+            data = json.loads(res.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            continue
+        if data.get("version") and data.get("site"):
+            out.append(
+                AdoptCandidate(
+                    python=Interpreter(path=path, version=data["python"]),
+                    version=data["version"],
+                    site=data["site"],
+                    hip=data.get("hip"),
+                    cuda=data.get("cuda"),
+                )
+            )
+    return out
+
+
+def image_pythons(env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
+    """Interpreters an image would ship torch in: python3 on PATH and the usual image venvs/conda."""
+    import shutil
+
+    found = [p for p in extra if p]
+    for name in ("python3", "python"):
+        p = shutil.which(name, path=env.get("PATH", os.defpath))
+        if p:
+            found.append(os.path.realpath(p) if "shims" in p else p)
+    for p in ("/opt/venv/bin/python", "/opt/conda/bin/python", "/usr/bin/python3"):
+        if os.path.isfile(p):
+            found.append(p)
+    return list(dict.fromkeys(found))
+
+
+def read_project_meta(pyproject: Path) -> tuple[str | None, str | None, dict[str, list[str]] | None]:
+    """(name, requires-python, optional-dependencies) of a pyproject.toml; Nones when unreadable."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: no TOML parser in the stdlib, skip validation
+        return None, None, None
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None, None, None
+    project = data.get("project") or {}
+    return project.get("name"), project.get("requires-python"), project.get("optional-dependencies") or {}

@@ -1,0 +1,180 @@
+"""Run a bootstrap plan: step by step under the venv lock, recording each step so a re-run resumes.
+
+The executor never prints: it reports through an `Events` object (the command layer renders it).
+A failing step stops the run with a result naming the step and the error; Ctrl-C marks the step
+interrupted, leaves everything on disk, and re-raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from mw_env.errors import MwEnvError, StepFailed
+from mw_env.provision import stepdefs
+from mw_env.provision.model import Plan, Step
+from mw_env.provision.record import VenvRecord, read_record
+from mw_env.provision.state import State, venv_lock
+from mw_env.provision.steps import HANDLERS, Run, recover_swap
+
+
+class Events(Protocol):
+    def step_started(self, step: Step) -> None: ...
+    def step_output(self, step: Step, line: str) -> None: ...
+    def step_finished(self, step: Step, outcome: StepOutcome) -> None: ...
+
+
+class NoEvents:
+    def step_started(self, step: Step) -> None:
+        pass
+
+    def step_output(self, step: Step, line: str) -> None:
+        pass
+
+    def step_finished(self, step: Step, outcome: StepOutcome) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    id: str
+    status: str  # "done" | "skipped" (already satisfied) | "failed" | "interrupted" | "warn"
+    duration_s: float = 0.0
+    detail: str = ""
+    output_tail: str = ""
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    plan: Plan
+    outcomes: tuple[StepOutcome, ...]
+    ok: bool
+    total_s: float
+    torch_version: str | None = None
+    error: MwEnvError | None = None
+    failed_step: str | None = None
+    doctor_report: Any = None
+    record: VenvRecord | None = None
+    changed: bool = False  # whether any step did work (False: a no-op re-run)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.plan.profile,
+            "venv": str(self.plan.venv),
+            "ok": self.ok,
+            "torch": self.torch_version,
+            "total_s": round(self.total_s, 3),
+            "failed_step": self.failed_step,
+            "error": self.error.message if self.error else None,
+            "hint": self.error.hint if self.error else None,
+            "steps": [
+                {"id": o.id, "status": o.status, "duration_s": round(o.duration_s, 3), "detail": o.detail}
+                for o in self.outcomes
+            ],
+            "warnings": list(self.plan.warnings),
+            "doctor": self.doctor_report.to_dict() if hasattr(self.doctor_report, "to_dict") else None,
+        }
+
+
+# Doctor hook: given the finished venv, return (ok, report). The command layer supplies it.
+DoctorHook = Callable[[Path], tuple[bool, Any]]
+
+
+def execute(
+    plan: Plan,
+    *,
+    events: Events | None = None,
+    doctor: DoctorHook | None = None,
+    argv: list[str] | None = None,
+) -> BootstrapResult:
+    """Run the steps that are not done yet; return how each went. Raises only MwEnvError for the lock."""
+    events = events or NoEvents()
+    start = time.monotonic()
+    outcomes: list[StepOutcome] = []
+    plan.venv.parent.mkdir(parents=True, exist_ok=True)
+    with venv_lock(plan.venv, argv=argv):
+        recover_swap(plan.venv)
+        # Every handler is idempotent, so a step another bootstrap finished between our planning and
+        # our locking is merely redone (uv finds it satisfied).
+        run = Run(plan=plan, state=State.load(plan.build_venv), events=events, uv=plan.uv, doctor=doctor)
+        changed = False
+        for step in plan.steps:
+            if step.done:
+                outcome = StepOutcome(step.id, "skipped", 0.0, "already done")
+                events.step_finished(step, outcome)
+                outcomes.append(outcome)
+                continue
+            events.step_started(step)
+            t0 = time.monotonic()
+            try:
+                try:
+                    detail = HANDLERS[step.id](run, step) or ""
+                except OSError as exc:  # writing a file, renaming the venv: name the path and the cause
+                    raise _os_failure(step, exc) from exc
+            except KeyboardInterrupt:
+                run.state.mark(step.id, "interrupted")
+                events.step_finished(step, StepOutcome(step.id, "interrupted", time.monotonic() - t0))
+                raise
+            except MwEnvError as exc:
+                outcome = StepOutcome(
+                    step.id, "failed", time.monotonic() - t0, exc.message, _tail(run.outputs.get(step.id, ""))
+                )
+                events.step_finished(step, outcome)
+                outcomes.append(outcome)
+                return BootstrapResult(
+                    plan,
+                    tuple(outcomes),
+                    False,
+                    time.monotonic() - start,
+                    stepdefs.current_torch(_final(plan, step.id)),
+                    exc,
+                    step.id,
+                    run.doctor_report,
+                    changed=True,
+                )
+            changed = changed or step.id != "preflight"
+            status = "warn" if detail.startswith("warn:") else "done"
+            outcome = StepOutcome(
+                step.id, status, time.monotonic() - t0, detail.removeprefix("warn:").strip()
+            )
+            events.step_finished(step, outcome)
+            outcomes.append(outcome)
+        final = _final(plan, "doctor")
+        return BootstrapResult(
+            plan,
+            tuple(outcomes),
+            True,
+            time.monotonic() - start,
+            stepdefs.current_torch(final),
+            None,
+            None,
+            run.doctor_report,
+            read_record(plan.venv),
+            changed,
+        )
+
+
+def _final(plan: Plan, step_id: str) -> Plan:
+    """The plan pointing at wherever the venv is after `step_id` (the swap moves it)."""
+    swapped = any(s.id == "swap" for s in plan.steps) and not plan.build_venv.exists()
+    return dataclasses.replace(plan, build_venv=plan.venv) if swapped else plan
+
+
+def _os_failure(step: Step, exc: OSError) -> StepFailed:
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno == errno.ENOSPC:
+        hint = "the disk is full: free space (or use --venv / UV_CACHE_DIR on a bigger disk) and re-run"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "no permission to write there: fix the ownership/mount, or pass another --venv"
+    else:
+        hint = "fix the cause and re-run `mw-env bootstrap`; finished steps are kept"
+    return StepFailed(f"step {step.id}: {exc.strerror or exc}{where}", hint=hint)
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])

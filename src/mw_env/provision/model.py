@@ -1,0 +1,110 @@
+"""The plan's data: options, steps and the plan itself (plain frozen dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from mw_env.provision.choose import AdoptCandidate, Interpreter, TorchChoice
+from mw_env.provision.wheelhouse import Sources
+
+GiB = 1024**3
+# Free space a torch install needs (wheel download in uv's cache + unpacked venv), by build.
+DISK_NEED = {"rocm": 14 * GiB, "cuda": 9 * GiB, "cpu": 2 * GiB}
+
+
+class TorchSourceLike(Protocol):
+    build: str
+    index_url: str | None
+    version: str
+    local_tag: str
+
+
+@dataclass(frozen=True)
+class BootstrapOptions:
+    venv: Path
+    python: str = "3.12"
+    python_explicit: bool = False  # an explicit --python never falls back
+    project: Path | None = None  # whose [extras]; None = mw-env itself
+    extras: tuple[str, ...] = ("train",)
+    torch_index: str | None = None  # replaces the profile's index
+    find_links: tuple[str, ...] = ()
+    offline: bool = False
+    recreate: bool = False
+    adopt: bool | None = None  # reuse an image's torch: True, False, None = not decided (plan reports it)
+    doctor: bool = True
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    title: str
+    command: tuple[str, ...] | None
+    done: bool
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "command": list(self.command) if self.command else None,
+            "done": self.done,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    venv: Path  # where the venv ends up
+    build_venv: Path  # where the steps build it (beside the old one with --recreate)
+    steps: tuple[Step, ...]
+    build: str  # "rocm" | "cuda" | "cpu"
+    local_tag: str
+    version_spec: str
+    python: Interpreter | None
+    torch: TorchChoice | None
+    uv: str | None
+    sources: Sources
+    runtime_env: dict[str, str]
+    project_args: tuple[str, ...]  # ("-e", "/src/mw-env[train]") or ("mw-env[train]==0.1.0",)
+    companions: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    problem: str | None = None  # a preflight problem found while planning (the preflight step raises it)
+    problem_hint: str | None = None
+    adoptable: AdoptCandidate | None = None  # an image torch the caller may offer to reuse
+    adopted: AdoptCandidate | None = None
+    disk_need: int = 0
+    options: BootstrapOptions | None = None
+    proj_key: str = ""
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def venv_python(self) -> Path:
+        return self.build_venv / "bin" / "python"
+
+    def step(self, step_id: str) -> Step:
+        return next(s for s in self.steps if s.id == step_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `bootstrap --dry-run --json` contract (design.md), plus a few extra fields."""
+        return {
+            "profile": self.profile,
+            "venv": str(self.venv),
+            "steps": [s.to_dict() for s in self.steps],
+            "build_venv": str(self.build_venv),
+            "python": self.python.path if self.python else None,
+            "python_version": self.python.version if self.python else None,
+            "torch": {
+                "requirement": self.torch.requirement,
+                "origin": self.torch.origin,
+                "location": self.torch.location,
+            }
+            if self.torch
+            else None,
+            "warnings": list(self.warnings),
+            "problem": self.problem,
+            "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
+            if self.adoptable
+            else None,
+        }

@@ -1,0 +1,151 @@
+"""What bootstrap leaves in a venv: `<venv>/mw-env.json` (the record) and `<venv>/mw-env.env` (exports).
+
+The doctor, the trainer and `mw-env env` read these; bootstrap writes them. Both are plain files so a
+user can read them, and the env file is what the venv's activate script sources.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mw_env.errors import InputError
+
+RECORD_FILE = "mw-env.json"
+ENV_FILE = "mw-env.env"
+RECORD_VERSION = 1
+
+
+def default_venv(env: Mapping[str, str] | None = None) -> Path:
+    """`$MW_ENV_VENV`, else `~/training-venv`."""
+    env = os.environ if env is None else env
+    chosen = env.get("MW_ENV_VENV")
+    if chosen:
+        return Path(chosen).expanduser()
+    home = env.get("HOME") or str(Path.home())
+    return Path(home) / "training-venv"
+
+
+@dataclass(frozen=True)
+class VenvRecord:
+    """What a finished bootstrap knows about its venv."""
+
+    profile: str
+    torch_requirement: str  # exact pin, e.g. "torch==2.9.1+rocm6.4"
+    torch_version: str  # what the venv's torch reported, e.g. "2.9.1+rocm6.4"
+    torch_build: str  # "rocm" | "cuda" | "cpu"
+    torch_index: str | None  # where it came from (index URL, wheel path, or "system" when adopted)
+    python: str  # "3.11.7"
+    env: dict[str, str] = field(default_factory=dict)
+    venv: str = ""
+    adopted: bool = False  # torch reused from the base image's site-packages
+    project: str | None = None
+    extras: tuple[str, ...] = ()
+    constraints_file: str | None = None
+    created: float = 0.0
+    updated: float = 0.0
+    mw_env_version: str = ""
+    version: int = RECORD_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["extras"] = list(self.extras)
+        return data
+
+
+def record_path(venv: Path) -> Path:
+    return Path(venv) / RECORD_FILE
+
+
+def env_path(venv: Path) -> Path:
+    return Path(venv) / ENV_FILE
+
+
+def read_record(venv: Path) -> VenvRecord | None:
+    """The record of a bootstrapped venv, None when there is none; InputError when it is corrupt."""
+    path = record_path(venv)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}", hint="check the venv's permissions") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
+            hint="re-run `mw-env bootstrap` to rewrite it",
+        ) from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must hold a JSON object", hint="re-run `mw-env bootstrap` to rewrite it")
+    required = ("profile", "torch_requirement", "torch_version", "torch_build", "python")
+    missing = [k for k in required if not isinstance(data.get(k), str)]
+    if missing:
+        raise InputError(
+            f"{path} lacks {', '.join(missing)} (or they are not strings)",
+            hint="re-run `mw-env bootstrap` to rewrite it",
+        )
+    env = data.get("env") or {}
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise InputError(f"{path}: 'env' must map names to strings", hint="re-run `mw-env bootstrap`")
+    known = {f for f in VenvRecord.__dataclass_fields__}
+    kwargs = {k: v for k, v in data.items() if k in known}
+    kwargs["env"] = dict(env)
+    kwargs["extras"] = tuple(data.get("extras") or ())
+    return VenvRecord(**kwargs)
+
+
+def write_record(venv: Path, record: VenvRecord) -> Path:
+    """Write the record atomically (a reader never sees half a file)."""
+    path = record_path(venv)
+    write_atomic(path, json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def export_lines(env: Mapping[str, str]) -> str:
+    """`export K=V` lines, shell-quoted, for `eval "$(mw-env env)"` and the activate script."""
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+
+
+def env_file_text(env: Mapping[str, str]) -> str:
+    header = (
+        "# Written by mw-env bootstrap: the runtime environment of this venv's profile.\n"
+        "# Sourced by bin/activate; also printed by `mw-env env`. Re-run bootstrap to change it.\n"
+    )
+    names = " ".join(env)
+    # _MW_ENV_VARS lets the patched deactivate() unset exactly what this file set.
+    return header + export_lines(env) + f"export _MW_ENV_VARS={shlex.quote(names)}\n"
+
+
+def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Replace `path` only once its successor is completely on disk."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def now() -> float:
+    return round(time.time(), 3)

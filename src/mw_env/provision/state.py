@@ -1,0 +1,105 @@
+"""Bootstrap state (which steps finished, for which inputs) and the per-venv lock."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mw_env.errors import MwEnvError
+from mw_env.provision.record import write_atomic
+
+STATE_FILE = ".mw-env-state.json"
+
+
+@dataclass
+class State:
+    """Per-step status kept in `<venv>/.mw-env-state.json`; written after every change, atomically.
+
+    A step is recorded as "started" before it runs and "done" (with the key of its inputs) after, so a
+    run killed in the middle leaves "started" behind and the next run redoes that step.
+    """
+
+    path: Path
+    steps: dict[str, dict]
+
+    @classmethod
+    def load(cls, venv: Path) -> State:
+        path = Path(venv) / STATE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            steps = data.get("steps") if isinstance(data, dict) else None
+        except (OSError, json.JSONDecodeError):
+            steps = None  # missing or torn: every step re-checks itself
+        return cls(path=path, steps=steps if isinstance(steps, dict) else {})
+
+    def is_done(self, step: str, key: str) -> bool:
+        entry = self.steps.get(step) or {}
+        return entry.get("status") == "done" and entry.get("key") == key
+
+    def was_started(self, step: str) -> bool:
+        """Whether the step began and never finished (killed, interrupted, or its result was rejected)."""
+        return (self.steps.get(step) or {}).get("status") in ("started", "interrupted")
+
+    def mark(self, step: str, status: str, key: str = "", **extra: object) -> None:
+        self.steps[step] = {"status": status, "key": key, "time": round(time.time(), 3), **extra}
+        self.save()
+
+    def save(self) -> None:
+        if not self.path.parent.is_dir():
+            return  # the venv does not exist yet (before the venv step)
+        write_atomic(self.path, json.dumps({"steps": self.steps}, indent=2, sort_keys=True) + "\n")
+
+
+def lock_path(venv: Path) -> Path:
+    """Beside the venv, not inside it: it must exist before the venv does and survive a swap."""
+    venv = Path(venv)
+    return venv.parent / f".{venv.name}.mw-env.lock"
+
+
+@contextlib.contextmanager
+def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
+    """Hold an exclusive lock on `venv` for one bootstrap; a second one is refused, naming the holder.
+
+    flock() is released by the kernel when the holder dies, so a killed bootstrap never leaves a
+    stale lock; the file's text only says who holds it.
+    """
+    path = lock_path(venv)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(path)
+            raise MwEnvError(
+                f"another bootstrap of {venv} is running ({holder})",
+                hint="wait for it to finish, or stop that process; the lock is released when it exits",
+            ) from None
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "argv": argv or [],
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _read_holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        return f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}: " + " ".join(
+            info.get("argv") or []
+        )
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return "holder unknown"

@@ -1,0 +1,198 @@
+"""The steps of a plan, each with its exact command and whether it is already done, and the keys that
+record (in the state file) which inputs a finished step was done for."""
+
+from __future__ import annotations
+
+import sys
+
+from mw_env.provision import pin as pinmod
+from mw_env.provision import uv as uvmod
+from mw_env.provision.choose import version_fits
+from mw_env.provision.model import GiB, Plan, Step, TorchSourceLike
+from mw_env.provision.state import State
+from mw_env.provision.venvinfo import adopted_site, installed_version, short_hash
+
+
+def _torch_key(torch: TorchSourceLike, local_tag: str) -> str:
+    return short_hash(torch.build, torch.version, local_tag)
+
+
+def _torch_key_for(p: Plan) -> str:
+    return short_hash(p.build, p.version_spec, p.local_tag)
+
+
+def extras_key(p: Plan, torch_version: str) -> str:
+    return short_hash(p.project_args, p.proj_key, torch_version, p.sources.constraints, bool(p.adopted))
+
+
+def verify_key(p: Plan, torch_version: str | None) -> str:
+    return short_hash(torch_version, p.build, p.local_tag)
+
+
+def env_text(p: Plan) -> str:
+    pins = pinmod.pin_env(
+        p.venv,
+        user_constraints=p.sources.constraints,
+        uv_constraints=p.sources.uv_constraints,
+        adopted=bool(p.adopted),
+    )
+    return pinmod.env_file_content(p.runtime_env, pins)
+
+
+def env_key(p: Plan, torch_version: str | None) -> str:
+    return short_hash(env_text(p), torch_version, p.profile)
+
+
+def doctor_key(p: Plan, torch_version: str | None) -> str:
+    return short_hash(torch_version, env_text(p))
+
+
+def expected_pins(p: Plan, torch_version: str) -> dict:
+    """The pin files for this venv now (companions such as pytorch-triton-rocm pinned as installed)."""
+    companions = {c: v for c in p.companions if (v := installed_version(p.build_venv, c))}
+    return pinmod.pin_files(
+        p.build_venv,
+        final_venv=p.venv,
+        torch_version=torch_version,
+        user_constraints=p.sources.constraints,
+        adopted=bool(p.adopted),
+        companions=companions,
+    )
+
+
+def current_torch(p: Plan) -> str | None:
+    """The torch version the build venv holds now (an adopted one lives in the image's site-packages)."""
+    if p.adopted:
+        from mw_env.provision.choose import find_image_torch
+
+        found = find_image_torch([str(p.venv_python)], p.env)
+        return found[0].version if found else None
+    return installed_version(p.build_venv, "torch")
+
+
+def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
+    bv, py = p.build_venv, str(p.venv_python)
+    uv = p.uv or "uv"
+    offline = ["--offline"] if p.options and p.options.offline else []
+    installed = p.adopted.version if p.adopted else installed_version(bv, "torch")
+    venv_ok = all((bv / f).exists() for f in ("pyvenv.cfg", "bin/python", "bin/activate"))
+    steps: list[Step] = []
+
+    # torch
+    tkey = _torch_key(torch, p.local_tag)
+    if p.adopted:
+        torch_cmd = None
+        torch_done = venv_ok and adopted_site(bv) == p.adopted.site
+        torch_detail = f"reuse the image's torch {p.adopted.version} from {p.adopted.site}"
+    else:
+        req = p.torch.requirement if p.torch else f"torch{p.version_spec}"
+        args = [uv, "pip", "install", "--python", py, *offline]
+        if p.torch and p.torch.origin == "index" and p.torch.location:
+            args += ["--index", p.torch.location]
+        args += p.sources.uv_args()
+        if state.was_started("torch"):
+            args += ["--reinstall-package", "torch"]  # a killed install may have left torch half-written
+        torch_cmd = (*args, req, *p.companions)
+        # The state says the step finished; the dist-info says the build is still the profile's.
+        fits = bool(installed) and installed.endswith(p.local_tag) and version_fits(installed, p.version_spec)
+        torch_done = fits and state.is_done("torch", tkey)
+        torch_detail = f"{req} from {p.torch.origin} {p.torch.location}" if p.torch else req
+
+    version_now = installed if installed else (p.torch.wheel.version if p.torch and p.torch.wheel else None)
+    user_cons = p.sources.constraints
+    pin_done = bool(installed) and pinmod.files_match(expected_pins(p, version_now or "?"))
+    ekey = extras_key(p, installed or "")
+    pin_flag = (
+        ["--override", str(bv / pinmod.OVERRIDES_FILE)]
+        if p.adopted
+        else ["--constraint", str(bv / pinmod.CONSTRAINTS_FILE)]
+    )
+    extras_cmd = (
+        uv,
+        "pip",
+        "install",
+        "--python",
+        py,
+        *offline,
+        *pin_flag,
+        *(x for c in user_cons for x in ("--constraint", c)),
+        *p.sources.uv_args(),
+        *p.project_args,
+        "pip",
+    )
+    env_done = (
+        pinmod.files_match({bv / "mw-env.env": env_text(p)})
+        and (bv / "mw-env.json").is_file()
+        and pinmod.activate_is_patched(bv, p.venv)
+        and state.is_done("env", env_key(p, installed))
+    )
+    all_done = venv_ok and torch_done and pin_done and state.is_done("extras", ekey) and env_done
+    steps.append(
+        Step(
+            "preflight",
+            "Check disk, uv, Python and the torch source",
+            None,
+            all_done,
+            p.problem or f"needs ~{p.disk_need / GiB:.1f} GiB free",
+        )
+    )
+    uv_cmd = (
+        None
+        if p.uv
+        else tuple(uvmod.uv_install_commands(p.python.path if p.python else sys.executable, p.env)[0])
+    )
+    steps.append(
+        Step("uv", "Install uv from PyPI" if not p.uv else "uv is present", uv_cmd, bool(p.uv), p.uv or "")
+    )
+    venv_cmd = (
+        uv,
+        "venv",
+        "--python",
+        p.python.path if p.python else (p.options.python if p.options else "3.12"),
+        "--relocatable",
+        str(bv),
+    )
+    steps.append(Step("venv", f"Create the venv {bv}", venv_cmd, venv_ok))
+    steps.append(
+        Step(
+            "torch",
+            f"Install torch ({p.build}{', ' + p.local_tag if p.local_tag else ''}) first",
+            torch_cmd,
+            torch_done,
+            torch_detail,
+        )
+    )
+    from mw_env.provision.verify import verify_command
+
+    steps.append(
+        Step(
+            "verify-torch",
+            f"Verify torch reports the {p.build} build",
+            verify_command(py),
+            bool(installed) and state.is_done("verify-torch", verify_key(p, installed)),
+        )
+    )
+    steps.append(Step("pin-torch", "Pin torch for pip and uv in this venv", None, pin_done))
+    steps.append(
+        Step(
+            "extras",
+            "Install the project's extras with torch pinned",
+            extras_cmd,
+            venv_ok and state.is_done("extras", ekey),
+        )
+    )
+    steps.append(
+        Step("env", "Persist the runtime environment (activate, mw-env.env, mw-env.json)", None, env_done)
+    )
+    if p.options and p.options.recreate:
+        steps.append(Step("swap", f"Replace {p.venv} with the new venv", None, False))
+    if not p.options or p.options.doctor:
+        steps.append(
+            Step(
+                "doctor",
+                "Run the doctor",
+                None,
+                all_done and state.is_done("doctor", doctor_key(p, installed)),
+            )
+        )
+    return steps

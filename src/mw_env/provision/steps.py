@@ -1,0 +1,281 @@
+"""The step handlers: what each bootstrap step does when it is not already done."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mw_env.errors import MwEnvError, StepFailed
+from mw_env.provision import pin as pinmod
+from mw_env.provision import stepdefs, venvinfo, verify
+from mw_env.provision import uv as uvmod
+from mw_env.provision.model import GiB, Plan, Step
+from mw_env.provision.record import VenvRecord, now, read_record, write_atomic, write_record
+from mw_env.provision.state import State
+
+if TYPE_CHECKING:
+    from mw_env.provision.execute import DoctorHook, Events
+
+
+@dataclass
+class Run:
+    plan: Plan
+    state: State
+    events: Events
+    uv: str | None
+    doctor: DoctorHook | None
+    doctor_report: Any = None
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    def command(self, step: Step, argv: tuple[str, ...], *, timeout: float | None = None) -> uvmod.RunResult:
+        argv = tuple(self.uv if (i == 0 and a == "uv" and self.uv) else a for i, a in enumerate(argv))
+        res = uvmod.run_streaming(
+            argv,
+            env=uvmod.uv_env(self.plan.env),
+            on_line=lambda line: self.events.step_output(step, line),
+            timeout=timeout,
+        )
+        self.outputs[step.id] = res.output
+        return res
+
+
+def _preflight(run: Run, step: Step) -> str:
+    p = run.plan
+    if p.problem:
+        raise StepFailed(p.problem, hint=p.problem_hint)
+    if run.uv:
+        uvmod.check_version(run.uv, p.env)
+    free = venvinfo.free_bytes(p.build_venv)
+    if free is not None and free < p.disk_need:
+        raise StepFailed(
+            f"not enough disk space for {p.build_venv}: {free / GiB:.1f} GiB free, the install needs "
+            f"~{p.disk_need / GiB:.1f} GiB",
+            hint="free space, pass --venv on a bigger disk, or point UV_CACHE_DIR at one (uv's cache holds the "
+            "downloaded wheels; `uv cache prune` trims it)",
+        )
+    cache = Path(p.env.get("UV_CACHE_DIR") or Path(p.env.get("HOME", "~")).expanduser() / ".cache" / "uv")
+    cfree = venvinfo.free_bytes(cache)
+    if cfree is not None and cfree < min(p.disk_need, 2 * GiB) // 2:
+        raise StepFailed(
+            f"not enough disk space for uv's cache {cache}: {cfree / GiB:.1f} GiB free",
+            hint="free space or set UV_CACHE_DIR to a bigger disk",
+        )
+    return f"{free / GiB:.1f} GiB free" if free is not None else ""
+
+
+def _uv(run: Run, step: Step) -> str:
+    python = run.plan.python.path if run.plan.python else sys.executable
+    run.uv = uvmod.install_uv(python=python, env=run.plan.env)
+    return f"installed {run.uv}"
+
+
+def _venv(run: Run, step: Step) -> str:
+    bv = run.plan.build_venv
+    argv = step.command or ()
+    if (bv / "pyvenv.cfg").exists() and not (
+        (bv / "bin" / "python").exists() and (bv / "bin" / "activate").exists()
+    ):
+        argv = (*argv[:-1], "--clear", argv[-1])  # our own half-made venv (killed while creating): redo it
+    elif bv.is_dir() and not any(bv.iterdir()):
+        argv = (*argv[:-1], "--allow-existing", argv[-1])
+    res = run.command(step, argv, timeout=300)
+    if not res.ok:
+        raise StepFailed(f"uv venv failed (exit {res.returncode})", hint=_hint_for(res.output))
+    run.state = State.load(bv)
+    return ""
+
+
+def _torch(run: Run, step: Step) -> str:
+    p = run.plan
+    if p.adopted:
+        site = venvinfo.site_packages(p.build_venv)
+        if site is None:
+            raise StepFailed(f"{p.build_venv} has no site-packages folder", hint="re-run with --recreate")
+        write_atomic(site / venvinfo.ADOPT_PTH, p.adopted.site + "\n")
+        run.state.mark("torch", "done", stepdefs._torch_key_for(p))
+        return f"reusing torch {p.adopted.version} from {p.adopted.site}"
+    run.state.mark("torch", "started")
+    res = run.command(step, step.command or (), timeout=3600)
+    if not res.ok:
+        raise StepFailed(
+            f"installing torch failed (exit {res.returncode}): {_last_error(res.output)}",
+            hint=_hint_for(res.output),
+        )
+    run.state.mark("torch", "done", stepdefs._torch_key_for(p))
+    return venvinfo.installed_version(p.build_venv, "torch") or ""
+
+
+def _verify(run: Run, step: Step) -> str:
+    p = run.plan
+    res = run.command(step, step.command or (), timeout=300)
+    try:
+        found = verify.parse(res.output)
+        verify.check(found, build=p.build, local_tag=p.local_tag, adopted=bool(p.adopted))
+    except StepFailed:
+        if not p.adopted:
+            run.state.mark("torch", "started")  # the next run reinstalls torch instead of trusting it
+        raise
+    run.state.mark("verify-torch", "done", stepdefs.verify_key(p, stepdefs.current_torch(p)))
+    return f"torch {found.version} ({found.build}{', hip ' + found.hip if found.hip else ''}" + (
+        f", cuda {found.cuda})" if found.cuda else ")"
+    )
+
+
+def _pin(run: Run, step: Step) -> str:
+    p = run.plan
+    version = stepdefs.current_torch(p)
+    if not version:
+        raise StepFailed(
+            "torch is not installed in the venv, nothing to pin", hint="re-run `mw-env bootstrap`"
+        )
+    files = stepdefs.expected_pins(p, version)
+    pinmod.write_files(files)
+    return f"torch=={version}"
+
+
+def _extras(run: Run, step: Step) -> str:
+    p = run.plan
+    before = stepdefs.current_torch(p)
+    res = run.command(step, step.command or (), timeout=3600)
+    if not res.ok:
+        raise StepFailed(
+            f"installing the project's extras failed (exit {res.returncode}): {_last_error(res.output)}",
+            hint=_hint_for(res.output, extras=True),
+        )
+    after = stepdefs.current_torch(p)
+    if after != before:
+        raise StepFailed(
+            f"installing the extras changed torch from {before} to {after}",
+            hint="a constraint file was ignored; report this with the uv output above",
+        )
+    run.state.mark("extras", "done", stepdefs.extras_key(p, after or ""))
+    return ""
+
+
+def _env(run: Run, step: Step) -> str:
+    p = run.plan
+    bv = p.build_venv
+    write_atomic(bv / "mw-env.env", stepdefs.env_text(p))
+    pinmod.patch_activate(bv, p.venv)
+    version = stepdefs.current_torch(p) or "?"
+    old = None
+    try:
+        old = read_record(bv)
+    except MwEnvError:
+        old = None  # a corrupt record is rewritten
+    import mw_env
+
+    record = VenvRecord(
+        profile=p.profile,
+        torch_requirement=f"torch=={version}",
+        torch_version=version,
+        torch_build=p.build,
+        torch_index=p.torch.location
+        if p.torch and p.torch.origin != "installed"
+        else (old.torch_index if old else None),
+        python=venvinfo.venv_python_version(bv) or "?",
+        env=dict(p.runtime_env),
+        venv=str(p.venv),
+        adopted=bool(p.adopted),
+        project=" ".join(p.project_args),
+        extras=p.options.extras if p.options else (),
+        constraints_file=str(p.venv / (pinmod.OVERRIDES_FILE if p.adopted else pinmod.CONSTRAINTS_FILE)),
+        created=old.created if old else now(),
+        updated=now(),
+        mw_env_version=mw_env.__version__,
+    )
+    write_record(bv, record)
+    run.state.mark("env", "done", stepdefs.env_key(p, version))
+    return f"{len(p.runtime_env)} variable(s): {', '.join(p.runtime_env) or 'none'}"
+
+
+def _swap(run: Run, step: Step) -> str:
+    p = run.plan
+    old = p.venv.parent / f".{p.venv.name}.mw-env-old"
+    if old.exists():
+        shutil.rmtree(old)
+    if p.venv.exists():
+        os.rename(p.venv, old)
+    os.rename(p.build_venv, p.venv)  # same folder: atomic
+    shutil.rmtree(old, ignore_errors=True)
+    run.plan = dataclasses.replace(p, build_venv=p.venv)
+    run.state = State.load(p.venv)
+    return f"{p.venv} replaced"
+
+
+def _doctor(run: Run, step: Step) -> str:
+    p = run.plan
+    if run.doctor is None:
+        return "warn: the doctor is not available in this installation; run `mw-env doctor` later"
+    ok, report = run.doctor(p.venv)
+    run.doctor_report = report
+    if not ok:
+        raise StepFailed(
+            "the doctor found problems (see its report)",
+            hint="fix what it names, then `mw-env doctor`; the venv itself is complete",
+        )
+    run.state.mark("doctor", "done", stepdefs.doctor_key(p, stepdefs.current_torch(p)))
+    return ""
+
+
+HANDLERS: dict[str, Callable[[Run, Step], str]] = {
+    "preflight": _preflight,
+    "uv": _uv,
+    "venv": _venv,
+    "torch": _torch,
+    "verify-torch": _verify,
+    "pin-torch": _pin,
+    "extras": _extras,
+    "env": _env,
+    "swap": _swap,
+    "doctor": _doctor,
+}
+
+
+def recover_swap(venv: Path) -> None:
+    """Finish or undo a swap that was killed between its two renames (the old venv is never lost)."""
+    old = venv.parent / f".{venv.name}.mw-env-old"
+    if old.exists() and not venv.exists():
+        new = venvinfo.build_path(venv)
+        if new.exists() and (new / "mw-env.json").exists():
+            os.rename(new, venv)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(old, venv)
+    elif old.exists():
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _last_error(output: str) -> str:
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith(("error:", "ERROR:")):
+            return ln.split(":", 1)[1].strip()
+    return lines[-1] if lines else "no output"
+
+
+def _hint_for(output: str, *, extras: bool = False) -> str:
+    low = output.lower()
+    if "no space left" in low:
+        return "the disk is full: free space or use --venv / UV_CACHE_DIR on a bigger disk; re-run to resume"
+    if "dns error" in low or "failed to lookup address" in low or "name or service not known" in low:
+        return (
+            "DNS failed: check the container's network and firewall (OpenSnitch, proxies: HTTPS_PROXY), or "
+            "install from a wheelhouse with --find-links DIR [--offline]; re-run to resume"
+        )
+    if "connection refused" in low or "timed out" in low or "operation timed out" in low:
+        return "the connection was blocked or timed out: check firewalls/proxies, or use --find-links DIR --offline"
+    if "no solution found" in low or "unsatisfiable" in low:
+        return (
+            "the requirements cannot be met with torch pinned: a package needs another torch than this "
+            "profile's. Relax that package, or choose another profile/source; re-run to resume"
+            if extras
+            else "no torch of this build matches: check --torch-index/--find-links"
+        )
+    return "see the output above; fix the cause and re-run `mw-env bootstrap` (finished steps are kept)"

@@ -1,0 +1,107 @@
+"""What a venv holds, read from its files without starting its interpreter (keeps a no-op re-run fast)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from mw_env.errors import InputError
+from mw_env.provision.choose import read_project_meta
+
+ADOPT_PTH = "_mw_env_adopted_torch.pth"
+
+
+def venv_python_version(venv: Path) -> str | None:
+    try:
+        text = (Path(venv) / "pyvenv.cfg").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    values = {k.strip(): v.strip() for k, v in values.items()}
+    return values.get("version_info") or values.get("version")
+
+
+def site_packages(venv: Path) -> Path | None:
+    found = sorted(Path(venv).glob("lib/python3*/site-packages"))
+    return found[0] if found else None
+
+
+def installed_version(venv: Path, name: str) -> str | None:
+    """A distribution's version from its dist-info folder name (no interpreter started: fast)."""
+    site = site_packages(venv)
+    if site is None:
+        return None
+    norm = name.lower().replace("-", "_")
+    for d in site.glob("*.dist-info"):
+        stem = d.name[: -len(".dist-info")]
+        dist, _, version = stem.rpartition("-")
+        if dist.lower().replace("-", "_") == norm and (d / "METADATA").exists():
+            return version
+    return None
+
+
+def adopted_site(venv: Path) -> str | None:
+    site = site_packages(venv)
+    if site is None:
+        return None
+    try:
+        return (site / ADOPT_PTH).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def build_path(venv: Path) -> Path:
+    """Where --recreate builds the successor: beside the venv, on the same filesystem (rename is atomic)."""
+    return venv.parent / f".{venv.name}.mw-env-new"
+
+
+def short_hash(*parts: object) -> str:
+    return hashlib.sha256("\x00".join(str(p) for p in parts).encode()).hexdigest()[:16]
+
+
+def project_args(project: Path | None, extras: tuple[str, ...]) -> tuple[tuple[str, ...], str | None, str]:
+    """(uv arguments installing the project with its extras, its requires-python, a key of its metadata)."""
+    import mw_env
+
+    suffix = f"[{','.join(extras)}]" if extras else ""
+    if project is None:
+        repo = Path(mw_env.__file__).resolve().parents[2]
+        if (repo / "pyproject.toml").is_file() and read_project_meta(repo / "pyproject.toml")[0] == "mw-env":
+            project = repo  # a source checkout: install it editable so the venv runs this very code
+        else:
+            return (
+                (f"mw-env{suffix}=={mw_env.__version__}",),
+                ">=3.10",
+                short_hash(mw_env.__version__, suffix),
+            )
+    project = Path(project).expanduser().resolve()
+    pyproject = project / "pyproject.toml"
+    if not pyproject.is_file() and not (project / "setup.py").is_file():
+        raise InputError(
+            f"--project {project}: no pyproject.toml or setup.py there",
+            hint="pass the folder of a Python project whose extras should be installed",
+        )
+    _name, requires_python, optional = (
+        read_project_meta(pyproject) if pyproject.is_file() else (None, None, None)
+    )
+    if optional is not None:
+        unknown = [e for e in extras if e not in optional]
+        if unknown:
+            raise InputError(
+                f"--extras {','.join(unknown)}: not defined in {pyproject}",
+                hint=f"allowed: {', '.join(sorted(optional)) or '(the project defines no extras)'}",
+            )
+    meta = pyproject.read_bytes() if pyproject.is_file() else b""
+    return ("-e", f"{project}{suffix}"), requires_python, short_hash(project, suffix, meta)
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free space on the filesystem that will hold `path` (its nearest existing ancestor)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None

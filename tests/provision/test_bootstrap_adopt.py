@@ -1,0 +1,114 @@
+"""Adopting an image's torch (AMD's rocm/pytorch images ship one matched to their ROCm userspace)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+from mw_env.provision.execute import execute
+from mw_env.provision.plan import BootstrapOptions, installed_version, plan
+from mw_env.provision.record import read_record
+
+from .provision_support import ROCM
+
+
+def _image(tmp_path, env, indexes):
+    """An "image" interpreter whose site-packages hold a ROCm torch, first on PATH as python3."""
+    image = tmp_path / "image"
+    uv = env["UV"]
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(image)], env=env, check=True)
+    subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(image / "bin" / "python"),
+            "--index",
+            indexes.rocm.as_uri(),
+            "torch==2.9.1+rocm6.4",
+        ],
+        env=env,
+        check=True,
+    )
+    return image, {**env, "PATH": f"{image / 'bin'}:{env['PATH']}"}
+
+
+def test_image_torch_is_offered_then_adopted_and_kept(tmp_path, hermetic_env, indexes):
+    image, env = _image(tmp_path, hermetic_env, indexes)
+    venv = tmp_path / "venv"
+    source = replace(ROCM, index_url="https://no-such-host.invalid/whl/rocm6.4")  # never contacted
+    options = BootstrapOptions(
+        venv=venv, python=sys.executable, python_explicit=True, project=indexes.project, doctor=False
+    )
+    offered = plan(profile="gfx1103", torch=source, runtime_env={}, options=options, env=env)
+    assert offered.adoptable is not None and offered.adoptable.version == "2.9.1+rocm6.4"
+    assert offered.adopted is None  # only offered: the command layer asks (or --yes / --adopt-torch)
+
+    adopted = plan(
+        profile="gfx1103", torch=source, runtime_env={}, options=replace(options, adopt=True), env=env
+    )
+    assert adopted.step("torch").command is None and "reuse the image's torch" in adopted.step("torch").detail
+    result = execute(adopted)
+    assert result.ok, result.to_dict()
+    assert installed_version(venv, "torch") is None  # not downloaded again: it stays in the image
+    run = subprocess.run(
+        [venv / "bin" / "python", "-c", "import torch; print(torch.__version__, torch.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    version, where = run.stdout.split()
+    assert version == "2.9.1+rocm6.4" and where.startswith(str(image))
+    rec = read_record(venv)
+    assert rec.adopted and rec.torch_version == "2.9.1+rocm6.4"
+    assert installed_version(venv, "demo_helper") == "1.0"  # the extras went in, torch was left alone
+
+    # Later installs keep it: pip refuses, uv installs the package but never a second torch.
+    pip = subprocess.run(
+        ["bash", "-c", f"{venv}/bin/pip install needs-newer-torch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert pip.returncode != 0
+    uv = subprocess.run(
+        ["bash", "-c", f'source {venv}/bin/activate && "$UV" pip install needs-newer-torch'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert uv.returncode == 0, uv.stderr
+    assert installed_version(venv, "torch") is None
+    again = subprocess.run(
+        [venv / "bin" / "python", "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert again.stdout.strip() == "2.9.1+rocm6.4"
+
+    # A re-run is a no-op.
+    rerun = plan(
+        profile="gfx1103", torch=source, runtime_env={}, options=replace(options, adopt=True), env=env
+    )
+    assert all(s.done for s in rerun.steps if s.id != "doctor"), [s.id for s in rerun.steps if not s.done]
+
+
+def test_image_torch_of_another_build_is_not_offered(tmp_path, hermetic_env, indexes):
+    _, env = _image(tmp_path, hermetic_env, indexes)
+    cpu = replace(ROCM, build="cpu", local_tag="+cpu", version=">=2.9", index_url=None)
+    options = BootstrapOptions(
+        venv=tmp_path / "venv",
+        python=sys.executable,
+        python_explicit=True,
+        project=indexes.project,
+        find_links=(str(indexes.cpu_links),),
+        doctor=False,
+    )
+    p = plan(profile="cpu", torch=cpu, runtime_env={}, options=options, env=env)
+    assert p.adoptable is None and p.torch.origin == "wheelhouse"
