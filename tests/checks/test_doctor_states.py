@@ -483,3 +483,21 @@ def test_nvidia_nodes_without_libcuda(tmp_path):
     )
     lib = by_id(report)["devices.libcuda"]
     assert lib.status == "warn" and "nvidia.runtime=true" in lib.fix
+
+
+def test_network_not_needed_when_torch_came_from_a_wheelhouse(tmp_path, monkeypatch):
+    from mw_env.checks import network
+
+    def no_network(*_a):
+        raise AssertionError("the doctor must not contact the index for a wheelhouse-built venv")
+
+    monkeypatch.setattr(network, "resolve", no_network)
+    hw = hardware(None)
+    venv = fake_venv(
+        tmp_path / "v",
+        version="2.13.0+cpu",
+        record={"profile": "cpu", "torch_index": "/srv/wheels/torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"},
+    )
+    report = run(fake_machine("doctor-cpu-docker-shm64m"), selection(hw), venv, hw=hw, quick=True, network=True)
+    net = by_id(report)["network.index"]
+    assert net.status == "skip" and "/srv/wheels" in net.detail

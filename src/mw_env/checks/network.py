@@ -26,6 +26,19 @@ def check_network(ctx: DoctorContext) -> list[CheckResult]:
     title = "torch index reachable"
     if not ctx.network:
         return [result("network.index", AREA, title, "skip", "not checked (network checks off)")]
+    # A venv whose torch came from a wheelhouse (or the image) needs no remote index: re-provisioning uses
+    # the same local source, so an unreachable download.pytorch.org is not worth a warning.
+    installed_from = str(getattr(ctx.record, "torch_index", "") or "")
+    if installed_from and not installed_from.startswith(("http://", "https://")):
+        return [
+            result(
+                "network.index",
+                AREA,
+                title,
+                "skip",
+                f"not needed: this venv's torch came from {installed_from}",
+            )
+        ]
     url = ctx.selection.torch.index_url or "https://pypi.org/simple"
     parts = urlsplit(url)
     host = parts.hostname
