@@ -1,0 +1,132 @@
+"""`mw-env train export`: ONNX export of a checkpoint, run inside the training venv (torch lives there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import click
+
+from mw_env.commands.common import echo_json, json_option
+from mw_env.errors import MwEnvError
+
+
+@click.command(
+    "export", epilog="Exit codes: 0 exported and verified, 1 export or verification failed, 2 bad input."
+)
+@click.argument("checkpoint", required=False, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["onnx"]), default="onnx", show_default=True)
+@click.option(
+    "--out-dir",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run folder whose newest valid checkpoint to export (when no CHECKPOINT is given).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="ONNX file to write (default <run>/export/model-step-N.onnx).",
+)
+@click.option("--venv", type=click.Path(file_okay=False, path_type=Path), default=None, help="Training venv.")
+@click.option("--opset", type=click.IntRange(min=14), default=18, show_default=True)
+@click.option(
+    "--max-diff",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1e-4,
+    show_default=True,
+    help="Largest allowed |logit difference| between onnxruntime and PyTorch.",
+)
+@click.option(
+    "--exporter", type=click.Choice(["auto", "dynamo", "torchscript"]), default="auto", show_default=True
+)
+@json_option
+def export(
+    checkpoint: Path | None,
+    fmt: str,
+    out_dir: Path | None,
+    out: Path | None,
+    venv: Path | None,
+    opset: int,
+    max_diff: float,
+    exporter: str,
+    as_json: bool,
+) -> int:
+    """Export a checkpoint (or a run's newest) to ONNX, verified with onnxruntime against PyTorch."""
+    target = checkpoint or out_dir
+    if target is None:
+        raise click.UsageError("name a CHECKPOINT (step-*.pt or a run folder), or pass --out-dir")
+    python, env = _venv_python(venv)
+    argv = [
+        str(python),
+        "-m",
+        "mw_env.trainer.export",
+        str(Path(target).resolve()),
+        "--opset",
+        str(opset),
+        "--max-diff",
+        repr(max_diff),
+        "--exporter",
+        exporter,
+    ]
+    if out is not None:
+        argv += ["--out", str(out.resolve())]
+    if not as_json:
+        click.echo(f"exporting {target} to ONNX with {python} (verifying with onnxruntime)...", err=True)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise MwEnvError(
+            f"the export process ended with code {proc.returncode} and no result",
+            hint="its error is above; is the training venv complete (`mw-env doctor`)?",
+        ) from None
+    if "error" in result:
+        raise MwEnvError(
+            result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
+        )
+    if as_json:
+        echo_json(result)
+        return 0
+    click.echo(
+        f"wrote {result['onnx']} (step {result['step']}, {result['exporter']} exporter, opset {result['opset']})"
+    )
+    click.echo(f"  sha256 {result['sha256']}")
+    click.echo(
+        f"  verified on {len(result['cases'])} held-out batches: max |diff| {result['max_abs_diff']:.2e} "
+        f"<= {result['bound']:g}, argmax agreement {100 * result['argmax_agreement']:.2f}%"
+    )
+    click.echo(f"  metadata {result['metadata']}")
+    click.echo(
+        f"  manifest {result['manifest']}"
+        if result.get("manifest")
+        else f"  note: {'; '.join(result['notes'])}"
+    )
+    return 0
+
+
+def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
+    """The training venv's python and an env in which it imports this mw-env."""
+    from mw_env.provision.record import default_venv, read_record
+
+    venv_path = Path(venv).expanduser() if venv else default_venv(os.environ)
+    python = venv_path / "bin" / "python"
+    if not python.exists():
+        raise MwEnvError(
+            f"no training venv at {venv_path} (no {python})",
+            hint="create it with `mw-env bootstrap`, or point --venv at one",
+        )
+    env = dict(os.environ)
+    record = read_record(venv_path)
+    if record:
+        env.update(record.env)
+    # A source checkout of mw-env is not installed in the venv: let it import this one.
+    pkg_parent = Path(__file__).resolve().parents[2]
+    if pkg_parent.name not in ("site-packages", "dist-packages"):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pkg_parent), env.get("PYTHONPATH")) if p)
+    env.pop("PYTHONHOME", None)
+    return python, env

@@ -1,0 +1,333 @@
+"""`mw-env train start|status|stop|watch|export`: detached runs and ONNX export.
+
+`start` builds the trainer's command line exactly as `mw-env train` does (launch.prepare) and runs
+it detached; `status`, `stop` and `watch` read the run folder (docs/runs.md); `export` runs
+mw_env.trainer.export inside the training venv, where torch lives.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.train_export import export
+from mw_env.errors import MwEnvError
+
+STATUS_EPILOG = (
+    "Exit codes: 0 no anomaly (running, finished or stopped), 2 no run there / bad input, "
+    "10 NaN/inf loss or non-finite steps, 11 divergence, 12 process gone without a finished event, "
+    "13 no output for too long, 14 out of memory, 15 GPU fault, 16 NCCL/RCCL timeout, 17 Python traceback. "
+    "With several anomalies the most specific wins (in the order 14 15 16 10 11 17 12 13)."
+)
+
+out_dir_option = click.option(
+    "--out-dir",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The run folder (runtime.out_dir of its config).",
+)
+
+
+def _threshold_options(func: Any) -> Any:
+    func = click.option(
+        "--divergence-factor",
+        type=click.FloatRange(min=1.0, min_open=True),
+        default=3.0,
+        show_default=True,
+        help="Divergence: loss above this multiple of its running minimum.",
+    )(func)
+    func = click.option(
+        "--checkpoint-minutes",
+        type=click.FloatRange(min=0, min_open=True),
+        default=45.0,
+        show_default=True,
+        help="Silence allowed while a checkpoint is being written.",
+    )(func)
+    func = click.option(
+        "--first-step-minutes",
+        type=click.FloatRange(min=0, min_open=True),
+        default=60.0,
+        show_default=True,
+        help="Silence allowed before the first step (imports, data, kernel searches).",
+    )(func)
+    return click.option(
+        "--silence-minutes",
+        type=click.FloatRange(min=0, min_open=True),
+        default=15.0,
+        show_default=True,
+        help="No output for this long between steps is a stall.",
+    )(func)
+
+
+def _thresholds(silence: float, first: float, checkpoint: float, factor: float) -> Any:
+    from mw_env.trainer.anomalies import Thresholds
+
+    return Thresholds(
+        silence_s=silence * 60,
+        first_step_silence_s=first * 60,
+        checkpoint_silence_s=checkpoint * 60,
+        divergence_factor=factor,
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    if seconds < 90:
+        return f"{seconds}s"
+    if seconds < 90 * 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@click.command("start", epilog="Exit codes: 0 started, 1 could not start, 2 bad input or a live run there.")
+@click.option(
+    "--config", "config_name", required=True, metavar="FILE|NAME", help="Config file or shipped name."
+)
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config value. Repeatable."
+)
+@click.option(
+    "--venv",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Training venv (default: bootstrap's).",
+)
+@click.option("--skip-doctor", is_flag=True, help="Start even if the doctor's quick checks fail.")
+@click.option(
+    "--resume",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Resume from this checkpoint.",
+)
+@click.option("--fresh", is_flag=True, help="Start from step 0; earlier checkpoints are kept, renamed.")
+@click.option(
+    "--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="DDP processes."
+)
+@root_option
+@profile_options
+@json_option
+def start(
+    config_name: str,
+    overrides: tuple[str, ...],
+    venv: Path | None,
+    skip_doctor: bool,
+    resume: Path | None,
+    fresh: bool,
+    nproc_per_node: int,
+    root: str | None,
+    profile: str | None,
+    profiles_dirs: tuple[str, ...],
+    gpu: int | None,
+    as_json: bool,
+) -> int:
+    """Start training detached from the terminal; print where to look."""
+    from mw_env.trainer.launch import prepare
+    from mw_env.trainer.runs import start_run
+
+    launch = prepare(
+        venv=venv,
+        config=config_name,
+        overrides=overrides,
+        skip_doctor=skip_doctor,
+        profile=profile,
+        profiles_dirs=profiles_dirs,
+        root=root,
+        gpu=gpu,
+        nproc_per_node=nproc_per_node,
+        resume=resume,
+        fresh=fresh,
+    )
+    record = start_run(
+        argv=launch.argv,
+        env=launch.env,
+        out_dir=launch.out_dir,
+        cwd=launch.cwd,
+        max_steps=_max_steps(launch.config_path, overrides),
+    )
+    if as_json:
+        echo_json(record.to_dict())
+        return 0
+    d = record.run_dir
+    click.echo(
+        f"started {launch.config_path.name} detached (profile {launch.profile}; pid {record.pid}, trainer pid {record.child_pid})"
+    )
+    click.echo(f"  run folder  {d}")
+    click.echo(f"  log         {record.log_file}")
+    click.echo(f"  status      mw-env train status --out-dir {d}")
+    click.echo(f"  watch       mw-env train watch --out-dir {d}")
+    click.echo(f"  stop        mw-env train stop --out-dir {d}")
+    return 0
+
+
+def _max_steps(config_path: Path, overrides: tuple[str, ...]) -> int | None:
+    """runtime.max_steps of the run, for the ETA (profile defaults never set it)."""
+    try:
+        from mw_env.trainer.config import resolve_config
+
+        return int(resolve_config(path=config_path, overrides=overrides).config.runtime.max_steps)
+    except (MwEnvError, TypeError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@click.command("status", epilog=STATUS_EPILOG)
+@out_dir_option
+@_threshold_options
+@json_option
+def status(
+    out_dir: Path,
+    silence_minutes: float,
+    first_step_minutes: float,
+    checkpoint_minutes: float,
+    divergence_factor: float,
+    as_json: bool,
+) -> int:
+    """Progress of a run and anything that looks wrong; never touches the run."""
+    from mw_env.trainer.runstatus import run_status
+
+    thresholds = _thresholds(silence_minutes, first_step_minutes, checkpoint_minutes, divergence_factor)
+    result = run_status(out_dir=out_dir, thresholds=thresholds)
+    if as_json:
+        echo_json(result.to_dict())
+        return result.exit_code
+    _render_status(result)
+    return result.exit_code
+
+
+def _render_status(result: Any) -> None:
+    p = result.progress
+    who = f"pid {result.pid}" if result.pid else "no run.json: a foreground run"
+    click.echo(f"run {result.run_dir}: {result.state} ({who})")
+    if p.step is not None:
+        share = f"/{p.max_steps} ({100 * p.step / p.max_steps:.0f}%)" if p.max_steps else ""
+        parts = [f"step {p.step}{share}"]
+        if p.loss is not None:
+            parts.append(f"loss {p.loss:.4g}")
+        if p.lr is not None:
+            parts.append(f"lr {p.lr:.2e}")
+        if p.tokens_per_s is not None:
+            parts.append(f"{p.tokens_per_s:,.0f} tok/s")
+        if p.steps_per_s:
+            parts.append(f"{p.steps_per_s:.2f} steps/s")
+        if p.eta_s is not None and result.state in ("running", "starting"):
+            parts.append(f"ETA {_duration(p.eta_s)}")
+        click.echo("  " + ", ".join(parts))
+    else:
+        click.echo("  no step logged yet")
+    now = time.time()
+    if p.last_checkpoint:
+        ago = _duration(now - p.last_checkpoint["time"]) + " ago" if p.last_checkpoint.get("time") else ""
+        click.echo(
+            f"  last checkpoint: step {p.last_checkpoint['step']} {p.last_checkpoint['path']} {ago}".rstrip()
+        )
+    if p.last_eval:
+        metrics = ", ".join(
+            f"{k} {v:.4g}"
+            for k, v in p.last_eval.items()
+            if k not in ("step", "time") and isinstance(v, int | float)
+        )
+        click.echo(f"  last eval: step {p.last_eval.get('step')}: {metrics}")
+    if p.last_event_time:
+        click.echo(f"  last event {_duration(now - p.last_event_time)} ago; log {result.log_file}")
+    for note in result.notes:
+        click.echo(f"  note: {note}")
+    if not result.anomalies:
+        click.echo("no anomalies")
+        return
+    click.echo(
+        f"{len(result.anomalies)} anomal{'y' if len(result.anomalies) == 1 else 'ies'} (exit {result.exit_code}):"
+    )
+    for a in result.anomalies:
+        click.echo(f"  ✗ [{a.kind}, {a.code}] {a.message}")
+        click.echo(f"      fix: {a.hint}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@click.command("stop", epilog="Exit codes: 0 stopped (or not running), 2 no detached run there.")
+@out_dir_option
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=90.0,
+    show_default=True,
+    help="Seconds to wait after SIGTERM before SIGKILL of the process group.",
+)
+@json_option
+def stop(out_dir: Path, grace: float, as_json: bool) -> int:
+    """SIGTERM the run (it finishes its step and checkpoints), then SIGKILL after --grace seconds."""
+    from mw_env.trainer.runs import stop_run
+    from mw_env.trainer.runstatus import run_status
+
+    if not as_json:
+        click.echo(f"stopping the run in {out_dir} (SIGTERM; SIGKILL after {grace:g}s)...", err=True)
+    result = stop_run(out_dir=out_dir, grace_s=grace)
+    after = run_status(out_dir=out_dir)
+    if as_json:
+        echo_json(
+            {**result.to_dict(), "state": after.state, "last_checkpoint": after.progress.last_checkpoint}
+        )
+        return 0
+    if not result.was_running:
+        click.echo(f"no live run in {result.run_dir} (state: {after.state})")
+        return 0
+    how = (
+        f"killed with SIGKILL after {_duration(result.waited_s)} (pids {', '.join(map(str, result.killed_pids))})"
+        if result.escalated
+        else f"stopped after {_duration(result.waited_s)}"
+    )
+    click.echo(f"{how}; state {after.state}")
+    ckpt = after.progress.last_checkpoint
+    if ckpt:
+        click.echo(
+            f"last checkpoint: step {ckpt['step']} {ckpt['path']}; `mw-env train start` with the same config resumes there"
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@click.command("watch", epilog="Each line is one JSON event. " + STATUS_EPILOG)
+@out_dir_option
+@click.option(
+    "--poll", type=click.FloatRange(min=0.05), default=2.0, show_default=True, help="Seconds between reads."
+)
+@click.option("--tail", "tail_only", is_flag=True, help="Skip the events logged before now.")
+@_threshold_options
+def watch(
+    out_dir: Path,
+    poll: float,
+    tail_only: bool,
+    silence_minutes: float,
+    first_step_minutes: float,
+    checkpoint_minutes: float,
+    divergence_factor: float,
+) -> int:
+    """Stream one JSON event per line (progress, eval, checkpoint, anomaly, finished) until the run ends."""
+    from mw_env.trainer.runstatus import RunWatcher
+
+    thresholds = _thresholds(silence_minutes, first_step_minutes, checkpoint_minutes, divergence_factor)
+    watcher = RunWatcher(out_dir=out_dir, thresholds=thresholds, replay=not tail_only)
+    for event in watcher.events(poll_s=poll):
+        sys.stdout.write(json.dumps(event, allow_nan=False, default=str) + "\n")
+        sys.stdout.flush()
+    return watcher.exit_code
+
+
+__all__ = ["export", "start", "status", "stop", "watch"]

@@ -1,0 +1,92 @@
+"""The in-venv entry: `python -m mw_env.trainer run|config|summary|verify ...`.
+
+`mw-env train` builds this command line (launch.py) and runs it with the venv's python, or with
+torchrun for several processes. Errors print as `error:` / `hint:` lines with the documented exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mw_env.errors import EXIT_INTERRUPTED, MwEnvError
+
+if TYPE_CHECKING:
+    from mw_env.trainer.config import ResolvedConfig
+
+
+def _resolve(args: argparse.Namespace) -> ResolvedConfig:
+    from mw_env.trainer.config import find_config, resolve_config
+
+    defaults = json.loads(args.profile_defaults) if args.profile_defaults else None
+    path = find_config(args.config) if args.config else None
+    return resolve_config(
+        path=path,
+        overrides=args.overrides or (),
+        profile_defaults=defaults,
+        profile_name=(defaults or {}).get("profile"),
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mw_env.trainer", description="mw-env's bundled trainer")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("run", "config", "summary"):
+        s = sub.add_parser(name)
+        s.add_argument("--config", help="config file or shipped config name (smoke, address-tagger)")
+        s.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE")
+        s.add_argument("--profile-defaults", help="JSON: the profile's trainer defaults")
+        if name == "run":
+            s.add_argument("--resume", type=Path, help="resume from this checkpoint")
+            s.add_argument("--fresh", action="store_true", help="ignore existing checkpoints (kept, renamed)")
+            s.add_argument("--doctor-json", type=Path, help="doctor report to include in the run report")
+    v = sub.add_parser("verify")
+    v.add_argument("run_dir", type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "verify":
+            from mw_env.trainer.manifest import verify_manifest
+
+            check = verify_manifest(args.run_dir)
+            print(json.dumps(check.to_dict(), indent=2))
+            return 0 if check.ok else 1
+        resolved = _resolve(args)
+        if args.command == "config":
+            print(json.dumps(resolved.to_dict(), indent=2))
+            return 0
+        if args.command == "summary":
+            from mw_env.trainer.summary import summarize
+
+            print(json.dumps(summarize(resolved.config), indent=2))
+            return 0
+        if args.resume and args.fresh:
+            raise MwEnvError("--resume and --fresh exclude each other", exit_code=2)
+        from mw_env.trainer.loop import train
+
+        train(
+            resolved=resolved,
+            resume=args.resume,
+            fresh=args.fresh,
+            doctor_json=args.doctor_json,
+            echo=lambda msg: print(msg, flush=True),
+        )
+        return 0
+    except MwEnvError as exc:
+        print(f"error: {exc.message}", file=sys.stderr, flush=True)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

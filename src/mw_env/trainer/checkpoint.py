@@ -1,0 +1,131 @@
+"""Atomic checkpoints: `checkpoints/step-XXXXXXXXX.pt`, newest valid one found on resume.
+
+Write protocol (trainer-anchors.md part 4): torch.save to `<name>.tmp-<pid>` in the same folder,
+flush + fsync, os.replace onto the final name, fsync the folder. A kill at any point leaves either
+the old set of checkpoints or the old set plus a complete new one - never a half-written `step-*.pt`.
+Old checkpoints are deleted only after the new one is in place. Loads use weights_only=True, so a
+checkpoint holds only tensors and plain containers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mw_env.errors import InputError
+
+FORMAT_VERSION = 1
+CKPT_RE = re.compile(r"^step-(\d{9})\.pt$")
+REQUIRED_KEYS = ("format_version", "step", "model", "optimizer", "scheduler", "config", "tokenizer", "labels")
+
+
+class CheckpointError(InputError):
+    """A checkpoint that cannot be read or is incomplete."""
+
+
+def checkpoint_path(directory: Path, step: int) -> Path:
+    return directory / f"step-{step:09d}.pt"
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Complete checkpoints (by name), oldest first; temporary files are never listed."""
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if CKPT_RE.match(p.name)]
+    return sorted(found, key=lambda p: p.name)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # some filesystems do not allow opening a folder; the rename is still atomic
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Delete `*.tmp-*` left by a process killed mid-write (they were never complete)."""
+    removed = []
+    if directory.is_dir():
+        for p in directory.iterdir():
+            if ".pt.tmp-" in p.name:
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
+
+
+def save_checkpoint(payload: dict[str, Any], directory: Path, *, keep_last: int) -> Path:
+    """Write payload atomically as step-<payload['step']>.pt; then keep only the newest keep_last."""
+    import torch
+
+    directory.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_path(directory, int(payload["step"]))
+    tmp = directory / f"{final.name}.tmp-{os.getpid()}"
+    try:
+        with tmp.open("wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)
+    for old in list_checkpoints(directory)[: -max(keep_last, 2)]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint on the CPU with weights_only=True; CheckpointError when unreadable/incomplete."""
+    import torch
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} does not exist") from None
+    except Exception as exc:  # truncated zip, bad pickle, foreign object: all "unreadable"
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+            hint="it may be truncated; resume from an older one with --resume, or start over with --fresh",
+        ) from None
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"checkpoint {path} is not an mw-env checkpoint (top level is not a dict)")
+    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is incomplete: missing {', '.join(missing)}")
+    if ckpt["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format {ckpt['format_version']}, this mw-env reads {FORMAT_VERSION}"
+        )
+    m = CKPT_RE.match(path.name)
+    if m and int(m.group(1)) != int(ckpt["step"]):
+        raise CheckpointError(f"checkpoint {path} says step {ckpt['step']}, its name says {int(m.group(1))}")
+    return ckpt
+
+
+def find_latest(
+    directory: Path, *, warn: Callable[[str], None] | None = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that loads, with its contents; unreadable newer ones are warned about."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return path, load_checkpoint(path)
+        except CheckpointError as exc:
+            if warn:
+                warn(f"warning: {exc.message}; falling back to the previous checkpoint")
+    return None
+
+
+def latest_valid_checkpoint(directory: Path, *, warn: Callable[[str], None] | None = None) -> Path | None:
+    """The path of the newest checkpoint that loads (None when there is none)."""
+    found = find_latest(Path(directory), warn=warn)
+    return found[0] if found else None

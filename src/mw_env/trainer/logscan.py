@@ -1,0 +1,115 @@
+"""Log lines that show a failure: verbatim signatures of OOMs, GPU faults, collective timeouts, and
+Python tracebacks, found by an incremental scanner (`watch` feeds it lines as they arrive)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LogFinding:
+    kind: str
+    line_no: int  # 1-based, counted from where the scan started
+    text: str
+
+
+# Verbatim signatures from real failures (shared/research/doctor-anchors.md, trainer-anchors.md §3).
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "oom",
+        re.compile(
+            r"(CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory|hipErrorOutOfMemory"
+            r"|out of memory on device|^MemoryError\b|Out of memory: Killed process|oom-kill:|^Killed$"
+        ),
+    ),
+    (
+        "gpu_fault",
+        re.compile(
+            r"Memory access fault by GPU node|illegal memory access|HSA_STATUS_ERROR|HW Exception by GPU node"
+            r"|device-side assert triggered|unspecified launch failure|Memory critical error by agent"
+            r"|HIP error: |hipError[A-Z]\w*|no kernel image is available|invalid device function"
+            r"|GPU Hang|Xid \d+"
+        ),
+    ),
+    (
+        "comms",
+        re.compile(
+            r"Watchdog caught collective operation timeout|collective operation timeout"
+            r"|NCCL error|RCCL error|nccl(System|Internal|Remote|Unhandled(Cuda)?)Error"
+            r"|ProcessGroupNCCL.*[Tt]imeout|NCCL (communicator|watchdog).*(abort|timeout)"
+            r"|DistNetworkError|DistStoreError"
+        ),
+    ),
+)
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
+RUN_HEADER = "=== mw-env train start "
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+# torchrun's agent raises this when it is told to stop (SIGTERM/SIGINT, as `mw-env train stop` does);
+# the ranks still checkpoint and finish, so it is a stop, not a crash.
+_STOP_EXCEPTION = re.compile(
+    r"SignalException: Process \d+ got signal: (?:2|15|SIGINT|SIGTERM|Signals\.SIG(?:INT|TERM))\b"
+)
+
+
+def classify_line(line: str) -> str | None:
+    """The anomaly kind a single log line shows, or None."""
+    for kind, pattern in _PATTERNS:
+        if pattern.search(line):
+            return kind
+    return None
+
+
+@dataclass
+class LogScanner:
+    """Incremental scan of log lines (watch feeds it new lines as they arrive).
+
+    A traceback whose final exception line already matched a specific kind (an OOM, a GPU fault)
+    is that kind, not a second anomaly; a chained traceback ("During handling of ...") counts once.
+    """
+
+    line_no: int = 0
+    findings: list[LogFinding] = field(default_factory=list)
+    _in_traceback: bool = False
+    _last_exception: int | None = None  # index in findings of the last traceback finding
+
+    def feed(self, lines: Iterable[str]) -> list[LogFinding]:
+        new_from = len(self.findings)
+        for raw in lines:
+            self.line_no += 1
+            if raw.startswith(RUN_HEADER):
+                continue  # mw-env's own line: its command line may quote anything
+            line = _RANK_PREFIX.sub("", raw.rstrip("\r\n"))
+            stripped = line.strip()
+            kind = classify_line(stripped)
+            if kind:
+                self.findings.append(LogFinding(kind, self.line_no, stripped[:500]))
+            if _TRACEBACK in line:
+                self._in_traceback = True
+                continue
+            if stripped.startswith(_CHAINED):
+                # The exception just reported was only the cause of the next one: keep the last.
+                if self._last_exception is not None and self._last_exception < len(self.findings):
+                    del self.findings[self._last_exception]
+                    new_from = min(new_from, len(self.findings))
+                self._last_exception = None
+                continue
+            if self._in_traceback and stripped and not line[:1].isspace():
+                # First unindented line after the frames: the exception itself.
+                self._in_traceback = False
+                if kind is None and not _STOP_EXCEPTION.search(stripped):
+                    self.findings.append(LogFinding("traceback", self.line_no, stripped[:500]))
+                    self._last_exception = len(self.findings) - 1
+                else:
+                    self._last_exception = None
+            elif stripped and not self._in_traceback:
+                self._last_exception = None
+        return self.findings[new_from:]
+
+
+def scan_log(lines: Iterable[str]) -> list[LogFinding]:
+    scanner = LogScanner()
+    scanner.feed(lines)
+    return scanner.findings

@@ -1,0 +1,114 @@
+"""MANIFEST.sha256: `sha256sum` format, one `<hex>  <path relative to the run folder>` line per file.
+
+Files that legitimately keep changing after the run (the detached-run log and state files) and
+temporaries are not listed; everything the run produced is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST = "MANIFEST.sha256"
+EXCLUDED_NAMES = {MANIFEST, "train.log", "run.json", "state.json"}
+
+
+@dataclass(frozen=True)
+class ManifestCheck:
+    ok: bool
+    checked: int
+    mismatched: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    unlisted: tuple[str, ...] = ()
+    malformed: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "mismatched": list(self.mismatched),
+            "missing": list(self.missing),
+            "unlisted": list(self.unlisted),
+            "malformed": list(self.malformed),
+        }
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _artifacts(run_dir: Path) -> list[str]:
+    out = []
+    for root, dirs, files in os.walk(run_dir):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if name in EXCLUDED_NAMES or ".tmp-" in name or name.startswith("."):
+                continue
+            out.append((Path(root) / name).relative_to(run_dir).as_posix())
+    return sorted(out)
+
+
+def _write(run_dir: Path, entries: dict[str, str]) -> Path:
+    path = run_dir / MANIFEST
+    tmp = run_dir / f"{MANIFEST}.tmp-{os.getpid()}"
+    tmp.write_text("".join(f"{digest}  {rel}\n" for rel, digest in sorted(entries.items())))
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(run_dir: Path) -> tuple[dict[str, str], list[str]]:
+    entries: dict[str, str] = {}
+    malformed: list[str] = []
+    for line in (run_dir / MANIFEST).read_text().splitlines():
+        digest, sep, rel = line.partition("  ")
+        if not sep or len(digest) != 64 or not rel:
+            malformed.append(line)
+            continue
+        entries[rel] = digest
+    return entries, malformed
+
+
+def write_manifest(run_dir: Path) -> Path:
+    """Hash every artifact under run_dir into MANIFEST.sha256 (replaced atomically)."""
+    run_dir = Path(run_dir)
+    return _write(run_dir, {rel: sha256_file(run_dir / rel) for rel in _artifacts(run_dir)})
+
+
+def add_to_manifest(run_dir: Path, paths: Iterable[Path]) -> Path:
+    """Add or refresh entries for `paths` (absolute or relative to run_dir), keeping the others."""
+    run_dir = Path(run_dir)
+    entries = read_manifest(run_dir)[0] if (run_dir / MANIFEST).exists() else {}
+    for p in paths:
+        p = Path(p)
+        full = p if p.is_absolute() else run_dir / p
+        entries[full.resolve().relative_to(run_dir.resolve()).as_posix()] = sha256_file(full)
+    return _write(run_dir, entries)
+
+
+def verify_manifest(run_dir: Path) -> ManifestCheck:
+    """Re-hash every listed file; report changed, missing and unlisted artifacts."""
+    from mw_env.errors import InputError
+
+    run_dir = Path(run_dir)
+    if not (run_dir / MANIFEST).is_file():
+        raise InputError(f"{run_dir}: no {MANIFEST}", hint="is this a finished run folder?")
+    entries, malformed = read_manifest(run_dir)
+    mismatched, missing = [], []
+    for rel, digest in entries.items():
+        path = run_dir / rel
+        if not path.is_file():
+            missing.append(rel)
+        elif sha256_file(path) != digest:
+            mismatched.append(rel)
+    unlisted = [rel for rel in _artifacts(run_dir) if rel not in entries]
+    ok = not (mismatched or missing or unlisted or malformed)
+    return ManifestCheck(
+        ok, len(entries), tuple(mismatched), tuple(missing), tuple(unlisted), tuple(malformed)
+    )

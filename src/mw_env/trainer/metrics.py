@@ -1,0 +1,119 @@
+"""metrics.jsonl (one JSON event per line, appended and flushed) and the tagging metrics.
+
+Events (design.md): step, eval, checkpoint, skipped_step, finished - each with "time" (unix
+seconds) - plus "resumed" (step, path) when a run continues from a checkpoint. Every event is also
+handed to the experiment tracker chosen by runtime.tracking, when that module is present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+METRICS = "metrics.jsonl"
+
+
+class MetricsWriter:
+    """Appends events to <run_dir>/metrics.jsonl. Disabled (no file, no tracker) on ranks > 0."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        tracking: str = "none",
+        hparams: dict[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.enabled = enabled
+        self.path = Path(run_dir) / METRICS
+        self._fh = None
+        self._tracker = None
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+        if tracking != "none":
+            try:
+                from mw_env.trainer.tracking import open_trackers
+            except ModuleNotFoundError:
+                open_trackers = None  # the tracking module is optional
+            if open_trackers is not None:
+                self._tracker = open_trackers(tracking, Path(run_dir), dict(hparams or {}))
+
+    def log(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"event": event, **fields, "time": time.time()}
+        if self._fh is not None:
+            # NaN/inf are written as JSON null: a strict JSON reader must still parse every line.
+            clean = {
+                k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()
+            }
+            self._fh.write(json.dumps(clean) + "\n")
+            self._fh.flush()
+        if self._tracker is not None:
+            self._tracker.log(record)
+        return record
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if self._tracker is not None:
+            self._tracker.close()
+            self._tracker = None
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """All events; a torn last line (a killed writer) is skipped."""
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def latest_by_step(events: Sequence[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """Events of one kind, the last one per step (a resumed run re-logs the steps after its checkpoint)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e.get("event") == kind and isinstance(e.get("step"), int):
+            by_step[e["step"]] = e
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def spans(tags: Sequence[str]) -> set[tuple[int, int, str]]:
+    """Entity spans (start, end, type) from BIO tags, conlleval style: an I- that does not continue
+    an entity of its own type starts a new one."""
+    out: set[tuple[int, int, str]] = set()
+    start, kind = -1, ""
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, _, typ = tag.partition("-")
+        continues = prefix == "I" and typ == kind and start >= 0
+        if start >= 0 and not continues:
+            out.add((start, i, kind))
+            start, kind = -1, ""
+        if prefix in ("B", "I") and not continues:
+            start, kind = i, typ
+    return out
+
+
+def entity_prf(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> tuple[float, float, float]:
+    """Micro precision, recall, F1 over exact entity spans."""
+    tp = n_gold = n_pred = 0
+    for g, p in zip(gold, pred, strict=True):
+        gs, ps = spans(g), spans(p)
+        tp += len(gs & ps)
+        n_gold += len(gs)
+        n_pred += len(ps)
+    precision = tp / n_pred if n_pred else 0.0
+    recall = tp / n_gold if n_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1

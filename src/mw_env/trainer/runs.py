@@ -1,0 +1,410 @@
+"""Detached training runs: start one in its own session under a supervisor (supervise.py), know
+whether it is still the same process, stop it (SIGTERM, then SIGKILL of its process group after a
+grace period). run.json says who the run is; state.json (the supervisor's) how it ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mw_env.errors import InputError, StepFailed
+from mw_env.trainer.logscan import RUN_HEADER
+from mw_env.trainer.supervise import (
+    PROC,
+    STATE_FILE,
+    group_members,
+    proc_stat,
+    same_process_alive,
+    write_json_atomic,
+)
+
+RUN_FILE = "run.json"
+EXIT_FILE = STATE_FILE
+LOG_FILE = "train.log"
+METRICS_FILE = "metrics.jsonl"
+LOCK_FILE = ".run.lock"
+SPAWN_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """run.json: who the detached run is and where its output goes."""
+
+    run_dir: Path
+    pid: int  # the supervisor: session and process-group leader
+    start_ticks: int  # /proc/<pid>/stat field 22, so a reused pid is never taken for the run
+    argv: tuple[str, ...]
+    log_file: Path
+    started_at: float
+    child_pid: int | None = None  # the trainer itself (for py-spy and friends)
+    child_start_ticks: int | None = None
+    metrics_offset: int = 0  # metrics.jsonl / train.log sizes at start: this run's part begins there
+    log_offset: int = 0
+    max_steps: int | None = None
+    cwd: str | None = None
+    stop: dict[str, Any] | None = None  # set by `stop`: requested_at, escalated
+    # metrics.jsonl's inode at start: a different file later (--fresh moves the old one aside)
+    # is wholly this run's, whatever its size.
+    metrics_inode: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["run_dir"], data["log_file"], data["argv"] = (
+            str(self.run_dir),
+            str(self.log_file),
+            list(self.argv),
+        )
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, run_dir: Path) -> RunRecord:
+        where = run_dir / RUN_FILE
+        try:
+            return cls(
+                run_dir=run_dir,
+                pid=int(data["pid"]),
+                start_ticks=int(data["start_ticks"]),
+                argv=tuple(str(a) for a in data["argv"]),
+                log_file=Path(data.get("log_file") or run_dir / LOG_FILE),
+                started_at=float(data["started_at"]),
+                child_pid=int(data["child_pid"]) if data.get("child_pid") is not None else None,
+                child_start_ticks=_int_or_none(data.get("child_start_ticks")),
+                metrics_offset=int(data.get("metrics_offset", 0)),
+                log_offset=int(data.get("log_offset", 0)),
+                max_steps=int(data["max_steps"]) if data.get("max_steps") is not None else None,
+                cwd=data.get("cwd"),
+                stop=dict(data["stop"]) if data.get("stop") else None,
+                metrics_inode=int(data["metrics_inode"]) if data.get("metrics_inode") is not None else None,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(
+                f"{where} is not a valid run record ({exc.__class__.__name__}: {exc})",
+                hint="it needs pid, start_ticks, argv and started_at; delete it if no run is alive there",
+            ) from exc
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """state.json once the supervisor saw the trainer end."""
+
+    returncode: int | None
+    signal: int | None
+    oom_kills: int
+    time: float
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+
+def is_alive(record: RunRecord, *, proc: Path = PROC) -> bool:
+    """The run's supervisor is running, and the trainer has not been seen to end.
+
+    The supervisor writes the exit record just before it exits itself: once the record is there
+    the run is over, whatever the supervisor's last milliseconds look like.
+    """
+    if read_exit(record.run_dir) is not None:
+        return False
+    return same_process_alive(record.pid, record.start_ticks, proc=proc) or _trainer_alive(record, proc=proc)
+
+
+def _trainer_alive(record: RunRecord, *, proc: Path = PROC) -> bool:
+    """The trainer outlived its supervisor (killed alone): the run goes on, unsupervised."""
+    if record.child_pid is None or record.child_start_ticks is None:
+        return False
+    return same_process_alive(record.child_pid, record.child_start_ticks, proc=proc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def read_run(out_dir: Path) -> RunRecord | None:
+    """The run record in `out_dir`, None when there is none; InputError when it is unreadable."""
+    path = Path(out_dir) / RUN_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}", hint="delete it if no run is alive there") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path} holds {type(data).__name__}, not a JSON object", hint="delete it")
+    return RunRecord.from_dict(data, run_dir=Path(out_dir))
+
+
+def read_exit(out_dir: Path) -> ExitRecord | None:
+    try:
+        data = json.loads((Path(out_dir) / EXIT_FILE).read_text())
+        if data.get("state") != "exited":
+            return None
+        return ExitRecord(
+            returncode=data.get("returncode"),
+            signal=data.get("signal"),
+            oom_kills=int(data.get("oom_kills") or 0),
+            time=float(data.get("time") or 0.0),
+        )
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def _run_lock(out_dir: Path) -> Iterator[None]:
+    """Serialise start/stop on one folder, so two `start`s cannot both see "no live run"."""
+    with open(out_dir / LOCK_FILE, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# start
+
+
+def start_run(
+    *,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    out_dir: Path,
+    cwd: Path | None = None,
+    max_steps: int | None = None,
+) -> RunRecord:
+    """Start `argv` detached (new session) with stdout+stderr appended to <out_dir>/train.log."""
+    if not argv:
+        raise InputError("nothing to run: the trainer command line is empty")
+    out_dir = Path(out_dir).resolve()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"cannot create the run folder {out_dir}: {exc}", hint="choose a writable --out-dir"
+        ) from exc
+    with _run_lock(out_dir):
+        old = read_run(out_dir)
+        if old is not None and is_alive(old):
+            raise InputError(
+                f"a run is already alive in {out_dir} (pid {old.pid}, started "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(old.started_at))})",
+                hint=f"`mw-env train status --out-dir {out_dir}`; stop it with `mw-env train stop --out-dir "
+                f"{out_dir}`, or start into another folder",
+            )
+        with contextlib.suppress(FileNotFoundError):
+            (out_dir / EXIT_FILE).unlink()  # the previous run's ending is not this run's
+        log_file = out_dir / LOG_FILE
+        metrics_offset, log_offset = _size(out_dir / METRICS_FILE), _size(log_file)
+        try:
+            metrics_inode: int | None = (out_dir / METRICS_FILE).stat().st_ino
+        except OSError:
+            metrics_inode = None
+        spec = {
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": str(cwd) if cwd else None,
+            "run_dir": str(out_dir),
+        }
+        report_r, report_w = os.pipe()
+        super_env = dict(os.environ)
+        # The supervisor must import mw_env whatever the trainer's env (PYTHONPATH etc.) says.
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        super_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)
+        with open(log_file, "ab") as log:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
+            # One line, whatever argv holds (a `-c` program would otherwise plant fake log lines).
+            command = shlex.join(argv).replace("\r", "\\r").replace("\n", "\\n")
+            log.write(f"{RUN_HEADER}{stamp}: {command[:2000]}\n".encode())
+            log.flush()
+            log_offset = log.tell()  # the run's own output starts after our header line
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "mw_env.trainer.supervise", str(report_w)],
+                    stdin=subprocess.PIPE,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=super_env,
+                    cwd=str(cwd) if cwd else None,
+                    start_new_session=True,  # no controlling terminal: a closed shell cannot SIGHUP it
+                    pass_fds=(report_w,),
+                )
+            finally:
+                os.close(report_w)
+        # Our child: its /proc entry stays (as a zombie at worst) until we reap it.
+        stat = proc_stat(proc.pid)
+        start_ticks = stat[2] if stat else None
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(spec).encode())
+            proc.stdin.close()
+            report = _read_report(report_r, proc)
+        finally:
+            os.close(report_r)
+        child_pid = report.get("child_pid")
+        child_stat = proc_stat(child_pid) if isinstance(child_pid, int) else None
+        child_ticks = child_stat[2] if child_stat else None
+        if "error" in report or start_ticks is None:
+            raise StepFailed(
+                f"the trainer could not be started: {report.get('error', 'the supervisor vanished')}",
+                hint=f"see {log_file}",
+            )
+        record = RunRecord(
+            run_dir=out_dir,
+            pid=proc.pid,
+            start_ticks=start_ticks,
+            argv=tuple(argv),
+            log_file=log_file,
+            started_at=time.time(),
+            child_pid=child_pid,
+            child_start_ticks=child_ticks,
+            metrics_offset=metrics_offset,
+            log_offset=log_offset,
+            max_steps=max_steps,
+            cwd=str(cwd) if cwd else None,
+            metrics_inode=metrics_inode,
+        )
+        write_json_atomic(out_dir / RUN_FILE, record.to_dict())
+        return record
+
+
+def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+    """The supervisor's one-line report: {"child_pid": N} or {"error": "..."}."""
+    buf = b""
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buf += chunk
+            if b"\n" in buf:
+                break
+        elif proc.poll() is not None:
+            break
+    try:
+        data = json.loads(buf.decode().strip() or "{}")
+    except json.JSONDecodeError:
+        data = {}
+    if not data:
+        return {"error": f"the supervisor exited with code {proc.poll()} before starting the trainer"}
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# stop
+
+
+@dataclass(frozen=True)
+class StopResult:
+    run_dir: Path
+    was_running: bool
+    escalated: bool = False  # SIGKILL was needed after the grace period
+    waited_s: float = 0.0
+    killed_pids: tuple[int, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "was_running": self.was_running,
+            "escalated": self.escalated,
+            "waited_s": round(self.waited_s, 2),
+            "killed_pids": list(self.killed_pids),
+        }
+
+
+def stop_run(
+    *,
+    out_dir: Path,
+    grace_s: float = 90.0,
+    poll_s: float = 0.2,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> StopResult:
+    """SIGTERM the run (the trainer finishes its step, checkpoints, exits); SIGKILL its process group
+    if anything of it is still alive after `grace_s`."""
+    out_dir = Path(out_dir).resolve()
+    record = read_run(out_dir)
+    if record is None:
+        raise InputError(
+            f"no detached run in {out_dir} (no {RUN_FILE})",
+            hint="runs started with `mw-env train start` can be stopped; a foreground run stops with Ctrl-C",
+        )
+    with _run_lock(out_dir):
+        if not is_alive(record):
+            return StopResult(run_dir=out_dir, was_running=False)
+        record = _with_stop(record, {"requested_at": time.time(), "escalated": False})
+        # The supervisor forwards SIGTERM to the trainer; a trainer that lost its supervisor gets it directly.
+        target = record.pid if same_process_alive(record.pid, record.start_ticks) else record.child_pid
+        if not target or target <= 0:  # never 0 or negative: those address whole process groups
+            return StopResult(run_dir=out_dir, was_running=False)
+        try:
+            os.kill(target, signal.SIGTERM)
+        except ProcessLookupError:
+            return StopResult(run_dir=out_dir, was_running=False)
+        started = clock()
+        while clock() - started < grace_s:
+            if not is_alive(record) and not group_members(record.pid):
+                return StopResult(run_dir=out_dir, was_running=True, waited_s=clock() - started)
+            sleep(poll_s)
+        # Still there: the trainer ignored SIGTERM or hangs (a stuck collective, a GPU hang).
+        # The group id is the supervisor's pid; it cannot be reused while the group has members.
+        members = tuple(group_members(record.pid))
+        if members:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(record.pid, signal.SIGKILL)
+        _with_stop(record, {**(record.stop or {}), "escalated": True, "killed": list(members)})
+        for _ in range(int(10 / max(poll_s, 0.01))):
+            if not group_members(record.pid):
+                break
+            sleep(poll_s)
+        return StopResult(
+            run_dir=out_dir, was_running=True, escalated=True, waited_s=clock() - started, killed_pids=members
+        )
+
+
+def _with_stop(record: RunRecord, stop: dict[str, Any]) -> RunRecord:
+    from dataclasses import replace
+
+    updated = replace(record, stop=stop)
+    write_json_atomic(record.run_dir / RUN_FILE, updated.to_dict())
+    return updated
+
+
+__all__ = [
+    "EXIT_FILE",
+    "ExitRecord",
+    "RunRecord",
+    "StopResult",
+    "group_members",
+    "is_alive",
+    "proc_stat",
+    "read_exit",
+    "read_run",
+    "same_process_alive",
+    "start_run",
+    "stop_run",
+]

@@ -1,0 +1,382 @@
+"""`status` and `watch` of a training run: read its folder, never touch its process.
+
+The run's own part of metrics.jsonl and train.log starts at the offsets run.json recorded at start,
+so a traceback or a NaN from an earlier, restarted run in the same folder is not reported again.
+A foreground run (no run.json) is read whole, and its liveness is unknown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mw_env.errors import InputError
+from mw_env.trainer.anomalies import (
+    Anomaly,
+    Liveness,
+    LogScanner,
+    Thresholds,
+    analyze,
+    exit_code_for,
+)
+from mw_env.trainer.runs import LOG_FILE, METRICS_FILE, RunRecord, is_alive, read_exit, read_run
+
+LOG_SCAN_MAX = 64 * 1024 * 1024  # a huge log is scanned from its last 64 MiB
+RATE_WINDOW = 20  # step events used for steps/s and the ETA
+WATCH_EVENTS = {"step": "progress", "eval": "eval", "checkpoint": "checkpoint", "finished": "finished"}
+
+
+@dataclass
+class Tail:
+    """Complete lines appended to a file since the last read (a partial last line waits)."""
+
+    path: Path
+    offset: int = 0
+    limit: int | None = None  # read at most this many bytes on a first, large read
+    skipped_bytes: int = 0
+
+    def read_lines(self) -> list[str]:
+        return [line for _, line in self.read_with_offsets()]
+
+    def read_with_offsets(self) -> list[tuple[int, str]]:
+        """(byte offset where the line starts, line) for each new complete line."""
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return []
+        if size < self.offset:  # rewritten or truncated: start over
+            self.offset = 0
+        if self.limit is not None and size - self.offset > self.limit:
+            self.skipped_bytes += size - self.limit - self.offset
+            self.offset = size - self.limit
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read(size - self.offset)
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            return []
+        out, pos = [], self.offset
+        for raw in data[:cut].split(b"\n"):
+            out.append((pos, raw.decode("utf-8", errors="replace").rstrip("\r")))
+            pos += len(raw) + 1
+        self.offset += cut + 1
+        return out
+
+
+@dataclass
+class MetricsTail:
+    tail: Tail
+    bad_lines: int = 0
+
+    def read_events(self) -> list[tuple[int, dict[str, Any]]]:
+        """(byte offset, event) for each new event line; other lines are counted as bad."""
+        events = []
+        for offset, line in self.tail.read_with_offsets():
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                self.bad_lines += 1
+                continue
+            if isinstance(event, dict) and isinstance(event.get("event"), str):
+                events.append((offset, event))
+            else:
+                self.bad_lines += 1
+        return events
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int | None = None
+    max_steps: int | None = None
+    loss: float | None = None
+    lr: float | None = None
+    tokens_per_s: float | None = None
+    steps_per_s: float | None = None
+    eta_s: float | None = None
+    last_checkpoint: dict[str, Any] | None = None
+    last_eval: dict[str, Any] | None = None
+    last_event_time: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(dict(self.__dict__))
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf as the strings "nan"/"inf"/"-inf": strict JSON has no literal for them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def compute_progress(events: Sequence[dict[str, Any]], *, max_steps: int | None) -> Progress:
+    """Latest step, loss, lr, tokens/s; steps/s over the last few steps; ETA when max_steps is known."""
+    steps = [e for e in events if e.get("event") == "step"]
+    if not steps:
+        return Progress(max_steps=max_steps, **_last_markers(events))
+    last = steps[-1]
+    max_steps = max_steps or (int(last["max_steps"]) if _num(last.get("max_steps")) else None)
+    rate = None
+    recent = [
+        e for e in steps[-RATE_WINDOW:] if _num(e.get("time")) is not None and _num(e.get("step")) is not None
+    ]
+    if len(recent) >= 2 and recent[-1]["time"] > recent[0]["time"]:
+        rate = (recent[-1]["step"] - recent[0]["step"]) / (recent[-1]["time"] - recent[0]["time"])
+    step = int(last["step"]) if _num(last.get("step")) is not None else None
+    eta = None
+    if rate and rate > 0 and max_steps is not None and step is not None:
+        eta = max(0.0, (max_steps - step) / rate)
+    loss = _num(last.get("loss"))
+    return Progress(
+        step=step,
+        max_steps=max_steps,
+        loss=loss,
+        lr=_num(last.get("lr")),
+        tokens_per_s=_num(last.get("tokens_per_s")),
+        steps_per_s=rate,
+        eta_s=eta,
+        **_last_markers(events),
+    )
+
+
+def _last_markers(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    checkpoints = [e for e in events if e.get("event") == "checkpoint" and e.get("phase", "done") == "done"]
+    evals = [e for e in events if e.get("event") == "eval"]
+    times = [e["time"] for e in events if _num(e.get("time")) is not None]
+    return {
+        "last_checkpoint": {k: checkpoints[-1].get(k) for k in ("step", "path", "time")}
+        if checkpoints
+        else None,
+        "last_eval": {k: v for k, v in evals[-1].items() if k != "event"} if evals else None,
+        "last_event_time": max(times) if times else None,
+    }
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_dir: Path
+    state: str  # starting | running | finished | stopped | failed | dead | unknown
+    alive: bool | None
+    pid: int | None
+    child_pid: int | None
+    started_at: float | None
+    log_file: Path
+    progress: Progress
+    anomalies: tuple[Anomaly, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(self.anomalies)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "state": self.state,
+            "alive": self.alive,
+            "pid": self.pid,
+            "child_pid": self.child_pid,
+            "started_at": self.started_at,
+            "log_file": str(self.log_file),
+            "progress": self.progress.to_dict(),
+            "anomalies": [a.to_dict() for a in self.anomalies],
+            "exit_code": self.exit_code,
+            "notes": list(self.notes),
+        }
+
+
+def _liveness(record: RunRecord | None, out_dir: Path) -> Liveness:
+    if record is None:
+        return Liveness(alive=None)
+    ended = read_exit(out_dir)
+    alive = ended is None and is_alive(record)
+    return Liveness(
+        alive=alive,
+        pid=record.child_pid or record.pid,
+        returncode=ended.returncode if ended else None,
+        signal=ended.signal if ended else None,
+        oom_kills=ended.oom_kills if ended else 0,
+        exit_recorded=ended is not None,
+        stop_requested=bool(record.stop),
+    )
+
+
+def _state(events: Sequence[dict[str, Any]], liveness: Liveness, record: RunRecord | None) -> str:
+    finished = [e for e in events if e.get("event") == "finished"]
+    if finished:
+        reason = finished[-1].get("reason")
+        return {"stopped": "stopped", "nonfinite": "failed"}.get(str(reason), "finished")
+    if liveness.alive:
+        return "running" if any(e.get("event") == "step" for e in events) else "starting"
+    if liveness.alive is False:
+        return "stopped" if record and record.stop else "dead"
+    return "unknown"
+
+
+def _last_output(paths: Sequence[Path], started_at: float | None) -> float | None:
+    times = [started_at] if started_at else []
+    for path in paths:
+        with contextlib.suppress(OSError):
+            times.append(path.stat().st_mtime)
+    return max(times) if times else None
+
+
+class RunWatcher:
+    """Reads a run folder incrementally; `poll()` returns the new watch events since the last call."""
+
+    def __init__(
+        self,
+        *,
+        out_dir: Path,
+        thresholds: Thresholds | None = None,
+        clock: Callable[[], float] = time.time,
+        replay: bool = True,
+    ) -> None:
+        self.out_dir = Path(out_dir).resolve()
+        self.record = read_run(self.out_dir)
+        metrics_path = self.out_dir / METRICS_FILE
+        log_path = self.record.log_file if self.record else self.out_dir / LOG_FILE
+        if self.record is None and not metrics_path.exists() and not log_path.exists():
+            raise InputError(
+                f"no training run in {self.out_dir}: no run.json, {METRICS_FILE} or {LOG_FILE}",
+                hint="pass the run's --out-dir (runtime.out_dir of its config)",
+            )
+        self.thresholds = thresholds or Thresholds()
+        self.clock = clock
+        self.log_path, self.metrics_path = log_path, metrics_path
+        self.history = MetricsTail(Tail(metrics_path))  # everything, for progress
+        read = self.history.read_events()
+        self.all_events: list[dict[str, Any]] = [event for _, event in read]
+        seg_start = self.record.metrics_offset if self.record else 0
+        # A file shorter than the recorded offset, or another file (--fresh moved the old one
+        # aside), was written since the start: all of it is this run's.
+        if self.history.tail.offset < seg_start or self._replaced(metrics_path):
+            seg_start = 0
+        self.segment = [event for offset, event in read if offset >= seg_start]
+        self.scanner = LogScanner()
+        self.log_tail = Tail(
+            log_path, offset=self.record.log_offset if self.record else 0, limit=LOG_SCAN_MAX
+        )
+        self.scanner.feed(self.log_tail.read_lines())
+        self._pending = [*self.segment] if replay else []
+        self._seen: set[tuple[str, str]] = set()
+        self._recent: deque[dict[str, Any]] = deque(maxlen=RATE_WINDOW)
+        self.done = False
+        self.anomalies: tuple[Anomaly, ...] = ()
+
+    def _replaced(self, path: Path) -> bool:
+        if self.record is None or self.record.metrics_inode is None:
+            return False
+        try:
+            return path.stat().st_ino != self.record.metrics_inode
+        except OSError:
+            return False
+
+    def snapshot(self) -> RunStatus:
+        """The run's status now: liveness, then whatever was written up to then, then the anomalies."""
+        liveness, _ = self._refresh()
+        notes = []
+        if self.history.bad_lines:
+            notes.append(f"{self.history.bad_lines} line(s) of {METRICS_FILE} are not JSON events (ignored)")
+        if self.log_tail.skipped_bytes:
+            notes.append(f"only the last {LOG_SCAN_MAX // 2**20} MiB of {self.log_path.name} were scanned")
+        max_steps = self.record.max_steps if self.record else None
+        return RunStatus(
+            run_dir=self.out_dir,
+            state=_state(self.segment, liveness, self.record),
+            alive=liveness.alive,
+            pid=self.record.pid if self.record else None,
+            child_pid=self.record.child_pid if self.record else None,
+            started_at=self.record.started_at if self.record else None,
+            log_file=self.log_path,
+            progress=compute_progress(self.all_events, max_steps=max_steps),
+            anomalies=self.anomalies,
+            notes=tuple(notes),
+        )
+
+    def _refresh(self) -> tuple[Liveness, list[dict[str, Any]]]:
+        # Liveness first, then the files: a process seen dead has flushed everything it wrote,
+        # so its `finished` event cannot be missed and taken for a vanished run.
+        liveness = _liveness(self.record, self.out_dir)
+        new = [event for _, event in self.history.read_events()]
+        self.all_events += new
+        self.segment += new
+        self.scanner.feed(self.log_tail.read_lines())
+        self._analyze(liveness)
+        return liveness, new
+
+    def _analyze(self, liveness: Liveness) -> None:
+        self.anomalies = analyze(
+            events=self.segment,
+            log_findings=self.scanner.findings,
+            liveness=liveness,
+            last_output=_last_output(
+                [self.metrics_path, self.log_path], self.record.started_at if self.record else None
+            ),
+            now=self.clock(),
+            thresholds=self.thresholds,
+            log_name=self.log_path.name,
+        )
+
+    def poll(self) -> list[dict[str, Any]]:
+        """New events: metrics events as watch events, then anomalies not reported before."""
+        liveness, new = self._refresh()
+        out: list[dict[str, Any]] = []
+        max_steps = self.record.max_steps if self.record else None
+        for event in [*self._pending, *new]:
+            kind = WATCH_EVENTS.get(str(event.get("event")))
+            if kind is None:
+                continue
+            item = {**event, "event": kind}
+            if kind == "progress":
+                self._recent.append(event)
+                eta = compute_progress(list(self._recent), max_steps=max_steps).eta_s
+                if eta is not None:
+                    item["eta_s"] = round(eta, 1)
+            out.append(json_safe(item))
+        self._pending = []
+        for anomaly in self.anomalies:
+            key = (anomaly.kind, anomaly.evidence)
+            if key not in self._seen:
+                self._seen.add(key)
+                out.append(json_safe({"event": "anomaly", "time": self.clock(), **anomaly.to_dict()}))
+        if any(e.get("event") == "finished" for e in self.segment) or liveness.alive is False:
+            self.done = True
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(self.anomalies)
+
+    def events(
+        self, *, poll_s: float = 1.0, sleep: Callable[[float], None] = time.sleep
+    ) -> Iterator[dict[str, Any]]:
+        """Yield watch events until the run has finished or its process is gone."""
+        while True:
+            yield from self.poll()
+            if self.done:
+                return
+            sleep(poll_s)
+
+
+def run_status(
+    *, out_dir: Path, thresholds: Thresholds | None = None, clock: Callable[[], float] = time.time
+) -> RunStatus:
+    """Progress and anomalies of the run in `out_dir`. Reads files and /proc only."""
+    return RunWatcher(out_dir=out_dir, thresholds=thresholds, clock=clock).snapshot()

@@ -1,0 +1,102 @@
+"""`train summary`: the model (parameters per block, total), the data and the schedule - without torch.
+
+Parameter counts are computed from the config by formula; tests check them against the torch model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mw_env.trainer.config import OptimConfig, TrainConfig
+from mw_env.trainer.synthetic import LABELS
+
+BYTE_VOCAB = 260
+
+
+def lr_factor(step: int, optim: OptimConfig, max_steps: int) -> float:
+    """The LR multiplier for optimizer step `step` (0-based): linear warmup, then the decay."""
+    warm = optim.warmup_steps
+    if optim.schedule == "noam":
+        # Vaswani et al.: rises linearly for `warm` steps, then decays as 1/sqrt(step); peak = 1.
+        s, w = step + 1, max(warm, 1)
+        return min(s / w, math.sqrt(w / s))
+    if warm and step < warm:
+        return (step + 1) / warm
+    if optim.schedule == "constant":
+        return 1.0
+    span = max(max_steps - warm, 1)
+    progress = min(max(step - warm, 0) / span, 1.0)
+    floor = optim.min_lr_ratio
+    if optim.schedule == "linear":
+        return floor + (1.0 - floor) * (1.0 - progress)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
+
+
+def parameter_counts(
+    config: TrainConfig, *, vocab_size: int = BYTE_VOCAB, n_labels: int = len(LABELS)
+) -> list[tuple[str, int]]:
+    m = config.model
+    d, ff = m.d_model, m.d_ff
+    # per block: two LayerNorms (4d), qkv (3d^2 + 3d), out proj (d^2 + d), ff1 (d*ff + ff), ff2 (ff*d + d)
+    block = 4 * d + 3 * d * d + 3 * d + d * d + d + d * ff + ff + ff * d + d
+    rows = [("embeddings", vocab_size * d + m.max_len * d)]
+    rows += [(f"block {i}", block) for i in range(m.n_layers)]
+    rows.append(("head", 2 * d + d * n_labels + n_labels))
+    return rows
+
+
+def summarize(config: TrainConfig) -> dict[str, Any]:
+    """A plain dict: model, data, schedule (the `summary` command renders it)."""
+    m, d, o, r = config.model, config.data, config.optim, config.runtime
+    vocab = BYTE_VOCAB if d.tokenizer == "byte" else None
+    rows = parameter_counts(config, vocab_size=vocab or BYTE_VOCAB)
+    total = sum(n for _, n in rows)
+    window = o.batch_size * o.accumulation_steps
+    if d.source == "synthetic":
+        data = {
+            "source": "synthetic",
+            "train_rows": d.synthetic_rows,
+            "val_rows": d.synthetic_val_rows,
+            "countries": list(d.countries),
+            "noise": d.noise,
+        }
+    else:
+        data = {
+            "source": "files",
+            "train_files": list(d.train_files),
+            "val_files": list(d.val_files),
+            "val_fraction": None if d.val_files else d.val_fraction,
+        }
+    data.update({"tokenizer": d.tokenizer, "max_len": m.max_len, "labels": list(LABELS)})
+    checkpoints = [s for s in (250, 500, 1000) if s < r.max_steps]
+    return {
+        "model": {
+            "architecture": f"{m.n_layers}-layer pre-LN transformer encoder, d_model {m.d_model}, "
+            f"{m.n_heads} heads, ff {m.d_ff}, {len(LABELS)} BIO labels",
+            "vocab_size": vocab,
+            "parameters": [{"part": name, "parameters": n} for name, n in rows],
+            "total_parameters": total
+            if vocab
+            else None,  # SentencePiece vocab is known only once the model file is read
+        },
+        "data": data,
+        "schedule": {
+            "optimizer": f"AdamW (betas {o.beta1}, {o.beta2}; weight decay {o.weight_decay})",
+            "lr": o.lr,
+            "schedule": o.schedule,
+            "warmup_steps": o.warmup_steps,
+            "min_lr_ratio": o.min_lr_ratio,
+            "max_steps": r.max_steps,
+            "rows_per_step_per_process": window,
+            "accumulation_steps": o.accumulation_steps,
+            "grad_clip": o.grad_clip,
+            "label_smoothing": o.label_smoothing,
+            "lr_at": {
+                str(s): o.lr * lr_factor(s, o, r.max_steps) for s in (0, *checkpoints, r.max_steps - 1)
+            },
+            "eval_every": r.eval_every,
+            "checkpoint_every": r.checkpoint_every,
+            "early_stop_patience": r.early_stop_patience,
+        },
+    }

@@ -1,0 +1,148 @@
+"""The detached run's supervisor, and the process facts runs are judged by.
+
+`python -m mw_env.trainer.supervise REPORT_FD` (started by `mw-env train start`, in its own
+session) reads {argv, env, cwd, run_dir} on stdin, starts the trainer as its child, reports the
+child's pid on REPORT_FD, forwards SIGTERM/SIGINT to it and, when it ends, writes `state.json`
+(return code or signal, and whether the cgroup's OOM killer fired). Without it an orphaned
+trainer's exit status is lost: nobody would be left to tell "killed by SIGKILL" from "exited 1".
+Stdlib only: it runs under mw-env's own interpreter, not the venv's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+PROC = Path("/proc")
+# The supervisor's record of the trainer process: {"state": "running", "child_pid"} once it is
+# started, {"state": "exited", "returncode" | "signal", "oom_kills", ...} when it ended. (The name
+# is one the run manifest leaves out: it changes after the trainer wrote MANIFEST.sha256.)
+STATE_FILE = "state.json"
+
+
+def proc_stat(pid: int, *, proc: Path = PROC) -> tuple[str, int, int] | None:
+    """(state, process group, start ticks) from /proc/<pid>/stat, or None when there is no such pid."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    rest = text[text.rfind(")") + 2 :].split()
+    try:
+        return rest[0], int(rest[2]), int(rest[19])  # fields 3, 5 and 22
+    except (IndexError, ValueError):
+        return None
+
+
+def same_process_alive(pid: int, start_ticks: int, *, proc: Path = PROC) -> bool:
+    """True while `pid` is running and is the process that started at `start_ticks` (not a zombie)."""
+    stat = proc_stat(pid, proc=proc)
+    return stat is not None and stat[0] not in ("Z", "X", "x") and stat[2] == start_ticks
+
+
+def group_members(pgid: int, *, proc: Path = PROC) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`."""
+    members = []
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name), proc=proc)
+            if stat and stat[1] == pgid and stat[0] not in ("Z", "X", "x"):
+                members.append(int(entry.name))
+    return members
+
+
+def cgroup_oom_kills(*, proc: Path = PROC, sys_fs: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The oom_kill counter of this process's cgroup (v2), or None where it cannot be read."""
+    paths = [sys_fs / "memory.events"]
+    with contextlib.suppress(OSError):
+        for line in (proc / "self" / "cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                paths.insert(0, sys_fs / line[3:].strip("/") / "memory.events")
+    for path in paths:
+        with contextlib.suppress(OSError, ValueError):
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    return None
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Replace `path` only once its successor is complete on disk."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def supervise(report_fd: int) -> int:
+    """Start the trainer from the spec on stdin, forward stop signals, record how it ended."""
+    spec = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        if child is None:
+            pending.append(signum)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    oom_before = cgroup_oom_kills()
+    try:
+        child = subprocess.Popen(spec["argv"], env=spec["env"], cwd=spec.get("cwd"), stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        os.write(
+            report_fd, (json.dumps({"error": f"{spec['argv'][0]}: {exc.strerror or exc}"}) + "\n").encode()
+        )
+        os.close(report_fd)
+        print(f"mw-env: could not start {spec['argv'][0]}: {exc}", flush=True)
+        return 127
+    os.write(report_fd, (json.dumps({"child_pid": child.pid}) + "\n").encode())
+    os.close(report_fd)
+    state_file = Path(spec["run_dir"]) / STATE_FILE
+    write_json_atomic(state_file, {"state": "running", "child_pid": child.pid, "time": time.time()})
+    for signum in pending:
+        forward(signum, None)
+    returncode = child.wait()
+    oom_after = cgroup_oom_kills()
+    oom = (oom_after - oom_before) if oom_before is not None and oom_after is not None else 0
+    write_json_atomic(
+        state_file,
+        {
+            "state": "exited",
+            "returncode": returncode if returncode >= 0 else None,
+            "signal": -returncode if returncode < 0 else None,
+            "oom_kills": max(0, oom),
+            "time": time.time(),
+            "child_pid": child.pid,
+        },
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 1 and args[0].isdigit():
+        return supervise(int(args[0]))
+    print("usage: python -m mw_env.trainer.supervise REPORT_FD (started by `mw-env train start`)")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

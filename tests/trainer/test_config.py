@@ -1,0 +1,128 @@
+"""Config: shipped configs, precedence and provenance, --set parsing, clear errors. No torch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mw_env.errors import InputError
+from mw_env.trainer.config import (
+    architecture_diff,
+    config_from_dict,
+    find_config,
+    parse_set,
+    resolve_config,
+    shipped_configs,
+)
+
+
+def test_shipped_configs_resolve() -> None:
+    assert {"smoke", "address-tagger"} <= set(shipped_configs())
+    smoke = resolve_config(path=find_config("smoke")).config
+    assert (smoke.model.n_layers, smoke.model.d_model, smoke.runtime.max_steps) == (2, 32, 20)
+    assert smoke.data.source == "synthetic" and smoke.runtime.device == "cpu"
+    tagger = resolve_config(path=find_config("address-tagger")).config
+    assert tagger.model.n_layers == 6
+
+
+def test_precedence_and_sources(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("optim:\n  lr: 1.0e-3\nruntime:\n  precision: fp32\n")
+    r = resolve_config(
+        path=cfg,
+        overrides=["optim.lr=2e-3", "runtime.compile=true"],
+        profile_defaults={"device": "cuda", "precision": "bf16", "sdpa_backend": "math", "compile": False},
+        profile_name="gfx1103",
+    )
+    c = r.config
+    assert c.optim.lr == 2e-3 and r.sources["optim.lr"] == "--set"  # YAML 1.1 reads 2e-3 as text
+    assert c.runtime.precision == "fp32" and r.sources["runtime.precision"] == f"file:{cfg}"
+    assert c.runtime.device == "cuda" and r.sources["runtime.device"] == "profile:gfx1103"
+    assert c.runtime.sdpa_backend == "math"
+    assert c.runtime.compile is True
+    assert r.sources["optim.weight_decay"] == "default"
+    assert r.to_dict()["config_sha256"] == c.sha256()
+
+
+def test_toml_config(tmp_path: Path) -> None:
+    if sys.version_info < (3, 11):
+        pytest.importorskip("tomli")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[optim]\nlr = 1e-3\nbatch_size = 4\n[data]\ncountries = ["US", "DE"]\n')
+    c = resolve_config(path=cfg).config
+    assert (c.optim.lr, c.optim.batch_size, c.data.countries) == (1e-3, 4, ("US", "DE"))
+
+
+def test_unknown_key_names_closest(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as exc:
+        resolve_config(overrides=["optim.learning_rat=1"])
+    assert "optim.learning_rat" in exc.value.message
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("runtime:\n  max_step: 5\n")
+    with pytest.raises(InputError) as exc:
+        resolve_config(path=cfg)
+    assert str(cfg) in exc.value.message and "runtime.max_steps" in (exc.value.hint or "")
+    cfg.write_text("optimizer:\n  lr: 1\n")
+    with pytest.raises(InputError, match="unknown config key 'optimizer'"):
+        resolve_config(path=cfg)
+
+
+@pytest.mark.parametrize(
+    ("item", "expect"),
+    [
+        ("optim.lr=fast", "optim.lr must be a number"),
+        ("runtime.max_steps=1.5", "runtime.max_steps must be an integer"),
+        ("runtime.compile=maybe", "runtime.compile must be true or false"),
+        ("runtime.max_steps=true", "runtime.max_steps must be an integer"),
+        ("runtime.max_steps=0", "runtime.max_steps = 0 is not allowed"),
+        ("optim.schedule=exp", "optim.schedule = 'exp' is not allowed"),
+        ("model.n_heads=3", "model.n_heads = 3 is not allowed"),
+        ("runtime.device=gpu", "runtime.device = 'gpu' is not allowed"),
+        ("runtime.keep_last=1", "runtime.keep_last = 1 is not allowed"),
+        ("optim.lr", "expected section.key=value"),
+        ("data.countries=[US, XX]", "data.countries = ['US', 'XX'] is not allowed"),
+    ],
+)
+def test_bad_set_values(item: str, expect: str) -> None:
+    with pytest.raises(InputError) as exc:
+        resolve_config(path=find_config("smoke"), overrides=[item])
+    assert expect in exc.value.message
+    assert exc.value.exit_code == 2
+
+
+def test_parse_set_scalars() -> None:
+    assert parse_set("optim.lr=1e-3") == ("optim.lr", "1e-3")  # turned into a float by the field type
+    assert parse_set("runtime.compile=true") == ("runtime.compile", True)
+    assert parse_set("data.spm_model=null") == ("data.spm_model", None)
+    assert parse_set("data.countries=[US, GB]") == ("data.countries", ["US", "GB"])
+    c = resolve_config(overrides=["optim.lr=1e-3", "data.countries=[US, GB]", "data.train_files=a.jsonl"])
+    assert c.config.optim.lr == 1e-3 and c.config.data.countries == ("US", "GB")
+    assert c.config.data.train_files == ("a.jsonl",)
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no shipped config"):
+        find_config("no-such-config")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim: [1, 2\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        resolve_config(path=bad)
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(InputError, match="top level must be a mapping"):
+        resolve_config(path=bad)
+    ini = tmp_path / "c.ini"
+    ini.write_text("x")
+    with pytest.raises(InputError, match="unknown config format"):
+        resolve_config(path=ini)
+    with pytest.raises(InputError, match=r"data\.train_files is empty"):
+        resolve_config(overrides=["data.source=files"])
+
+
+def test_round_trip_and_architecture_diff() -> None:
+    a = resolve_config(path=find_config("smoke")).config
+    assert config_from_dict(a.to_dict()) == a
+    b = resolve_config(path=find_config("smoke"), overrides=["model.d_model=64", "optim.lr=1e-4"]).config
+    diff = architecture_diff(a, b)
+    assert diff == ["model.d_model: 32 -> 64"]  # lr may change on resume; the architecture may not

@@ -1,0 +1,220 @@
+"""Data: the synthetic generator, shard streaming and its errors, tokenisation, the batch order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mw_env.errors import InputError
+from mw_env.trainer.config import resolve_config
+from mw_env.trainer.data import (
+    IGNORE,
+    LABEL_ID,
+    ByteTokenizer,
+    encode_row,
+    load_corpus,
+    stream_rows,
+)
+from mw_env.trainer.metrics import entity_prf, spans
+from mw_env.trainer.synthetic import FORMATS, generate_row
+
+
+def _row(i: int, split: str = "train", seed: int = 1) -> tuple[list[str], list[str]]:
+    return generate_row(seed=seed, split=split, index=i, countries=tuple(FORMATS), noise=0.3)
+
+
+def test_synthetic_is_deterministic_and_well_formed() -> None:
+    rows = [_row(i) for i in range(300)]
+    assert rows == [_row(i) for i in range(300)]
+    assert _row(0, seed=2) != _row(0, seed=1) and _row(0, "val") != _row(0, "train")
+    entities = set()
+    for words, tags in rows:
+        assert len(words) == len(tags) and words
+        assert all(t in LABEL_ID for t in tags)
+        for prev, tag in zip(["O", *tags], tags, strict=False):
+            if tag.startswith("I-"):  # every I- continues an entity of its own type
+                assert prev[2:] == tag[2:], (words, tags)
+        entities |= {t[2:] for t in tags if t != "O"}
+    assert entities == {"house_number", "street", "unit", "locality", "region", "postcode", "country"}
+    # Several countries' formats: a German row puts the street before the number.
+    de = [generate_row(seed=3, split="train", index=i, countries=("DE",), noise=0.0) for i in range(20)]
+    assert all(tags[0] == "B-street" for _, tags in de)
+    us = [generate_row(seed=3, split="train", index=i, countries=("US",), noise=0.0) for i in range(20)]
+    assert all(tags[0] == "B-house_number" for _, tags in us)
+
+
+def test_byte_tokenizer_labels_first_subtoken() -> None:
+    tok = ByteTokenizer()
+    ids, labels, dropped = encode_row(tok, ["12", "Straße"], ["B-house_number", "B-street"], 64)
+    text = bytes(i - 4 for i in ids[1:-1]).decode()
+    assert text == "12 Straße" and dropped == 0
+    assert labels[1] == LABEL_ID["B-house_number"] and labels[2] == IGNORE  # '2' is a continuation
+    assert labels[3] == IGNORE  # the space between words
+    assert labels[4] == LABEL_ID["B-street"]
+    assert sum(1 for x in labels if x != IGNORE) == 2
+    ids, labels, dropped = encode_row(tok, ["aaaa"] * 10, ["O"] * 10, 16)
+    assert len(ids) <= 16 and dropped > 0  # truncation drops whole words, never half a label
+
+
+def test_entity_spans_and_f1() -> None:
+    assert spans(["B-street", "I-street", "O", "I-locality"]) == {(0, 2, "street"), (3, 4, "locality")}
+    gold = [["B-street", "I-street", "B-postcode"]]
+    assert entity_prf(gold, gold) == (1.0, 1.0, 1.0)
+    p, r, f1 = entity_prf(gold, [["B-street", "O", "B-postcode"]])
+    assert (p, r) == (0.5, 0.5) and f1 == 0.5
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_and_parquet_shards(tmp_path: Path) -> None:
+    rows = [dict(zip(("tokens", "tags"), _row(i), strict=True)) for i in range(60)]
+    _jsonl(tmp_path / "a.jsonl", rows[:30])
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows[30:]), tmp_path / "b.parquet")
+    assert next(iter(stream_rows(tmp_path / "b.parquet"))) == (rows[30]["tokens"], rows[30]["tags"])
+    cfg = resolve_config(
+        overrides=[
+            "data.source=files",
+            f"data.train_files=[{tmp_path}/*.jsonl, {tmp_path}/b.parquet]",
+            "data.val_fraction=0.2",
+        ]
+    ).config
+    corpus = load_corpus(cfg)
+    assert len(corpus.train) + len(corpus.val) == 60 and len(corpus.val) > 0
+    card = corpus.card
+    assert card["rows"] == {"train": len(corpus.train), "val": len(corpus.val)}
+    assert [s["path"].rsplit("/", 1)[1] for s in card["sources"]] == ["a.jsonl", "b.parquet"]
+    assert all(len(s["sha256"]) == 64 for s in card["sources"])
+    total_tags = sum(card["tag_distribution"]["train"].values()) + sum(
+        card["tag_distribution"]["val"].values()
+    )
+    assert total_tags == sum(len(r["tags"]) for r in rows)
+    # The split is a function of (seed, row ordinal): the same corpus splits the same way again.
+    assert len(load_corpus(cfg).val) == len(corpus.val)
+
+
+def test_explicit_val_files(tmp_path: Path) -> None:
+    _jsonl(tmp_path / "t.jsonl", [dict(zip(("tokens", "tags"), _row(i), strict=True)) for i in range(10)])
+    _jsonl(
+        tmp_path / "v.jsonl", [dict(zip(("tokens", "tags"), _row(i, "val"), strict=True)) for i in range(4)]
+    )
+    cfg = resolve_config(
+        overrides=[
+            "data.source=files",
+            f"data.train_files={tmp_path}/t.jsonl",
+            f"data.val_files={tmp_path}/v.jsonl",
+        ]
+    ).config
+    corpus = load_corpus(cfg)
+    assert (len(corpus.train), len(corpus.val)) == (10, 4)
+
+
+@pytest.mark.parametrize(
+    ("line", "expect"),
+    [
+        ({"tokens": ["12", "Oak"], "tags": ["B-house_number"]}, "row 1: 2 tokens but 1 tags"),
+        ({"tokens": ["12"], "tags": ["B-house"]}, "row 1: unknown tag 'B-house'"),
+        ({"tokens": "12 Oak", "tags": ["O"]}, "'tokens' must be a list of strings"),
+        ({"words": ["12"]}, "expected an object with 'tokens' and 'tags'"),
+    ],
+)
+def test_bad_shards(tmp_path: Path, line: dict, expect: str) -> None:
+    shard = _jsonl(tmp_path / "s.jsonl", [{"tokens": ["1"], "tags": ["B-house_number"]}, line])
+    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={shard}"]).config
+    with pytest.raises(InputError) as exc:
+        load_corpus(cfg)
+    assert str(shard) in exc.value.message and expect in exc.value.message
+
+
+def test_bad_parquet_and_missing_files(tmp_path: Path) -> None:
+    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/nope.jsonl"]).config
+    with pytest.raises(InputError, match="no file matches"):
+        load_corpus(cfg)
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"tokens": [["a", "b"]], "tags": [["O"]]}), tmp_path / "m.parquet")
+    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/m.parquet"]).config
+    with pytest.raises(InputError, match=r"m.parquet row 0: 2 tokens but 1 tags"):
+        load_corpus(cfg)
+    pq.write_table(pa.table({"tokens": [["a"]]}), tmp_path / "n.parquet")
+    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/n.parquet"]).config
+    with pytest.raises(InputError, match=r"missing column\(s\) \['tags'\]"):
+        load_corpus(cfg)
+    (tmp_path / "x.jsonl").write_text("{not json\n")
+    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/x.jsonl"]).config
+    with pytest.raises(InputError, match="not valid JSON"):
+        load_corpus(cfg)
+
+
+@pytest.mark.torch
+def test_order_is_a_pure_function_and_shards_match() -> None:
+    from mw_env.trainer.data import Order, micro_batch_indices
+
+    a, b = Order(50, seed=7), Order(50, seed=7)
+    first = [a.index(p) for p in range(120)]
+    assert [b.index(p) for p in reversed(range(120))][::-1] == first  # random access, any order
+    assert sorted(first[:50]) == list(range(50)) and first[:50] != first[50:100]  # epochs reshuffle
+    # 2 ranks x 2 micro-batches read exactly the rows of 1 rank x 4 micro-batches, micro for micro.
+    single = [
+        micro_batch_indices(a, step=3, micro=m, rank=0, world=1, batch_size=4, accumulation=4)
+        for m in range(4)
+    ]
+    ddp = [
+        micro_batch_indices(a, step=3, micro=m, rank=r, world=2, batch_size=4, accumulation=2)
+        for m in range(2)
+        for r in range(2)
+    ]
+    assert single == ddp
+
+
+@pytest.mark.torch
+def test_sentencepiece_tokenizer_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
+    import io
+
+    spm = pytest.importorskip("sentencepiece")
+    from mw_env.trainer.loop import train
+    from mw_env.trainer.model import model_from_checkpoint
+
+    from .helpers import tiny_config
+
+    model_bytes = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(" ".join(_row(i)[0]) for i in range(400)),
+        model_writer=model_bytes,
+        vocab_size=400,
+        model_type="unigram",
+        byte_fallback=True,
+    )
+    path = tmp_path / "addr.model"
+    path.write_bytes(model_bytes.getvalue())
+    cfg = tiny_config(
+        tmp_path / "run",
+        "data.tokenizer=sentencepiece",
+        f"data.spm_model={path}",
+        "runtime.max_steps=2",
+        "runtime.eval_every=2",
+    )
+    corpus = load_corpus(cfg.config)
+    assert corpus.tokenizer.vocab_size == 404 and corpus.card["tokenizer"] == "sentencepiece"
+    _ids, labels, _ = encode_row(corpus.tokenizer, ["12", "Oakwood"], ["B-house_number", "B-street"], 64)
+    assert [x for x in labels if x != IGNORE] == [LABEL_ID["B-house_number"], LABEL_ID["B-street"]]
+    train(resolved=cfg, echo=lambda _m: None)
+    model, tok, _labels = model_from_checkpoint(tmp_path / "run" / "checkpoints" / "step-000000002.pt")
+    assert tok.kind == "sentencepiece" and tok.encode_word("Oakwood") == corpus.tokenizer.encode_word(
+        "Oakwood"
+    )
+    assert model.tok_emb.num_embeddings == 404
+    with pytest.raises(InputError, match=r"data\.spm_model"):
+        load_corpus(
+            tiny_config(
+                tmp_path / "r2", "data.tokenizer=sentencepiece", f"data.spm_model={tmp_path}/missing.model"
+            ).config
+        )

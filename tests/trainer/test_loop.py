@@ -1,0 +1,135 @@
+"""The loop on the CPU: smoke trains and its loss falls; events, report, manifest; non-finite steps;
+early stopping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mw_env.errors import StepFailed
+from mw_env.trainer.config import find_config, resolve_config
+
+from .helpers import events, step_losses, tiny_config
+
+pytestmark = pytest.mark.torch
+
+
+def test_smoke_config_trains_and_loss_falls(tmp_path: Path) -> None:
+    from mw_env.trainer.checkpoint import list_checkpoints
+    from mw_env.trainer.loop import train
+    from mw_env.trainer.manifest import verify_manifest
+
+    out = tmp_path / "smoke"
+    resolved = resolve_config(path=find_config("smoke"), overrides=[f"runtime.out_dir={out}"])
+    said: list[str] = []
+    result = train(resolved=resolved, echo=said.append)
+    assert (result.step, result.reason, result.precision) == (20, "max_steps", "fp32")
+    losses = [step_losses(out)[s] for s in range(1, 21)]
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.3, losses  # it learns, not just wiggles
+    evals = events(out, "eval")
+    assert [e["step"] for e in evals] == [10, 20]
+    assert all(0.0 <= e["entity_f1"] <= 1.0 and 0.0 <= e["token_acc"] <= 1.0 for e in evals)
+    assert evals[-1]["samples"] and "[" in evals[-1]["samples"][0]  # held-out addresses as tagged
+    assert any(line.startswith("    [") or line.startswith("    ") for line in said)
+    step = events(out, "step")[0]
+    assert {"step", "loss", "lr", "grad_norm", "tokens_per_s", "time"} <= step.keys()
+    phases = [(e["step"], e["phase"]) for e in events(out, "checkpoint")]
+    assert phases == [(10, "start"), (10, "done"), (20, "start"), (20, "done")]
+    assert events(out)[-1]["event"] == "finished" and events(out)[-1]["reason"] == "max_steps"
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == [
+        "step-000000010.pt",
+        "step-000000020.pt",
+    ]
+    for name in (
+        "report.md",
+        "report.html",
+        "loss.png",
+        "lr.png",
+        "hyperparameters.json",
+        "data_card.json",
+        "environment.json",
+        "packages.txt",
+    ):
+        assert (out / "report" / name).is_file(), name
+    assert "torch==" in (out / "report" / "packages.txt").read_text()
+    assert (
+        "no native bf16" in (out / "report" / "report.md").read_text()
+        or "fp32 requested" in (out / "report" / "report.md").read_text()
+    )
+    check = verify_manifest(out)
+    assert check.ok and check.checked >= 10
+
+
+def test_checkpoint_holds_resolved_config_and_loads_weights_only(tmp_path: Path) -> None:
+    import torch
+
+    from mw_env.trainer.checkpoint import latest_valid_checkpoint, load_checkpoint
+    from mw_env.trainer.loop import train
+    from mw_env.trainer.model import model_from_checkpoint
+
+    resolved = tiny_config(tmp_path / "r", "runtime.max_steps=4")
+    train(resolved=resolved, echo=lambda _m: None)
+    path = latest_valid_checkpoint(tmp_path / "r" / "checkpoints")
+    assert path is not None and path.name == "step-000000004.pt"
+    ckpt = load_checkpoint(path)
+    assert ckpt["config"] == resolved.config.to_dict() and ckpt["config_sha256"] == resolved.config.sha256()
+    assert ckpt["meta"]["torch"] == torch.__version__ and ckpt["loop"]["step"] == 4
+    model, tok, labels = model_from_checkpoint(path)
+    assert labels[0] == "O" and tok.vocab_size == 260
+    out = model(torch.tensor([[1, 50, 60, 2]]), torch.ones(1, 4, dtype=torch.bool))
+    assert out.shape == (1, 4, len(labels))
+
+
+def test_nonfinite_steps_are_skipped_then_the_run_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from mw_env.trainer.checkpoint import list_checkpoints, load_checkpoint
+    from mw_env.trainer.loop import train
+
+    real = F.cross_entropy
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if kwargs.get("label_smoothing"):  # training calls only, not evaluation
+            calls["n"] += 1
+            if calls["n"] > 5:
+                return out * float("nan")
+        return out
+
+    monkeypatch.setattr(F, "cross_entropy", poisoned)
+    out = tmp_path / "nan"
+    with pytest.raises(StepFailed) as exc:
+        train(resolved=tiny_config(out, "runtime.max_nonfinite=2"), echo=lambda _m: None)
+    assert "2 optimizer steps in a row" in exc.value.message and "step-000000004.pt" in (exc.value.hint or "")
+    skipped = events(out, "skipped_step")
+    assert [e["step"] for e in skipped] == [6, 7] and "non-finite loss" in skipped[0]["reason"]
+    assert events(out)[-1] == {**events(out)[-1], "event": "finished", "reason": "nonfinite", "step": 7}
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["step-000000004.pt"]
+    assert step_losses(out)[6] is None  # NaN is logged as JSON null, the line stays parseable
+    assert torch.isfinite(
+        torch.cat(
+            [
+                t.flatten()
+                for t in load_checkpoint(out / "checkpoints" / "step-000000004.pt")["model"].values()
+            ]
+        )
+    ).all()
+
+
+def test_early_stopping(tmp_path: Path) -> None:
+    from mw_env.trainer.loop import train
+
+    out = tmp_path / "es"
+    # min_delta 2.0 is unreachable for an F1, so the second evaluation already stops the run.
+    resolved = tiny_config(
+        out, "runtime.eval_every=2", "runtime.early_stop_patience=2", "runtime.early_stop_min_delta=2.0"
+    )
+    result = train(resolved=resolved, echo=lambda _m: None)
+    assert (result.reason, result.step) == ("early_stop", 4)
+    assert events(out)[-1]["reason"] == "early_stop"
+    assert (out / "checkpoints" / "step-000000004.pt").is_file()

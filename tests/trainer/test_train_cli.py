@@ -1,0 +1,245 @@
+"""`mw-env train` as the hand-off: doctor gate, venv + profile env, the real CLI against the test venv."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mw_env.cli import main
+from mw_env.errors import MwEnvError
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_VENV = Path(sys.executable).parent.parent  # the venv running the tests has torch and mw-env
+
+
+def _fake_venv(tmp_path: Path, env: dict[str, str]) -> Path:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "bin" / "torchrun").write_text("#!/bin/sh\n")
+    record = {
+        "profile": "cpu",
+        "torch_requirement": "torch==2.13.0+cpu",
+        "torch_version": "2.13.0+cpu",
+        "torch_build": "cpu",
+        "torch_index": None,
+        "python": "3.11",
+        "env": env,
+    }
+    (venv / "mw-env.json").write_text(json.dumps(record))
+    return venv
+
+
+def _doctor(monkeypatch: pytest.MonkeyPatch, status: str) -> list[dict]:
+    import mw_env.checks
+    from mw_env.checks.model import CheckResult, DoctorReport
+
+    calls: list[dict] = []
+
+    def fake_run_doctor(**kwargs):
+        calls.append(kwargs)
+        check = CheckResult(
+            id="devices.kfd",
+            area="devices",
+            title="/dev/kfd",
+            status=status,
+            detail="/dev/kfd is missing",
+            fix="incus config device add ...",
+        )
+        return DoctorReport(profile="cpu", checks=(check,))
+
+    monkeypatch.setattr(mw_env.checks, "run_doctor", fake_run_doctor, raising=False)
+    return calls
+
+
+def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mw_env.trainer.launch import prepare
+
+    calls = _doctor(monkeypatch, "pass")
+    venv = _fake_venv(tmp_path, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
+    monkeypatch.chdir(tmp_path)
+    launch = prepare(
+        venv=venv,
+        config="smoke",
+        overrides=["runtime.out_dir=runs/x"],
+        skip_doctor=False,
+        profile="cpu",
+        profiles_dirs=(),
+        root=None,
+        gpu=None,
+        nproc_per_node=1,
+    )
+    assert calls and calls[0]["quick"] is True and calls[0]["venv"] == venv
+    assert launch.argv[:4] == [str(venv / "bin" / "python"), "-m", "mw_env.trainer", "run"]
+    assert launch.argv[launch.argv.index("--set") + 1] == "runtime.out_dir=runs/x"
+    defaults = json.loads(launch.argv[launch.argv.index("--profile-defaults") + 1])
+    assert defaults["profile"] == "cpu" and defaults["device"] == "cpu"
+    assert launch.env["HSA_OVERRIDE_GFX_VERSION"] == "11.0.0"  # the venv's recorded runtime env
+    assert launch.env["PATH"].startswith(str(venv / "bin")) and launch.env["VIRTUAL_ENV"] == str(venv)
+    assert launch.out_dir == tmp_path / "runs" / "x"
+    doctor = json.loads((launch.out_dir / "doctor.json").read_text())
+    assert doctor["profile"] == "cpu" and doctor["ok"] is True
+    ddp = prepare(
+        venv=venv,
+        config="smoke",
+        overrides=(),
+        skip_doctor=True,
+        profile="cpu",
+        profiles_dirs=(),
+        root=None,
+        gpu=None,
+        nproc_per_node=2,
+        fresh=True,
+    )
+    assert ddp.argv[:3] == [str(venv / "bin" / "torchrun"), "--standalone", "--nproc-per-node=2"]
+    assert ddp.argv[3:5] == ["-m", "mw_env.trainer"] and ddp.argv[-1] == "--fresh" and ddp.doctor is None
+
+
+def test_doctor_failure_refuses_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mw_env.trainer.launch import prepare
+
+    _doctor(monkeypatch, "fail")
+    venv = _fake_venv(tmp_path, {})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MwEnvError) as exc:
+        prepare(
+            venv=venv,
+            config="smoke",
+            overrides=(),
+            skip_doctor=False,
+            profile="cpu",
+            profiles_dirs=(),
+            root=None,
+            gpu=None,
+            nproc_per_node=1,
+        )
+    assert "devices.kfd" in exc.value.message and "--skip-doctor" in (exc.value.hint or "")
+    assert main(["train", "--config", "smoke", "--venv", str(venv), "--profile", "cpu"]) == 1
+    assert "--skip-doctor" in capsys.readouterr().err
+
+
+def test_bad_input_is_exit_2_without_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    venv = _fake_venv(tmp_path, {})
+    base = ["train", "--venv", str(venv), "--skip-doctor", "--profile", "cpu"]
+    assert main([*base, "--config", "smoke", "--set", "optim.lrr=1"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'optim.lrr'" in err and "optim.lr" in err and "Traceback" not in err
+    assert main([*base, "--config", "smoke", "--set", "runtime.max_steps=ten"]) == 2
+    assert "must be an integer" in capsys.readouterr().err
+    assert main([*base, "--config", "nope"]) == 2
+    assert "no shipped config" in capsys.readouterr().err
+    assert main(["train", "--venv", str(tmp_path / "none"), "--skip-doctor", "--config", "smoke"]) == 1
+    assert "no training venv" in capsys.readouterr().err
+
+
+def test_config_and_summary_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "config", "--profile", "cpu", "--config", "smoke", "--set", "optim.lr=1e-3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["optim"]["lr"] == 1e-3 and out["sources"]["optim.lr"] == "--set"
+    assert out["sources"]["runtime.sdpa_backend"] == "profile:cpu"
+    assert main(["train", "summary", "--json", "--profile", "cpu", "--config", "address-tagger"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert len([r for r in info["model"]["parameters"] if r["part"].startswith("block")]) == 6
+    assert main(["train", "summary", "--profile", "cpu", "--config", "smoke"]) == 0
+    assert "total" in capsys.readouterr().out
+
+
+@pytest.mark.torch
+def test_mw_env_train_runs_smoke_in_the_venv(tmp_path: Path) -> None:
+    """The real hand-off: mw-env train -> the venv's python -m mw_env.trainer, then verify."""
+    mw_env = TEST_VENV / "bin" / "mw-env"
+    run = tmp_path / "run"
+    sets = [
+        "data.synthetic_rows=128",
+        "data.synthetic_val_rows=16",
+        "runtime.max_steps=6",
+        "runtime.eval_every=3",
+        "runtime.checkpoint_every=3",
+        "runtime.threads=1",
+        f"runtime.out_dir={run}",
+    ]
+    argv = [
+        str(mw_env),
+        "train",
+        "--config",
+        "smoke",
+        "--venv",
+        str(TEST_VENV),
+        "--skip-doctor",
+        "--profile",
+        "cpu",
+    ]
+    for s in sets:
+        argv += ["--set", s]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "finished at step 6 (max_steps)" in proc.stdout
+    assert subprocess.run([str(mw_env), "train", "verify", str(run)], capture_output=True).returncode == 0
+    # Missing data file: the trainer's own error comes through with exit 2.
+    bad = [*argv, "--set", "data.source=files", "--set", f"data.train_files={tmp_path}/missing.jsonl"]
+    proc = subprocess.run(bad, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no file matches" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_train_in_a_venv_built_by_bootstrap(tmp_path: Path) -> None:
+    """The product provisions its own test environment: bootstrap --profile cpu, then train with the doctor."""
+    import shutil
+
+    from mw_env.provision.wheelhouse import discover, matching_torch, wheels_in
+
+    good, _ = matching_torch(
+        wheels_in(discover(env=os.environ).find_links, "torch"), local_tag="+cpu", specifier=">=2.4"
+    )
+    uv = shutil.which("uv") or str(REPO / ".tools" / "bin" / "uv")
+    if not good or not Path(uv).exists():
+        pytest.skip("no wheelhouse holds a CPU torch wheel (or uv is missing)")
+    venv = tmp_path / "training-venv"
+    env = {**os.environ, "UV": uv, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("VIRTUAL_ENV", None)
+    boot = subprocess.run(
+        [sys.executable, "-m", "mw_env", "bootstrap", "--profile", "cpu", "--venv", str(venv), "--yes"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert boot.returncode == 0, boot.stdout[-3000:] + boot.stderr[-3000:]
+    run = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "-m",
+        "mw_env",
+        "train",
+        "--config",
+        "smoke",
+        "--venv",
+        str(venv),
+        "--profile",
+        "cpu",
+        "--set",
+        f"runtime.out_dir={run}",
+        "--set",
+        "runtime.max_steps=4",
+        "--set",
+        "runtime.eval_every=2",
+        "--set",
+        "data.synthetic_rows=128",
+    ]
+    proc = subprocess.run(
+        argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "doctor: quick checks passed" in proc.stderr and "finished at step 4" in proc.stdout
+    env_json = json.loads((run / "report" / "environment.json").read_text())
+    assert env_json["doctor"]["ok"] is True
+    assert any(p.lower().startswith("torch==") for p in env_json["packages"])
