@@ -34,7 +34,8 @@ class Launch:
 
 
 def _profile_defaults(selection: Any) -> dict[str, Any]:
-    trainer = selection.profile.trainer
+    # The profile's defaults fitted to this GPU (bf16 only where it is native), not the profile's raw ones.
+    trainer = getattr(selection, "trainer", None) or selection.profile.trainer
     return {
         "profile": selection.profile.name,
         "device": trainer.device,
@@ -75,6 +76,7 @@ def prepare(
     resume: Path | None = None,
     fresh: bool = False,
     base_env: Mapping[str, str] | None = None,
+    source: str | None = None,
 ) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
     from mw_env.profiles import resolve
@@ -96,7 +98,10 @@ def prepare(
     record = read_record(venv_path)
     # The venv was built for one profile; train with that one unless told otherwise.
     chosen = profile or (record.profile if record else None)
-    resolved_env = resolve(root=root, profile=chosen, profiles_dirs=profiles_dirs, gpu=gpu, env=env_in)
+    chosen_source = source or (getattr(record, "torch_source", None) if record and not profile else None)
+    resolved_env = resolve(
+        root=root, profile=chosen, profiles_dirs=profiles_dirs, gpu=gpu, env=env_in, source=chosen_source
+    )
     selection = resolved_env.selection
     defaults = _profile_defaults(selection)
     # Validate the config and the --set values here, before any process starts.
@@ -106,25 +111,7 @@ def prepare(
     cwd = Path.cwd()
     out_dir = (cwd / Path(resolved.config.runtime.out_dir).expanduser()).resolve()
 
-    doctor: dict[str, Any] | None = None
-    if not skip_doctor:
-        try:
-            from mw_env.checks import run_doctor
-        except ImportError:
-            raise MwEnvError(
-                "this mw-env has no doctor (mw_env.checks.run_doctor), so the pre-flight checks cannot run",
-                hint="pass --skip-doctor to start without them",
-            ) from None
-        report = run_doctor(machine=resolved_env.machine, selection=selection, venv=venv_path, quick=True)
-        doctor = report.to_dict()
-        failed = [c for c in report.checks if c.status == "fail"]
-        if failed:
-            lines = "; ".join(f"{c.id}: {c.title} - {c.detail}" for c in failed)
-            raise MwEnvError(
-                f"the doctor's quick checks failed, so training does not start: {lines}",
-                hint="fix them (`mw-env doctor` shows how), or pass --skip-doctor to start anyway",
-            )
-
+    # The environment the trainer will run with; the doctor judges that one (the override applied).
     env = dict(env_in)
     env.update(selection.env)
     if record:
@@ -136,6 +123,32 @@ def prepare(
     pythonpath = _python_path(env_in)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+
+    doctor: dict[str, Any] | None = None
+    if not skip_doctor:
+        try:
+            from mw_env.checks import run_doctor
+        except ImportError:
+            raise MwEnvError(
+                "this mw-env has no doctor (mw_env.checks.run_doctor), so the pre-flight checks cannot run",
+                hint="pass --skip-doctor to start without them",
+            ) from None
+        report = run_doctor(
+            machine=resolved_env.machine,
+            selection=selection,
+            venv=venv_path,
+            quick=True,
+            hardware=resolved_env.hardware,
+            run_env=env,
+        )
+        doctor = report.to_dict()
+        failed = [c for c in report.checks if c.status == "fail"]
+        if failed:
+            lines = "; ".join(f"{c.id}: {c.title} - {c.detail}" for c in failed)
+            raise MwEnvError(
+                f"the doctor's quick checks failed, so training does not start: {lines}",
+                hint="fix them (`mw-env doctor` shows how), or pass --skip-doctor to start anyway",
+            )
 
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
     for item in overrides:
