@@ -69,16 +69,10 @@ def _profile_defaults(
     root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None
 ) -> tuple[dict[str, Any], str]:
     from mw_env.profiles import resolve
+    from mw_env.trainer.launch import profile_defaults
 
     selection = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu).selection
-    t = selection.profile.trainer
-    defaults = {
-        "device": t.device,
-        "precision": t.precision,
-        "sdpa_backend": t.sdpa_backend,
-        "compile": t.compile,
-    }
-    return defaults, selection.profile.name
+    return profile_defaults(selection), selection.profile.name
 
 
 def _resolve(
@@ -98,69 +92,68 @@ def _resolve(
     return resolve_config(path=path, overrides=overrides, profile_defaults=defaults, profile_name=name)
 
 
+def launch_options(func: Any) -> Any:
+    """The options that say what to run and where: `mw-env train` and `mw-env train start` share them."""
+    for deco in reversed(
+        [
+            _config_options,
+            click.option(
+                "--venv",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=None,
+                help="Training venv (default: the one bootstrap made, $MW_ENV_VENV or ~/training-venv).",
+            ),
+            click.option("--skip-doctor", is_flag=True, help="Start even if the doctor's quick checks fail."),
+            click.option(
+                "--resume",
+                type=click.Path(dir_okay=False, path_type=Path),
+                default=None,
+                help="Resume from this checkpoint (default: the newest valid one in the run folder).",
+            ),
+            click.option(
+                "--fresh", is_flag=True, help="Start from step 0; earlier checkpoints are kept, renamed."
+            ),
+            click.option(
+                "--nproc-per-node",
+                type=click.IntRange(min=1),
+                default=1,
+                show_default=True,
+                help="Processes (GPUs) for DDP, launched with the venv's torchrun.",
+            ),
+            click.option(
+                "--source",
+                default=None,
+                envvar="MW_ENV_TORCH_SOURCE",
+                help="The profile's torch source (default: the one bootstrap installed).",
+            ),
+            root_option,
+            profile_options,
+        ]
+    ):
+        func = deco(func)
+    return func
+
+
+def prepare_launch(*, config_name: str | None, **options: Any) -> Any:
+    """`mw_env.trainer.launch.prepare` from the launch options (the doctor's quick checks included)."""
+    from mw_env.trainer.launch import prepare
+
+    if not config_name:
+        raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
+    return prepare(config=config_name, **options)
+
+
 @click.group(cls=TrainGroup, invoke_without_command=True)
-@_config_options
-@click.option(
-    "--venv",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Training venv (default: the one bootstrap made, $MW_ENV_VENV or ~/training-venv).",
-)
-@click.option("--skip-doctor", is_flag=True, help="Start even if the doctor's quick checks fail.")
-@click.option(
-    "--resume",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Resume from this checkpoint (default: the newest valid one in the run folder).",
-)
-@click.option("--fresh", is_flag=True, help="Start from step 0; earlier checkpoints are kept, renamed.")
-@click.option(
-    "--nproc-per-node",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Processes (GPUs) for DDP, launched with the venv's torchrun.",
-)
-@root_option
-@profile_options
+@launch_options
 @click.pass_context
-def train(
-    ctx: click.Context,
-    config_name: str | None,
-    overrides: tuple[str, ...],
-    venv: Path | None,
-    skip_doctor: bool,
-    resume: Path | None,
-    fresh: bool,
-    nproc_per_node: int,
-    root: str | None,
-    profile: str | None,
-    profiles_dirs: tuple[str, ...],
-    gpu: int | None,
-) -> int | None:
+def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | None:
     """Train the bundled address tagger in the provisioned venv (or manage runs).
 
     Exit codes: 0 finished (or stopped by SIGTERM), 1 training failed, 2 bad input, 130 interrupted.
     """
     if ctx.invoked_subcommand is not None:
         return None
-    if not config_name:
-        raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
-    from mw_env.trainer.launch import prepare
-
-    launch = prepare(
-        venv=venv,
-        config=config_name,
-        overrides=overrides,
-        skip_doctor=skip_doctor,
-        profile=profile,
-        profiles_dirs=profiles_dirs,
-        root=root,
-        gpu=gpu,
-        nproc_per_node=nproc_per_node,
-        resume=resume,
-        fresh=fresh,
-    )
+    launch = prepare_launch(config_name=config_name, **options)
     if launch.doctor is not None:
         click.echo("doctor: quick checks passed", err=True)
     click.echo(

@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.common import echo_json, json_option
+from mw_env.commands.train import launch_options, prepare_launch
 from mw_env.commands.train_export import export
 from mw_env.errors import MwEnvError
 
@@ -92,63 +93,13 @@ def _duration(seconds: float | None) -> str:
 
 
 @click.command("start", epilog="Exit codes: 0 started, 1 could not start, 2 bad input or a live run there.")
-@click.option(
-    "--config", "config_name", required=True, metavar="FILE|NAME", help="Config file or shipped name."
-)
-@click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config value. Repeatable."
-)
-@click.option(
-    "--venv",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Training venv (default: bootstrap's).",
-)
-@click.option("--skip-doctor", is_flag=True, help="Start even if the doctor's quick checks fail.")
-@click.option(
-    "--resume",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Resume from this checkpoint.",
-)
-@click.option("--fresh", is_flag=True, help="Start from step 0; earlier checkpoints are kept, renamed.")
-@click.option(
-    "--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="DDP processes."
-)
-@root_option
-@profile_options
+@launch_options
 @json_option
-def start(
-    config_name: str,
-    overrides: tuple[str, ...],
-    venv: Path | None,
-    skip_doctor: bool,
-    resume: Path | None,
-    fresh: bool,
-    nproc_per_node: int,
-    root: str | None,
-    profile: str | None,
-    profiles_dirs: tuple[str, ...],
-    gpu: int | None,
-    as_json: bool,
-) -> int:
+def start(config_name: str | None, overrides: tuple[str, ...], as_json: bool, **options: Any) -> int:
     """Start training detached from the terminal; print where to look."""
-    from mw_env.trainer.launch import prepare
     from mw_env.trainer.runs import start_run
 
-    launch = prepare(
-        venv=venv,
-        config=config_name,
-        overrides=overrides,
-        skip_doctor=skip_doctor,
-        profile=profile,
-        profiles_dirs=profiles_dirs,
-        root=root,
-        gpu=gpu,
-        nproc_per_node=nproc_per_node,
-        resume=resume,
-        fresh=fresh,
-    )
+    launch = prepare_launch(config_name=config_name, overrides=overrides, **options)
     record = start_run(
         argv=launch.argv,
         env=launch.env,

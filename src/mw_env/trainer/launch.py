@@ -33,7 +33,7 @@ class Launch:
     doctor: dict[str, Any] | None = None  # the quick doctor's report (None when skipped)
 
 
-def _profile_defaults(selection: Any) -> dict[str, Any]:
+def profile_defaults(selection: Any) -> dict[str, Any]:
     # The profile's defaults fitted to this GPU (bf16 only where it is native), not the profile's raw ones.
     trainer = getattr(selection, "trainer", None) or selection.profile.trainer
     return {
@@ -103,7 +103,7 @@ def prepare(
         root=root, profile=chosen, profiles_dirs=profiles_dirs, gpu=gpu, env=env_in, source=chosen_source
     )
     selection = resolved_env.selection
-    defaults = _profile_defaults(selection)
+    defaults = profile_defaults(selection)
     # Validate the config and the --set values here, before any process starts.
     resolved = resolve_config(
         path=config_path, overrides=overrides, profile_defaults=defaults, profile_name=selection.profile.name
