@@ -102,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        # Usage errors speak the same two lines as every other error (plus the usage line for context).
+        ctx = getattr(exc, "ctx", None)
+        if isinstance(exc, click.UsageError) and ctx is not None:
+            click.echo(ctx.get_usage(), err=True)
+        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(f"hint: see `{ctx.command_path if ctx else 'mw-env'} --help`", err=True)
         return exc.exit_code if exc.exit_code else EXIT_USAGE
     return result if isinstance(result, int) else 0
