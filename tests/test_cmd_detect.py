@@ -15,7 +15,7 @@ BAD = Path(__file__).parent / "fixtures" / "profiles" / "bad"
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for var in ("MW_ENV_PROFILES", "MW_ENV_PROFILE", "MW_ENV_ROOT", "MW_ENV_DEBUG"):
+    for var in ("MW_ENV_PROFILES", "MW_ENV_PROFILE", "MW_ENV_ROOT", "MW_ENV_DEBUG", "MW_ENV_TORCH_SOURCE"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -139,3 +139,21 @@ def test_detect_help_documents_exit_codes(capsys):
     assert main(["detect", "--help"]) == 0
     out = capsys.readouterr().out
     assert "Exit codes" in out and "--json" in out and "--profiles-dir" in out
+
+
+def test_torch_source_from_the_environment(capsys, monkeypatch):
+    monkeypatch.setenv("MW_ENV_TORCH_SOURCE", "therock-gfx110x")
+    data = _run_json(capsys, "--root", str(MACHINES / "incus-780m"))
+    assert data["torch"]["source"] == "therock-gfx110x" and data["env"] == {}
+    monkeypatch.setenv("MW_ENV_TORCH_SOURCE", "nope")
+    assert main(["detect", "--root", str(MACHINES / "incus-780m")]) == 2
+    assert "no torch source 'nope'" in capsys.readouterr().err
+
+
+def test_a_root_that_is_not_a_folder_is_bad_input(tmp_path, capsys, monkeypatch):
+    assert main(["detect", "--root", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --root {tmp_path / 'nope'}: does not exist") and "hint:" in err
+    monkeypatch.setenv("MW_ENV_ROOT", str(tmp_path / "nope"))
+    assert main(["detect"]) == 2
+    assert "MW_ENV_ROOT" in capsys.readouterr().err

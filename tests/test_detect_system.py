@@ -263,3 +263,27 @@ def test_fake_root_never_asks_py_cpuinfo_about_this_machine(tmp_path, monkeypatc
     monkeypatch.setattr(cpuinfo, "get_cpu_info", fail)
     cpu = cpu_info(Probe(Machine(root=tmp_path, env={"PATH": ""})))
     assert cpu.cores == 0 and cpu.brand == "unknown"
+
+
+def test_detect_can_skip_running_the_interpreters(tmp_path):
+    from mw_env.detect import detect
+
+    bin_dir = tmp_path / "bin"
+    marker = tmp_path / "ran"
+    script(bin_dir, "python3.12", f": > {marker}; echo 3.12.3\n")  # a builtin: PATH is bin_dir only
+    m = Machine(root=tmp_path, env={"PATH": str(bin_dir)})
+    assert detect(m, interpreters=False).pythons == () and not marker.exists()
+    assert [p.version for p in detect(m).pythons] == ["3.12.3"] and marker.exists()
+
+
+def test_shims_of_one_interpreter_are_listed_once(tmp_path):
+    bin_dir = tmp_path / "bin"
+    real = script(tmp_path / "versions" / "bin", "python3.11", "echo 3.11.7\n")
+    for shim in ("python3", "python3.11"):  # pyenv shims: separate scripts, one real interpreter
+        script(bin_dir, shim, f"echo 3.11.7; echo {real}\n")
+    script(bin_dir, "python3.12", f"echo 3.12.3; echo {bin_dir / 'python3.12'}\n")
+    found = pythons(Probe(Machine(root=tmp_path, env={"PATH": str(bin_dir)})), None)
+    assert [(p.version, Path(p.path).name) for p in found] == [
+        ("3.11.7", "python3"),
+        ("3.12.3", "python3.12"),
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mw_env.errors import InputError
@@ -231,3 +233,51 @@ def test_names_are_shell_quoted_even_when_valid(profiles):
         runtime=None, container=None, hardware=hw, selection=select(hw, profiles), image="repo/img:1.0"
     )
     assert "--name a.b_c-d-gpu" in plan.commands[0] and plan.commands[0].endswith(" repo/img:1.0")
+
+
+def test_docker_without_a_visible_name_uses_the_container_id(profiles):
+    hw = replace(
+        box(kind="docker", name=None), container=ContainerInfo(kind="docker", id="9c1e5b7f2a3d" + "0" * 52)
+    )
+    plan = host_plan(runtime=None, container=None, hardware=hw, selection=select(hw, profiles))
+    assert plan.container == "9c1e5b7f2a3d"
+    assert "inspect --format '{{.Config.Image}}' 9c1e5b7f2a3d" in plan.commands[0]
+    assert any("container's id" in n for n in plan.notes)
+    # incus has no such id: there the name must be given.
+    with pytest.raises(InputError, match="not an incus one"):
+        host_plan(runtime="incus", container=None, hardware=hw, selection=select(hw, profiles))
+
+
+def test_runtime_other_than_the_detected_one_names_both(profiles):
+    hw = box(kind="incus", name="playpen")
+    with pytest.raises(InputError) as err:
+        host_plan(runtime="docker", container=None, hardware=hw, selection=select(hw, profiles))
+    assert "runs in an incus container 'playpen', not a docker one" in err.value.message
+    assert "docker ps -a" in err.value.hint
+
+
+def test_no_gpu_is_said_before_the_unknown_container(profiles):
+    hw = Hardware(container=ContainerInfo(kind="none"))
+    with pytest.raises(InputError, match="nothing to pass through"):
+        host_plan(runtime=None, container=None, hardware=hw, selection=select(hw, profiles))
+    # A bad --container is refused before anything else, whatever the hardware.
+    with pytest.raises(InputError, match="invalid incus container name"):
+        host_plan(runtime=None, container="x; rm -rf /", hardware=hw, selection=select(hw, profiles))
+
+
+def test_usable_nodes_still_give_the_recipe_for_a_new_container(tmp_path, profiles):
+    ok = dict(
+        exists=True, is_char=True, readable=True, writable=True, mode="0660", uid=0, gid=993, group="render"
+    )
+    hw = box([DeviceNode("/dev/kfd", **ok), DeviceNode("/dev/dri/renderD128", **ok)])
+    plan = host_plan(
+        runtime=None,
+        container=None,
+        hardware=hw,
+        selection=select(hw, profiles),
+        machine=machine(tmp_path, user_groups=(1000, 993)),
+    )
+    recipe = next(n for n in plan.notes if n.startswith("for a new container: "))
+    assert "incus config device add train-box gpu gpu gid=993" in recipe
+    assert "incus config device add train-box kfd unix-char source=/dev/kfd path=/dev/kfd gid=993" in recipe
+    assert not any("device add" in c for c in plan.commands)  # re-adding an existing device would fail

@@ -166,3 +166,11 @@ def test_doctor_catalogue_entries_are_carried_and_checked(tmp_path):
     (tmp_path / "lab-cpu.yaml").write_text(base + "doctor:\n  catalogue: [just a string]\n")
     with pytest.raises(InputError, match=r"doctor\.catalogue\[0\]: must be a mapping"):
         load_profiles(extra_dirs=[tmp_path], env={})
+
+
+def test_a_file_that_is_not_a_mapping_names_the_top_level(tmp_path):
+    (tmp_path / "x.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(InputError) as err:
+        load_profile_file(tmp_path / "x.yaml")
+    assert f"profile {tmp_path / 'x.yaml'}: (top level): must be a mapping, got list" == err.value.message
+    assert "name" in err.value.hint and "sources" in err.value.hint

@@ -28,8 +28,12 @@ _GIB = 1024**3
 T = TypeVar("T")
 
 
-def detect(machine: Machine, *, gpu: int | None = None) -> Hardware:
-    """Everything mw-env needs to know about this machine; `gpu` chooses the GPU explicitly."""
+def detect(machine: Machine, *, gpu: int | None = None, interpreters: bool = True) -> Hardware:
+    """Everything mw-env needs to know about this machine; `gpu` chooses the GPU explicitly.
+
+    `interpreters=False` skips running every Python on PATH (about a second with pyenv shims): callers that
+    find their own interpreter (bootstrap) or need none (env, doctor) keep a no-op run fast.
+    """
     probe = Probe(machine)
     pci = _guard(probe, "PCI devices", lambda: display_devices(probe), [])
     found = _guard(probe, "AMD GPUs", lambda: amd_gpus(probe, pci), [])
@@ -42,7 +46,9 @@ def detect(machine: Machine, *, gpu: int | None = None) -> Hardware:
     limit = _guard(probe, "memory limit", lambda: memory_limit(probe), None)
     os_facts = _guard(probe, "OS", lambda: os_info(probe), OsInfo())
     container = _guard(probe, "container", lambda: container_info(probe), ContainerInfo())
-    interpreters = _guard(probe, "Python interpreters", lambda: pythons(probe, uv), ())
+    found_pythons = (
+        _guard(probe, "Python interpreters", lambda: pythons(probe, uv), ()) if interpreters else ()
+    )
     return Hardware(  # every part has run: probe.notes is complete
         gpus=gpus,
         selected_gpu=selected,
@@ -51,7 +57,7 @@ def detect(machine: Machine, *, gpu: int | None = None) -> Hardware:
         memory_bytes=memory,
         os=os_facts,
         container=container,
-        pythons=interpreters,
+        pythons=found_pythons,
         uv=uv,
         nvidia_driver=driver,
         notes=tuple(probe.notes),

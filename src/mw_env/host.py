@@ -69,7 +69,9 @@ def validate_container_name(runtime: str, name: str) -> str:
         else (_OCI_NAME, "2-128 characters from [A-Za-z0-9_.-], starting with a letter or digit")
     )
     if not pattern.match(name or ""):
-        raise InputError(f"invalid {runtime} container name {name!r}", hint=f"a {runtime} name is {rule}")
+        raise InputError(
+            f"invalid {runtime} container name {name!r}", hint=f"{_a(runtime)} {runtime} name is {rule}"
+        )
     return name
 
 
@@ -86,28 +88,19 @@ def host_plan(
     runtime = runtime or default_runtime(hardware)
     if runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}", hint=f"allowed: {', '.join(RUNTIMES)}")
-    if container is None:
-        same_kind = hardware.container.kind == runtime or (
-            runtime == "incus" and hardware.container.kind == "lxc"
-        )
-        container = hardware.container.name if same_kind else None
-    if not container:
-        where = (
-            f"this {hardware.container.kind} container's name is not visible from inside"
-            if hardware.container.kind != "none"
-            else "mw-env does not seem to run in a container"
-        )
-        raise InputError(
-            f"cannot tell which container to pass the GPU into: {where}",
-            hint=f"pass --container NAME (the name `{_LIST[runtime]}` shows on the host)",
-        )
-    validate_container_name(runtime, container)
+    if container is not None:
+        validate_container_name(runtime, container)
     if image is not None and not _OCI_IMAGE.match(image):
         raise InputError(
             f"invalid image reference {image!r}", hint="e.g. ubuntu:24.04 or ghcr.io/org/img:tag"
         )
-
+    # No GPU to pass is the first thing to say: without one, naming the container would not help.
     vendor = _vendor(hardware, selection)
+    id_note = None
+    if container is None:
+        container, id_note = _detected_container(runtime, hardware)
+        validate_container_name(runtime, container)
+
     if vendor == "amd":
         plan = (
             _incus_amd(container, hardware, machine)
@@ -116,11 +109,39 @@ def host_plan(
         )
     else:
         plan = _incus_nvidia(container) if runtime == "incus" else _oci_nvidia(runtime, container, image)
+    if id_note:
+        plan = replace(plan, notes=(id_note, *plan.notes))
     gpu = hardware.gpu
     if gpu is not None and gpu.vendor == vendor and gpu.device_nodes_ok:
-        note = "this container can already open the GPU's device nodes: the commands matter only for a new container"
+        note = "this container can already open the GPU's device nodes: nothing to change for it"
         plan = replace(plan, notes=(note, *plan.notes))
     return plan
+
+
+def _detected_container(runtime: str, hardware: Hardware) -> tuple[str, str | None]:
+    """(the name of the container mw-env runs in, a note) for `runtime`; InputError when it cannot be known."""
+    info = hardware.container
+    same_kind = info.kind == runtime or (runtime == "incus" and info.kind == "lxc")
+    hint = f"pass --container NAME (the name `{_LIST[runtime]}` shows on the host)"
+    if same_kind and info.name:
+        return info.name, None
+    if same_kind and info.id and runtime in ("docker", "podman"):
+        # The daemon accepts any unique prefix of the id wherever it accepts a name.
+        short = info.id[:12]
+        return (
+            short,
+            f"{short} is this container's id ({runtime} accepts it like a name; see `{_LIST[runtime]}`)",
+        )
+    if info.kind == "none":
+        where = "mw-env does not seem to run in a container"
+    elif not same_kind:
+        named = f" {info.name!r}" if info.name else ""
+        where = (
+            f"mw-env runs in {_a(info.kind)} {info.kind} container{named}, not {_a(runtime)} {runtime} one"
+        )
+    else:
+        where = f"this {info.kind} container's name is not visible from inside"
+    raise InputError(f"cannot tell which container to pass the GPU into: {where}", hint=hint)
 
 
 def host_commands(
@@ -172,6 +193,11 @@ def _render_gid(hardware: Hardware, machine: Machine | None) -> int | None:
     return None
 
 
+def _a(word: str) -> str:
+    """The article for a runtime name as it is spoken: an incus, an lxc, a docker."""
+    return "an" if word[:1] in "aeiou" or word == "lxc" else "a"
+
+
 def _q(value: str) -> str:
     return shlex.quote(value)
 
@@ -195,10 +221,14 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
         )
 
     kfd, render = _node(hardware, "/dev/kfd"), _node(hardware, "/dev/dri/renderD")
-    for dev, node, add in (
+    adds = (
         ("gpu", render, f"incus config device add {c} gpu gpu gid={g}"),
         ("kfd", kfd, f"incus config device add {c} kfd unix-char source=/dev/kfd path=/dev/kfd gid={g}"),
-    ):
+    )
+    if all(node is not None and node.ok for _, node, _ in adds) and gid is not None:
+        # Re-adding a device incus already has fails; the operator may still want the recipe.
+        notes.append("for a new container: " + " && ".join(add for _, _, add in adds))
+    for dev, node, add in adds:
         if node is None or not node.exists:
             commands.append(add)
         elif not node.ok:

@@ -60,12 +60,13 @@ def test_rocm_torch_installed_first_and_kept_by_pip_and_uv(tmp_path, hermetic_en
     assert "torch==2.9.1+rocm6.4" in uv.stderr
     assert installed_version(venv, "torch") == "2.9.1+rocm6.4"
     # The activate script carries the profile's runtime env, and deactivate removes it again.
+    # MW_ENV_VENV points `mw-env train`/`doctor` in that shell at this venv, whatever its path.
     shown = _sh(
-        f'source {venv}/bin/activate && echo "$HSA_OVERRIDE_GFX_VERSION" && deactivate && '
-        'echo "[${HSA_OVERRIDE_GFX_VERSION:-}${UV_CONSTRAINT:-}]"',
+        f'source {venv}/bin/activate && echo "$HSA_OVERRIDE_GFX_VERSION $MW_ENV_VENV" && deactivate && '
+        'echo "[${HSA_OVERRIDE_GFX_VERSION:-}${UV_CONSTRAINT:-}${MW_ENV_VENV:-}]"',
         hermetic_env,
     )
-    assert shown.stdout.split() == ["11.0.0", "[]"], shown.stderr
+    assert shown.stdout.split() == ["11.0.0", str(venv), "[]"], shown.stderr
 
 
 def test_without_the_pin_the_same_installs_swap_torch(tmp_path, hermetic_env, indexes):

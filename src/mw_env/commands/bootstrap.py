@@ -16,7 +16,7 @@ from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED
 def _venv_option(verb: str) -> Any:
     return click.option(
         "--venv",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),  # a file here is refused by the planner with error:/hint:
         default=None,
         help=f"The venv to {verb} (default: $MW_ENV_VENV or ~/training-venv).",
     )
@@ -35,11 +35,18 @@ def _venv_option(verb: str) -> Any:
 )
 @click.option(
     "--project",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # a file here is refused by the planner with error:/hint:
     default=None,
     help="Project whose extras to install (default: mw-env itself).",
 )
 @click.option("--extras", default="train", show_default=True, help="Comma-separated extras of the project.")
+@click.option(
+    "--source",
+    default=None,
+    envvar="MW_ENV_TORCH_SOURCE",
+    help="Use this torch source of the profile, e.g. therock-gfx110x (see `mw-env profiles NAME`; "
+    "env MW_ENV_TORCH_SOURCE).",
+)
 @click.option("--torch-index", default=None, help="Index URL for torch (replaces the profile's).")
 @click.option(
     "--find-links",
@@ -69,6 +76,7 @@ def bootstrap(
     python: str | None,
     project: Path | None,
     extras: str,
+    source: str | None,
     torch_index: str | None,
     find_links: tuple[str, ...],
     offline: bool,
@@ -92,7 +100,10 @@ def bootstrap(
     from mw_env.provision.record import default_venv
 
     out = Console(stderr=as_json, highlight=False)
-    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu)
+    # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
+    resolved = resolve(
+        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, source=source, interpreters=False
+    )
     sel = resolved.selection
     options = BootstrapOptions(
         venv=venv or default_venv(resolved.machine.env),
@@ -208,7 +219,12 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
         out.print(
             f"[bold]torch[/] {the_plan.torch.requirement} from {the_plan.torch.origin} "
             f"{the_plan.torch.location or ''}"
+            + (f" (source {the_plan.torch_source})" if the_plan.torch_source else "")
         )
+    from rich.markup import escape
+
+    env_line = " ".join(f"{k}={v}" for k, v in the_plan.runtime_env.items()) or "(none)"
+    out.print(f"[bold]env[/] {escape(env_line)}")
     for w in the_plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
     if the_plan.adoptable is not None:
@@ -278,7 +294,11 @@ class _RichEvents:
 def env_cmd(
     root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None, venv: Path | None
 ) -> int:
-    """Print the venv's runtime environment as export lines: eval "$(mw-env env)"."""
+    """Print the venv's runtime environment as export lines: eval "$(mw-env env)".
+
+    Without a bootstrapped venv, prints the detected profile's variables (and says so on stderr).
+    Exit codes: 0 ok, 2 bad input (unknown profile, invalid profile file, --root not a folder).
+    """
     import os
 
     from mw_env.provision.record import default_venv, env_path, export_lines
@@ -291,7 +311,7 @@ def env_cmd(
         return 0
     from mw_env.profiles import resolve
 
-    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu)
+    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
     click.echo(
         f"# no bootstrapped venv at {target}: the {resolved.selection.profile.name} profile's environment "
         "(the torch pin appears after `mw-env bootstrap`)",

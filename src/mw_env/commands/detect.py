@@ -54,7 +54,10 @@ def detect_dict(resolved: Resolved) -> dict[str, Any]:
 @root_option
 @profile_options
 @click.option(
-    "--source", default=None, help="Use this torch source of the profile (see `mw-env profiles NAME`)."
+    "--source",
+    default=None,
+    envvar="MW_ENV_TORCH_SOURCE",
+    help="Use this torch source of the profile (see `mw-env profiles NAME`; env MW_ENV_TORCH_SOURCE).",
 )
 @json_option
 def detect(
@@ -67,7 +70,8 @@ def detect(
 ) -> None:
     """Show what this machine is and which profile fits it, with the reason.
 
-    Exit codes: 0 ok, 2 bad input (unknown profile, invalid profile file, --gpu out of range).
+    Exit codes: 0 ok, 2 bad input (unknown profile or --source, invalid profile file, --gpu out of range,
+    --root not a folder).
     """
     from mw_env.profiles import resolve
 
@@ -84,6 +88,7 @@ def _gib(n: int | None) -> str:
 
 def _render(resolved: Resolved) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     hw, sel = resolved.hardware, resolved.selection
@@ -143,8 +148,11 @@ def _render(resolved: Resolved) -> None:
     )
     for w in sel.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
+    for g in hw.gpus:
+        for n in g.notes:
+            console.print(f"[dim]note: GPU {g.index}: {escape(n)}[/dim]")
     for n in hw.notes:
-        console.print(f"[dim]note: {n}[/dim]")
+        console.print(f"[dim]note: {escape(n)}[/dim]")
 
 
 def _nodes_problem(g: Gpu) -> str:

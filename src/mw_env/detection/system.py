@@ -19,7 +19,8 @@ CPU_FLAGS = (
 PYTHON_TIMEOUT = 5.0
 UV_TIMEOUT = 10.0
 _PYTHON_NAME = re.compile(r"^python3(\.\d+)?$")
-_VERSION_SNIPPET = "import sys; print('.'.join(map(str, sys.version_info[:3])))"
+# The version, then the real executable: pyenv shims and symlinks of one interpreter are listed once.
+_VERSION_SNIPPET = "import sys; print('.'.join(map(str, sys.version_info[:3]))); print(sys.executable)"
 
 
 def cpu_info(probe: Probe) -> CpuInfo:
@@ -197,11 +198,18 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
     found: list[PythonInfo] = []
     broken: list[str] = []
     for path, result in zip(candidates, results, strict=True):
-        version = result.stdout.strip().splitlines()[-1] if result.ok and result.stdout.strip() else ""
-        if re.fullmatch(r"\d+\.\d+\.\d+", version):
-            found.append(PythonInfo(version=version, path=path, source="PATH"))
-        else:
+        lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if result.ok else []
+        at = next((i for i, ln in enumerate(lines) if re.fullmatch(r"\d+\.\d+\.\d+", ln)), None)
+        if at is None:
             broken.append(path)
+            continue
+        executable = lines[at + 1] if at + 1 < len(lines) and lines[at + 1].startswith("/") else None
+        if executable:
+            real = os.path.realpath(executable)
+            if real in seen and real != os.path.realpath(path):
+                continue  # another name (a shim) for an interpreter already listed
+            seen.add(real)
+        found.append(PythonInfo(version=lines[at], path=path, source="PATH"))
     if broken:
         probe.note(f"on PATH but do not run (e.g. pyenv shims of uninstalled versions): {', '.join(broken)}")
     if uv is not None:

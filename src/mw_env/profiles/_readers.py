@@ -86,7 +86,7 @@ class Ctx:
         self.path = path
 
     def fail(self, key: str, problem: str, allowed: str | None = None) -> InputError:
-        msg = f"profile {self.path}: {key}: {problem}"
+        msg = f"profile {self.path}: {key or '(top level)'}: {problem}"
         hint = f"allowed: {allowed}" if allowed else "see docs/profiles.md for the profile format"
         return InputError(msg, hint=hint)
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from mw_env.errors import InputError
 from mw_env.profiles.model import Resolved
 
 
@@ -17,16 +18,34 @@ def resolve(
     gpu: int | None = None,
     source: str | None = None,
     env: Mapping[str, str] | None = None,
+    interpreters: bool = True,
 ) -> Resolved:
-    """Machine (root / MW_ENV_ROOT) -> detect() -> load_profiles() -> select()."""
+    """Machine (root / MW_ENV_ROOT) -> detect() -> load_profiles() -> select().
+
+    A root that is not a folder is bad input (a typo must not read as "an empty machine, CPU profile").
+    `interpreters=False` skips listing the Pythons on PATH (see detect()).
+    """
     from mw_env.detect import detect
     from mw_env.machine import Machine
     from mw_env.profiles.loader import load_profiles
     from mw_env.profiles.select import select
 
     machine = Machine.from_env(root, env=env)
+    if root or machine.env.get("MW_ENV_ROOT"):
+        from_env = not root or str(root) == machine.env.get("MW_ENV_ROOT")
+        _check_root(machine.root, given_as="MW_ENV_ROOT" if from_env else "--root")
     # Load (and validate) profiles first: a broken --profiles-dir should fail before any probing.
     profiles = load_profiles(extra_dirs=[Path(d) for d in profiles_dirs], env=machine.env)
-    hardware = detect(machine, gpu=gpu)
+    hardware = detect(machine, gpu=gpu, interpreters=interpreters)
     selection = select(hardware, profiles, name=profile, source=source)
     return Resolved(machine=machine, hardware=hardware, selection=selection, profiles=profiles)
+
+
+def _check_root(root: Path, *, given_as: str) -> None:
+    if not root.is_dir():
+        what = "does not exist" if not root.exists() else "is not a folder"
+        raise InputError(
+            f"{given_as} {root}: {what}",
+            hint="pass the folder that holds the machine's sys/, proc/, dev/ (a fake machine root), or omit it "
+            "to read this machine",
+        )

@@ -102,6 +102,8 @@ class Choice:
     warnings: tuple[str, ...] = ()
     problem: str | None = None  # why nothing workable was found
     problem_hint: str | None = None
+    # The problem is the user's input (an explicit --python that cannot be used): exit 2, not a failed step.
+    problem_is_input: bool = False
     reach: Reach | None = None
 
 
@@ -129,9 +131,10 @@ def choose(
             return Choice(
                 None,
                 None,
-                problem=f"Python {wanted.version} does not satisfy the project's "
+                problem=f"--python {request}: Python {wanted.version} does not satisfy the project's "
                 f"requires-python {requires_python}",
-                problem_hint="pass another --python",
+                problem_hint="pass another --python, or omit it to use an available supported Python",
+                problem_is_input=True,
             )
         wanted = None
 
@@ -163,18 +166,26 @@ def choose(
         return Choice(
             None,
             None,
-            problem=f"Python {request} was not found",
+            problem=f"--python {request}: Python {request} was not found",
             problem_hint=_python_hint(request),
             reach=reach,
+            problem_is_input=True,
         )
     candidates: list[Interpreter] = [wanted] if wanted else []
     if not explicit:
-        for req in dict.fromkeys(
-            (*(p for w in good + other_versions for p in w.pythons()), *FALLBACK_PYTHONS)
-        ):
-            if wanted and req == wanted.minor:
-                continue
-            found = find_interpreter(uv, req, env)
+        requests = [
+            req
+            for req in dict.fromkeys(
+                (*(p for w in good + other_versions for p in w.pythons()), *FALLBACK_PYTHONS)
+            )
+            if not (wanted and req == wanted.minor)
+        ]
+        # Each lookup starts uv (and, behind pyenv shims, several interpreters): side by side, in order.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            looked_up = list(pool.map(lambda req: find_interpreter(uv, req, env), requests))
+        for found in looked_up:
             if found and supported(found.version, requires_python) and found not in candidates:
                 candidates.append(found)
     for pool, note in ((good, ""), (other_versions, " (outside the profile's range {spec})")):
@@ -232,6 +243,8 @@ def choose(
 
 
 def _python_hint(request: str) -> str:
+    if os.sep in request:
+        return "pass --python with the path of an existing interpreter, or a version such as 3.12"
     return (
         f"install it (`uv python install {request}`, or your distribution's python{request} package) or "
         "pass --python with a version or path that exists"

@@ -72,6 +72,9 @@ class Plan:
     warnings: tuple[str, ...] = ()
     problem: str | None = None  # a preflight problem found while planning (the preflight step raises it)
     problem_hint: str | None = None
+    # The index torch comes from when no wheelhouse holds it (--torch-index wins over the profile's).
+    torch_index: str | None = None
+    torch_source: str | None = None  # the profile's source id ("rocm6.4"), recorded for doctor/train
     adoptable: AdoptCandidate | None = None  # an image torch the caller may offer to reuse
     adopted: AdoptCandidate | None = None
     disk_need: int = 0
@@ -102,6 +105,7 @@ class Plan:
             }
             if self.torch
             else None,
+            "torch_source": self.torch_source,
             "warnings": list(self.warnings),
             "problem": self.problem,
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}

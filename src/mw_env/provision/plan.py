@@ -9,6 +9,7 @@ pinned, so that the project's extras resolve against the installed torch and can
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from mw_env.provision.choose import (
     choose,
     find_image_torch,
     image_pythons,
+    supported,
     version_fits,
 )
 from mw_env.provision.model import DISK_NEED, BootstrapOptions, GiB, Plan, Step, TorchSourceLike
@@ -47,7 +49,7 @@ from mw_env.provision.venvinfo import (
     site_packages,
     venv_python_version,
 )
-from mw_env.provision.wheelhouse import discover
+from mw_env.provision.wheelhouse import Sources, discover, local_dir
 
 __all__ = [
     "ADOPT_PTH",
@@ -98,6 +100,8 @@ def plan(
     sources = discover(env=env, find_links=options.find_links)
     uv = uvmod.find_uv(env)
     proj_args, requires_python, proj_key = project_args(options.project, options.extras)
+    if options.python_explicit:
+        _check_python_request(options.python, requires_python)
     index_url = options.torch_index or torch.index_url
     local_tag = torch.local_tag or ""
     state = State.load(build_venv)
@@ -112,7 +116,17 @@ def plan(
     choice: Choice
     torch_ok = bool(installed) and installed.endswith(local_tag) and version_fits(installed, torch.version)
     if existing and (build_venv / "bin" / "python").exists():
-        _refuse_other_profile(build_venv, profile, torch.build, installed, torch_ok)
+        _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
+        foreign = not state.steps and not (build_venv / "mw-env.json").exists() and not adopted_from
+        if installed and not torch_ok and foreign:
+            # A venv mw-env never touched, holding someone's torch of another build: not ours to replace.
+            raise InputError(
+                f"{build_venv} is a venv mw-env did not make, and its torch {installed} is not the profile's "
+                f"build ({torch.build}{', ' + local_tag if local_tag else ''}); installing in place would "
+                "replace it",
+                hint="pass --recreate (a new venv is built beside it and replaces it only when complete), or "
+                "another --venv",
+            )
         py = Interpreter(path=str(build_venv / "bin" / "python"), version=existing)
         if options.python_explicit and not _same_python(options.python, existing):
             warnings.append(
@@ -175,7 +189,15 @@ def plan(
                 offline=options.offline or sources.no_index,
                 requires_python=requires_python,
             )
+    if choice.problem and choice.problem_is_input:
+        raise InputError(choice.problem, hint=choice.problem_hint)
     warnings += choice.warnings
+    if options.torch_index and choice.torch and choice.torch.origin == "wheelhouse" and choice.reach is None:
+        warnings.append(
+            f"--torch-index {options.torch_index} is not contacted: {_wheelhouse_of(choice.torch, sources)} "
+            f"already holds {choice.torch.requirement} (wheelhouse first); remove it from the find-links to "
+            "install from the index"
+        )
     plan_ = Plan(
         profile=profile,
         venv=venv,
@@ -194,6 +216,8 @@ def plan(
         warnings=tuple(warnings),
         problem=choice.problem,
         problem_hint=choice.problem_hint,
+        torch_index=index_url,
+        torch_source=getattr(torch, "id", None),
         adoptable=adoptable,
         adopted=adopted,
         options=options,
@@ -205,23 +229,49 @@ def plan(
 
 
 def _refuse_other_profile(
-    venv: Path, profile: str, build: str, installed: str | None, torch_ok: bool
+    venv: Path, profile: str, torch: TorchSourceLike, installed: str | None, torch_ok: bool
 ) -> None:
-    """A finished venv of another profile/build is never rebuilt in place: that would swap a working torch."""
+    """A finished venv of another profile/build/source is never rebuilt in place: that would swap a working
+    torch (and a failed install would leave no working one)."""
     from mw_env.provision.record import read_record
 
     try:
         rec = read_record(venv)
     except InputError:
         return  # a corrupt record: the env step rewrites it
-    if rec is None or (rec.profile == profile and rec.torch_build == build) or torch_ok:
+    source = getattr(torch, "id", None)
+    same_source = not (rec and rec.torch_source and source) or rec.torch_source == source
+    if rec is None or torch_ok or (rec.profile == profile and rec.torch_build == torch.build and same_source):
         return
+    was = f"profile {rec.profile}" + (f", source {rec.torch_source}" if rec.torch_source else "")
+    now = f"profile {profile}" + (f", source {source}" if source else "")
     raise InputError(
-        f"{venv} was bootstrapped for profile {rec.profile} (torch {rec.torch_version}, {rec.torch_build}); "
-        f"building profile {profile} ({build}) in place would replace its working torch",
+        f"{venv} was bootstrapped for {was} (torch {rec.torch_version}, {rec.torch_build}); "
+        f"building {now} ({torch.build}) in place would replace its working torch",
         hint="pass --recreate (the new venv is built beside it and replaces it only when complete), "
         "or another --venv",
     )
+
+
+def _wheelhouse_of(torch: TorchChoice, sources: Sources) -> str:
+    """`the wheelhouse /opt/wheels (from PIP_FIND_LINKS)` for the folder that holds the chosen wheel."""
+    folder = Path(torch.location or "").parent
+    for link in sources.find_links:
+        local = local_dir(link)
+        if local is not None and local.expanduser().absolute() == folder.absolute():
+            return f"the wheelhouse {link} (from {sources.origins.get(link, 'the configuration')})"
+    return f"the wheelhouse {folder}"
+
+
+def _check_python_request(request: str, requires_python: str | None) -> None:
+    """An explicit `--python 2.7` for a project that needs >=3.10 is bad input, refused before any lookup."""
+    if os.sep in request or not re.fullmatch(r"\d+\.\d+(\.\d+)?", request.strip()):
+        return  # a path or an implementation request ("pypy3.11"): checked once it is found
+    if not supported(request.strip(), requires_python):
+        raise InputError(
+            f"--python {request}: the project needs Python {requires_python}",
+            hint="pass a supported version (e.g. --python 3.12), or omit --python to use an available one",
+        )
 
 
 def _same_python(request: str, version: str) -> bool:

@@ -54,6 +54,8 @@ class VenvRecord:
     updated: float = 0.0
     mw_env_version: str = ""
     version: int = RECORD_VERSION
+    # The profile's torch source id ("rocm6.4", "therock-gfx110x"): doctor and train select the same one.
+    torch_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

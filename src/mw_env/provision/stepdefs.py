@@ -7,7 +7,7 @@ import sys
 
 from mw_env.provision import pin as pinmod
 from mw_env.provision import uv as uvmod
-from mw_env.provision.choose import version_fits
+from mw_env.provision.choose import exact_requirement, version_fits
 from mw_env.provision.model import GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
 from mw_env.provision.venvinfo import adopted_site, installed_version, short_hash
@@ -36,7 +36,9 @@ def env_text(p: Plan) -> str:
         uv_constraints=p.sources.uv_constraints,
         adopted=bool(p.adopted),
     )
-    return pinmod.env_file_content(p.runtime_env, pins)
+    # MW_ENV_VENV: in a shell where this venv is activated, `mw-env train` / `mw-env doctor` use it (not the
+    # default ~/training-venv); deactivate unsets it with the rest.
+    return pinmod.env_file_content(p.runtime_env, {**pins, "MW_ENV_VENV": str(p.venv)})
 
 
 def env_key(p: Plan, torch_version: str | None) -> str:
@@ -85,10 +87,21 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
         torch_done = venv_ok and adopted_site(bv) == p.adopted.site
         torch_detail = f"reuse the image's torch {p.adopted.version} from {p.adopted.site}"
     else:
-        req = p.torch.requirement if p.torch else f"torch{p.version_spec}"
+        # Without a usable source (preflight will stop on the problem) the plan still shows the command that
+        # WOULD run: the profile's index and exact build, never a bare `torch` the default index would answer.
+        req = p.torch.requirement if p.torch else exact_requirement(p.version_spec, p.local_tag)
+        index = (
+            p.torch.location
+            if p.torch and p.torch.origin == "index"
+            else p.torch_index
+            if p.torch is None
+            else None
+        )
         args = [uv, "pip", "install", "--python", py, *offline]
-        if p.torch and p.torch.origin == "index" and p.torch.location:
-            args += ["--index", p.torch.location]
+        if index:
+            # first-index (uv's default, restated so a UV_INDEX_STRATEGY=unsafe-best-match cannot apply): torch
+            # comes from the torch index even when another index lists a newer (CUDA) torch in the range.
+            args += ["--index", index, "--index-strategy", "first-index"]
         args += p.sources.uv_args()
         if state.was_started("torch"):
             args += ["--reinstall-package", "torch"]  # a killed install may have left torch half-written

@@ -189,6 +189,7 @@ def _env(run: Run, step: Step) -> str:
         created=old.created if old else now(),
         updated=now(),
         mw_env_version=mw_env.__version__,
+        torch_source=p.torch_source,
     )
     write_record(bv, record)
     run.state.mark("env", "done", stepdefs.env_key(p, version))

@@ -120,6 +120,9 @@ def uv_env(env: Mapping[str, str]) -> dict[str, str]:
                 out[key] = " ".join(kept)
             else:
                 out.pop(key)
+    # uv's own torch routing (`--torch-backend`) would override the profile's index, and it cannot read
+    # gfx1103 or compute capabilities (install-anchors a): the profile decides where torch comes from.
+    out.pop("UV_TORCH_BACKEND", None)
     # A venv the user has activated must not redirect uv: bootstrap always passes --python.
     out.pop("VIRTUAL_ENV", None)
     out.pop("CONDA_PREFIX", None)
@@ -200,9 +203,33 @@ def find_python(uv: str | None, request: str, env: Mapping[str, str]) -> str | N
             path = res.stdout.strip().splitlines()[-1].strip() if res.stdout.strip() else ""
             if path and os.path.isfile(path):
                 return path
-        return None
+        # uv gives up at the first broken python3.X on PATH, e.g. a pyenv shim of a version that is
+        # installed but not selected ("pyenv: python3.12: command not found"): look where pyenv keeps it.
+        return _pyenv_python(request, env)
     found = shutil.which(f"python{request}", path=env.get("PATH", os.defpath))
-    return found
+    return found or _pyenv_python(request, env)
+
+
+def _pyenv_python(request: str, env: Mapping[str, str]) -> str | None:
+    """`$PYENV_ROOT/versions/3.12.x/bin/python3.12` for a request "3.12" (newest patch release first)."""
+    import re
+
+    if not re.fullmatch(r"3\.\d+", request):
+        return None
+    home = env.get("HOME")
+    root = Path(env.get("PYENV_ROOT") or (Path(home) / ".pyenv" if home else ""))
+    if not str(root) or not (root / "versions").is_dir():
+        return None
+
+    def patch(path: Path) -> int:
+        tail = path.name[len(request) + 1 :]
+        return int(tail) if tail.isdigit() else -1
+
+    for version_dir in sorted((root / "versions").glob(f"{request}.*"), key=patch, reverse=True):
+        exe = version_dir / "bin" / f"python{request}"
+        if patch(version_dir) >= 0 and exe.is_file() and os.access(exe, os.X_OK):
+            return str(exe)
+    return None
 
 
 def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | None:

@@ -280,7 +280,7 @@ def probe_index(url: str, *, env: Mapping[str, str], timeout: float = 4.0) -> Re
         try:
             socket.getaddrinfo(host, parsed.port or 443)
         except socket.gaierror as exc:
-            return Reach(False, "dns", f"cannot resolve {host} ({exc.strerror})")
+            return Reach(False, "dns", f"DNS lookup of {host} failed ({exc.strerror})")
     target = url.rstrip("/") + "/torch/"
     req = urllib.request.Request(target, method="GET", headers={"User-Agent": "mw-env"})
     try:
@@ -299,9 +299,9 @@ def probe_index(url: str, *, env: Mapping[str, str], timeout: float = 4.0) -> Re
 
 def _classify(host: str, reason: object) -> Reach:
     if isinstance(reason, socket.gaierror):
-        return Reach(False, "dns", f"cannot resolve {host}")
+        return Reach(False, "dns", f"DNS lookup of {host} failed")
     if isinstance(reason, ConnectionRefusedError):
-        return Reach(False, "refused", f"{host} refused the connection")
+        return Reach(False, "refused", f"connection to {host} refused")
     if isinstance(reason, (TimeoutError, socket.timeout)):
         return Reach(False, "timeout", f"no answer from {host} (timed out)")
     if isinstance(reason, ssl.SSLError):

@@ -1,0 +1,73 @@
+"""`mw-env host-commands` end to end over the fake machine roots: the script, --json, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mw_env.cli import main
+
+MACHINES = Path(__file__).parent / "fixtures" / "machines"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for var in ("MW_ENV_PROFILES", "MW_ENV_PROFILE", "MW_ENV_ROOT", "MW_ENV_DEBUG", "MW_ENV_TORCH_SOURCE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["host-commands", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_incus_780m_without_kfd_is_a_script_of_comments_and_commands(capsys):
+    code, out, err = _run(capsys, "--root", str(MACHINES / "incus-780m-no-kfd"))
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == "# run on the host (incus, container playpen-mailwoman, profile gfx1103)"
+    commands = [ln for ln in lines if not ln.startswith("#")]
+    assert commands == [
+        "incus config device add playpen-mailwoman kfd unix-char source=/dev/kfd path=/dev/kfd gid=993",
+        "incus exec playpen-mailwoman -- ls -ln /dev/kfd /dev/dri",
+    ]
+
+
+def test_json_is_only_json(capsys):
+    code, out, _ = _run(capsys, "--root", str(MACHINES / "rx7900xtx"), "--container", "trainbox", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["runtime"] == "docker" and data["container"] == "trainbox"
+    run = data["commands"][0]
+    for flag in ("--device=/dev/kfd", "--device=/dev/dri", "--ipc=host", "--group-add 992"):
+        assert flag in run
+    assert "--ipc=host" in " ".join(data["notes"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--container", "x; rm -rf /"], "invalid incus container name 'x; rm -rf /'"),
+        (["--runtime", "docker"], "runs in an incus container 'playpen-mailwoman', not a docker one"),
+    ],
+)
+def test_bad_input_is_error_and_hint_exit_2(capsys, args, message):
+    code, out, err = _run(capsys, "--root", str(MACHINES / "incus-780m"), *args)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and message in err and "\nhint: " in err
+
+
+def test_nvidia_pascal_in_incus(capsys):
+    code, out, _ = _run(capsys, "--root", str(MACHINES / "nvidia-pascal-1080ti-535"))
+    assert code == 0
+    assert "incus config set pascal-train nvidia.runtime=true" in out.splitlines()
+    assert "incus config device add pascal-train gpu gpu gputype=physical mode=0666" in out.splitlines()
+
+
+def test_no_gpu_says_so_first(tmp_path, capsys):
+    code, out, err = _run(capsys, "--root", str(tmp_path))
+    assert code == 2 and out == ""
+    assert "nothing to pass through" in err and "--profile gfx1103" in err
