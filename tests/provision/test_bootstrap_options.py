@@ -267,3 +267,26 @@ def test_a_foreign_venv_with_another_torch_is_not_rebuilt_in_place(tmp_path, her
     )
     assert rebuilt.ok, rebuilt.to_dict()
     assert installed_version(venv, "torch") == "2.9.1+rocm6.4"
+
+
+def test_new_extras_over_a_finished_venv_are_installed_and_recorded(tmp_path, hermetic_env, indexes):
+    venv = tmp_path / "venv"
+    source = NamedSource("rocm6.4", "rocm", indexes.rocm.as_uri(), "==2.9.1", "+rocm6.4")
+    options = BootstrapOptions(
+        venv=venv,
+        python=sys.executable,
+        python_explicit=True,
+        project=indexes.project,
+        adopt=False,
+        doctor=False,
+    )
+    assert execute(
+        plan(profile="gfx1103", torch=source, runtime_env={}, options=options, env=hermetic_env)
+    ).ok
+    assert read_record(venv).extras == ("train",)
+    more = replace(options, extras=("train", "dev"))
+    again = plan(profile="gfx1103", torch=source, runtime_env={}, options=more, env=hermetic_env)
+    pending = {s.id for s in again.steps if not s.done}
+    assert {"extras", "env"} <= pending and "torch" not in pending  # torch stays; extras and record redo
+    assert execute(again).ok
+    assert read_record(venv).extras == ("train", "dev")

@@ -42,7 +42,8 @@ def env_text(p: Plan) -> str:
 
 
 def env_key(p: Plan, torch_version: str | None) -> str:
-    return short_hash(env_text(p), torch_version, p.profile)
+    # project_args carry the extras: the record (mw-env.json) must be rewritten when they change.
+    return short_hash(env_text(p), torch_version, p.profile, p.project_args)
 
 
 def doctor_key(p: Plan, torch_version: str | None) -> str:
