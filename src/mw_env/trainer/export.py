@@ -43,10 +43,16 @@ HELD_OUT_ADDRESSES = (
     "Unit 4, 18 Macquarie St, Sydney NSW 2000",
     "24 Sussex Drive, Ottawa ON K1M 1M4, Canada",
 )
-EXTRA_HINT = (
-    "install the export extra into the training venv: `uv pip install --python <venv>/bin/python "
-    "'onnx>=1.16' 'onnxruntime>=1.18' 'onnxscript>=0.1'` (the mw-env[export] extra)"
-)
+
+
+def _extra_hint() -> str:
+    # This runs in the venv's python, so sys.prefix is the training venv. Re-running bootstrap with the extra
+    # keeps torch pinned; a plain install works too because the venv's pin refuses any torch swap.
+    venv = sys.prefix
+    return (
+        f"add the export extra: `mw-env bootstrap --venv {venv} --extras train,export`, or "
+        f"`uv pip install --python {venv}/bin/python 'onnx>=1.16' 'onnxruntime>=1.18' 'onnxscript>=0.1'`"
+    )
 
 
 @dataclass(frozen=True)
@@ -239,7 +245,7 @@ def export_onnx(
         import onnxruntime  # fail here, not after minutes of export
     except ImportError as exc:
         raise MwEnvError(
-            f"ONNX export needs onnx and onnxruntime in this venv ({exc})", hint=EXTRA_HINT
+            f"ONNX export needs onnx and onnxruntime in this venv ({exc})", hint=_extra_hint()
         ) from exc
     import torch
 

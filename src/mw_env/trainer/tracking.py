@@ -189,7 +189,7 @@ class MLflowTracker(_Guarded):
 def _missing(kind: str, package: str, exc: ImportError) -> MwEnvError:
     return MwEnvError(
         f"runtime.tracking is {kind!r} but {package} cannot be imported in this venv ({exc})",
-        hint=f"install it into the training venv: `uv pip install --python <venv>/bin/python {package}` "
+        hint=f"install it into the training venv: `uv pip install --python {sys.prefix}/bin/python {package}` "
         f"(or the mw-env extra: `mw-env[{'mlflow' if kind == 'mlflow' else 'tracking'}]`), or set "
         "runtime.tracking=none",
     )
