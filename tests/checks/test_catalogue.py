@@ -71,6 +71,23 @@ SEED_LINES = [
     ),
     ("Failed to initialize NVML: Unknown Error", "nvml-unknown-error"),
     ("Could not initialize Tensile host: No devices found", "tensile-no-devices"),
+    (
+        "RuntimeError: HIP error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!",
+        "no-binary-for-gpu",
+    ),
+    ('"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"', "no-binary-for-gpu"),
+    (
+        "Call returned HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.",
+        "hsa-out-of-resources",
+    ),
+    ("Unable to open /dev/kfd read-write: Cannot allocate memory", "kfd-enomem"),
+    ("HSA_STATUS_ERROR_INVALID_ISA: The instruction set architecture is invalid.", "invalid-device-function"),
+    ("'2.12.0+cu130'          # a CUDA build", "cuda-build-version"),
+    (
+        "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
+        "no-kernel-image",
+    ),
+    ("torch.cuda.is_available() -> False", "torch-no-gpu"),
 ]
 
 
@@ -94,7 +111,10 @@ def test_severities_of_the_seed_messages():
 
 
 def test_unrelated_lines_match_nothing():
-    text = "step 100 loss 1.234 lr 3e-4\nSaved checkpoint to runs/x/checkpoints/step-000000100.pt\ncuda: True"
+    text = (
+        "step 100 loss 1.234 lr 3e-4\nSaved checkpoint to runs/x/checkpoints/step-000000100.pt\ncuda: True\n"
+        "torch 2.9.1+rocm7.2.0, hip 7.2.26015\n2.13.0+cpu"
+    )
     assert load_catalogue().scan(text) == []
 
 
@@ -160,3 +180,84 @@ def test_troubleshooting_doc_is_generated_from_the_catalogue():
     assert doc == render_troubleshooting(), (
         "regenerate: python -m mw_env.checks.catalogue > docs/troubleshooting.md"
     )
+
+
+def _noisy_log() -> list[str]:
+    """Every seed line, in its own case, upper case and inside other text, among training chatter."""
+    lines = []
+    for i, (line, _) in enumerate(SEED_LINES):
+        first = line.splitlines()[0]
+        lines += [
+            f"step {i} loss 1.{i:03d} lr 3e-4 tokens/s 12{i}45.6",
+            first,
+            first.upper(),
+            f"[rank0] {first} (retrying)",
+            "",
+            "cuda: True",
+        ]
+    lines += ["torch 2.9.1+rocm7.2.0", "2.13.0+cpu", "  cuda:   FALSE  ", "a\tb\x0bc", "Ω" * 40]
+    return lines
+
+
+@pytest.mark.parametrize("with_profile", [False, True])
+def test_screened_scan_equals_the_per_line_definition(with_profile):
+    from mw_env.profiles import load_profiles
+
+    cat = load_catalogue(profile=load_profiles()["gfx1103"] if with_profile else None)
+    lines = _noisy_log()
+    text = "\n".join(lines)
+    assert cat.scan(text) == cat.scan_lines(text.splitlines())
+    assert len(cat.scan(text)) >= 3 * len(SEED_LINES)
+
+
+def test_keywords_are_what_every_match_must_contain():
+    from mw_env.checks.screen import keywords, literal_runs
+
+    assert keywords(r"Memory critical error by agent node-\d+.*?(Memory in use|$)") == (
+        "memory critical error by agent node-",
+    )
+    assert keywords(r"\b\d+\.\d+\.\d+\+cu\d{2,3}\b") == ("+cu",)
+    assert keywords(r"(HIP|CUDA) out of memory") == (" out of memory",)
+    # Optional characters and anything inside a group or class are never required.
+    assert literal_runs(r'Cannot read "?Tensile') == ["cannot read ", "tensile"]
+    assert literal_runs(r"colou?r x{0,2}yz [abc]def") == ["colo", "r ", "yz ", "def"]
+    # Patterns whose literal reading would be wrong, or too short to help, take the regex sweep.
+    assert keywords(r"\x41BCDEF") is None
+    assert keywords(r"(?x) spaced out") is None
+    assert keywords(r"abc|\d+") is None
+
+
+def test_patterns_without_keywords_are_still_found(tmp_path):
+    from mw_env.checks.catalogue import Catalogue, Message
+
+    cat = Catalogue(
+        messages=(
+            Message(id="digits", pattern=r"^\d{4}$", severity="warning", title="t", cause="c", fix="f"),
+            Message(id="hex", pattern=r"\x41BC", severity="warning", title="t", cause="c", fix="f"),
+        ),
+        fixes={},
+    )
+    text = "step\n1234\nxabcx\n12345\n"
+    assert [(h.message.id, h.line_no) for h in cat.scan(text)] == [("digits", 2), ("hex", 3)]
+
+
+def test_no_doctor_finding_sends_the_user_to_the_doctor():
+    # Inside the doctor's report "run `mw-env doctor`" is circular: such entries carry a doctor_fix.
+    for msg in load_catalogue().messages:
+        if "mw-env doctor" in msg.fix:
+            assert msg.doctor_fix and "mw-env doctor" not in msg.doctor_fix, msg.id
+
+
+def test_the_doctors_messages_check_uses_doctor_fix():
+    from doctor_helpers import GPU_780M
+    from test_verdicts import ctx_for, probe_of
+
+    from mw_env.checks.messages import check_messages
+
+    probe = probe_of(
+        {"stage": "import", "ok": True},
+        stderr="Could not initialize Tensile host: No devices found\n",
+        returncode=1,
+    )
+    found = {c.id: c for c in check_messages(ctx_for("doctor-incus-780m-nokfd", GPU_780M, probe))}
+    assert found["messages.tensile-no-devices"].fix == "Fix the device-node findings above first."

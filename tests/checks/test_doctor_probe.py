@@ -23,10 +23,11 @@ def test_real_probe_on_cpu_torch_passes_with_tflops():
     assert checks["probe.run"].status == "pass", checks["probe.run"]
     for dtype in ("fp32", "bf16", "fp16"):
         mm = checks[f"probe.matmul.{dtype}"]
-        # Correct numbers always; "warn" only for speed (a loaded shared CPU), never asserted on timing.
-        assert mm.status in ("pass", "warn"), mm
-        assert mm.status == "pass" or "expected" in mm.detail
+        # The CPU profile has no fallback to detect: speed is reported (against its 2-vCPU floor), never
+        # judged, so a loaded shared CPU still passes.
+        assert mm.status == "pass", mm
         assert "TFLOP/s" in mm.detail and "on cpu" in mm.detail
+        assert any("2-vCPU floor" in line for line in mm.info)
         assert report.facts["tflops"][dtype] > 0
     assert checks["probe.train_step"].status == "pass"
     assert checks["torch.build"].status == "pass" and "CPU build" in checks["torch.build"].detail
@@ -126,7 +127,8 @@ def test_cuda_build_on_amd_full_probe_and_harmless_messages(tmp_path):
     assert dev.status == "fail" and "a CUDA build cannot use this AMD GPU" in dev.detail
     # The CPU fallback measured against the 780M's expected figure.
     slow = checks["probe.matmul.bf16"]
-    assert slow.status == "warn" and "CPU fallback" in slow.detail
+    assert slow.status == "warn" and "torch computed on the CPU" in slow.detail
+    assert "GPU as torch sees it" in slow.fix
     kdb = checks["messages.miopen-missing-kdb"]
     assert kdb.status == "warn"
     # The override is not the problem while the build is wrong: no second, misleading failure.

@@ -498,6 +498,8 @@ def test_network_not_needed_when_torch_came_from_a_wheelhouse(tmp_path, monkeypa
         version="2.13.0+cpu",
         record={"profile": "cpu", "torch_index": "/srv/wheels/torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"},
     )
-    report = run(fake_machine("doctor-cpu-docker-shm64m"), selection(hw), venv, hw=hw, quick=True, network=True)
+    report = run(
+        fake_machine("doctor-cpu-docker-shm64m"), selection(hw), venv, hw=hw, quick=True, network=True
+    )
     net = by_id(report)["network.index"]
     assert net.status == "skip" and "/srv/wheels" in net.detail

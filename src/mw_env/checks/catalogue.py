@@ -20,7 +20,7 @@ from mw_env.errors import InputError
 CATALOGUE_FILE = Path(__file__).with_name("catalogue.yaml")
 Severity = Literal["harmless", "warning", "fatal"]
 SEVERITIES: tuple[str, ...] = ("harmless", "warning", "fatal")
-_MESSAGE_KEYS = ("id", "pattern", "severity", "title", "cause", "fix", "source")
+_MESSAGE_KEYS = ("id", "pattern", "severity", "title", "cause", "fix", "source", "doctor_fix")
 _FIX_KEYS = ("title", "cause", "fix")
 
 
@@ -35,6 +35,9 @@ class Message:
     cause: str
     fix: str
     source: str = ""
+    # The fix as the doctor's own report gives it, where `fix` says "run mw-env doctor": there the staged
+    # checks have already run and their findings name the cause for this machine.
+    doctor_fix: str = ""
 
     @property
     def regex(self) -> re.Pattern[str]:
@@ -71,11 +74,19 @@ class Catalogue:
 
     def scan(self, text: str) -> list[Hit]:
         """Every line of `text` that matches a known message, first entry wins per line."""
+        from mw_env.checks.screen import candidate_lines
+
+        lines = text.splitlines()
+        # Only lines that can match are tried entry by entry (see screen.py): a long log in a blink.
+        return self.scan_lines(lines, candidate_lines(lines, [m.pattern for m in self.messages]))
+
+    def scan_lines(self, lines: Sequence[str], indexes: Iterable[int] | None = None) -> list[Hit]:
+        """The per-line match of `scan` over `indexes` (every line when None): the exact definition."""
         hits: list[Hit] = []
-        for no, line in enumerate(text.splitlines(), start=1):
+        for i in range(len(lines)) if indexes is None else indexes:
             for msg in self.messages:
-                if msg.regex.search(line):
-                    hits.append(Hit(message=msg, line_no=no, line=line.strip()))
+                if msg.regex.search(lines[i]):
+                    hits.append(Hit(message=msg, line_no=i + 1, line=lines[i].strip()))
                     break
         return hits
 
@@ -125,6 +136,7 @@ def _message(entry: Any, where: str) -> Message:
         cause=" ".join(entry["cause"].split()),
         fix=" ".join(entry["fix"].split()),
         source=str(entry.get("source") or ""),
+        doctor_fix=" ".join(str(entry.get("doctor_fix") or "").split()),
     )
 
 

@@ -94,6 +94,14 @@ class DoctorContext:
         return self.gpu.vendor if self.gpu else None
 
     @property
+    def gpu_build(self) -> str | None:
+        """The torch build the GPU needs ("rocm" / "cuda"); None when this run trains on the CPU - no GPU,
+        or a CPU profile chosen for a GPU (by --profile, or because no wheel supports it)."""
+        if self.selection.torch.build == "cpu":
+            return None
+        return {"amd": "rocm", "nvidia": "cuda"}.get(self.vendor or "")
+
+    @property
     def python(self) -> Path:
         return self.venv / "bin" / "python"
 
@@ -119,9 +127,29 @@ class DoctorContext:
     def fix(self, fix_id: str, **values: Any) -> tuple[str, str]:
         return self.catalogue.fix_for(fix_id, **values)
 
+    def bootstrap_command(self, *, recreate: bool = False) -> str:
+        """`mw-env bootstrap` for this venv (and the profile, when it was chosen by name), as one fix."""
+        argv = ["mw-env", "bootstrap", "--venv", str(self.venv)]
+        if getattr(self.selection, "explicit", False):
+            argv += ["--profile", self.profile.name]
+        if recreate:
+            argv.append("--recreate")
+        return "`" + shlex.join(argv) + "`"
+
     def install_command(self) -> str:
-        """The one command that puts the selection's torch into the venv."""
+        """The one command that puts the selection's torch into the venv.
+
+        A venv bootstrap made pins its torch (UV_CONSTRAINT, pip.conf) and refuses another build in place,
+        so there the fix is `bootstrap --recreate` (torch, env file and pin together); any other venv gets
+        the uv command that replaces torch alone.
+        """
         src = self.selection.torch
+        if self.record is not None:
+            where = f" from {src.index_url}" if src.index_url else ""
+            spec = src.version or ""
+            if spec.startswith("==") and src.local_tag and not spec.endswith(src.local_tag):
+                spec += src.local_tag
+            return f"{self.bootstrap_command(recreate=True)} (torch{spec}{where}, with the profile's env and pin)"
         argv = ["uv", "pip", "install", "--python", str(self.python), "--reinstall-package", "torch"]
         if src.index_url:
             argv += ["--index-url", src.index_url]
@@ -155,7 +183,8 @@ class DoctorContext:
         return {
             "mode": "full",
             "sdpa_backend": getattr(self.profile.trainer, "sdpa_backend", "auto"),
-            "bench_seconds": 0.5,
+            # Timing only informs on a CPU profile (never judged there): a shorter window keeps the doctor quick.
+            "bench_seconds": 0.25 if self.selection.torch.build == "cpu" else 0.5,
             "sizes": {"cuda": {"check": 1024, "bench": big}, "cpu": {}},
         }
 
@@ -195,13 +224,17 @@ class DoctorContext:
 def host_lines(ctx: DoctorContext) -> list[str]:
     """mw_env.host.host_commands for the detected runtime; a minimal built-in list if that is unavailable."""
     kind = ctx.container_kind
-    name = ctx.hardware.container.name
+    container = ctx.hardware.container
+    # docker/podman rarely show a container its own name, but its id works wherever the name does.
+    name = container.name or (container.id[:12] if container.id and kind in ("docker", "podman") else None)
+    runtime = kind if kind in ("incus", "docker", "podman") else ("incus" if kind == "lxc" else None)
+    if runtime is None:  # kubernetes, an unknown container or none: host_commands would assume incus
+        return _fallback_host_lines(kind, name, ctx.vendor)
     try:
         from mw_env.host import host_commands
     except ImportError:
         return _fallback_host_lines(kind, name, ctx.vendor)
     try:
-        runtime = kind if kind in ("incus", "docker", "podman") else ("incus" if kind == "lxc" else None)
         return list(
             host_commands(
                 runtime=runtime,
@@ -217,16 +250,22 @@ def host_lines(ctx: DoctorContext) -> list[str]:
 
 def _fallback_host_lines(kind: str, name: str | None, vendor: str | None) -> list[str]:
     c = name or "<container>"
+    if kind == "kubernetes":
+        resource = "nvidia.com/gpu" if vendor == "nvidia" else "amd.com/gpu"
+        plugin = "the NVIDIA device plugin" if vendor == "nvidia" else "the ROCm k8s-device-plugin"
+        lines = [f"pod spec: resources.limits: {{{resource}: 1}} (needs {plugin} on the node)"]
+        if vendor != "nvidia":
+            lines.append("pod spec: securityContext.supplementalGroups: [<render gid on the node>]")
+        return lines
     if vendor == "nvidia":
         if kind in ("incus", "lxc"):
             return [
                 f"incus config device add {c} gpu0 gpu gputype=physical",
                 f"incus config set {c} nvidia.runtime=true",
             ]
-        return [
-            "docker run --gpus all --ipc=host ...",
-            "podman run --device nvidia.com/gpu=all --ipc=host ...",
-        ]
+        docker = "docker run --gpus all --ipc=host ..."
+        podman = "podman run --device nvidia.com/gpu=all --ipc=host ..."
+        return [docker] if kind == "docker" else [podman] if kind == "podman" else [docker, podman]
     if kind in ("incus", "lxc"):
         return [
             f"incus config device add {c} gpu0 gpu gputype=physical gid=<render gid in {c}>",

@@ -6,6 +6,7 @@ from mw_env.checks.context import GIB, DoctorContext, human_bytes
 from mw_env.checks.model import CheckResult, result
 
 AREA = "device"
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def check_device(ctx: DoctorContext) -> list[CheckResult]:
@@ -29,17 +30,8 @@ def check_device(ctx: DoctorContext) -> list[CheckResult]:
             )
         ]
     gpu = ctx.gpu
-    if gpu is None:
-        threads = (probe.stage("import") or {}).get("threads") if probe else None
-        return [
-            result(
-                "device.available",
-                AREA,
-                "CPU device",
-                "pass",
-                f"CPU profile: training runs on the CPU ({threads} threads)",
-            )
-        ]
+    if gpu is None or (ctx.gpu_build is None and not rt.get("available")):
+        return [_cpu(ctx, (probe.stage("import") or {}).get("threads") if probe else None)]
     if not rt.get("available"):
         return [_not_available(ctx)]
     name = rt.get("name") or "?"
@@ -69,6 +61,24 @@ def check_device(ctx: DoctorContext) -> list[CheckResult]:
     return out
 
 
+def _cpu(ctx: DoctorContext, threads: int | None) -> CheckResult:
+    """Training on the CPU: torch's thread count against the CPUs this container may use."""
+    title = "CPU device"
+    cpu = ctx.hardware.cpu
+    usable = int(cpu.quota_cores) if cpu.quota_cores else cpu.cores
+    detail = f"training runs on the CPU ({threads} threads, {usable or '?'} CPUs usable)"
+    limits = {v: ctx.env[v] for v in THREAD_VARS if v in ctx.env}
+    # torch starts one thread per physical core (half the logical CPUs with SMT); fewer than that is a limit
+    # someone set, and every matrix product pays for it.
+    if threads and usable and limits and threads < usable / 2:
+        setting = ", ".join(f"{k}={v}" for k, v in limits.items())
+        cause, fix = ctx.fix(
+            "device.cpu_threads", threads=threads, usable=usable, setting=setting, vars=" ".join(limits)
+        )
+        return result("device.available", AREA, title, "warn", cause, fix)
+    return result("device.available", AREA, title, "pass", detail)
+
+
 def _not_available(ctx: DoctorContext) -> CheckResult:
     info = ctx.torch_info()
     build = info.get("build", "unknown")
@@ -91,7 +101,8 @@ def _not_available(ctx: DoctorContext) -> CheckResult:
             " although the device nodes look fine",
             "See the device-node and known-message findings; on the host check `dmesg | grep -i amdgpu` or `nvidia-smi`.",
         )
-    cause, fix = ctx.fix("device.not_available", build=build, reason=reason, fix_hint=hint)
+    label = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}.get(build, build)
+    cause, fix = ctx.fix("device.not_available", build=label, reason=reason, fix_hint=hint)
     return result(
         "device.available", AREA, "torch.cuda device", "fail", f"{cause} Training would run on the CPU.", fix
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 
@@ -20,8 +22,12 @@ def expected_nodes(ctx: DoctorContext) -> list[str]:
             render = found[0] if found else "/dev/dri/renderD128"
         nodes = ["/dev/kfd", render]
     elif gpu.vendor == "nvidia":
+        # detect() read the GPU's minor number (/proc/driver/nvidia/gpus/*/information): GPUs of a
+        # multi-GPU host keep their host minors inside a container (--gpus device=3 -> /dev/nvidia3).
+        named = [n.path for n in gpu.device_nodes if n.path.startswith("/dev/nvidia")]
         minor = sum(1 for g in ctx.hardware.gpus[: gpu.index] if g.vendor == "nvidia")
-        nodes = ["/dev/nvidiactl", f"/dev/nvidia{minor}", "/dev/nvidia-uvm"]
+        card = next((p for p in named if p[len("/dev/nvidia") :].isdigit()), f"/dev/nvidia{minor}")
+        nodes = ["/dev/nvidiactl", card, "/dev/nvidia-uvm"]
     else:
         return []
     # A profile may name extra fixed nodes; globs are covered by the vendor defaults above.
@@ -32,21 +38,49 @@ def expected_nodes(ctx: DoctorContext) -> list[str]:
 
 
 def check_devices(ctx: DoctorContext) -> list[CheckResult]:
+    if ctx.gpu is not None and ctx.gpu_build is None:
+        detail = f"profile {ctx.profile.name} trains on the CPU: the {ctx.gpu.name}'s nodes are not needed"
+        return [result("devices.gpu", AREA, "GPU device nodes", "skip", detail)]
     nodes = expected_nodes(ctx)
     if not nodes:
-        return [
-            result(
-                "devices.gpu", AREA, "GPU device nodes", "skip", "no GPU selected: nothing to pass through"
-            )
-        ]
-    out = [_check_node(ctx, node) for node in nodes]
+        return [_no_gpu(ctx)]
+    out: list[CheckResult] = []
+    for node in nodes:
+        found = _check_node(ctx, node)
+        # One missing passthrough has one host fix: say it once, point the other nodes at it.
+        first = next((r for r in out if r.status == "fail" and r.fix == found.fix), None)
+        if first is not None and found.fix:
+            found = replace(found, fix=f"The same host commands as for {first.title} above.")
+        out.append(found)
     mismatch = _gid_mismatch(ctx, nodes)
     if mismatch is not None:
         out.append(mismatch)
     if ctx.vendor == "nvidia" and all(r.status == "pass" for r in out):
         out.append(_libcuda(ctx))
     out.append(_visible_devices(ctx))
+    gpu = ctx.gpu
+    if gpu is not None and gpu.notes:
+        # Detection worked around unreadable or odd sysfs files; every arch verdict below rests on its result.
+        cause, fix = ctx.fix("devices.detection_notes", gpu=gpu.name, notes="; ".join(gpu.notes))
+        out.append(result("devices.detection", AREA, "GPU identification", "warn", cause, fix))
     return out
+
+
+def _no_gpu(ctx: DoctorContext) -> CheckResult:
+    """No GPU selected: fine for a CPU profile, a failure when the profile installs a GPU build."""
+    title = "GPU device nodes"
+    build = ctx.selection.torch.build
+    if build == "cpu":
+        return result("devices.gpu", AREA, title, "skip", "no GPU selected: nothing to pass through")
+    gpus = ", ".join(f"{g.name} ({g.vendor})" for g in ctx.hardware.gpus) or "none"
+    cause, fix = ctx.fix(
+        "devices.no_gpu_for_profile",
+        profile=ctx.profile.name,
+        build={"rocm": "ROCm", "cuda": "CUDA"}.get(build, build),
+        gpus=gpus,
+        how="chosen with --profile" if getattr(ctx.selection, "explicit", False) else "selected",
+    )
+    return result("devices.gpu", AREA, title, "fail", cause, fix)
 
 
 # Where distributions, the NVIDIA container toolkit, incus (nvidia.runtime) and WSL put the driver library.

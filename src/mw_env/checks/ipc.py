@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mw_env.checks.context import DoctorContext, human_bytes
 from mw_env.checks.model import CheckResult, result
+
+if TYPE_CHECKING:
+    from mw_env.machine import Machine
 
 AREA = "ipc"
 MIB = 1024**2
@@ -18,6 +23,32 @@ def shm_private(ctx: DoctorContext) -> bool:
 
 def selinux_enforcing(ctx: DoctorContext) -> bool:
     return (ctx.machine.read("sys/fs/selinux/enforce") or "").strip() == "1"
+
+
+def explain_here(machine: Machine, message_id: str) -> str | None:
+    """For `--explain`: what THIS machine says about a logged message that has IPC/SELinux causes, or None.
+
+    'Memory critical error ... Memory in use' has three causes; two of them are facts of the container the
+    log most likely came from, readable without torch.
+    """
+    if message_id not in ("memory-critical-in-use", "shm-bus-error"):
+        return None
+    du = machine.disk_usage("/dev/shm")
+    private = du is not None and du.total <= DOCKER_DEFAULT_SHM
+    enforcing = (machine.read("sys/fs/selinux/enforce") or "").strip() == "1"
+    size = human_bytes(du.total) if du is not None else "missing"
+    if message_id == "shm-bus-error":
+        if private:
+            return f"/dev/shm here is {size} (private IPC namespace): this is the cause; restart with `--ipc=host`."
+        return f"/dev/shm here is {size}: if the log is from this machine, the workers filled it (lower num_workers)."
+    if private:
+        return f"/dev/shm here is {size} - a private IPC namespace: cause (1); restart the container with `--ipc=host`."
+    if enforcing:
+        return "SELinux is enforcing here: cause (2); on the host `sudo setsebool -P container_use_devices true`."
+    return (
+        f"/dev/shm here is {size} and SELinux is not enforcing, so (1) and (2) do not apply to this machine: "
+        "`mw-env doctor` runs the staged probe that tells a driver or board fault (3) apart."
+    )
 
 
 def check_ipc(ctx: DoctorContext) -> list[CheckResult]:
@@ -45,7 +76,9 @@ def _shm(ctx: DoctorContext) -> CheckResult:
         )
     size = human_bytes(du.total)
     if du.total <= DOCKER_DEFAULT_SHM:
-        cause, fix = ctx.fix("ipc.shm_private", size=size, host_commands=_ipc_command(ctx))
+        # ROCm's allocator needs the IPC namespace; CUDA and the CPU only lose DataLoader workers to it.
+        fix_id = "ipc.shm_private" if ctx.vendor == "amd" else "ipc.shm_private_workers"
+        cause, fix = ctx.fix(fix_id, size=size, host_commands=_ipc_command(ctx))
         # ROCm fails every allocation there ("Memory critical error ... Memory in use"); CUDA/CPU only
         # lose DataLoader workers, so that is a warning - as it is when the probe's GPU allocation worked.
         status = "fail" if ctx.vendor == "amd" and not gpu_alloc_worked(ctx) else "warn"

@@ -6,6 +6,9 @@ from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 
 AREA = "messages"
+# Entries that only make sense in a log read without context: the doctor judges the torch build itself
+# (torch.build), so a "+cu130" in a library's chatter on an NVIDIA box is no finding.
+EXPLAIN_ONLY = frozenset({"cuda-build-version"})
 
 
 def check_messages(ctx: DoctorContext) -> list[CheckResult]:
@@ -21,6 +24,8 @@ def check_messages(ctx: DoctorContext) -> list[CheckResult]:
     harmless: list[str] = []
     for hit in hits:
         msg = hit.message
+        if msg.id in EXPLAIN_ONLY:
+            continue
         if msg.severity == "harmless":
             harmless.append(f"{msg.title} - {msg.cause} ({msg.fix})")
             continue
@@ -29,7 +34,15 @@ def check_messages(ctx: DoctorContext) -> list[CheckResult]:
         seen.add(msg.id)
         status = "fail" if msg.severity == "fatal" else "warn"
         out.append(
-            result(f"messages.{msg.id}", AREA, msg.title, status, f"{hit.line[:240]} - {msg.cause}", msg.fix)
+            result(
+                f"messages.{msg.id}",
+                AREA,
+                msg.title,
+                status,
+                # The line itself only when the title (an example of the text) does not already say it.
+                msg.cause if _same_text(msg.title, hit.line) else f"{hit.line[:240]} - {msg.cause}",
+                msg.doctor_fix or msg.fix,
+            )
         )
     harmless = list(dict.fromkeys(harmless))
     if not out:
@@ -47,3 +60,8 @@ def check_messages(ctx: DoctorContext) -> list[CheckResult]:
             )
         )
     return out
+
+
+def _same_text(title: str, line: str) -> bool:
+    head = " ".join(title.split())[:40].lower()
+    return bool(head) and head in " ".join(line.split()).lower()

@@ -6,7 +6,6 @@ from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 
 AREA = "torch"
-_BUILD_FOR_VENDOR = {"amd": "rocm", "nvidia": "cuda"}
 _LABEL = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
 
 
@@ -64,7 +63,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
     )
     detail = f"torch {version}: {_LABEL[build]} build{runtime}"
     vendor = ctx.vendor
-    wanted = _BUILD_FOR_VENDOR.get(vendor or "")
+    wanted = ctx.gpu_build
     if wanted and build != wanted:
         gpu = ctx.gpu
         cause, fix = ctx.fix(
@@ -76,7 +75,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
             install_command=ctx.install_command(),
         )
         return result("torch.build", AREA, "torch build", "fail", cause, fix)
-    if vendor is None and build != "cpu":
+    if wanted is None and build != "cpu":
         cause, fix = ctx.fix(
             "torch.gpu_build_on_cpu",
             version=version,
@@ -86,4 +85,12 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
         return result("torch.build", AREA, "torch build", "warn", cause, fix)
     tag = ctx.selection.torch.local_tag
     note = () if not tag or version.endswith(tag) else (f"the profile's source is {tag}; this one works too",)
+    if wanted is None and ctx.gpu is not None:
+        # A CPU profile on a machine with a GPU is a choice (or the GPU has no wheel): say so, once.
+        why = (
+            "chosen with --profile"
+            if getattr(ctx.selection, "explicit", False)
+            else "no torch wheel serves it"
+        )
+        detail += f"; profile {ctx.profile.name} ({why}) trains on the CPU, the {ctx.gpu.name} stays unused"
     return result("torch.build", AREA, "torch build", "pass", detail, info=note)

@@ -2,30 +2,37 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
+from mw_env.checks.probe import ProbeResult
 
 AREA = "venv"
 
 
 def check_venv(ctx: DoctorContext) -> list[CheckResult]:
     venv = ctx.venv
+    if venv.exists() and not venv.is_dir():
+        cause, fix = ctx.fix("venv.not_a_folder", venv=venv, bootstrap=ctx.bootstrap_command())
+        return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
     if not venv.is_dir():
-        cause, fix = ctx.fix("venv.missing", venv=venv)
+        cause, fix = ctx.fix("venv.missing", venv=venv, bootstrap=ctx.bootstrap_command())
+        return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
+    py = ctx.python
+    if not (venv / "pyvenv.cfg").exists() and not py.exists() and not py.is_symlink():
+        cause, fix = ctx.fix("venv.not_a_venv", venv=venv)
         return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
     out = [result("venv.exists", AREA, "venv exists", "pass", str(venv))]
     static = ctx.static()
-    py = ctx.python
     if static is None or static.error or static.timed_out or static.stage("static") is None:
-        why = (
-            "no bin/python"
-            if static is None
-            else static.error
-            or (
-                "timed out" if static.timed_out else (static.stderr.strip().splitlines() or ["no output"])[-1]
-            )
+        cause, fix = ctx.fix(
+            "venv.python_broken",
+            python=py,
+            error=_python_error(py, static),
+            bootstrap=ctx.bootstrap_command(recreate=True),
         )
-        cause, fix = ctx.fix("venv.python_broken", python=py, error=why)
         out.append(result("venv.python", AREA, "venv python runs", "fail", cause, fix))
         return out
     st = static.stage("static") or {}
@@ -37,6 +44,22 @@ def check_venv(ctx: DoctorContext) -> list[CheckResult]:
     return out
 
 
+def _python_error(py: Path, static: ProbeResult | None) -> str:
+    """Why the venv's python did not answer, in the words a user can act on."""
+    if static is None:
+        if py.is_symlink():
+            # The usual way a venv dies: the interpreter it links to was upgraded or removed (pyenv, apt).
+            return (
+                f"bin/python is a broken link to {os.readlink(py)} (that interpreter was removed or upgraded)"
+            )
+        return "no bin/python"
+    if static.error:
+        return static.error
+    if static.timed_out:
+        return "it did not answer within 30s"
+    return (static.stderr.strip().splitlines() or [f"exit {static.returncode}, no output"])[-1]
+
+
 def _record(ctx: DoctorContext) -> CheckResult:
     title = "bootstrap record"
     if ctx.record_error:
@@ -46,7 +69,7 @@ def _record(ctx: DoctorContext) -> CheckResult:
             title,
             "fail",
             ctx.record_error,
-            f"`mw-env bootstrap --venv {ctx.venv}` rewrites it",
+            f"{ctx.bootstrap_command()} rewrites it",
         )
     rec = ctx.record
     if rec is None:
@@ -54,7 +77,18 @@ def _record(ctx: DoctorContext) -> CheckResult:
         return result("venv.record", AREA, title, "warn", cause, fix)
     name = ctx.profile.name
     if rec.profile != name:
-        cause, fix = ctx.fix("venv.record_profile", recorded=rec.profile, profile=name)
+        how = (
+            "chosen with --profile"
+            if getattr(ctx.selection, "explicit", False)
+            else "detected for this machine"
+        )
+        cause, fix = ctx.fix(
+            "venv.record_profile",
+            recorded=rec.profile,
+            profile=name,
+            how=how,
+            bootstrap=ctx.bootstrap_command(recreate=True),
+        )
         return result("venv.record", AREA, title, "warn", cause, fix)
     return result("venv.record", AREA, title, "pass", f"profile {rec.profile}, {rec.torch_requirement}")
 
@@ -78,7 +112,7 @@ def _env_file(ctx: DoctorContext) -> CheckResult | None:
             title,
             "warn",
             f"{env_file} lacks {', '.join(absent)} (recorded in mw-env.json)",
-            "Re-run `mw-env bootstrap` to rewrite the env file.",
+            f"Re-run {ctx.bootstrap_command()} to rewrite the env file.",
         )
     unset = [k for k, v in rec.env.items() if ctx.machine.env.get(k) != v]
     pairs = ", ".join(f"{k}={v}" for k, v in rec.env.items())

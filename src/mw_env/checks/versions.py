@@ -14,7 +14,7 @@ def check_versions(ctx: DoctorContext) -> list[CheckResult]:
     info = ctx.torch_info()
     if not info:
         return [result("versions.runtime", AREA, "HIP / CUDA runtime", "skip", "no torch to inspect")]
-    wanted = {"amd": "rocm", "nvidia": "cuda"}.get(ctx.vendor or "")
+    wanted = ctx.gpu_build
     if wanted and info.get("build") != wanted:
         return [
             result(

@@ -47,13 +47,16 @@ def render_report(report: DoctorReport, *, verbose: bool) -> None:
         if all(c.status == "skip" for c in checks):
             worst = "skip"
         mark, colour = MARKS[worst]
-        con.print(f"[{colour}][{mark}][/] {escape(AREAS.get(area, area))}")
+        # One area's checks come from one function, so they share its duration: shown once, on the area.
+        took = f" [bright_black]({_ms(max(c.duration_s for c in checks))})[/]" if verbose else ""
+        summary = f" ({escape(_probe_summary(report))})" if area == "probe" and _probe_summary(report) else ""
+        con.print(f"[{colour}][{mark}][/] {escape(AREAS.get(area, area))}{summary}{took}")
         for c in checks:
-            cmark, ccolour = MARKS[c.status]
-            took = f" [bright_black]({c.duration_s * 1000:.0f} ms)[/]" if verbose else ""
+            # flutter's [☠]: a check that crashed is a failure of the doctor, not of the machine.
+            cmark, ccolour = ("☠", "red") if c.id.endswith(".crashed") else MARKS[c.status]
             show_detail = verbose or c.status in ("warn", "fail", "skip")
             detail = f": {escape(c.detail)}" if show_detail and c.detail else ""
-            con.print(f"    [{ccolour}]{cmark}[/] {escape(c.title)}{detail}{took}")
+            con.print(f"    [{ccolour}]{cmark}[/] {escape(c.title)}{detail}")
             if c.fix and c.status in ("warn", "fail"):
                 con.print(f"      [bold]fix:[/] {escape(c.fix)}")
             if verbose:
@@ -74,12 +77,32 @@ def render_report(report: DoctorReport, *, verbose: bool) -> None:
         con.print("[bright_black]Run `mw-env doctor -v` for details and timings.[/]")
 
 
-def render_hits(hits: list[Hit], *, source: str) -> None:
+def _probe_summary(report: DoctorReport) -> str:
+    """'fp32 0.17, bf16 0.43, fp16 0.0041 TFLOP/s on cpu' from the probe's figures, like flutter's
+    '(Channel stable, 3.x)': the headline number without -v."""
+    tflops = report.facts.get("tflops") or {}
+    figures = [f"{d} {v:.3g}" for d, v in tflops.items() if isinstance(v, (int, float))]
+    if not figures:
+        return ""
+    return f"{', '.join(figures)} TFLOP/s on {report.facts.get('device_name') or report.facts.get('device') or '?'}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def render_hits(
+    hits: list[Hit], *, source: str, lines: int | None = None, here: dict[str, str] | None = None
+) -> None:
     from rich.markup import escape
 
     con = _console()
     if not hits:
-        con.print(f"No known messages in {escape(source)}.")
+        if lines == 0:
+            con.print(f"{escape(source)} is empty: nothing to explain.")
+        else:
+            read = f" ({lines} lines read)" if lines is not None else ""
+            con.print(f"No known messages in {escape(source)}{read}.")
         return
     seen: set[str] = set()
     for hit in hits:
@@ -94,10 +117,19 @@ def render_hits(hits: list[Hit], *, source: str) -> None:
         con.print(f"    [bold]{msg.severity}[/] · {escape(msg.title)}")
         con.print(f"    cause: {escape(msg.cause)}")
         con.print(f"    fix: {escape(msg.fix)}")
+        if here and here.get(msg.id):
+            con.print(f"    [bold]here:[/] {escape(here[msg.id])}")
+    counts = {sev: len({h.message.id for h in hits if h.message.severity == sev}) for sev in HIT_MARKS}
+    summary = ", ".join(f"{n} {sev}" for sev, n in reversed(counts.items()) if n)
+    con.print(f"{len(seen)} known message(s) in {escape(source)}: {summary}.")
 
 
-def _explain(path: str, *, as_json: bool, profile: str | None, profiles_dirs: tuple[str, ...]) -> int:
+def _explain(
+    path: str, *, as_json: bool, profile: str | None, profiles_dirs: tuple[str, ...], root: str | None
+) -> int:
     from mw_env.checks.catalogue import load_catalogue
+    from mw_env.checks.ipc import explain_here
+    from mw_env.machine import Machine
 
     if path == "-":
         text, source = sys.stdin.read(), "stdin"
@@ -118,6 +150,10 @@ def _explain(path: str, *, as_json: bool, profile: str | None, profiles_dirs: tu
         prof = profiles[profile]
     hits = load_catalogue(profile=prof).scan(text)
     fatal = any(h.message.severity == "fatal" for h in hits)
+    # Messages whose cause is a fact of the container (its /dev/shm, SELinux): read it here, in case the
+    # log came from this machine, as it usually does.
+    machine = Machine.from_env(root)
+    here = {h.message.id: note for h in hits if (note := explain_here(machine, h.message.id)) is not None}
     if as_json:
         echo_json(
             {
@@ -132,13 +168,14 @@ def _explain(path: str, *, as_json: bool, profile: str | None, profiles_dirs: tu
                         "title": h.message.title,
                         "cause": h.message.cause,
                         "fix": h.message.fix,
+                        "here": here.get(h.message.id),
                     }
                     for h in hits
                 ],
             }
         )
     else:
-        render_hits(hits, source=source)
+        render_hits(hits, source=source, lines=len(text.splitlines()), here=here)
     return EXIT_FAILED if fatal else EXIT_OK
 
 
@@ -193,7 +230,7 @@ def doctor(
 ) -> int:
     """Check the environment; name each problem's cause and fix."""
     if explain is not None:
-        return _explain(explain, as_json=as_json, profile=profile, profiles_dirs=profiles_dirs)
+        return _explain(explain, as_json=as_json, profile=profile, profiles_dirs=profiles_dirs, root=root)
     from mw_env.checks import run_doctor
     from mw_env.profiles import resolve
     from mw_env.provision.record import default_venv
