@@ -243,3 +243,20 @@ def test_train_in_a_venv_built_by_bootstrap(tmp_path: Path) -> None:
     env_json = json.loads((run / "report" / "environment.json").read_text())
     assert env_json["doctor"]["ok"] is True
     assert any(p.lower().startswith("torch==") for p in env_json["packages"])
+
+
+@pytest.mark.torch
+def test_a_cpu_venv_on_a_gpu_machine_is_refused_not_trained_on_the_cpu(tmp_path: Path) -> None:
+    """The seed's trap: the venv holds a CPU torch but the machine has a 780M. The profile comes from detection,
+    not from the venv's record, so the doctor's torch-build check fails and training does not start."""
+    from mw_env.trainer.launch import prepare
+
+    root = REPO / "tests" / "fixtures" / "machines" / "incus-780m"
+    env = {**os.environ, "PATH": f"{root / '.mw-env-bin'}:/usr/bin:/bin"}
+    with pytest.raises(MwEnvError) as err:
+        prepare(venv=TEST_VENV, config="smoke", root=str(root), base_env=env)
+    assert "torch" in err.value.message and "quick checks failed" in err.value.message
+    assert "--skip-doctor" in (err.value.hint or "")
+    # Said explicitly, the CPU profile is what the user asked for: it prepares.
+    launch = prepare(venv=TEST_VENV, config="smoke", root=str(root), base_env=env, profile="cpu")
+    assert launch.profile == "cpu"

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED
 
 
@@ -40,13 +40,7 @@ def _venv_option(verb: str) -> Any:
     help="Project whose extras to install (default: mw-env itself).",
 )
 @click.option("--extras", default="train", show_default=True, help="Comma-separated extras of the project.")
-@click.option(
-    "--source",
-    default=None,
-    envvar="MW_ENV_TORCH_SOURCE",
-    help="Use this torch source of the profile, e.g. therock-gfx110x (see `mw-env profiles NAME`; "
-    "env MW_ENV_TORCH_SOURCE).",
-)
+@source_option
 @click.option("--torch-index", default=None, help="Index URL for torch (replaces the profile's).")
 @click.option(
     "--find-links",

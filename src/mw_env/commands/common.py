@@ -43,3 +43,13 @@ def json_option(func: F) -> F:
 def echo_json(data: Any) -> None:
     """JSON on stdout, nothing else."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def source_option(func: F) -> F:
+    return click.option(
+        "--source",
+        default=None,
+        envvar="MW_ENV_TORCH_SOURCE",
+        help="Use this torch source of the profile (see `mw-env profiles NAME`); default: the profile's "
+        "choice for this hardware, or the one bootstrap installed in the venv.",
+    )(func)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 
 if TYPE_CHECKING:
     from mw_env.hardware import Gpu
@@ -53,12 +53,7 @@ def detect_dict(resolved: Resolved) -> dict[str, Any]:
 @click.command("detect")
 @root_option
 @profile_options
-@click.option(
-    "--source",
-    default=None,
-    envvar="MW_ENV_TORCH_SOURCE",
-    help="Use this torch source of the profile (see `mw-env profiles NAME`; env MW_ENV_TORCH_SOURCE).",
-)
+@source_option
 @json_option
 def detect(
     root: str | None,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 from mw_env.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, InputError, MwEnvError
 
 if TYPE_CHECKING:
@@ -186,6 +186,7 @@ def _explain(
 )
 @root_option
 @profile_options
+@source_option
 @click.option(
     "--venv",
     type=click.Path(file_okay=False),
@@ -220,6 +221,7 @@ def doctor(
     profile: str | None,
     profiles_dirs: tuple[str, ...],
     gpu: int | None,
+    source: str | None,
     venv: str | None,
     as_json: bool,
     verbose: bool,
@@ -232,12 +234,19 @@ def doctor(
     if explain is not None:
         return _explain(explain, as_json=as_json, profile=profile, profiles_dirs=profiles_dirs, root=root)
     from mw_env.checks import run_doctor
-    from mw_env.profiles import resolve
-    from mw_env.provision.record import default_venv
+    from mw_env.machine import Machine
+    from mw_env.profiles import resolve_for_venv
+    from mw_env.provision.record import default_venv, read_record
 
-    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu)
+    chosen_venv = Path(venv).expanduser() if venv else default_venv(Machine.from_env(root).env)
+    try:
+        record = read_record(chosen_venv)
+    except MwEnvError:
+        record = None  # a broken record is the venv checks' finding, not a reason to stop here
+    resolved = resolve_for_venv(
+        record=record, root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, source=source
+    )
     machine = resolved.machine
-    chosen_venv = Path(venv).expanduser() if venv else default_venv(machine.env)
     probe_timeout = timeout or float(
         getattr(resolved.selection.profile.doctor, "probe_timeout_s", 60.0) or 60.0
     )

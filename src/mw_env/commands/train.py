@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 
 RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
@@ -120,12 +120,7 @@ def launch_options(func: Any) -> Any:
                 show_default=True,
                 help="Processes (GPUs) for DDP, launched with the venv's torchrun.",
             ),
-            click.option(
-                "--source",
-                default=None,
-                envvar="MW_ENV_TORCH_SOURCE",
-                help="The profile's torch source (default: the one bootstrap installed).",
-            ),
+            source_option,
             root_option,
             profile_options,
         ]

@@ -19,7 +19,7 @@ from mw_env.profiles.model import (
     TorchSource,
     TrainerDefaults,
 )
-from mw_env.profiles.resolve import resolve
+from mw_env.profiles.resolve import resolve, resolve_for_venv
 from mw_env.profiles.select import get_profile, runtime_env, select, select_profile
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "load_profile_file",
     "load_profiles",
     "resolve",
+    "resolve_for_venv",
     "runtime_env",
     "select",
     "select_profile",

@@ -41,6 +41,50 @@ def resolve(
     return Resolved(machine=machine, hardware=hardware, selection=selection, profiles=profiles)
 
 
+def resolve_for_venv(
+    *,
+    record: object | None,
+    root: str | os.PathLike[str] | None = None,
+    profile: str | None = None,
+    profiles_dirs: Sequence[str | Path] = (),
+    gpu: int | None = None,
+    source: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Resolved:
+    """resolve() for work in an existing venv (doctor, train), given its bootstrap record (or None).
+
+    The profile is never taken from the record: it is detected (or given), so a venv built for another profile
+    (a CPU venv on a machine that has since got its GPU) is flagged by the doctor instead of trusted and trained
+    on the CPU. When the record's profile is the one selected, the torch source bootstrap installed is kept, so
+    a venv built with `--source` is judged against that source. Pythons on PATH are not listed (not needed).
+    """
+    resolved = resolve(
+        root=root,
+        profile=profile,
+        profiles_dirs=profiles_dirs,
+        gpu=gpu,
+        source=source,
+        env=env,
+        interpreters=False,
+    )
+    recorded = getattr(record, "torch_source", None)
+    same_profile = record is not None and getattr(record, "profile", None) == resolved.selection.profile.name
+    if source is None and recorded and same_profile and resolved.selection.torch.id != recorded:
+        try:
+            return resolve(
+                root=root,
+                profile=profile,
+                profiles_dirs=profiles_dirs,
+                gpu=gpu,
+                source=recorded,
+                env=env,
+                interpreters=False,
+            )
+        except InputError:
+            return resolved  # the profile no longer has that source: judge against today's choice
+    return resolved
+
+
 def _check_root(root: Path, *, given_as: str) -> None:
     if not root.is_dir():
         what = "does not exist" if not root.exists() else "is not a folder"

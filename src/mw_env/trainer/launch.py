@@ -79,7 +79,7 @@ def prepare(
     source: str | None = None,
 ) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
-    from mw_env.profiles import resolve
+    from mw_env.profiles import resolve_for_venv
     from mw_env.provision.record import default_venv, read_record
 
     env_in = dict(os.environ if base_env is None else base_env)
@@ -96,11 +96,16 @@ def prepare(
         )
     config_path = find_config(config)
     record = read_record(venv_path)
-    # The venv was built for one profile; train with that one unless told otherwise.
-    chosen = profile or (record.profile if record else None)
-    chosen_source = source or (getattr(record, "torch_source", None) if record and not profile else None)
-    resolved_env = resolve(
-        root=root, profile=chosen, profiles_dirs=profiles_dirs, gpu=gpu, env=env_in, source=chosen_source
+    # The profile is detected (or given), never trusted from the venv: a CPU venv on a GPU machine must fail
+    # the doctor's torch-build check rather than train on the CPU unnoticed.
+    resolved_env = resolve_for_venv(
+        record=record,
+        root=root,
+        profile=profile,
+        profiles_dirs=profiles_dirs,
+        gpu=gpu,
+        env=env_in,
+        source=source,
     )
     selection = resolved_env.selection
     defaults = profile_defaults(selection)
