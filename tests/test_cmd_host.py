@@ -71,3 +71,23 @@ def test_no_gpu_says_so_first(tmp_path, capsys):
     code, out, err = _run(capsys, "--root", str(tmp_path))
     assert code == 2 and out == ""
     assert "nothing to pass through" in err and "--profile gfx1103" in err
+
+
+def test_kubernetes_pod_gets_the_pod_spec_never_incus_commands(capsys):
+    # The A100 fixture runs in a Kubernetes pod: the default runtime is kubernetes, the pod name is detected.
+    code, out, _ = _run(capsys, "--root", str(MACHINES / "nvidia-a100x4-555"))
+    assert code == 0
+    assert "# run on the host (kubernetes, container trainer-a100-7c9f8b6d5-x2kqz" in out
+    assert "nvidia.com/gpu: 1" in out and "incus" not in out and "docker" not in out
+    code, out, _ = _run(
+        capsys, "--root", str(MACHINES / "incus-780m"), "--runtime", "kubernetes", "--container", "t-0"
+    )
+    assert code == 0 and "amd.com/gpu: 1" in out and "supplementalGroups" in out
+    assert "kubectl exec t-0 -- ls -l /dev/kfd /dev/dri" in out.splitlines()
+
+
+def test_kubernetes_pod_names_follow_dns_1123(capsys):
+    code, _, err = _run(
+        capsys, "--root", str(MACHINES / "incus-780m"), "--runtime", "kubernetes", "--container", "Bad_Name"
+    )
+    assert code == 2 and "invalid kubernetes container name 'Bad_Name'" in err and "lower-case" in err

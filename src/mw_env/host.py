@@ -21,13 +21,20 @@ if TYPE_CHECKING:
     from mw_env.machine import Machine
     from mw_env.profiles.model import Selection
 
-RUNTIMES = ("incus", "docker", "podman")
+RUNTIMES = ("incus", "docker", "podman", "kubernetes")
 # incus instance names: 1-63 letters, digits and dashes, starting with a letter, not ending with a dash.
 _INCUS_NAME = re.compile(r"^[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # docker/podman: the daemon's own rule [a-zA-Z0-9][a-zA-Z0-9_.-]+ (at least 2 characters).
 _OCI_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{1,127}$")
 _OCI_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
-_LIST = {"incus": "incus list", "docker": "docker ps -a", "podman": "podman ps -a"}
+_LIST = {
+    "incus": "incus list",
+    "docker": "docker ps -a",
+    "podman": "podman ps -a",
+    "kubernetes": "kubectl get pods",
+}
+# kubernetes pod names: a DNS-1123 subdomain.
+_K8S_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
@@ -63,11 +70,18 @@ def validate_container_name(runtime: str, name: str) -> str:
     """`name` when it is a valid container name for `runtime`; InputError naming the rule otherwise."""
     if runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}", hint=f"allowed: {', '.join(RUNTIMES)}")
-    pattern, rule = (
-        (_INCUS_NAME, "1-63 letters, digits and '-', starting with a letter and not ending with '-'")
-        if runtime == "incus"
-        else (_OCI_NAME, "2-128 characters from [A-Za-z0-9_.-], starting with a letter or digit")
-    )
+    if runtime == "incus":
+        pattern, rule = (
+            _INCUS_NAME,
+            "1-63 letters, digits and '-', starting with a letter and not ending with '-'",
+        )
+    elif runtime == "kubernetes":
+        pattern, rule = (
+            _K8S_NAME,
+            "1-253 lower-case letters, digits, '-' and '.', starting and ending alphanumeric",
+        )
+    else:
+        pattern, rule = _OCI_NAME, "2-128 characters from [A-Za-z0-9_.-], starting with a letter or digit"
     if not pattern.match(name or ""):
         raise InputError(
             f"invalid {runtime} container name {name!r}", hint=f"{_a(runtime)} {runtime} name is {rule}"
@@ -101,7 +115,9 @@ def host_plan(
         container, id_note = _detected_container(runtime, hardware)
         validate_container_name(runtime, container)
 
-    if vendor == "amd":
+    if runtime == "kubernetes":
+        plan = _kubernetes(container, vendor)
+    elif vendor == "amd":
         plan = (
             _incus_amd(container, hardware, machine)
             if runtime == "incus"
@@ -354,3 +370,43 @@ def _oci_nvidia(runtime: str, container: str, image: str | None) -> HostPlan:
     check = f"{runtime} exec {_q(new)} nvidia-smi"
     commands.append(check)
     return HostPlan(runtime, container, tuple(commands), tuple(notes), vendor="nvidia", checks=(check,))
+
+
+def _kubernetes(pod: str, vendor: str) -> HostPlan:
+    """A pod cannot be given devices while it runs: the fix is in its spec, served by the node's device plugin."""
+    resource = "nvidia.com/gpu" if vendor == "nvidia" else "amd.com/gpu"
+    plugin = (
+        "the NVIDIA device plugin (or the GPU operator)"
+        if vendor == "nvidia"
+        else "AMD's ROCm k8s-device-plugin (github.com/ROCm/k8s-device-plugin)"
+    )
+    notes = [
+        f"pods are immutable: recreate pod {pod} (or its Deployment/Job) with this in the container's spec,",
+        f"and make sure {plugin} runs on the node:",
+        "  resources:",
+        "    limits:",
+        f"      {resource}: 1",
+    ]
+    if vendor == "amd":
+        # The device plugin mounts /dev/kfd and the render node root:render 0660; a non-root user needs the
+        # node's render gid (a number: the name differs between node and image).
+        notes += [
+            "  securityContext:",
+            "    supplementalGroups: [<the render group's gid ON THE NODE: getent group render>]",
+        ]
+    checks = (
+        (f"kubectl exec {shlex.quote(pod)} -- ls -l /dev/kfd /dev/dri",)
+        if vendor == "amd"
+        else (f"kubectl exec {shlex.quote(pod)} -- nvidia-smi",)
+    )
+    return HostPlan(
+        runtime="kubernetes",
+        container=pod,
+        commands=(
+            f"kubectl get pod {shlex.quote(pod)} -o yaml > {shlex.quote(pod)}.yaml  # edit, then re-create",
+            *checks,
+        ),
+        notes=tuple(notes),
+        vendor=vendor,
+        checks=checks,
+    )

@@ -12,7 +12,7 @@ from mw_env.commands.common import echo_json, json_option, profile_options, root
 @profile_options
 @click.option(
     "--runtime",
-    type=click.Choice(["incus", "docker", "podman"]),
+    type=click.Choice(["incus", "docker", "podman", "kubernetes"]),
     default=None,
     help="Container runtime on the host (default: the one detected, else incus).",
 )
