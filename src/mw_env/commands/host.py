@@ -39,7 +39,7 @@ def host_commands(
     from mw_env.host import host_plan
     from mw_env.profiles import resolve
 
-    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu)
+    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
     plan = host_plan(
         runtime=runtime,
         container=container,

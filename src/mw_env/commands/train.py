@@ -71,7 +71,9 @@ def _profile_defaults(
     from mw_env.profiles import resolve
     from mw_env.trainer.launch import profile_defaults
 
-    selection = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu).selection
+    selection = resolve(
+        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False
+    ).selection
     return profile_defaults(selection), selection.profile.name
 
 
