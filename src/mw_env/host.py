@@ -399,11 +399,14 @@ def _kubernetes(pod: str, vendor: str) -> HostPlan:
         if vendor == "amd"
         else (f"kubectl exec {shlex.quote(pod)} -- nvidia-smi",)
     )
+    edit = f"resources.limits {{{resource}: 1}}" + (
+        " and securityContext.supplementalGroups [the node's render gid]" if vendor == "amd" else ""
+    )
     return HostPlan(
         runtime="kubernetes",
         container=pod,
         commands=(
-            f"kubectl get pod {shlex.quote(pod)} -o yaml > {shlex.quote(pod)}.yaml  # edit, then re-create",
+            f"kubectl get pod {shlex.quote(pod)} -o yaml > {shlex.quote(pod)}.yaml  # add {edit}, then re-create",
             *checks,
         ),
         notes=tuple(notes),

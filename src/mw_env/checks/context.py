@@ -227,13 +227,16 @@ def host_lines(ctx: DoctorContext) -> list[str]:
     container = ctx.hardware.container
     # docker/podman rarely show a container its own name, but its id works wherever the name does.
     name = container.name or (container.id[:12] if container.id and kind in ("docker", "podman") else None)
-    runtime = kind if kind in ("incus", "docker", "podman") else ("incus" if kind == "lxc" else None)
-    if runtime is None:  # kubernetes, an unknown container or none: host_commands would assume incus
-        return _fallback_host_lines(kind, name, ctx.vendor)
+    runtime = (
+        kind if kind in ("incus", "docker", "podman", "kubernetes") else ("incus" if kind == "lxc" else None)
+    )
+    render_gid = next((gid for gid, group in ctx.machine.groups().items() if group == "render"), None)
+    if runtime is None:  # an unknown container or none: host_commands would assume incus
+        return _fallback_host_lines(kind, name, ctx.vendor, render_gid)
     try:
         from mw_env.host import host_commands
     except ImportError:
-        return _fallback_host_lines(kind, name, ctx.vendor)
+        return _fallback_host_lines(kind, name, ctx.vendor, render_gid)
     try:
         return list(
             host_commands(
@@ -245,11 +248,16 @@ def host_lines(ctx: DoctorContext) -> list[str]:
             )
         )
     except Exception:  # e.g. the container's name is not visible from inside: still say what to run
-        return _fallback_host_lines(kind, name, ctx.vendor)
+        return _fallback_host_lines(kind, name, ctx.vendor, render_gid)
 
 
-def _fallback_host_lines(kind: str, name: str | None, vendor: str | None) -> list[str]:
-    c = name or "<container>"
+def _fallback_host_lines(
+    kind: str, name: str | None, vendor: str | None, render_gid: int | None = None
+) -> list[str]:
+    c = (
+        name or "<container>"
+    )  # only when the name cannot be seen from inside: `incus list` on the host shows it
+    gid = str(render_gid) if render_gid is not None else f"<render gid in {c}>"
     if kind == "kubernetes":
         resource = "nvidia.com/gpu" if vendor == "nvidia" else "amd.com/gpu"
         plugin = "the NVIDIA device plugin" if vendor == "nvidia" else "the ROCm k8s-device-plugin"
@@ -268,8 +276,8 @@ def _fallback_host_lines(kind: str, name: str | None, vendor: str | None) -> lis
         return [docker] if kind == "docker" else [podman] if kind == "podman" else [docker, podman]
     if kind in ("incus", "lxc"):
         return [
-            f"incus config device add {c} gpu0 gpu gputype=physical gid=<render gid in {c}>",
-            f"incus config device add {c} kfd unix-char source=/dev/kfd path=/dev/kfd gid=<render gid in {c}>",
+            f"incus config device add {c} gpu0 gpu gputype=physical gid={gid}",
+            f"incus config device add {c} kfd unix-char source=/dev/kfd path=/dev/kfd gid={gid}",
         ]
     group = '--group-add video --group-add "$(getent group render | cut -d: -f3)"'
     if kind == "podman":
