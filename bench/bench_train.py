@@ -9,7 +9,7 @@
    CPU steps as fit a few minutes: held-out entity F1 on synthetic addresses.
 
 Needs torch: when this python has none it re-runs itself with the test venv's (or $MW_ENV_BENCH_PYTHON).
-Knobs: MW_ENV_BENCH_TAGGER_STEPS (default 150), MW_ENV_BENCH_QUICK=1 (fewer steps everywhere).
+Knobs: MW_ENV_BENCH_TAGGER_STEPS (default 300), MW_ENV_BENCH_QUICK=1 (fewer steps everywhere).
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def bench_learning(tmp: Path) -> str:
             "runtime.checkpoint_every=100000",
         ),
     )
-    tagger_steps = int(os.environ.get("MW_ENV_BENCH_TAGGER_STEPS", "10" if QUICK else "150"))
+    tagger_steps = int(os.environ.get("MW_ENV_BENCH_TAGGER_STEPS", "10" if QUICK else "300"))
     tagger = _learn(
         tmp,
         "tagger",
