@@ -395,3 +395,13 @@ def test_broken_sysfs_does_not_crash_and_says_how_the_gpu_was_identified(tmp_pat
     assert not [c for c in checks if c.endswith((".crashed", ".timeout"))]
     ident = checks["devices.detection"]
     assert ident["status"] == "warn" and "gfx_target_version 99999999" in ident["detail"]
+
+
+def test_a_missing_device_node_is_not_called_an_identification_problem(tmp_path, capsys):
+    import json
+
+    venv = fake_venv(tmp_path / "v", version="2.13.0+cpu")
+    main(["doctor", "--root", str(MACHINES / "incus-780m-no-kfd"), "--venv", str(venv), "--quick", "--json"])
+    checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["devices.kfd"]["status"] == "fail"  # reported once, where it belongs
+    assert "devices.detection" not in checks

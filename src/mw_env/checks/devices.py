@@ -59,9 +59,11 @@ def check_devices(ctx: DoctorContext) -> list[CheckResult]:
         out.append(_libcuda(ctx))
     out.append(_visible_devices(ctx))
     gpu = ctx.gpu
-    if gpu is not None and gpu.notes:
-        # Detection worked around unreadable or odd sysfs files; every arch verdict below rests on its result.
-        cause, fix = ctx.fix("devices.detection_notes", gpu=gpu.name, notes="; ".join(gpu.notes))
+    # Detection worked around unreadable or odd sysfs files; every arch verdict below rests on its result.
+    # Notes about device nodes (/dev/...) are not about identification: the node checks above report them.
+    odd = [n for n in (gpu.notes if gpu is not None else ()) if not n.startswith("/dev/")]
+    if gpu is not None and odd:
+        cause, fix = ctx.fix("devices.detection_notes", gpu=gpu.name, notes="; ".join(odd))
         out.append(result("devices.detection", AREA, "GPU identification", "warn", cause, fix))
     return out
 
