@@ -11,6 +11,7 @@ from mw_env.trainer.anomalies import (
     analyze,
     check_divergence,
     check_liveness,
+    check_log,
     check_numerics,
     check_silence,
     exit_code_for,
@@ -104,6 +105,23 @@ def test_torchrun_told_to_stop_is_not_a_crash():
         "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 6",
     ]
     assert [f.kind for f in scan_log(killed)] == ["traceback"]
+
+
+def test_torchrun_relaying_a_worker_failure_is_not_a_second_crash():
+    """torchrun's ChildFailedError only relays a worker's exit; the worker's own lines say why."""
+    log = [
+        "error: shard.jsonl line 6: 2 tokens but 1 tags",
+        "hint: every token needs exactly one BIO tag",
+        "Traceback (most recent call last):",
+        '  File ".../torch/distributed/launcher/api.py", line 383, in launch_agent',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "  exitcode  : 2 (pid: 4807)",
+    ]
+    findings = scan_log(log)
+    assert [f.kind for f in findings] == ["error", "hint"]
+    dead = Liveness(alive=False, returncode=1, exit_recorded=True)
+    (gone,) = analyze(events=[], log_findings=findings, liveness=dead, last_output=None, now=0.0)
+    assert gone.code == 12 and "2 tokens but 1 tags" in gone.message
 
 
 def test_chained_traceback_counts_once_and_keeps_the_last_exception():
@@ -218,3 +236,27 @@ def test_analyze_orders_by_priority_and_picks_the_exit_code():
     assert [a.kind for a in anomalies] == ["oom", "nonfinite", "vanished"]
     assert exit_code_for(anomalies) == KINDS["oom"][0] == 14
     assert exit_code_for(()) == 0
+
+
+def test_a_run_that_exited_on_its_own_error_quotes_it():
+    """A detached run refused its input (exit 2): status quotes the trainer's error, not an OOM guess."""
+    log = [
+        "device cpu, precision fp32 (fp32 requested), world size 1",
+        "error: shard.jsonl line 6: 2 tokens but 1 tags",
+        "hint: every token needs exactly one BIO tag",
+    ]
+    findings = scan_log(log)
+    assert [f.kind for f in findings] == ["error", "hint"]
+    assert check_log(findings, "train.log") == []  # an error line alone is no log anomaly
+    dead = Liveness(alive=False, pid=5, returncode=2, exit_recorded=True)
+    (gone,) = check_liveness([], dead, "train.log", findings)
+    assert gone.kind == "vanished" and gone.code == 12
+    assert "exited with code 2" in gone.message and "shard.jsonl line 6: 2 tokens but 1 tags" in gone.message
+    assert gone.hint.startswith("every token needs exactly one BIO tag") and "OOM" not in gone.hint
+    # Without the trainer's own report the generic hint stays.
+    (generic,) = check_liveness([], dead, "train.log", ())
+    assert "journalctl" in generic.hint
+    # An "error:" inside a traceback's frames is not the trainer's report.
+    assert [f.kind for f in scan_log(["Traceback (most recent call last):", "error: x", "  y", "E: z"])] == [
+        "traceback"
+    ]

@@ -46,7 +46,20 @@ def test_status_of_nothing_is_exit_2(tmp_path, capsys):
     assert main(["train", "status", "--out-dir", str(tmp_path)]) == 2
     assert "no training run" in capsys.readouterr().err
     assert main(["train", "stop", "--out-dir", str(tmp_path)]) == 2
-    assert "no detached run" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "no detached run" in captured.err and "stopping the run" not in captured.err
+
+
+def test_status_of_a_foreground_run_names_no_missing_log(tmp_path, capsys):
+    finished = [
+        {"event": "step", "step": 2, "loss": 1.5, "lr": 1e-3, "tokens_per_s": 10.0, "time": time.time()},
+        {"event": "finished", "step": 2, "reason": "max_steps", "time": time.time()},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in finished))
+    assert main(["train", "status", "--out-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "finished (no run.json: a foreground run)" in out and "step 2" in out
+    assert "train.log" not in out  # a foreground run writes none
 
 
 def test_watch_cli_streams_json_lines_and_exits_with_the_anomaly_code(start_child, tmp_path, capsys):

@@ -126,3 +126,46 @@ def test_round_trip_and_architecture_diff() -> None:
     b = resolve_config(path=find_config("smoke"), overrides=["model.d_model=64", "optim.lr=1e-4"]).config
     diff = architecture_diff(a, b)
     assert diff == ["model.d_model: 32 -> 64"]  # lr may change on resume; the architecture may not
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expect"),
+    [
+        ("a.yaml", "optim: [1, 2\n", "not valid YAML"),
+        ("b.toml", "[optim\n", "not valid TOML"),
+        ("c.yaml", "- 1\n", "top level must be a mapping"),
+        ("d.yaml", "optim: 3\n", "section 'optim' must be a mapping"),
+    ],
+)
+def test_bad_files_say_what_to_do(tmp_path: Path, name: str, text: str, expect: str) -> None:
+    """Every config-file error is error + hint (the CLI prints both), never a bare message."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(InputError, match=expect) as exc:
+        resolve_config(path=path)
+    assert str(path) in exc.value.message and exc.value.hint
+
+
+@pytest.mark.torch
+def test_checkpoint_errors_have_hints(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from mw_env.trainer.checkpoint import CheckpointError, load_checkpoint
+
+    with pytest.raises(CheckpointError, match="does not exist") as missing:
+        load_checkpoint(tmp_path / "step-000000001.pt")
+    assert missing.value.hint and "--resume" in missing.value.hint
+    import torch
+
+    foreign = tmp_path / "step-000000002.pt"
+    torch.save([1, 2], foreign)
+    with pytest.raises(CheckpointError, match="not an mw-env checkpoint") as not_ours:
+        load_checkpoint(foreign)
+    assert not_ours.value.hint
+    torch.save({"format_version": 1}, foreign)
+    with pytest.raises(CheckpointError, match="incomplete") as incomplete:
+        load_checkpoint(foreign)
+    assert incomplete.value.hint
+    (tmp_path / "step-000000003.pt").write_bytes(b"not a zip")
+    with pytest.raises(CheckpointError, match="unreadable") as unreadable:
+        load_checkpoint(tmp_path / "step-000000003.pt")
+    assert "step-*.pt" in unreadable.value.hint

@@ -119,18 +119,25 @@ def test_explicit_val_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "expect"),
     [
-        ({"tokens": ["12", "Oak"], "tags": ["B-house_number"]}, "row 1: 2 tokens but 1 tags"),
-        ({"tokens": ["12"], "tags": ["B-house"]}, "row 1: unknown tag 'B-house'"),
+        ({"tokens": ["12", "Oak"], "tags": ["B-house_number"]}, "line 2: 2 tokens but 1 tags"),
+        ({"tokens": ["12"], "tags": ["B-house"]}, "line 2: unknown tag 'B-house'"),
         ({"tokens": "12 Oak", "tags": ["O"]}, "'tokens' must be a list of strings"),
-        ({"words": ["12"]}, "expected an object with 'tokens' and 'tags'"),
+        ({"words": ["12"]}, "line 2: expected an object with 'tokens' and 'tags'"),
+        (b'{"tokens": ["M\xfcnchen"], "tags": ["B-locality"]}', "line 2: not UTF-8 (byte 0xfc"),
+        (b"{not json", "line 2: not valid JSON"),
     ],
 )
-def test_bad_shards(tmp_path: Path, line: dict, expect: str) -> None:
-    shard = _jsonl(tmp_path / "s.jsonl", [{"tokens": ["1"], "tags": ["B-house_number"]}, line])
+def test_bad_shards(tmp_path: Path, line: dict | bytes, expect: str) -> None:
+    good = {"tokens": ["1"], "tags": ["B-house_number"]}
+    if isinstance(line, bytes):  # raw bytes: a line that is not JSON, or not UTF-8
+        shard = tmp_path / "s.jsonl"
+        shard.write_bytes(json.dumps(good).encode() + b"\n" + line + b"\n")
+    else:
+        shard = _jsonl(tmp_path / "s.jsonl", [good, line])
     cfg = resolve_config(overrides=["data.source=files", f"data.train_files={shard}"]).config
     with pytest.raises(InputError) as exc:
         load_corpus(cfg)
-    assert str(shard) in exc.value.message and expect in exc.value.message
+    assert str(shard) in exc.value.message and expect in exc.value.message and exc.value.hint
 
 
 def test_bad_parquet_and_missing_files(tmp_path: Path) -> None:

@@ -114,3 +114,17 @@ def test_verify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["train", "verify", "--json", str(tmp_path)]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False and out["mismatched"] == ["metrics.jsonl"]
+
+
+def test_pending_doctor_report_becomes_doctor_json(tmp_path: Path) -> None:
+    """A launch's doctor report lands in doctor.json only with the report, so a failed launch changes nothing."""
+    _fake_run(tmp_path)
+    (tmp_path / ".doctor-pending.json").write_text(json.dumps({"profile": "next", "ok": True, "checks": []}))
+    assert verify_manifest(tmp_path).ok  # the pending dotfile is not an artifact
+    resolved = resolve_config(path=find_config("smoke"))
+    write_report(
+        tmp_path, resolved=resolved, card=CARD, facts={}, doctor_json=tmp_path / ".doctor-pending.json"
+    )
+    assert json.loads((tmp_path / "doctor.json").read_text())["profile"] == "next"
+    assert not (tmp_path / ".doctor-pending.json").exists()
+    assert verify_manifest(tmp_path).ok

@@ -82,7 +82,9 @@ def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.Mon
     assert launch.env["HSA_OVERRIDE_GFX_VERSION"] == "11.0.0"  # the venv's recorded runtime env
     assert launch.env["PATH"].startswith(str(venv / "bin")) and launch.env["VIRTUAL_ENV"] == str(venv)
     assert launch.out_dir == tmp_path / "runs" / "x"
-    doctor = json.loads((launch.out_dir / "doctor.json").read_text())
+    # The doctor's report waits as a dotfile; doctor.json (a manifest artifact) appears with the report.
+    assert not (launch.out_dir / "doctor.json").exists()
+    doctor = json.loads((launch.out_dir / ".doctor-pending.json").read_text())
     assert doctor["profile"] == "cpu" and doctor["ok"] is True
     ddp = prepare(
         venv=venv,
@@ -260,3 +262,24 @@ def test_a_cpu_venv_on_a_gpu_machine_is_refused_not_trained_on_the_cpu(tmp_path:
     # Said explicitly, the CPU profile is what the user asked for: it prepares.
     launch = prepare(venv=TEST_VENV, config="smoke", root=str(root), base_env=env, profile="cpu")
     assert launch.profile == "cpu"
+
+
+def test_torchrun_failure_is_the_workers_error_and_exit_code(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under --nproc-per-node, torchrun's own traceback is hidden and the workers' exit 2 kept."""
+    from .test_torchrun_output import FAILED_RUN
+
+    venv = _fake_venv(tmp_path, {})
+    replay = tmp_path / "torchrun-output.txt"
+    replay.write_text(FAILED_RUN + "\n")
+    torchrun = venv / "bin" / "torchrun"
+    torchrun.write_text(f"#!/bin/sh\ncat '{replay}' >&2\nexit 1\n")
+    torchrun.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    base = ["train", "--venv", str(venv), "--skip-doctor", "--profile", "cpu", "--config", "smoke"]
+    code = main([*base, "--nproc-per-node", "2", "--set", "runtime.out_dir=runs/ddp"])
+    err = capfd.readouterr().err
+    assert code == 2
+    assert err.count("error: cannot resume from") == 1 and err.count("hint: the data order") == 1
+    assert "Traceback" not in err and "ChildFailedError" not in err and "torch/distributed" not in err

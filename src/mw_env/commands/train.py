@@ -10,12 +10,15 @@ from __future__ import annotations
 import importlib
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
+
+if TYPE_CHECKING:
+    from mw_env.trainer.torchrun_output import TorchrunStderr
 
 RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
 
@@ -158,13 +161,30 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
         f"run folder {launch.out_dir}",
         err=True,
     )
-    proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd)
+    torchrun = Path(launch.argv[0]).name == "torchrun"
+    # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
+    proc = subprocess.Popen(
+        launch.argv,
+        env=launch.env,
+        cwd=launch.cwd,
+        stderr=subprocess.PIPE if torchrun else None,
+        text=True if torchrun else None,
+        errors="replace" if torchrun else None,
+    )
+    filt = None
     try:
+        if torchrun:
+            filt = _relay_torchrun_stderr(proc)
         code = proc.wait()
     except KeyboardInterrupt:
         # The trainer shares our terminal's process group, so it got the same Ctrl-C; let it exit.
+        if torchrun and proc.stderr is not None:
+            for _ in proc.stderr:  # keep draining, or workers writing their last lines block
+                pass
         code = proc.wait()
         return EXIT_INTERRUPTED
+    if filt is not None:
+        code = filt.exit_code(code)
     if code < 0:
         raise StepFailed(
             f"the trainer was killed by signal {-code}",
@@ -174,6 +194,20 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
     if code not in (0, 1, 2, EXIT_INTERRUPTED):
         return EXIT_FAILED
     return code
+
+
+def _relay_torchrun_stderr(proc: subprocess.Popen[str]) -> TorchrunStderr:
+    """Copy torchrun's stderr to ours through the filter, line by line as it comes."""
+    from mw_env.trainer.torchrun_output import TorchrunStderr
+
+    filt = TorchrunStderr()
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        for out in filt.feed(line.rstrip("\n")):
+            click.echo(out, err=True)
+    for out in filt.flush():
+        click.echo(out, err=True)
+    return filt
 
 
 @train.command("config")
@@ -243,7 +277,7 @@ def summary_cmd(
     console.print(
         f"[bold]Schedule[/bold]: {s['optimizer']}; lr {s['lr']:g}, {s['schedule']} after {s['warmup_steps']} "
         f"warmup steps (floor {s['min_lr_ratio']:g}x), {s['max_steps']} steps x {s['rows_per_step_per_process']} "
-        f"rows per process ({s['accumulation_steps']} micro-batches); clip {s['grad_clip']:g}, "
+        f"rows per process ({s['accumulation_steps']} micro-batch{'es' if s['accumulation_steps'] != 1 else ''}); clip {s['grad_clip']:g}, "
         f"label smoothing {s['label_smoothing']:g}"
     )
     console.print("lr at step: " + ", ".join(f"{k}: {v:.3g}" for k, v in s["lr_at"].items()))

@@ -193,7 +193,9 @@ def _render_status(result: Any) -> None:
         )
         click.echo(f"  last eval: step {p.last_eval.get('step')}: {metrics}")
     if p.last_event_time:
-        click.echo(f"  last event {_duration(now - p.last_event_time)} ago; log {result.log_file}")
+        # A foreground run has no train.log: name the log only where there is one.
+        log = f"; log {result.log_file}" if result.log_file.is_file() else ""
+        click.echo(f"  last event {_duration(now - p.last_event_time)} ago{log}")
     for note in result.notes:
         click.echo(f"  note: {note}")
     if not result.anomalies:
@@ -222,10 +224,12 @@ def _render_status(result: Any) -> None:
 @json_option
 def stop(out_dir: Path, grace: float, as_json: bool) -> int:
     """SIGTERM the run (it finishes its step and checkpoints), then SIGKILL after --grace seconds."""
-    from mw_env.trainer.runs import stop_run
+    from mw_env.trainer.runs import is_alive, read_run, stop_run
     from mw_env.trainer.runstatus import run_status
 
-    if not as_json:
+    record = read_run(out_dir.resolve())
+    # Announce the wait only when there is a live run to stop (no run: stop_run raises the error).
+    if not as_json and record is not None and is_alive(record):
         click.echo(f"stopping the run in {out_dir} (SIGTERM; SIGKILL after {grace:g}s)...", err=True)
     result = stop_run(out_dir=out_dir, grace_s=grace)
     after = run_status(out_dir=out_dir)

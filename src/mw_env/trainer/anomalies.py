@@ -235,7 +235,12 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def check_liveness(events: Sequence[dict[str, Any]], liveness: Liveness, log_name: str) -> list[Anomaly]:
+def check_liveness(
+    events: Sequence[dict[str, Any]],
+    liveness: Liveness,
+    log_name: str,
+    findings: Sequence[LogFinding] = (),
+) -> list[Anomaly]:
     """The process is gone but wrote no `finished` event."""
     if liveness.alive is not False or any(e.get("event") == "finished" for e in events):
         return []
@@ -261,6 +266,20 @@ def check_liveness(events: Sequence[dict[str, Any]], liveness: Liveness, log_nam
     elif liveness.exit_recorded:
         message = f"{pid} exited with code {liveness.returncode} without writing a finished event"
         evidence = f"exit record: returncode {liveness.returncode}"
+        errors = [f for f in findings if f.kind == "error"]
+        if errors:
+            # The trainer said why it stopped (bad input, a refused resume): quote it, not an OOM guess.
+            last = errors[-1]
+            hints = [f for f in findings if f.kind == "hint" and f.line_no == last.line_no + 1]
+            return [
+                Anomaly(
+                    "vanished",
+                    f"{message}; it reported: {last.text.removeprefix('error: ')}",
+                    (hints[0].text.removeprefix("hint: ") + "; then " if hints else "fix that, then ")
+                    + "start it again (the run resumes from its last checkpoint, if any)",
+                    evidence=last.text,
+                )
+            ]
     else:
         message = f"{pid} is gone and left no finished event and no exit record (killed with its supervisor?)"
         evidence = "no exit record"
@@ -359,7 +378,7 @@ def analyze(
         *check_log(log_findings, log_name),
         *check_numerics(events),
         *check_divergence(events, thresholds),
-        *check_liveness(events, liveness, log_name),
+        *check_liveness(events, liveness, log_name, log_findings),
         *check_silence(events, liveness, last_output=last_output, now=now, thresholds=thresholds),
     ]
     order = list(KINDS)

@@ -91,24 +91,38 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path} does not exist") from None
+        raise CheckpointError(
+            f"checkpoint {path} does not exist",
+            hint="name an existing <run>/checkpoints/step-*.pt, or leave out --resume to use the newest one",
+        ) from None
     except Exception as exc:  # truncated zip, bad pickle, foreign object: all "unreadable"
         raise CheckpointError(
             f"checkpoint {path} is unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
-            hint="it may be truncated; resume from an older one with --resume, or start over with --fresh",
+            hint="it may be truncated or not an mw-env checkpoint; name an older step-*.pt "
+            "(training: --resume PATH, or --fresh to start over)",
         ) from None
     if not isinstance(ckpt, dict):
-        raise CheckpointError(f"checkpoint {path} is not an mw-env checkpoint (top level is not a dict)")
+        raise CheckpointError(
+            f"checkpoint {path} is not an mw-env checkpoint (top level is not a dict)",
+            hint="name a step-*.pt file written by mw-env train",
+        )
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]
     if missing:
-        raise CheckpointError(f"checkpoint {path} is incomplete: missing {', '.join(missing)}")
+        raise CheckpointError(
+            f"checkpoint {path} is incomplete: missing {', '.join(missing)}",
+            hint="name a step-*.pt file written by mw-env train, or an older one with --resume",
+        )
     if ckpt["format_version"] != FORMAT_VERSION:
         raise CheckpointError(
-            f"checkpoint {path} has format {ckpt['format_version']}, this mw-env reads {FORMAT_VERSION}"
+            f"checkpoint {path} has format {ckpt['format_version']}, this mw-env reads {FORMAT_VERSION}",
+            hint="use the mw-env version that wrote it, or start over with --fresh",
         )
     m = CKPT_RE.match(path.name)
     if m and int(m.group(1)) != int(ckpt["step"]):
-        raise CheckpointError(f"checkpoint {path} says step {ckpt['step']}, its name says {int(m.group(1))}")
+        raise CheckpointError(
+            f"checkpoint {path} says step {ckpt['step']}, its name says {int(m.group(1))}",
+            hint="a renamed file is not resumed; give it its step-XXXXXXXXX.pt name back or use another one",
+        )
     return ckpt
 
 

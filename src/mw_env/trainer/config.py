@@ -265,7 +265,8 @@ def _flatten(data: Mapping[str, Any], origin_label: str) -> dict[str, Any]:
             continue
         if not isinstance(body, Mapping):
             raise InputError(
-                f"{origin_label}: section {section!r} must be a mapping of keys, got {type(body).__name__}"
+                f"{origin_label}: section {section!r} must be a mapping of keys, got {type(body).__name__}",
+                hint=f"write it as '{section}:' followed by indented 'key: value' lines (see `mw-env train config`)",
             )
         for key, value in body.items():
             flat[f"{section}.{key}"] = value
@@ -276,7 +277,9 @@ def _read_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"cannot read config {path}: {exc.strerror}") from None
+        raise InputError(
+            f"cannot read config {path}: {exc.strerror}", hint="check the path and its permissions"
+        ) from None
     suffix = path.suffix.lower()
     if suffix == ".toml":
         try:
@@ -292,20 +295,27 @@ def _read_file(path: Path) -> dict[str, Any]:
         try:
             data: Any = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise InputError(f"{path}: not valid TOML: {exc}") from None
+            raise InputError(
+                f"{path}: not valid TOML: {exc}", hint="fix the syntax at the line and column named"
+            ) from None
     elif suffix in (".yaml", ".yml"):
         import yaml
 
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise InputError(f"{path}: not valid YAML: {exc}") from None
+            raise InputError(
+                f"{path}: not valid YAML: {exc}", hint="fix the syntax at the line and column named"
+            ) from None
     else:
         raise InputError(f"{path}: unknown config format {suffix!r}", hint="use .yaml, .yml or .toml")
     if data is None:
         return {}
     if not isinstance(data, Mapping):
-        raise InputError(f"{path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
+        raise InputError(
+            f"{path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})",
+            hint="e.g. 'runtime:' then indented 'max_steps: 100'",
+        )
     return dict(data)
 
 

@@ -186,19 +186,25 @@ def expand_files(patterns: Sequence[str], key: str) -> list[Path]:
         for m in matches:
             path = Path(m)
             if path.suffix not in (".jsonl", ".parquet"):
-                raise InputError(f"{key}: {path} is neither .jsonl nor .parquet")
+                raise InputError(
+                    f"{key}: {path} is neither .jsonl nor .parquet", hint="data files are .jsonl or .parquet"
+                )
             out.append(path)
     return out
 
 
-def _check_row(path: Path, row: int, tokens: Any, tags: Any) -> tuple[list[str], list[str]]:
-    where = f"{path} row {row}"
+def _check_row(
+    path: Path, row: int, tokens: Any, tags: Any, *, unit: str = "row"
+) -> tuple[list[str], list[str]]:
+    where = f"{path} {unit} {row}"
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise InputError(
             f"{where}: 'tokens' must be a list of strings", hint="each row: {tokens: [...], tags: [...]}"
         )
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise InputError(f"{where}: 'tags' must be a list of strings")
+        raise InputError(
+            f"{where}: 'tags' must be a list of strings", hint="each row: {tokens: [...], tags: [...]}"
+        )
     if len(tokens) != len(tags):
         raise InputError(
             f"{where}: {len(tokens)} tokens but {len(tags)} tags",
@@ -220,7 +226,10 @@ def stream_rows(path: Path) -> Iterator[tuple[list[str], list[str]]]:
         try:
             pf = pq.ParquetFile(path)
         except Exception as exc:
-            raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
+            raise InputError(
+                f"{path}: not a readable Parquet file ({exc})",
+                hint="name a Parquet shard with 'tokens' and 'tags' list columns, or use .jsonl",
+            ) from None
         missing = {"tokens", "tags"} - set(pf.schema_arrow.names)
         if missing:
             raise InputError(f"{path}: missing column(s) {sorted(missing)}", hint="columns: tokens, tags")
@@ -231,20 +240,35 @@ def stream_rows(path: Path) -> Iterator[tuple[list[str], list[str]]]:
                 row += 1
         return
     try:
-        fh = path.open(encoding="utf-8")
+        # Bytes, decoded line by line: one bad line is an error naming it, never a traceback.
+        fh = path.open("rb")
     except OSError as exc:
-        raise InputError(f"{path}: {exc.strerror}") from None
+        raise InputError(f"{path}: {exc.strerror}", hint="name a JSONL or Parquet file") from None
     with fh:
-        for row, line in enumerate(fh):
+        # JSONL problems are reported by 1-based line number, as an editor shows them.
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{path} line {lineno}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1})",
+                    hint="JSONL shards must be UTF-8 text; re-encode the file",
+                ) from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InputError(f"{path} row {row}: not valid JSON ({exc.msg})") from None
+                raise InputError(
+                    f"{path} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})",
+                    hint='one JSON object per line: {"tokens": [...], "tags": [...]}',
+                ) from None
             if not isinstance(obj, dict) or "tokens" not in obj or "tags" not in obj:
-                raise InputError(f"{path} row {row}: expected an object with 'tokens' and 'tags'")
-            yield _check_row(path, row, obj["tokens"], obj["tags"])
+                raise InputError(
+                    f"{path} line {lineno}: expected an object with 'tokens' and 'tags'",
+                    hint='one JSON object per line: {"tokens": [...], "tags": [...]}',
+                )
+            yield _check_row(path, lineno, obj["tokens"], obj["tags"], unit="line")
 
 
 def _in_val(seed: int, ordinal: int, fraction: float) -> bool:

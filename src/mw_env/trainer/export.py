@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import os
 import random
 import sys
@@ -152,7 +153,17 @@ def _export(
             seq = torch.export.Dim("seq", min=2, max=max_len)
             shapes = {name: {0: batch, 1: seq} for name in INPUT_NAMES}
             quiet = io.StringIO()
-            with contextlib.redirect_stdout(quiet), warnings.catch_warnings():
+            # The exporter logs a "torchvision is not installed" warning per vision op it cannot
+            # register; none of them is ours, so its logger is quieted for the export only.
+            onnx_log = logging.getLogger("torch.onnx")
+            level = onnx_log.level
+            onnx_log.setLevel(logging.ERROR)
+            with (
+                contextlib.redirect_stdout(quiet),
+                warnings.catch_warnings(),
+                contextlib.ExitStack() as restore,
+            ):
+                restore.callback(onnx_log.setLevel, level)
                 warnings.simplefilter("ignore")
                 torch.onnx.export(
                     model,

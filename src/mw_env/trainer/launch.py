@@ -19,6 +19,10 @@ from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.config import find_config, resolve_config
 
 DOCTOR_FILE = "doctor.json"
+# The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
+# report, which moves it to DOCTOR_FILE; a launch that fails before that leaves a finished run's
+# doctor.json, and so its manifest, untouched.
+DOCTOR_PENDING = ".doctor-pending.json"
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ def _python_path(env: Mapping[str, str]) -> str | None:
 def _write_doctor(out_dir: Path, report: dict[str, Any]) -> Path:
     from mw_env.provision.record import write_atomic
 
-    path = out_dir / DOCTOR_FILE
+    path = out_dir / DOCTOR_PENDING
     write_atomic(path, json.dumps(report, indent=2, default=str) + "\n")
     return path
 

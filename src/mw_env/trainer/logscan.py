@@ -46,9 +46,14 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 RUN_HEADER = "=== mw-env train start "
 _TRACEBACK = "Traceback (most recent call last):"
+# Line prefixes of mw-env's one error family as the trainer prints it (finding kinds "error", "hint").
+USER_ERROR_PREFIXES = ("error: ", "hint: ")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 # torchrun's agent raises this when it is told to stop (SIGTERM/SIGINT, as `mw-env train stop` does);
 # the ranks still checkpoint and finish, so it is a stop, not a crash.
+# torchrun's own traceback when a worker failed: it only relays the failure, which the worker's own
+# lines in the same log (its traceback, or its `error:`/`hint:`) and the exit record already show.
+_CHILD_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
 _STOP_EXCEPTION = re.compile(
     r"SignalException: Process \d+ got signal: (?:2|15|SIGINT|SIGTERM|Signals\.SIG(?:INT|TERM))\b"
 )
@@ -86,6 +91,10 @@ class LogScanner:
             kind = classify_line(stripped)
             if kind:
                 self.findings.append(LogFinding(kind, self.line_no, stripped[:500]))
+            elif not self._in_traceback and line.startswith(USER_ERROR_PREFIXES):
+                # The trainer's own `error:`/`hint:` report (bad input, a refused resume): not an
+                # anomaly by itself, but what a dead run's status must quote instead of guessing.
+                self.findings.append(LogFinding(line.split(":", 1)[0], self.line_no, stripped[:500]))
             if _TRACEBACK in line:
                 self._in_traceback = True
                 continue
@@ -99,7 +108,11 @@ class LogScanner:
             if self._in_traceback and stripped and not line[:1].isspace():
                 # First unindented line after the frames: the exception itself.
                 self._in_traceback = False
-                if kind is None and not _STOP_EXCEPTION.search(stripped):
+                if (
+                    kind is None
+                    and not _STOP_EXCEPTION.search(stripped)
+                    and not stripped.startswith(_CHILD_FAILED)
+                ):
                     self.findings.append(LogFinding("traceback", self.line_no, stripped[:500]))
                     self._last_exception = len(self.findings) - 1
                 else:

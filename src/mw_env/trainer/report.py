@@ -11,6 +11,7 @@ import html
 import importlib.metadata
 import itertools
 import json
+import os
 import struct
 import zlib
 from collections.abc import Sequence
@@ -140,6 +141,17 @@ def write_report(
     doctor: Any = None
     if doctor_json and Path(doctor_json).is_file():
         doctor = json.loads(Path(doctor_json).read_text(encoding="utf-8"))
+        kept = Path(run_dir) / "doctor.json"
+        if Path(doctor_json).resolve() != kept.resolve():
+            # The launcher's pending report becomes this run's doctor.json only now, with the report.
+            tmp = kept.with_name(f"{kept.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(doctor, indent=2, default=str) + "\n", encoding="utf-8")
+            os.replace(tmp, kept)
+            if (
+                Path(doctor_json).name.startswith(".")
+                and Path(doctor_json).parent.resolve() == Path(run_dir).resolve()
+            ):
+                Path(doctor_json).unlink(missing_ok=True)
     packages = package_list()
     (out / "packages.txt").write_text("\n".join(packages) + "\n", encoding="utf-8")
     _write_json(out / "environment.json", {"facts": facts, "doctor": doctor, "packages": packages})

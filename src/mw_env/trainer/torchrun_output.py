@@ -1,0 +1,75 @@
+"""Filter torchrun's own stderr so a multi-process run fails like a single-process one.
+
+When a worker exits non-zero, torchrun prints its agent's log lines, a Python traceback of its own
+(`ChildFailedError`) and a failure table, then exits 1, whatever the workers' codes were. The workers
+have already printed their `error:`/`hint:` lines, so that block is noise that looks like a crash, and
+the exit 1 hides a bad input (2). This filter drops torchrun's agent output, passes everything the
+workers print (their own tracebacks included), prints each identical `error:`/`hint:` line once (every
+rank reports the same bad input) and reads the workers' exit codes from the failure table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# torchrun's agent logs through glog-style lines: "W1130 05:38:07.597000 4800 torch/distributed/run.py:874] ..."
+_AGENT_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ torch/distributed/")
+_EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+
+
+@dataclass
+class TorchrunStderr:
+    """Feed torchrun's stderr line by line; `feed` returns the lines to show."""
+
+    exit_codes: list[int] = field(default_factory=list)
+    root_cause: int | None = None  # the first failure's code (the others are often torchrun's SIGTERM)
+    _root_next: bool = False
+    _traceback: list[str] | None = None
+    _in_summary: bool = False
+    _said: set[str] = field(default_factory=set)
+
+    def feed(self, line: str) -> list[str]:
+        if self._in_summary:  # the failure table after ChildFailedError: keep only the codes
+            if line.startswith("Root Cause"):
+                self._root_next = True
+            m = _EXITCODE.match(line)
+            if m:
+                self.exit_codes.append(int(m.group(1)))
+                if self._root_next and self.root_cause is None:
+                    self.root_cause = int(m.group(1))
+            return []
+        if self._traceback is not None:
+            self._traceback.append(line)
+            if line[:1].isspace() or not line.strip():
+                return []  # still inside the traceback's frames
+            block, self._traceback = self._traceback, None
+            if line.startswith(_FAILED):
+                self._in_summary = True
+                return []
+            return block  # a worker's own traceback: the user needs it
+        if line.startswith("Traceback (most recent call last):"):
+            self._traceback = [line]
+            return []
+        if _AGENT_LINE.match(line):
+            return []
+        if line.startswith(("error:", "hint:")):
+            if line in self._said:
+                return []
+            self._said.add(line)
+        return [line]
+
+    def flush(self) -> list[str]:
+        """Whatever is still buffered (a traceback cut short by the end of the stream)."""
+        block, self._traceback = self._traceback or [], None
+        return block
+
+    def exit_code(self, torchrun_code: int) -> int:
+        """The run's exit code: the first failing worker's (2 for bad input) rather than torchrun's 1."""
+        if torchrun_code == 0:
+            return 0
+        if self.root_cause is not None and self.root_cause != 0:
+            return self.root_cause
+        failed = [c for c in self.exit_codes if c != 0]
+        return failed[0] if failed else torchrun_code

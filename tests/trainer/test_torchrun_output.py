@@ -1,0 +1,75 @@
+"""torchrun's own failure output is filtered; the workers' errors and exit code come through."""
+
+from __future__ import annotations
+
+from mw_env.trainer.torchrun_output import TorchrunStderr
+
+# Recorded from `mw-env train --nproc-per-node 2` resuming a 1-process checkpoint (torch 2.13, CPU).
+FAILED_RUN = """\
+W1130 05:38:07.597000 4800 torch/distributed/run.py:874] *****************************************
+W1130 05:38:07.597000 4800 torch/distributed/run.py:874] Setting OMP_NUM_THREADS environment variable for each process to be 1
+device cpu, precision fp32 (fp32 requested), world size 2
+error: cannot resume from /r/checkpoints/step-000000310.pt: it was written by 1 process(es), this run has 2
+hint: the data order depends on the world size; launch with the same --nproc-per-node
+error: cannot resume from /r/checkpoints/step-000000310.pt: it was written by 1 process(es), this run has 2
+hint: the data order depends on the world size; launch with the same --nproc-per-node
+E1130 05:38:14.706000 4800 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 2) local_rank: 0
+Traceback (most recent call last):
+  File "/v/bin/torchrun", line 12, in <module>
+    sys.exit(main())
+             ^^^^^^
+  File "/v/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\x20
+============================================================
+mw_env.trainer FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 4808)\x20
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 2 (pid: 4807)\x20
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================"""
+
+
+def _run(text: str) -> tuple[list[str], TorchrunStderr]:
+    filt = TorchrunStderr()
+    shown = [out for line in text.splitlines() for out in filt.feed(line)]
+    return shown + filt.flush(), filt
+
+
+def test_bad_input_under_torchrun_is_one_error_and_exit_2() -> None:
+    shown, filt = _run(FAILED_RUN)
+    assert shown == [
+        "device cpu, precision fp32 (fp32 requested), world size 2",
+        "error: cannot resume from /r/checkpoints/step-000000310.pt: it was written by 1 process(es), "
+        "this run has 2",
+        "hint: the data order depends on the world size; launch with the same --nproc-per-node",
+    ]
+    # The root cause's code, not torchrun's 1 nor the SIGTERM torchrun sent the other rank.
+    assert filt.exit_code(1) == 2
+    assert filt.exit_code(0) == 0
+
+
+def test_a_workers_own_traceback_is_kept() -> None:
+    crash = (
+        "Traceback (most recent call last):\n"
+        '  File "/src/mw_env/trainer/loop.py", line 10, in run\n'
+        "    boom()\n"
+        "RuntimeError: a real bug\n"
+        "step      1  loss 2.7"
+    )
+    shown, filt = _run(crash)
+    assert shown == crash.splitlines()
+    assert filt.exit_code(1) == 1  # no failure table read: torchrun's code stands
+
+
+def test_a_traceback_cut_short_is_flushed() -> None:
+    shown, _ = _run('Traceback (most recent call last):\n  File "x.py", line 1')
+    assert shown == ["Traceback (most recent call last):", '  File "x.py", line 1']
