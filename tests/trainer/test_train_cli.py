@@ -151,6 +151,9 @@ def test_config_and_summary_commands(capsys: pytest.CaptureFixture[str]) -> None
     assert len([r for r in info["model"]["parameters"] if r["part"].startswith("block")]) == 6
     assert main(["train", "summary", "--profile", "cpu", "--config", "smoke"]) == 0
     assert "total" in capsys.readouterr().out
+    # --json is accepted on every read-only command (config always prints JSON).
+    assert main(["train", "config", "--json", "--profile", "cpu", "--config", "smoke"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["model"]["d_model"] == 32
 
 
 @pytest.mark.torch

@@ -214,6 +214,7 @@ def _relay_torchrun_stderr(proc: subprocess.Popen[str]) -> TorchrunStderr:
 @_config_options
 @root_option
 @profile_options
+@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is always JSON.")
 def config_cmd(
     config_name: str | None,
     overrides: tuple[str, ...],
@@ -221,6 +222,7 @@ def config_cmd(
     profile: str | None,
     profiles_dirs: tuple[str, ...],
     gpu: int | None,
+    as_json: bool,
 ) -> None:
     """Print the resolved settings as JSON, with where each value came from."""
     echo_json(_resolve(config_name, overrides, root, profile, profiles_dirs, gpu).to_dict())
