@@ -39,3 +39,20 @@ class Indexes:
 
 
 ROCM = FakeSource(build="rocm", index_url=None, version="==2.9.1", local_tag="+rocm6.4")
+
+
+def offline_options(venv: Path, project: Path, **overrides: object):
+    """BootstrapOptions for the offline tests: this interpreter, the demo project, no adoption, no doctor."""
+    import sys
+
+    from mw_env.provision.plan import BootstrapOptions
+
+    base: dict[str, object] = {
+        "venv": venv,
+        "python": sys.executable,
+        "python_explicit": True,
+        "project": project,
+        "adopt": False,
+        "doctor": False,
+    }
+    return BootstrapOptions(**{**base, **overrides})

@@ -16,7 +16,7 @@ from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, plan
 from mw_env.provision.record import read_record
 
-from .provision_support import ROCM
+from .provision_support import ROCM, offline_options
 
 MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
 
@@ -170,14 +170,7 @@ class NamedSource:
 def test_another_source_over_a_finished_venv_needs_recreate(tmp_path, hermetic_env, indexes):
     venv = tmp_path / "venv"
     first = NamedSource("rocm6.4", "rocm", indexes.rocm.as_uri(), "==2.9.1", "+rocm6.4")
-    options = BootstrapOptions(
-        venv=venv,
-        python=sys.executable,
-        python_explicit=True,
-        project=indexes.project,
-        adopt=False,
-        doctor=False,
-    )
+    options = offline_options(venv, indexes.project)
     assert execute(plan(profile="gfx1103", torch=first, runtime_env={}, options=options, env=hermetic_env)).ok
     assert read_record(venv).torch_source == "rocm6.4"  # doctor and train can select the same source
     # Same profile and build, another source (another torch): never swapped in place.
@@ -244,14 +237,7 @@ def test_a_foreign_venv_with_another_torch_is_not_rebuilt_in_place(tmp_path, her
         [uv, "pip", "install", "-q", "--python", py, "torch==2.10.0"], env=hermetic_env, check=True
     )
     source = replace(ROCM, index_url=indexes.rocm.as_uri())
-    options = BootstrapOptions(
-        venv=venv,
-        python=sys.executable,
-        python_explicit=True,
-        project=indexes.project,
-        adopt=False,
-        doctor=False,
-    )
+    options = offline_options(venv, indexes.project)
     with pytest.raises(InputError, match="mw-env did not make") as err:
         plan(profile="gfx1103", torch=source, runtime_env={}, options=options, env=hermetic_env)
     assert "--recreate" in err.value.hint and "2.10.0" in err.value.message
@@ -272,14 +258,7 @@ def test_a_foreign_venv_with_another_torch_is_not_rebuilt_in_place(tmp_path, her
 def test_new_extras_over_a_finished_venv_are_installed_and_recorded(tmp_path, hermetic_env, indexes):
     venv = tmp_path / "venv"
     source = NamedSource("rocm6.4", "rocm", indexes.rocm.as_uri(), "==2.9.1", "+rocm6.4")
-    options = BootstrapOptions(
-        venv=venv,
-        python=sys.executable,
-        python_explicit=True,
-        project=indexes.project,
-        adopt=False,
-        doctor=False,
-    )
+    options = offline_options(venv, indexes.project)
     assert execute(
         plan(profile="gfx1103", torch=source, runtime_env={}, options=options, env=hermetic_env)
     ).ok

@@ -10,7 +10,7 @@ from pathlib import Path
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, installed_version, plan
 
-from .provision_support import ROCM
+from .provision_support import ROCM, offline_options
 
 
 def _bootstrap(venv: Path, env: dict[str, str], indexes, companions: tuple[str, ...] = (), **opts):
@@ -126,14 +126,7 @@ def test_wrong_build_after_install_stops_with_clear_error(tmp_path, hermetic_env
     """The seed's trap: a wheel that calls itself +rocm6.4 but is a CUDA build."""
     venv = tmp_path / "venv"
     source = replace(ROCM, index_url=indexes.bad_rocm.as_uri())
-    options = BootstrapOptions(
-        venv=venv,
-        python=sys.executable,
-        python_explicit=True,
-        project=indexes.project,
-        adopt=False,
-        doctor=False,
-    )
+    options = offline_options(venv, indexes.project)
     result = execute(plan(profile="gfx1103", torch=source, runtime_env={}, options=options, env=hermetic_env))
     assert not result.ok
     assert result.failed_step == "verify-torch"

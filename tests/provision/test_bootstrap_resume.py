@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from mw_env.provision.execute import execute
-from mw_env.provision.plan import BootstrapOptions, build_path, installed_version, plan
+from mw_env.provision.plan import build_path, installed_version, plan
 from mw_env.provision.record import read_record
 
-from .provision_support import ROCM
+from .provision_support import ROCM, offline_options
 
 
 def _cli(args: list[str], env: dict[str, str], **kw) -> subprocess.Popen[str]:
@@ -111,14 +111,7 @@ def test_killed_in_torch_step_then_rerun_completes_and_lock_refuses_a_second(tmp
 def test_failed_recreate_leaves_the_old_venv_working(tmp_path, hermetic_env, indexes):
     venv = tmp_path / "venv"
     good = replace(ROCM, index_url=indexes.rocm.as_uri())
-    options = BootstrapOptions(
-        venv=venv,
-        python=sys.executable,
-        python_explicit=True,
-        project=indexes.project,
-        adopt=False,
-        doctor=False,
-    )
+    options = offline_options(venv, indexes.project)
     assert execute(plan(profile="gfx1103", torch=good, runtime_env={}, options=options, env=hermetic_env)).ok
     record = (venv / "mw-env.json").read_text()
 
@@ -181,14 +174,7 @@ def test_another_profile_over_a_finished_venv_needs_recreate(tmp_path, hermetic_
 
     venv = tmp_path / "venv"
     rocm = replace(ROCM, index_url=indexes.rocm.as_uri())
-    options = BootstrapOptions(
-        venv=venv,
-        python=sys.executable,
-        python_explicit=True,
-        project=indexes.project,
-        adopt=False,
-        doctor=False,
-    )
+    options = offline_options(venv, indexes.project)
     assert execute(plan(profile="gfx1103", torch=rocm, runtime_env={}, options=options, env=hermetic_env)).ok
     cpu = replace(ROCM, build="cpu", version=">=2.9", local_tag="+cpu", index_url=None)
     cpu_opts = replace(options, find_links=(str(indexes.cpu_links),))
