@@ -40,7 +40,7 @@ def _reexec_with_torch() -> int | None:
 
 
 def _config(out_dir: Path, *extra: str):
-    from mw_env.trainer.config import find_config, resolve_config
+    from mw_env.trainspec.config import find_config, resolve_config
 
     return resolve_config(path=find_config("smoke"), overrides=(f"runtime.out_dir={out_dir}", *extra))
 
@@ -63,7 +63,7 @@ def hand_loop_rates(resolved, steps: int) -> list[float]:
 
     from mw_env.trainer.data import IGNORE, Order, collate, load_corpus, micro_batch_indices
     from mw_env.trainer.model import build_model
-    from mw_env.trainer.synthetic import LABELS
+    from mw_env.trainspec.synthetic import LABELS
 
     cfg = resolved.config
     corpus = load_corpus(cfg)
@@ -157,8 +157,8 @@ def bench_checkpoint(tmp: Path) -> str:
     import torch
 
     from mw_env.trainer.checkpoint import save_checkpoint
-    from mw_env.trainer.config import find_config, resolve_config
     from mw_env.trainer.model import build_model
+    from mw_env.trainspec.config import find_config, resolve_config
 
     cfg = resolve_config(path=find_config("address-tagger")).config
     model = build_model(cfg, vocab_size=260, n_labels=15)
@@ -230,9 +230,9 @@ def bench_smoke(tmp: Path) -> str:
 
 
 def _learn(tmp: Path, name: str, overrides: tuple[str, ...], config_name: str = "smoke") -> dict:
-    from mw_env.trainer.config import find_config, resolve_config
     from mw_env.trainer.loop import train
     from mw_env.trainer.metrics import read_metrics
+    from mw_env.trainspec.config import find_config, resolve_config
 
     out = tmp / name
     resolved = resolve_config(path=find_config(config_name), overrides=(f"runtime.out_dir={out}", *overrides))

@@ -102,8 +102,7 @@ EXPECTED = {
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_fixture_machines(name, capsys, monkeypatch):
     root = MACHINES / name
-    if not root.is_dir():
-        pytest.skip(f"fixture machine {name} not built yet")
+    assert root.is_dir(), f"fixture machine {name} is missing"
     monkeypatch.setenv("PATH", f"{root / '.mw-env-bin'}:/usr/bin:/bin")
     data = _run_json(capsys, "--root", str(root))
     profile, source, override = EXPECTED[name]
@@ -118,8 +117,7 @@ def test_fixture_machines(name, capsys, monkeypatch):
 
 def test_broken_sysfs_never_tracebacks(capsys, monkeypatch):
     root = MACHINES / "broken-sysfs"
-    if not root.is_dir():
-        pytest.skip("fixture machine broken-sysfs not built yet")
+    assert root.is_dir()
     monkeypatch.setenv("PATH", f"{root / '.mw-env-bin'}:/usr/bin:/bin")
     data = _run_json(capsys, "--root", str(root))
     assert data["profile"] and data["reason"]
@@ -127,8 +125,7 @@ def test_broken_sysfs_never_tracebacks(capsys, monkeypatch):
 
 def test_gpu_out_of_range_is_usage_error(capsys, monkeypatch):
     root = MACHINES / "rx7900xtx"
-    if not root.is_dir():
-        pytest.skip("fixture machine rx7900xtx not built yet")
+    assert root.is_dir()
     monkeypatch.setenv("PATH", f"{root / '.mw-env-bin'}:/usr/bin:/bin")
     assert main(["detect", "--json", "--root", str(root), "--gpu", "7"]) == 2
     captured = capsys.readouterr()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mw_env.profiles import load_profiles
-from mw_env.profiles.cuda import choose_cuda_source, covers, minimum_driver_hint, parse_cc, parse_version
+from mw_env.profiles.cuda import choose_cuda_source, covers, minimum_driver_hint, parse_cc
+from mw_env.versions import version_tuple
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +30,11 @@ def test_parse_cc(text, cc):
     assert parse_cc(text) == cc
 
 
-def test_parse_version():
-    assert parse_version("550.144.03") == (550, 144, 3)
-    assert parse_version("580") == (580,)
-    assert parse_version("N/A") is None and parse_version(None) is None
+def test_version_tuple():
+    assert version_tuple("550.144.03") == (550, 144, 3)
+    assert version_tuple("580") == (580,)
+    assert version_tuple("6.8.0-45-generic") == (6, 8, 0) and version_tuple("6.2.41133-abc") == (6, 2, 41133)
+    assert version_tuple("N/A") == () and version_tuple(None) == ()
 
 
 def test_cuda_binary_compatibility_rules():

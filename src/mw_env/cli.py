@@ -55,13 +55,7 @@ class LazyGroup(click.Group):
         if spec is None:
             return None
         module_name, attr, _ = spec
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("mw_env.commands"):
-                return None  # not built yet in this checkout
-            raise
-        return getattr(module, attr)
+        return getattr(importlib.import_module(module_name), attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Short help comes from the table above so --help imports nothing.

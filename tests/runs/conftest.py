@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.trainer.runs import RunRecord
+from mw_env.runs.runs import RunRecord
 
 from .runs_helpers import kill_group, launch
 

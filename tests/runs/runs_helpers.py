@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mw_env.trainer.runs import RunRecord, group_members, start_run
+from mw_env.runs.runs import RunRecord, group_members, start_run
 
 # Prelude of every stand-in trainer: `ev(...)` appends one metrics event like the real trainer.
 PRELUDE = textwrap.dedent(

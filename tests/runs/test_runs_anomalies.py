@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mw_env.trainer.anomalies import (
+from mw_env.runs.anomalies import (
     KINDS,
     Liveness,
     Thresholds,

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from mw_env.cli import main
-from mw_env.trainer.runs import read_exit
-from mw_env.trainer.runstatus import RunWatcher
+from mw_env.runs.runs import read_exit
+from mw_env.runs.runstatus import RunWatcher
 
 from .runs_helpers import wait_until
 

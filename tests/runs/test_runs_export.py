@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime", reason="the export extra (onnxruntime) is not
 
 from mw_env.cli import main
 from mw_env.errors import MwEnvError
-from mw_env.trainer.manifest import read_manifest, sha256_file, verify_manifest
+from mw_env.runs.manifest import read_manifest, sha256_file, verify_manifest
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 VENV = Path(sys.executable).parent.parent

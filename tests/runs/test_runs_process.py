@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from mw_env.errors import InputError
-from mw_env.trainer.anomalies import Thresholds
-from mw_env.trainer.runs import (
+from mw_env.runs.anomalies import Thresholds
+from mw_env.runs.runs import (
     RunRecord,
     is_alive,
     proc_stat,
@@ -22,7 +22,7 @@ from mw_env.trainer.runs import (
     same_process_alive,
     stop_run,
 )
-from mw_env.trainer.runstatus import RunWatcher, run_status
+from mw_env.runs.runstatus import RunWatcher, run_status
 
 from .runs_helpers import wait_until
 
@@ -253,7 +253,7 @@ def test_restart_reports_only_the_new_runs_problems(start_child, tmp_path):
 
 def test_start_fails_clearly_when_the_trainer_cannot_start(tmp_path):
     from mw_env.errors import StepFailed
-    from mw_env.trainer.runs import start_run
+    from mw_env.runs.runs import start_run
 
     with pytest.raises(StepFailed, match="could not be started: /no/such/python"):
         start_run(argv=["/no/such/python", "-c", "pass"], env={}, out_dir=tmp_path / "run")
@@ -303,7 +303,7 @@ ev("finished", step=5, reason="max_steps")
 
 
 def test_cgroup_oom_kill_counter(tmp_path):
-    from mw_env.trainer.supervise import cgroup_oom_kills
+    from mw_env.runs.supervise import cgroup_oom_kills
 
     proc, cg = tmp_path / "proc", tmp_path / "cgroup"
     (proc / "self").mkdir(parents=True)
@@ -320,7 +320,7 @@ def test_cgroup_oom_kill_counter(tmp_path):
 
 
 def test_supervisor_refuses_to_run_by_hand(capsys):
-    from mw_env.trainer.supervise import main as supervise_main
+    from mw_env.runs.supervise import main as supervise_main
 
     assert supervise_main(["now"]) == 2
     assert "started by `mw-env train start`" in capsys.readouterr().out
@@ -328,7 +328,7 @@ def test_supervisor_refuses_to_run_by_hand(capsys):
 
 def test_a_replaced_metrics_file_is_wholly_this_runs(tmp_path):
     """--fresh moves metrics.jsonl aside: the new file is judged from its first byte."""
-    from mw_env.trainer.supervise import write_json_atomic
+    from mw_env.runs.supervise import write_json_atomic
 
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from mw_env.cli import main
-from mw_env.trainer.runs import read_exit, read_run
-from mw_env.trainer.runstatus import RunWatcher, run_status
+from mw_env.runs.runs import read_exit, read_run
+from mw_env.runs.runstatus import RunWatcher, run_status
 
 from .runs_helpers import wait_until
 

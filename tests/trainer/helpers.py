@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mw_env.trainer.config import ResolvedConfig, find_config, resolve_config
+from mw_env.trainspec.config import ResolvedConfig, find_config, resolve_config
 
 # A smoke run shrunk further: enough steps to see the loss fall, small enough for 2 shared cores.
 TINY = (

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from mw_env.errors import InputError
-from mw_env.trainer.config import resolve_config
 from mw_env.trainer.data import (
     IGNORE,
     LABEL_ID,
@@ -18,7 +17,8 @@ from mw_env.trainer.data import (
     stream_rows,
 )
 from mw_env.trainer.metrics import entity_prf, spans
-from mw_env.trainer.synthetic import FORMATS, generate_row
+from mw_env.trainspec.config import resolve_config
+from mw_env.trainspec.synthetic import FORMATS, generate_row
 
 
 def _row(i: int, split: str = "train", seed: int = 1) -> tuple[list[str], list[str]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mw_env.errors import StepFailed
-from mw_env.trainer.config import find_config, resolve_config
+from mw_env.trainspec.config import find_config, resolve_config
 
 from .helpers import events, step_losses, tiny_config
 
@@ -16,9 +16,9 @@ pytestmark = pytest.mark.torch
 
 
 def test_smoke_config_trains_and_loss_falls(tmp_path: Path) -> None:
+    from mw_env.runs.manifest import verify_manifest
     from mw_env.trainer.checkpoint import list_checkpoints
     from mw_env.trainer.loop import train
-    from mw_env.trainer.manifest import verify_manifest
 
     out = tmp_path / "smoke"
     resolved = resolve_config(path=find_config("smoke"), overrides=[f"runtime.out_dir={out}"])

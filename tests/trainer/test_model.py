@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mw_env.trainer.config import find_config, resolve_config
-from mw_env.trainer.summary import parameter_counts, summarize
+from mw_env.trainspec.config import find_config, resolve_config
+from mw_env.trainspec.summary import parameter_counts, summarize
 
 pytestmark = pytest.mark.torch
 

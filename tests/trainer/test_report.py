@@ -11,10 +11,10 @@ import pytest
 
 from mw_env.cli import main
 from mw_env.errors import InputError
-from mw_env.trainer.config import find_config, resolve_config
-from mw_env.trainer.manifest import MANIFEST, add_to_manifest, verify_manifest, write_manifest
+from mw_env.runs.manifest import MANIFEST, add_to_manifest, verify_manifest, write_manifest
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.report import png_line_chart, write_report
+from mw_env.trainspec.config import find_config, resolve_config
 
 CARD = {
     "rows": {"train": 10, "val": 2},

@@ -53,12 +53,12 @@ def _doctor(monkeypatch: pytest.MonkeyPatch, status: str) -> list[dict]:
         )
         return DoctorReport(profile="cpu", checks=(check,))
 
-    monkeypatch.setattr(mw_env.checks, "run_doctor", fake_run_doctor, raising=False)
+    monkeypatch.setattr(mw_env.checks, "run_doctor", fake_run_doctor)
     return calls
 
 
 def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mw_env.trainer.launch import prepare
+    from mw_env.runs.launch import prepare
 
     calls = _doctor(monkeypatch, "pass")
     venv = _fake_venv(tmp_path, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
@@ -105,7 +105,7 @@ def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.Mon
 def test_doctor_failure_refuses_to_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mw_env.trainer.launch import prepare
+    from mw_env.runs.launch import prepare
 
     _doctor(monkeypatch, "fail")
     venv = _fake_venv(tmp_path, {})
@@ -254,7 +254,7 @@ def test_train_in_a_venv_built_by_bootstrap(tmp_path: Path) -> None:
 def test_a_cpu_venv_on_a_gpu_machine_is_refused_not_trained_on_the_cpu(tmp_path: Path) -> None:
     """The seed's trap: the venv holds a CPU torch but the machine has a 780M. The profile comes from detection,
     not from the venv's record, so the doctor's torch-build check fails and training does not start."""
-    from mw_env.trainer.launch import prepare
+    from mw_env.runs.launch import prepare
 
     root = REPO / "tests" / "fixtures" / "machines" / "incus-780m"
     env = {**os.environ, "PATH": f"{root / '.mw-env-bin'}:/usr/bin:/bin"}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from mw_env.checks.catalogue import Catalogue
 from mw_env.checks.probe import ProbeResult, run_probe
+from mw_env.errors import MwEnvError
 
 if TYPE_CHECKING:
     from mw_env.hardware import Gpu, Hardware
@@ -233,10 +234,8 @@ def host_lines(ctx: DoctorContext) -> list[str]:
     render_gid = next((gid for gid, group in ctx.machine.groups().items() if group == "render"), None)
     if runtime is None:  # an unknown container or none: host_commands would assume incus
         return _fallback_host_lines(kind, name, ctx.vendor, render_gid)
-    try:
-        from mw_env.host import host_commands
-    except ImportError:
-        return _fallback_host_lines(kind, name, ctx.vendor, render_gid)
+    from mw_env.host import host_commands
+
     try:
         return list(
             host_commands(
@@ -247,7 +246,7 @@ def host_lines(ctx: DoctorContext) -> list[str]:
                 machine=ctx.machine,
             )
         )
-    except Exception:  # e.g. the container's name is not visible from inside: still say what to run
+    except MwEnvError:  # e.g. the container's name is not visible from inside: still say what to run
         return _fallback_host_lines(kind, name, ctx.vendor, render_gid)
 
 
@@ -293,11 +292,3 @@ def human_bytes(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit in ("B", "KiB", "MiB") else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-def version_tuple(text: str | None) -> tuple[int, ...]:
-    """'6.2.41133-abc' -> (6, 2, 41133); '6.8.0-45-generic' -> (6, 8, 0); junk -> ()."""
-    import re
-
-    m = re.match(r"\s*(\d+(?:\.\d+)*)", text or "")
-    return tuple(int(p) for p in m.group(1).split(".")) if m else ()

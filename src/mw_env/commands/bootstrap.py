@@ -179,10 +179,7 @@ def _with(options: Any, **changes: Any) -> Any:
 
 
 def _doctor_hook(resolved: Any, out: Any) -> Any:
-    try:
-        from mw_env.checks import run_doctor
-    except ImportError:
-        return None
+    from mw_env.checks import run_doctor
 
     def hook(venv: Path) -> tuple[bool, Any]:
         report = run_doctor(machine=resolved.machine, selection=resolved.selection, venv=venv)
@@ -192,10 +189,8 @@ def _doctor_hook(resolved: Any, out: Any) -> Any:
 
 
 def _render_doctor(report: Any) -> None:
-    try:
-        from mw_env.commands.doctor import render_report
-    except ImportError:
-        return
+    from mw_env.commands.doctor import render_report
+
     render_report(report, verbose=False)
 
 

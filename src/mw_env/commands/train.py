@@ -2,29 +2,25 @@
 
 `mw-env train --config smoke` runs the doctor's quick checks, then the trainer with the venv's python
 (torchrun for --nproc-per-node > 1). `config`, `summary` and `verify` run here, without torch.
-`start status stop watch export` come from mw_env.commands.train_runs when it is installed.
+`start status stop watch export` come from mw_env.commands.train_runs, imported when asked for.
 """
 
 from __future__ import annotations
 
-import importlib
-import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
-from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
-
-if TYPE_CHECKING:
-    from mw_env.trainer.torchrun_output import TorchrunStderr
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.train_options import config_options, launch_options, prepare_launch, resolve_train_config
+from mw_env.errors import EXIT_FAILED
 
 RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
 
 
 class TrainGroup(click.Group):
-    """Built-in subcommands plus the detached-run ones, imported only when present and asked for."""
+    """Built-in subcommands plus the detached-run ones (imported only when asked for: `--help` stays fast)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = list(super().list_commands(ctx))
@@ -38,109 +34,13 @@ class TrainGroup(click.Group):
 
     @staticmethod
     def _run_command(name: str) -> click.Command | None:
-        try:
-            module = importlib.import_module("mw_env.commands.train_runs")
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("mw_env.commands"):
-                return None
-            raise
+        from mw_env.commands import train_runs  # imported only when a run command is asked for
+
         for attr in (name, f"{name}_cmd", f"{name}_command"):
-            cmd = getattr(module, attr, None)
+            cmd = getattr(train_runs, attr, None)
             if isinstance(cmd, click.Command):
                 return cmd
         return None
-
-
-def _config_options(func: Any) -> Any:
-    func = click.option(
-        "--set",
-        "overrides",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="Override a config value (read as YAML: 1e-3, true, null). Repeatable.",
-    )(func)
-    return click.option(
-        "--config",
-        "config_name",
-        default=None,
-        metavar="FILE|NAME",
-        help="Config file (YAML/TOML) or a shipped config: smoke, address-tagger.",
-    )(func)
-
-
-def _profile_defaults(
-    root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None
-) -> tuple[dict[str, Any], str]:
-    from mw_env.profiles import resolve
-    from mw_env.trainer.launch import profile_defaults
-
-    selection = resolve(
-        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False
-    ).selection
-    return profile_defaults(selection), selection.profile.name
-
-
-def _resolve(
-    config_name: str | None,
-    overrides: tuple[str, ...],
-    root: str | None,
-    profile: str | None,
-    profiles_dirs: tuple[str, ...],
-    gpu: int | None,
-) -> Any:
-    from mw_env.trainer.config import find_config, resolve_config
-
-    if not config_name:
-        raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
-    path = find_config(config_name)
-    defaults, name = _profile_defaults(root, profile, profiles_dirs, gpu)
-    return resolve_config(path=path, overrides=overrides, profile_defaults=defaults, profile_name=name)
-
-
-def launch_options(func: Any) -> Any:
-    """The options that say what to run and where: `mw-env train` and `mw-env train start` share them."""
-    for deco in reversed(
-        [
-            _config_options,
-            click.option(
-                "--venv",
-                type=click.Path(file_okay=False, path_type=Path),
-                default=None,
-                help="Training venv (default: the one bootstrap made, $MW_ENV_VENV or ~/training-venv).",
-            ),
-            click.option("--skip-doctor", is_flag=True, help="Start even if the doctor's quick checks fail."),
-            click.option(
-                "--resume",
-                type=click.Path(dir_okay=False, path_type=Path),
-                default=None,
-                help="Resume from this checkpoint (default: the newest valid one in the run folder).",
-            ),
-            click.option(
-                "--fresh", is_flag=True, help="Start from step 0; earlier checkpoints are kept, renamed."
-            ),
-            click.option(
-                "--nproc-per-node",
-                type=click.IntRange(min=1),
-                default=1,
-                show_default=True,
-                help="Processes (GPUs) for DDP, launched with the venv's torchrun.",
-            ),
-            source_option,
-            root_option,
-            profile_options,
-        ]
-    ):
-        func = deco(func)
-    return func
-
-
-def prepare_launch(*, config_name: str | None, **options: Any) -> Any:
-    """`mw_env.trainer.launch.prepare` from the launch options (the doctor's quick checks included)."""
-    from mw_env.trainer.launch import prepare
-
-    if not config_name:
-        raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
-    return prepare(config=config_name, **options)
 
 
 @click.group(cls=TrainGroup, invoke_without_command=True)
@@ -161,57 +61,13 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
         f"run folder {launch.out_dir}",
         err=True,
     )
-    torchrun = Path(launch.argv[0]).name == "torchrun"
-    # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
-    proc = subprocess.Popen(
-        launch.argv,
-        env=launch.env,
-        cwd=launch.cwd,
-        stderr=subprocess.PIPE if torchrun else None,
-        text=True if torchrun else None,
-        errors="replace" if torchrun else None,
-    )
-    filt = None
-    try:
-        if torchrun:
-            filt = _relay_torchrun_stderr(proc)
-        code = proc.wait()
-    except KeyboardInterrupt:
-        # The trainer shares our terminal's process group, so it got the same Ctrl-C; let it exit.
-        if torchrun and proc.stderr is not None:
-            for _ in proc.stderr:  # keep draining, or workers writing their last lines block
-                pass
-        code = proc.wait()
-        return EXIT_INTERRUPTED
-    if filt is not None:
-        code = filt.exit_code(code)
-    if code < 0:
-        raise StepFailed(
-            f"the trainer was killed by signal {-code}",
-            hint=f"exit 137/SIGKILL often means the host ran out of memory; resume with the same command "
-            f"(the newest checkpoint in {launch.out_dir / 'checkpoints'} is used)",
-        )
-    if code not in (0, 1, 2, EXIT_INTERRUPTED):
-        return EXIT_FAILED
-    return code
+    from mw_env.runs.foreground import run_foreground
 
-
-def _relay_torchrun_stderr(proc: subprocess.Popen[str]) -> TorchrunStderr:
-    """Copy torchrun's stderr to ours through the filter, line by line as it comes."""
-    from mw_env.trainer.torchrun_output import TorchrunStderr
-
-    filt = TorchrunStderr()
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        for out in filt.feed(line.rstrip("\n")):
-            click.echo(out, err=True)
-    for out in filt.flush():
-        click.echo(out, err=True)
-    return filt
+    return run_foreground(launch, write=lambda line: click.echo(line, err=True))
 
 
 @train.command("config")
-@_config_options
+@config_options
 @root_option
 @profile_options
 @click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is always JSON.")
@@ -225,11 +81,11 @@ def config_cmd(
     as_json: bool,
 ) -> None:
     """Print the resolved settings as JSON, with where each value came from."""
-    echo_json(_resolve(config_name, overrides, root, profile, profiles_dirs, gpu).to_dict())
+    echo_json(resolve_train_config(config_name, overrides, root, profile, profiles_dirs, gpu).to_dict())
 
 
 @train.command("summary")
-@_config_options
+@config_options
 @root_option
 @profile_options
 @json_option
@@ -243,9 +99,9 @@ def summary_cmd(
     as_json: bool,
 ) -> None:
     """The model (parameters per block, total), the data and the schedule."""
-    from mw_env.trainer.summary import summarize
+    from mw_env.trainspec.summary import summarize
 
-    info = summarize(_resolve(config_name, overrides, root, profile, profiles_dirs, gpu).config)
+    info = summarize(resolve_train_config(config_name, overrides, root, profile, profiles_dirs, gpu).config)
     if as_json:
         echo_json(info)
         return
@@ -290,7 +146,7 @@ def summary_cmd(
 @json_option
 def verify_cmd(run_dir: Path, as_json: bool) -> int:
     """Check a run folder against its MANIFEST.sha256 (exit 1 on any difference)."""
-    from mw_env.trainer.manifest import verify_manifest
+    from mw_env.runs.manifest import verify_manifest
 
     check = verify_manifest(run_dir)
     if as_json:

@@ -16,8 +16,8 @@ from typing import Any
 import click
 
 from mw_env.commands.common import echo_json, json_option
-from mw_env.commands.train import launch_options, prepare_launch
 from mw_env.commands.train_export import export
+from mw_env.commands.train_options import launch_options, prepare_launch
 from mw_env.errors import MwEnvError
 
 STATUS_EPILOG = (
@@ -68,7 +68,7 @@ def _threshold_options(func: Any) -> Any:
 
 
 def _thresholds(silence: float, first: float, checkpoint: float, factor: float) -> Any:
-    from mw_env.trainer.anomalies import Thresholds
+    from mw_env.runs.anomalies import Thresholds
 
     return Thresholds(
         silence_s=silence * 60,
@@ -97,7 +97,7 @@ def _duration(seconds: float | None) -> str:
 @json_option
 def start(config_name: str | None, overrides: tuple[str, ...], as_json: bool, **options: Any) -> int:
     """Start training detached from the terminal; print where to look."""
-    from mw_env.trainer.runs import start_run
+    from mw_env.runs.runs import start_run
 
     launch = prepare_launch(config_name=config_name, overrides=overrides, **options)
     record = start_run(
@@ -125,7 +125,7 @@ def start(config_name: str | None, overrides: tuple[str, ...], as_json: bool, **
 def _max_steps(config_path: Path, overrides: tuple[str, ...]) -> int | None:
     """runtime.max_steps of the run, for the ETA (profile defaults never set it)."""
     try:
-        from mw_env.trainer.config import resolve_config
+        from mw_env.trainspec.config import resolve_config
 
         return int(resolve_config(path=config_path, overrides=overrides).config.runtime.max_steps)
     except (MwEnvError, TypeError, ValueError):
@@ -148,7 +148,7 @@ def status(
     as_json: bool,
 ) -> int:
     """Progress of a run and anything that looks wrong; never touches the run."""
-    from mw_env.trainer.runstatus import run_status
+    from mw_env.runs.runstatus import run_status
 
     thresholds = _thresholds(silence_minutes, first_step_minutes, checkpoint_minutes, divergence_factor)
     result = run_status(out_dir=out_dir, thresholds=thresholds)
@@ -224,8 +224,8 @@ def _render_status(result: Any) -> None:
 @json_option
 def stop(out_dir: Path, grace: float, as_json: bool) -> int:
     """SIGTERM the run (it finishes its step and checkpoints), then SIGKILL after --grace seconds."""
-    from mw_env.trainer.runs import is_alive, read_run, stop_run
-    from mw_env.trainer.runstatus import run_status
+    from mw_env.runs.runs import is_alive, read_run, stop_run
+    from mw_env.runs.runstatus import run_status
 
     record = read_run(out_dir.resolve())
     # Announce the wait only when there is a live run to stop (no run: stop_run raises the error).
@@ -275,7 +275,7 @@ def watch(
     divergence_factor: float,
 ) -> int:
     """Stream one JSON event per line (progress, eval, checkpoint, anomaly, finished) until the run ends."""
-    from mw_env.trainer.runstatus import RunWatcher
+    from mw_env.runs.runstatus import RunWatcher
 
     thresholds = _thresholds(silence_minutes, first_step_minutes, checkpoint_minutes, divergence_factor)
     watcher = RunWatcher(out_dir=out_dir, thresholds=thresholds, replay=not tail_only)

@@ -8,51 +8,14 @@ how a GTX 1080 Ti ends up with a wheel that has no sm_61 kernels (uv#14742).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mw_env.profiles.archs import covers, parse_cc, sm_name
 from mw_env.profiles.model import TorchSource
+from mw_env.versions import version_tuple
 
-
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """`"550.144.03"` -> (550, 144, 3); None for anything that is not a dotted number."""
-    if not text:
-        return None
-    m = re.match(r"^\s*(\d+(?:\.\d+)*)", str(text))
-    if not m:
-        return None
-    return tuple(int(p) for p in m.group(1).split("."))
-
-
-def parse_cc(text: str | None) -> tuple[int, int] | None:
-    """Compute capability `"8.6"` -> (8, 6); also accepts `"sm_86"` / `"86"` / `"12.0"`."""
-    if not text:
-        return None
-    t = str(text).strip().lower()
-    m = re.match(r"^(\d+)\.(\d+)$", t)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = re.match(r"^(?:sm_|compute_)?(\d+?)(\d)a?$", t)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    return None
-
-
-def sm_name(cc: tuple[int, int]) -> str:
-    return f"sm_{cc[0]}{cc[1]}"
-
-
-def covers(arch_list: Sequence[str], cc: tuple[int, int], *, ptx: bool = False) -> bool:
-    """Whether a wheel built for `arch_list` runs on a GPU of capability `cc`.
-
-    CUDA binary compatibility: code for sm_XY runs on sm_XZ with Z >= Y (same major), so sm_60 serves a 6.1 GPU
-    and sm_86 an 8.9 one. PTX for the newest arch can be JIT-compiled for any newer GPU.
-    """
-    archs = [a for a in (parse_cc(x) for x in arch_list) if a is not None]
-    if any(a[0] == cc[0] and a[1] <= cc[1] for a in archs):
-        return True
-    return bool(ptx and archs and max(archs) < cc)
+__all__ = ["CudaChoice", "choose_cuda_source", "covers", "minimum_driver_hint", "parse_cc", "sm_name"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +32,7 @@ def choose_cuda_source(
     capabilities: Sequence[str | None],
 ) -> CudaChoice:
     """The newest torch source whose CUDA the driver runs and whose SMs cover every capability given."""
-    drv = parse_version(driver)
+    drv = version_tuple(driver) or None
     ccs = sorted({c for c in (parse_cc(x) for x in capabilities) if c is not None})
     unknown_cc = any(parse_cc(x) is None for x in capabilities) or not capabilities
     fitting: list[TorchSource] = []
@@ -77,7 +40,7 @@ def choose_cuda_source(
     for src in sources:
         if src.build != "cuda":
             continue
-        need = parse_version(src.min_driver)
+        need = version_tuple(src.min_driver) or None
         if drv is not None and need is not None and drv < need:
             rejected.append(f"{src.id}: needs driver >= {src.min_driver}")
             continue
@@ -96,8 +59,8 @@ def choose_cuda_source(
         )
 
     def rank(src: TorchSource) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        newest = parse_version(src.newest_torch) or ()
-        cuda = parse_version(src.runtime_version) or ()
+        newest = version_tuple(src.newest_torch)
+        cuda = version_tuple(src.runtime_version)
         # With the driver unknown, prefer the oldest CUDA among equally new torches: it needs the oldest driver.
         return (newest, cuda if drv is not None else tuple(-p for p in cuda))
 
@@ -122,7 +85,7 @@ def minimum_driver_hint(sources: Sequence[TorchSource], capabilities: Sequence[s
         if src.build != "cuda" or not src.min_driver:
             continue
         if all(covers(src.arch_list, c, ptx=src.ptx) for c in ccs):
-            v = parse_version(src.min_driver) or ()
+            v = version_tuple(src.min_driver)
             if best is None or v < best[0]:
                 best = (v, f"{src.min_driver} ({src.id})")
     return best[1] if best else None

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from mw_env.profiles.archs import covers, parse_cc
+
 if TYPE_CHECKING:
     from mw_env.hardware import Gpu, Hardware
     from mw_env.machine import Machine
@@ -201,8 +203,6 @@ class Selection:
         if self.required_arch is None:
             return True
         if self.required_arch.startswith("sm_"):
-            from mw_env.profiles.cuda import covers, parse_cc
-
             cc = parse_cc(self.required_arch)
             return cc is not None and covers(
                 arch_list, cc, ptx=any(a.startswith("compute_") for a in arch_list)

@@ -10,43 +10,16 @@ from __future__ import annotations
 import dataclasses
 import errno
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from mw_env.errors import MwEnvError, StepFailed
 from mw_env.provision import stepdefs
+from mw_env.provision.events import DoctorHook, Events, NoEvents, StepOutcome
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
 from mw_env.provision.steps import HANDLERS, Run, recover_swap
-
-
-class Events(Protocol):
-    def step_started(self, step: Step) -> None: ...
-    def step_output(self, step: Step, line: str) -> None: ...
-    def step_finished(self, step: Step, outcome: StepOutcome) -> None: ...
-
-
-class NoEvents:
-    def step_started(self, step: Step) -> None:
-        pass
-
-    def step_output(self, step: Step, line: str) -> None:
-        pass
-
-    def step_finished(self, step: Step, outcome: StepOutcome) -> None:
-        pass
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    id: str
-    status: str  # "done" | "skipped" (already satisfied) | "failed" | "interrupted" | "warn"
-    duration_s: float = 0.0
-    detail: str = ""
-    output_tail: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,10 +52,6 @@ class BootstrapResult:
             "warnings": list(self.plan.warnings),
             "doctor": self.doctor_report.to_dict() if hasattr(self.doctor_report, "to_dict") else None,
         }
-
-
-# Doctor hook: given the finished venv, return (ok, report). The command layer supplies it.
-DoctorHook = Callable[[Path], tuple[bool, Any]]
 
 
 def execute(

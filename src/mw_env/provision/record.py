@@ -6,17 +6,16 @@ user can read them, and the env file is what the venv's activate script sources.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import InputError
 
 RECORD_FILE = "mw-env.json"
@@ -128,25 +127,6 @@ def env_file_text(env: Mapping[str, str]) -> str:
     names = " ".join(env)
     # _MW_ENV_VARS lets the patched deactivate() unset exactly what this file set.
     return header + export_lines(env) + f"export _MW_ENV_VARS={shlex.quote(names)}\n"
-
-
-def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
-    """Replace `path` only once its successor is completely on disk."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def now() -> float:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import MwEnvError
-from mw_env.provision.record import write_atomic
 
 STATE_FILE = ".mw-env-state.json"
 

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import MwEnvError, StepFailed
 from mw_env.provision import pin as pinmod
 from mw_env.provision import stepdefs, venvinfo, verify
 from mw_env.provision import uv as uvmod
 from mw_env.provision.model import GiB, Plan, Step
-from mw_env.provision.record import VenvRecord, now, read_record, write_atomic, write_record
+from mw_env.provision.record import VenvRecord, now, read_record, write_record
 from mw_env.provision.state import State
 
 if TYPE_CHECKING:
-    from mw_env.provision.execute import DoctorHook, Events
+    from mw_env.provision.events import DoctorHook, Events
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mw_env.errors import StepFailed
+from mw_env.versions import version_tuple
 
 # Constraint/override files of an mw-env venv. Inherited from an activated venv they would pin
 # *that* venv's torch onto the one being built, so bootstrap's own uv calls drop them.
@@ -256,7 +257,7 @@ def check_version(uv: str, env: Mapping[str, str]) -> str:
             f"{uv} does not run as uv ({res.tail(2) or 'no output'})",
             hint="point $UV at a working uv, or remove it so bootstrap installs one from PyPI",
         )
-    parts = tuple(int(x) for x in version.split("+")[0].split(".")[:3] if x.isdigit())
+    parts = version_tuple(version.split("+")[0])[:3]
     if parts < MIN_UV:
         need = ".".join(map(str, MIN_UV))
         raise StepFailed(

@@ -1,7 +1,8 @@
-"""The bundled trainer: an address token tagger (config, data, model, loop, checkpoints, report).
+"""The bundled trainer, run INSIDE the training venv's python (torch at module level is fine here): the data
+pipeline, model, loop, evaluation, checkpoints, distributed set-up, metrics, tracking, report and export.
 
-Modules that need torch import it at module level and run only inside the training venv's python;
-config, summary, manifest and launch are torch-free so the mw-env CLI can use them anywhere.
+mw-env's own interpreter never imports this package (tests/test_layout.py): it starts it as
+`python -m mw_env.trainer` through `mw_env.runs.launch`.
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 from mw_env.errors import EXIT_INTERRUPTED, MwEnvError
 
 if TYPE_CHECKING:
-    from mw_env.trainer.config import ResolvedConfig
+    from mw_env.trainspec.config import ResolvedConfig
 
 
 def _resolve(args: argparse.Namespace) -> ResolvedConfig:
-    from mw_env.trainer.config import find_config, resolve_config
+    from mw_env.trainspec.config import find_config, resolve_config
 
     defaults = json.loads(args.profile_defaults) if args.profile_defaults else None
     path = find_config(args.config) if args.config else None
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "verify":
-            from mw_env.trainer.manifest import verify_manifest
+            from mw_env.runs.manifest import verify_manifest
 
             check = verify_manifest(args.run_dir)
             print(json.dumps(check.to_dict(), indent=2))
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(resolved.to_dict(), indent=2))
             return 0
         if args.command == "summary":
-            from mw_env.trainer.summary import summarize
+            from mw_env.trainspec.summary import summarize
 
             print(json.dumps(summarize(resolved.config), indent=2))
             return 0

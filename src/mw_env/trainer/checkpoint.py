@@ -9,12 +9,12 @@ checkpoint holds only tensors and plain containers.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mw_env.atomic import atomic_open
 from mw_env.errors import InputError
 
 FORMAT_VERSION = 1
@@ -38,19 +38,6 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # some filesystems do not allow opening a folder; the rename is still atomic
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def remove_stale_temporaries(directory: Path) -> list[Path]:
     """Delete `*.tmp-*` left by a process killed mid-write (they were never complete)."""
     removed = []
@@ -68,17 +55,8 @@ def save_checkpoint(payload: dict[str, Any], directory: Path, *, keep_last: int)
 
     directory.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(directory, int(payload["step"]))
-    tmp = directory / f"{final.name}.tmp-{os.getpid()}"
-    try:
-        with tmp.open("wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(directory)
+    with atomic_open(final, "wb") as fh:
+        torch.save(payload, fh)
     for old in list_checkpoints(directory)[: -max(keep_last, 2)]:
         old.unlink(missing_ok=True)
     return final

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import InputError
-from mw_env.trainer.config import DataConfig, TrainConfig
-from mw_env.trainer.synthetic import LABELS, check_countries, generate_row
+from mw_env.trainspec.config import DataConfig, TrainConfig
+from mw_env.trainspec.synthetic import LABELS, check_countries, generate_row
 
 if TYPE_CHECKING:
     import torch
@@ -324,7 +324,7 @@ def load_corpus(config: TrainConfig) -> Corpus:
         sources.append(
             {
                 "kind": "synthetic",
-                "generator": "mw_env.trainer.synthetic",
+                "generator": "mw_env.trainspec.synthetic",
                 "seed": data.seed,
                 "countries": list(data.countries),
                 "noise": data.noise,

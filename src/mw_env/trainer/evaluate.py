@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from mw_env.trainer.config import OptimConfig, RuntimeConfig
 from mw_env.trainer.data import IGNORE, Corpus, Split, collate
 from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.metrics import MetricsWriter, entity_prf
 from mw_env.trainer.model import sdpa_context
 from mw_env.trainer.runtime import Precision, autocast
-from mw_env.trainer.synthetic import LABELS
+from mw_env.trainspec.config import OptimConfig, RuntimeConfig
+from mw_env.trainspec.synthetic import LABELS
 
 if TYPE_CHECKING:
-    from mw_env.trainer.loop import LoopState
+    from mw_env.trainer.state import LoopState
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ import contextlib
 import io
 import json
 import logging
-import os
 import random
 import sys
 import warnings
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mw_env.atomic import atomic_path, write_json_atomic
 from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed
 
 DEFAULT_MAX_DIFF = 1e-4  # fp32 logits; the exporters agree with eager to ~1e-6 on the shipped models
@@ -232,7 +232,7 @@ def verify(
 
 
 def _sha256(path: Path) -> str:
-    from mw_env.trainer.manifest import sha256_file
+    from mw_env.runs.manifest import sha256_file
 
     return sha256_file(path)
 
@@ -274,9 +274,9 @@ def export_onnx(
         out = base / f"model-step-{step:09d}.onnx"
     out = Path(out).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}.onnx")
     example = (torch.randint(4, tokenizer.vocab_size, (2, 16)), torch.ones(2, 16, dtype=torch.bool))
-    try:
+    # Kept only once checked and verified: a disagreeing export leaves nothing behind.
+    with atomic_path(out, suffix=".onnx") as tmp:
         used = _export(model, example, tmp, opset=opset, max_len=max_len, exporter=exporter)
         onnx.checker.check_model(str(tmp))
         cases = held_out_inputs(tokenizer, max_len=max_len, vocab_size=tokenizer.vocab_size, seed=seed)
@@ -289,9 +289,6 @@ def export_onnx(
                 hint="nothing was kept; try the other --exporter or another --opset, and report the model/torch versions",
             )
         digest = _sha256(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     meta_path = out.with_suffix(".json")
     metadata = {
         "onnx": out.name,
@@ -321,12 +318,10 @@ def export_onnx(
             "onnxruntime": onnxruntime.__version__,
         },
     }
-    meta_tmp = meta_path.with_name(f".{meta_path.name}.tmp-{os.getpid()}")
-    meta_tmp.write_text(json.dumps(metadata, indent=2) + "\n")
-    os.replace(meta_tmp, meta_path)
+    write_json_atomic(meta_path, metadata)
     manifest, notes = None, []
     if run_dir is not None and out.is_relative_to(run_dir.resolve()):
-        from mw_env.trainer.manifest import add_to_manifest
+        from mw_env.runs.manifest import add_to_manifest
 
         manifest = add_to_manifest(run_dir, [out, meta_path])
     else:

@@ -22,11 +22,6 @@ import torch.nn.functional as F
 
 from mw_env.errors import InputError, StepFailed
 from mw_env.trainer import checkpoint as ckpt_mod
-from mw_env.trainer.config import (
-    ResolvedConfig,
-    architecture_diff,
-    config_from_dict,
-)
 from mw_env.trainer.data import IGNORE, Order, collate, load_corpus, micro_batch_indices
 from mw_env.trainer.distributed import (
     DistInfo,
@@ -49,25 +44,16 @@ from mw_env.trainer.runtime import (
     set_determinism,
     step_seed,
 )
-from mw_env.trainer.summary import lr_factor
-from mw_env.trainer.synthetic import LABELS
+from mw_env.trainer.state import LoopState
+from mw_env.trainspec.config import (
+    ResolvedConfig,
+    architecture_diff,
+    config_from_dict,
+)
+from mw_env.trainspec.schedule import lr_factor
+from mw_env.trainspec.synthetic import LABELS
 
 Echo = Callable[[str], None]
-
-
-@dataclass
-class LoopState:
-    """Everything besides tensors that a resume must restore."""
-
-    step: int = 0
-    best_f1: float = -1.0
-    best_step: int = 0
-    bad_evals: int = 0
-    skipped_steps: int = 0
-    consecutive_nonfinite: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)

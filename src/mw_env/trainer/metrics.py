@@ -37,12 +37,9 @@ class MetricsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = self.path.open("a", encoding="utf-8")
         if tracking != "none":
-            try:
-                from mw_env.trainer.tracking import open_trackers
-            except ModuleNotFoundError:
-                open_trackers = None  # the tracking module is optional
-            if open_trackers is not None:
-                self._tracker = open_trackers(tracking, Path(run_dir), dict(hparams or {}))
+            from mw_env.trainer.tracking import open_trackers  # its third-party packages are optional
+
+            self._tracker = open_trackers(tracking, Path(run_dir), dict(hparams or {}))
 
     def log(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"event": event, **fields, "time": time.time()}

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mw_env.trainer.config import ModelConfig, TrainConfig, config_from_dict
+from mw_env.trainspec.config import ModelConfig, TrainConfig, config_from_dict
 
 
 class Block(nn.Module):

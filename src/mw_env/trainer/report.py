@@ -11,16 +11,16 @@ import html
 import importlib.metadata
 import itertools
 import json
-import os
 import struct
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mw_env.trainer.config import ResolvedConfig
-from mw_env.trainer.manifest import write_manifest
+from mw_env.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from mw_env.runs.manifest import write_manifest
 from mw_env.trainer.metrics import latest_by_step, read_metrics
+from mw_env.trainspec.config import ResolvedConfig
 
 W, H, PAD = 640, 320, 40
 
@@ -113,7 +113,7 @@ def package_list() -> list[str]:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    write_json_atomic(path, data, default=str)
 
 
 def write_report(
@@ -133,8 +133,8 @@ def write_report(
     finished = [e for e in events if e.get("event") == "finished"]
     loss_pts = [(e["step"], e["loss"]) for e in steps if isinstance(e.get("loss"), (int, float))]
     lr_pts = [(e["step"], e["lr"]) for e in steps if isinstance(e.get("lr"), (int, float))]
-    (out / "loss.png").write_bytes(png_line_chart(loss_pts))
-    (out / "lr.png").write_bytes(png_line_chart(lr_pts))
+    write_bytes_atomic(out / "loss.png", png_line_chart(loss_pts))
+    write_bytes_atomic(out / "lr.png", png_line_chart(lr_pts))
 
     _write_json(out / "hyperparameters.json", resolved.to_dict())
     _write_json(out / "data_card.json", card)
@@ -144,16 +144,14 @@ def write_report(
         kept = Path(run_dir) / "doctor.json"
         if Path(doctor_json).resolve() != kept.resolve():
             # The launcher's pending report becomes this run's doctor.json only now, with the report.
-            tmp = kept.with_name(f"{kept.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(doctor, indent=2, default=str) + "\n", encoding="utf-8")
-            os.replace(tmp, kept)
+            write_json_atomic(kept, doctor, default=str)
             if (
                 Path(doctor_json).name.startswith(".")
                 and Path(doctor_json).parent.resolve() == Path(run_dir).resolve()
             ):
                 Path(doctor_json).unlink(missing_ok=True)
     packages = package_list()
-    (out / "packages.txt").write_text("\n".join(packages) + "\n", encoding="utf-8")
+    write_text_atomic(out / "packages.txt", "\n".join(packages) + "\n")
     _write_json(out / "environment.json", {"facts": facts, "doctor": doctor, "packages": packages})
 
     cfg = resolved.config.to_dict()
@@ -209,7 +207,7 @@ def write_report(
         "",
     ]
     md = "\n".join(lines) + "\n"
-    (out / "report.md").write_text(md, encoding="utf-8")
+    write_text_atomic(out / "report.md", md)
 
     body = "".join(f"<p>{html.escape(line)}</p>" for line in lines[:8] if line and not line.startswith("#"))
     table = "".join(
@@ -224,6 +222,6 @@ def write_report(
         f"{svg_line_chart(lr_pts, 'learning rate')}<h2>Hyperparameters</h2><table>{table}</table>"
         "<p>Data card: data_card.json · environment: environment.json · packages: packages.txt</p></body></html>"
     )
-    (out / "report.html").write_text(page, encoding="utf-8")
+    write_text_atomic(out / "report.html", page)
     write_manifest(Path(run_dir))
     return out / "report.md"

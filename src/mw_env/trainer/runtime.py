@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from mw_env.errors import StepFailed
-from mw_env.trainer.config import RuntimeConfig
+from mw_env.trainspec.config import RuntimeConfig
 
 
 def pick_device(runtime: RuntimeConfig, local_rank: int) -> torch.device:

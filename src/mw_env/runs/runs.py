@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError, StepFailed
-from mw_env.trainer.logscan import RUN_HEADER
-from mw_env.trainer.supervise import (
+from mw_env.runs.logscan import RUN_HEADER
+from mw_env.runs.supervise import (
     PROC,
     STATE_FILE,
     group_members,
@@ -242,7 +242,7 @@ def start_run(
             log_offset = log.tell()  # the run's own output starts after our header line
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "mw_env.trainer.supervise", str(report_w)],
+                    [sys.executable, "-m", "mw_env.runs.supervise", str(report_w)],
                     stdin=subprocess.PIPE,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -7,173 +7,65 @@ This module must not import torch: `mw-env train config` resolves configs from a
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import hashlib
-import json
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
+from mw_env.trainspec.schema import (  # re-exported: the config's types are part of this module's API
+    ARCHITECTURE_KEYS,
+    DIST_BACKENDS,
+    PRECISIONS,
+    PROFILE_KEYS,
+    SCHEDULES,
+    SDPA_BACKENDS,
+    SECTIONS,
+    SOURCES,
+    TOKENIZERS,
+    TRACKING,
+    DataConfig,
+    DistConfig,
+    ModelConfig,
+    OptimConfig,
+    ResolvedConfig,
+    RuntimeConfig,
+    TrainConfig,
+    all_keys,
+)
+from mw_env.trainspec.validate import validate
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
-SCHEDULES = ("cosine", "linear", "noam", "constant")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-SDPA_BACKENDS = ("auto", "math", "flash", "efficient")
-TRACKING = ("none", "tensorboard", "mlflow")
-TOKENIZERS = ("byte", "sentencepiece")
-SOURCES = ("synthetic", "files")
-DIST_BACKENDS = ("auto", "gloo", "nccl")
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    d_ff: int = 1024
-    dropout: float = 0.1
-    max_len: int = 128  # tokens per sequence (bytes for the byte tokenizer); longer rows are truncated
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    source: str = "synthetic"  # "synthetic" | "files"
-    train_files: tuple[str, ...] = ()  # JSONL / Parquet shards (globs allowed) with tokens + tags
-    val_files: tuple[str, ...] = ()  # explicit validation shards; else val_fraction of train rows
-    val_fraction: float = 0.05
-    synthetic_rows: int = 20000
-    synthetic_val_rows: int = 500
-    countries: tuple[str, ...] = ("US", "GB", "DE", "FR", "NL", "AU", "CA")
-    noise: float = 0.15  # probability of each noise kind per synthetic row
-    seed: int = 1234  # data generation and split seed (order is runtime.seed's)
-    tokenizer: str = "byte"  # "byte" | "sentencepiece"
-    spm_model: str | None = None  # SentencePiece .model file for tokenizer: sentencepiece
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 3e-4
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.98
-    eps: float = 1e-8
-    batch_size: int = 32  # rows per micro-batch per process
-    accumulation_steps: int = 1
-    grad_clip: float = 1.0  # 0 = off
-    label_smoothing: float = 0.1
-    schedule: str = "cosine"  # cosine | linear | noam | constant (after warmup)
-    warmup_steps: int = 100
-    min_lr_ratio: float = 0.1  # floor of the decay, as a fraction of lr
-
-
-@dataclass(frozen=True)
-class RuntimeConfig:
-    out_dir: str = "runs/train"
-    max_steps: int = 1000
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: str = "auto"  # auto = bf16 where the device has native bf16, else fp32
-    sdpa_backend: str = "auto"
-    compile: bool = False
-    deterministic: bool = True
-    threads: int = 0  # torch intra-op threads; 0 = torch's default
-    log_every: int = 10
-    eval_every: int = 100
-    eval_batches: int = 0  # 0 = the whole validation split
-    eval_samples: int = 3  # held-out addresses printed as tagged at each eval
-    checkpoint_every: int = 100
-    keep_last: int = 3
-    early_stop_patience: int = 0  # evaluations without improvement of entity F1; 0 = off
-    early_stop_min_delta: float = 0.0
-    max_nonfinite: int = 5  # consecutive skipped (non-finite) steps before the run stops
-    tracking: str = "none"  # none | tensorboard | mlflow
-
-
-@dataclass(frozen=True)
-class DistConfig:
-    backend: str = "auto"  # auto = nccl (RCCL on ROCm) on GPUs, gloo on CPU
-    timeout_s: int = 1800
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    dist: DistConfig = field(default_factory=DistConfig)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS}
-
-    def sha256(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
-SECTIONS: dict[str, type] = {
-    "model": ModelConfig,
-    "data": DataConfig,
-    "optim": OptimConfig,
-    "runtime": RuntimeConfig,
-    "dist": DistConfig,
-}
-
-# Keys that change what the checkpoint's tensors mean or which rows a step sees; a resume with a
-# different value would silently train something else, so it is refused (other knobs may change).
-ARCHITECTURE_KEYS = (
-    "model.d_model",
-    "model.n_layers",
-    "model.n_heads",
-    "model.d_ff",
-    "model.max_len",
-    "data.source",
-    "data.tokenizer",
-    "data.seed",
-    "optim.batch_size",
-    "optim.accumulation_steps",
-    "runtime.seed",
-)
-
-# Profile trainer defaults -> config keys.
-PROFILE_KEYS = {
-    "device": "runtime.device",
-    "precision": "runtime.precision",
-    "sdpa_backend": "runtime.sdpa_backend",
-    "compile": "runtime.compile",
-}
-
-
-@dataclass(frozen=True)
-class ResolvedConfig:
-    config: TrainConfig
-    sources: dict[str, str]  # "section.key" -> "default" | "profile:<name>" | "file:<path>" | "--set"
-    path: Path | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "config_file": str(self.path) if self.path else None,
-            "config": self.config.to_dict(),
-            "sources": dict(self.sources),
-            "config_sha256": self.config.sha256(),
-        }
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def all_keys() -> list[str]:
-    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)]
+__all__ = [
+    "ARCHITECTURE_KEYS",
+    "CONFIGS_DIR",
+    "DIST_BACKENDS",
+    "PRECISIONS",
+    "PROFILE_KEYS",
+    "SCHEDULES",
+    "SDPA_BACKENDS",
+    "SECTIONS",
+    "SOURCES",
+    "TOKENIZERS",
+    "TRACKING",
+    "DataConfig",
+    "DistConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "ResolvedConfig",
+    "RuntimeConfig",
+    "TrainConfig",
+    "all_keys",
+    "architecture_diff",
+    "config_from_dict",
+    "find_config",
+    "parse_set",
+    "resolve_config",
+    "shipped_configs",
+]
 
 
 def shipped_configs() -> list[str]:
@@ -369,8 +261,6 @@ def resolve_config(
         kwargs = {k.partition(".")[2]: v for k, v in values.items() if k.startswith(section + ".")}
         built[section] = cls(**kwargs)
     config = TrainConfig(**built)
-    from mw_env.trainer.validate import validate  # range and cross-field checks
-
     validate(config)
     return ResolvedConfig(config=config, sources=sources, path=path)
 

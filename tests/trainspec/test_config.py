@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mw_env.errors import InputError
-from mw_env.trainer.config import (
+from mw_env.trainspec.config import (
     architecture_diff,
     config_from_dict,
     find_config,

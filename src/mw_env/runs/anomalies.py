@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mw_env.trainer.logscan import RUN_HEADER, LogFinding, LogScanner, classify_line, scan_log
+from mw_env.runs.logscan import RUN_HEADER, LogFinding, LogScanner, classify_line, scan_log
 
 # Re-exported: callers read log findings and anomalies from one place.
 __all__ = [

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError, MwEnvError
-from mw_env.trainer.config import find_config, resolve_config
+from mw_env.trainspec.config import find_config, resolve_config
 
 DOCTOR_FILE = "doctor.json"
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
@@ -59,7 +59,7 @@ def _python_path(env: Mapping[str, str]) -> str | None:
 
 
 def _write_doctor(out_dir: Path, report: dict[str, Any]) -> Path:
-    from mw_env.provision.record import write_atomic
+    from mw_env.atomic import write_text_atomic as write_atomic
 
     path = out_dir / DOCTOR_PENDING
     write_atomic(path, json.dumps(report, indent=2, default=str) + "\n")
@@ -135,13 +135,8 @@ def prepare(
 
     doctor: dict[str, Any] | None = None
     if not skip_doctor:
-        try:
-            from mw_env.checks import run_doctor
-        except ImportError:
-            raise MwEnvError(
-                "this mw-env has no doctor (mw_env.checks.run_doctor), so the pre-flight checks cannot run",
-                hint="pass --skip-doctor to start without them",
-            ) from None
+        from mw_env.checks import run_doctor
+
         report = run_doctor(
             machine=resolved_env.machine,
             selection=selection,

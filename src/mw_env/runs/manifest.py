@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mw_env.atomic import write_text_atomic
+
 MANIFEST = "MANIFEST.sha256"
 EXCLUDED_NAMES = {MANIFEST, "train.log", "run.json", "state.json"}
 
@@ -57,9 +59,7 @@ def _artifacts(run_dir: Path) -> list[str]:
 
 def _write(run_dir: Path, entries: dict[str, str]) -> Path:
     path = run_dir / MANIFEST
-    tmp = run_dir / f"{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text("".join(f"{digest}  {rel}\n" for rel, digest in sorted(entries.items())))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(f"{digest}  {rel}\n" for rel, digest in sorted(entries.items())))
     return path
 
 

@@ -1,6 +1,6 @@
 """The detached run's supervisor, and the process facts runs are judged by.
 
-`python -m mw_env.trainer.supervise REPORT_FD` (started by `mw-env train start`, in its own
+`python -m mw_env.runs.supervise REPORT_FD` (started by `mw-env train start`, in its own
 session) reads {argv, env, cwd, run_dir} on stdin, starts the trainer as its child, reports the
 child's pid on REPORT_FD, forwards SIGTERM/SIGINT to it and, when it ends, writes `state.json`
 (return code or signal, and whether the cgroup's OOM killer fired). Without it an orphaned
@@ -17,9 +17,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from mw_env.atomic import write_json_atomic
 
 PROC = Path("/proc")
 # The supervisor's record of the trainer process: {"state": "running", "child_pid"} once it is
@@ -73,17 +75,6 @@ def cgroup_oom_kills(*, proc: Path = PROC, sys_fs: Path = Path("/sys/fs/cgroup")
                 if key == "oom_kill":
                     return int(value)
     return None
-
-
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Replace `path` only once its successor is complete on disk."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def supervise(report_fd: int) -> int:
@@ -140,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 1 and args[0].isdigit():
         return supervise(int(args[0]))
-    print("usage: python -m mw_env.trainer.supervise REPORT_FD (started by `mw-env train start`)")
+    print("usage: python -m mw_env.runs.supervise REPORT_FD (started by `mw-env train start`)")
     return 2
 
 

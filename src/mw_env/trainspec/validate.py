@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mw_env.errors import InputError
-from mw_env.trainer.config import (
+from mw_env.trainspec.schema import (
     DIST_BACKENDS,
     PRECISIONS,
     SCHEDULES,
@@ -49,7 +49,7 @@ def validate(config: TrainConfig) -> None:
     _check(d.tokenizer in TOKENIZERS, "data.tokenizer", d.tokenizer, ", ".join(TOKENIZERS))
     _check(0.0 <= d.val_fraction < 1.0, "data.val_fraction", d.val_fraction, "0 <= val_fraction < 1")
     _check(0.0 <= d.noise <= 1.0, "data.noise", d.noise, "0 <= noise <= 1")
-    from mw_env.trainer.synthetic import FORMATS  # torch-free
+    from mw_env.trainspec.synthetic import FORMATS  # torch-free
 
     bad = [c for c in d.countries if c not in FORMATS]
     _check(bool(d.countries) and not bad, "data.countries", list(d.countries), ", ".join(FORMATS))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mw_env.trainer.config import OptimConfig, resolve_config
-from mw_env.trainer.summary import lr_factor
+from mw_env.trainspec.config import OptimConfig, resolve_config
+from mw_env.trainspec.schedule import lr_factor
 
 
 def _optim(*sets: str) -> OptimConfig:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
-from mw_env.trainer.anomalies import (
+from mw_env.runs.anomalies import (
     Anomaly,
     Liveness,
     LogScanner,
@@ -26,7 +26,7 @@ from mw_env.trainer.anomalies import (
     analyze,
     exit_code_for,
 )
-from mw_env.trainer.runs import LOG_FILE, METRICS_FILE, RunRecord, is_alive, read_exit, read_run
+from mw_env.runs.runs import LOG_FILE, METRICS_FILE, RunRecord, is_alive, read_exit, read_run
 
 LOG_SCAN_MAX = 64 * 1024 * 1024  # a huge log is scanned from its last 64 MiB
 RATE_WINDOW = 20  # step events used for steps/s and the ETA

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mw_env.trainer.torchrun_output import TorchrunStderr
+from mw_env.runs.torchrun_output import TorchrunStderr
 
 # Recorded from `mw-env train --nproc-per-node 2` resuming a 1-process checkpoint (torch 2.13, CPU).
 FAILED_RUN = """\

@@ -1,0 +1,104 @@
+"""The options `mw-env train` and its subcommands share, and the calls that turn them into a resolved config or
+a launch (a leaf of the command layer: train and train_runs both import it, neither imports the other's module).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mw_env.commands.common import profile_options, root_option, source_option
+
+
+def config_options(func: Any) -> Any:
+    func = click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a config value (read as YAML: 1e-3, true, null). Repeatable.",
+    )(func)
+    return click.option(
+        "--config",
+        "config_name",
+        default=None,
+        metavar="FILE|NAME",
+        help="Config file (YAML/TOML) or a shipped config: smoke, address-tagger.",
+    )(func)
+
+
+def _profile_defaults(
+    root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None
+) -> tuple[dict[str, Any], str]:
+    from mw_env.profiles import resolve
+    from mw_env.runs.launch import profile_defaults
+
+    selection = resolve(
+        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False
+    ).selection
+    return profile_defaults(selection), selection.profile.name
+
+
+def resolve_train_config(
+    config_name: str | None,
+    overrides: tuple[str, ...],
+    root: str | None,
+    profile: str | None,
+    profiles_dirs: tuple[str, ...],
+    gpu: int | None,
+) -> Any:
+    from mw_env.trainspec.config import find_config, resolve_config
+
+    if not config_name:
+        raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
+    path = find_config(config_name)
+    defaults, name = _profile_defaults(root, profile, profiles_dirs, gpu)
+    return resolve_config(path=path, overrides=overrides, profile_defaults=defaults, profile_name=name)
+
+
+def launch_options(func: Any) -> Any:
+    """The options that say what to run and where: `mw-env train` and `mw-env train start` share them."""
+    for deco in reversed(
+        [
+            config_options,
+            click.option(
+                "--venv",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=None,
+                help="Training venv (default: the one bootstrap made, $MW_ENV_VENV or ~/training-venv).",
+            ),
+            click.option("--skip-doctor", is_flag=True, help="Start even if the doctor's quick checks fail."),
+            click.option(
+                "--resume",
+                type=click.Path(dir_okay=False, path_type=Path),
+                default=None,
+                help="Resume from this checkpoint (default: the newest valid one in the run folder).",
+            ),
+            click.option(
+                "--fresh", is_flag=True, help="Start from step 0; earlier checkpoints are kept, renamed."
+            ),
+            click.option(
+                "--nproc-per-node",
+                type=click.IntRange(min=1),
+                default=1,
+                show_default=True,
+                help="Processes (GPUs) for DDP, launched with the venv's torchrun.",
+            ),
+            source_option,
+            root_option,
+            profile_options,
+        ]
+    ):
+        func = deco(func)
+    return func
+
+
+def prepare_launch(*, config_name: str | None, **options: Any) -> Any:
+    """`mw_env.runs.launch.prepare` from the launch options (the doctor's quick checks included)."""
+    from mw_env.runs.launch import prepare
+
+    if not config_name:
+        raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
+    return prepare(config=config_name, **options)

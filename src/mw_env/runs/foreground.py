@@ -1,0 +1,62 @@
+"""A foreground run: start the trainer (python or torchrun) from `mw-env train`, relay torchrun's stderr through
+its filter, and turn the outcome into the documented exit code. The CLI only renders; this owns the process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
+from mw_env.runs.torchrun_output import TorchrunStderr
+
+
+def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
+    """Run `launch` (a runs.launch.Launch) to its end; `write` receives each relayed stderr line."""
+    torchrun = Path(launch.argv[0]).name == "torchrun"
+    # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
+    proc = subprocess.Popen(
+        launch.argv,
+        env=launch.env,
+        cwd=launch.cwd,
+        stderr=subprocess.PIPE if torchrun else None,
+        text=True if torchrun else None,
+        errors="replace" if torchrun else None,
+    )
+    filt = None
+    try:
+        if torchrun:
+            filt = relay_torchrun_stderr(proc, write=write)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        # The trainer shares our terminal's process group, so it got the same Ctrl-C; let it exit.
+        if torchrun and proc.stderr is not None:
+            for _ in proc.stderr:  # keep draining, or workers writing their last lines block
+                pass
+        proc.wait()
+        return EXIT_INTERRUPTED
+    if filt is not None:
+        code = filt.exit_code(code)
+    if code < 0:
+        raise StepFailed(
+            f"the trainer was killed by signal {-code}",
+            hint=f"exit 137/SIGKILL often means the host ran out of memory; resume with the same command "
+            f"(the newest checkpoint in {launch.out_dir / 'checkpoints'} is used)",
+        )
+    if code not in (0, 1, 2, EXIT_INTERRUPTED):
+        return EXIT_FAILED
+    return code
+
+
+def relay_torchrun_stderr(proc: subprocess.Popen[str], *, write: Callable[[str], None]) -> TorchrunStderr:
+    """Copy torchrun's stderr through the filter, line by line as it comes."""
+    filt = TorchrunStderr()
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        for out in filt.feed(line.rstrip("\n")):
+            write(out)
+    for out in filt.flush():
+        write(out)
+    return filt

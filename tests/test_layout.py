@@ -1,0 +1,137 @@
+"""The layout's rules, checked on the source (AST, so lazy, TYPE_CHECKING and importlib imports count too).
+
+- Where code runs: only `mw_env.trainer` runs inside the training venv; nothing else imports it or torch
+  (mw-env's own interpreter may have no torch). Probe scripts that are *sent* to the venv's python are text.
+- No import cycles, however the import is hidden.
+- One atomic writer: `os.replace` appears only in `mw_env.atomic` (and the venv swap).
+- No module over 450 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = SRC / "mw_env"
+IN_VENV = "mw_env.trainer"
+# Modules whose torch imports live in code that runs in the venv's python (sent there as a script file).
+VENV_SCRIPTS = {"mw_env.checks.probe_script"}
+MAX_LINES = 450
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every module `name` imports, anywhere in the file (resolved to modules of the package where possible)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            for alias in node.names:
+                sub = f"{mod}.{alias.name}"
+                found.add(sub if sub in MODULES else mod)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _in_venv(name: str) -> bool:
+    return name == IN_VENV or name.startswith(IN_VENV + ".")
+
+
+def test_the_layout_is_what_the_rule_talks_about() -> None:
+    # A rename of the packages must update this test, not silently pass it.
+    for pkg in ("mw_env.trainer", "mw_env.trainspec", "mw_env.runs", "mw_env.atomic"):
+        assert pkg in MODULES, pkg
+    assert {"mw_env.trainer.loop", "mw_env.runs.launch", "mw_env.trainspec.config"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if not _in_venv(n) and n not in VENV_SCRIPTS))
+def test_host_side_never_imports_the_trainer_or_torch(name: str) -> None:
+    bad = sorted(m for m in GRAPH[name] if _in_venv(m) or m == "torch" or m.startswith("torch."))
+    assert not bad, f"{name} (runs in mw-env's own interpreter) imports {bad}"
+
+
+def _cycles() -> list[list[str]]:
+    internal = {n: sorted(m for m in deps if m in MODULES and m != n) for n, deps in GRAPH.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+
+    def strong(v: str) -> None:  # Tarjan's strongly connected components
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in internal[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in internal:
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles() == []
+
+
+def test_os_replace_only_in_the_atomic_writer() -> None:
+    allowed = {"mw_env.atomic", "mw_env.provision.steps"}  # steps: the venv swap (two renames, recoverable)
+    users = sorted(n for n, p in MODULES.items() if "os.replace(" in p.read_text(encoding="utf-8"))
+    assert set(users) <= allowed, users
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_small(name: str) -> None:
+    lines = MODULES[name].read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_LINES, f"{name} has {lines} lines; split it (docs/design.md)"
