@@ -173,7 +173,8 @@ def test_sigkill_during_checkpoint_write(reference: dict[int, Path], tmp_path: P
     assert list(ckpts.glob(".step-000000008.pt.tmp-*"))  # the half-written temporary, under another name
     said: list[str] = []
     train(resolved=tiny_config(run, *EXTRA), echo=said.append)
-    assert not list(ckpts.glob(".*.tmp-*")) and not list(ckpts.glob("*.tmp-*"))  # stale temporaries are cleaned up
+    # stale temporaries are cleaned up
+    assert not list(ckpts.glob(".*.tmp-*")) and not list(ckpts.glob("*.tmp-*"))
     assert any("resumed from" in s and "step-000000004.pt" in s for s in said)
     _assert_same(_final_state(reference[1]), _final_state(run))
     assert step_losses(run) == step_losses(reference[1])

@@ -271,7 +271,7 @@ def test_torchrun_failure_is_the_workers_error_and_exit_code(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under --nproc-per-node, torchrun's own traceback is hidden and the workers' exit 2 kept."""
-    from .test_torchrun_output import FAILED_RUN
+    from runs.test_torchrun_output import FAILED_RUN  # tests/runs (tests/ is on sys.path)
 
     venv = _fake_venv(tmp_path, {})
     replay = tmp_path / "torchrun-output.txt"
