@@ -174,3 +174,18 @@ def test_a_file_that_is_not_a_mapping_names_the_top_level(tmp_path):
         load_profile_file(tmp_path / "x.yaml")
     assert f"profile {tmp_path / 'x.yaml'}: (top level): must be a mapping, got list" == err.value.message
     assert "name" in err.value.hint and "sources" in err.value.hint
+
+
+def test_an_unknown_key_suggests_the_close_name_and_a_number_reads_as_text(tmp_path):
+    base = (USER / "lab-cpu.yaml").read_text()
+    (tmp_path / "lab-cpu.yaml").write_text(base + "trainer:\n  precison: bf16\n")
+    with pytest.raises(InputError) as err:
+        load_profiles(extra_dirs=[tmp_path], env={})
+    assert "trainer.precison: unknown key" in err.value.message
+    assert "(did you mean trainer.precision?)" in err.value.hint
+    # YAML reads 6.2 as a float; a version field means the text.
+    (tmp_path / "lab-cpu.yaml").write_text(base + "doctor:\n  min_hip: 6.2\n")
+    assert load_profiles(extra_dirs=[tmp_path], env={})["lab-cpu"].doctor.min_hip == "6.2"
+    (tmp_path / "lab-cpu.yaml").write_text(base + "doctor:\n  expected_tflops: {fp32: 0}\n")
+    with pytest.raises(InputError, match=r"doctor\.expected_tflops\.fp32: must be a positive number"):
+        load_profiles(extra_dirs=[tmp_path], env={})

@@ -169,3 +169,30 @@ def test_checkpoint_errors_have_hints(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="unreadable") as unreadable:
         load_checkpoint(tmp_path / "step-000000003.pt")
     assert "step-*.pt" in unreadable.value.hint
+
+
+def test_a_section_typo_suggests_the_section_and_bad_choices_name_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("modle:\n  d_model: 64\n")
+    with pytest.raises(InputError, match="unknown config key 'modle'") as exc:
+        resolve_config(path=cfg)
+    assert exc.value.hint == "did you mean model?"
+    cfg.write_text("optim:\n  schedule: exp\n")
+    with pytest.raises(InputError) as exc:
+        resolve_config(path=cfg)
+    assert exc.value.message == f"{cfg}: optim.schedule = 'exp' is not allowed"
+    assert exc.value.hint == "allowed: cosine, linear, noam, constant"
+    cfg.write_text("runtime:\n  bogus: 1\n")
+    with pytest.raises(InputError) as exc:
+        resolve_config(path=cfg)
+    assert exc.value.hint.startswith("keys of runtime: out_dir, max_steps")
+
+
+def test_checkpoint_config_refuses_a_bad_section_and_passes_over_an_unknown_one() -> None:
+    a = resolve_config(path=find_config("smoke")).config
+    data = a.to_dict()
+    assert config_from_dict({**data, "future": {"x": 1}}) == a
+    with pytest.raises(InputError, match="section 'optim' must be a mapping"):
+        config_from_dict({**data, "optim": [1]})
+    with pytest.raises(InputError, match=r"checkpoint config: optim\.lr must be a number"):
+        config_from_dict({**data, "optim": {"lr": "fast"}})

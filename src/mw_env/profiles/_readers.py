@@ -1,82 +1,54 @@
-"""Strict typed readers for profile YAML: every failure names the file, the dotted key and what is allowed."""
+"""The per-field rules of profile YAML that a type cannot say (patterns, ranges), and how a failure reads.
+
+The types in profiles/model.py are the schema (mw_env.typed checks them); this module adds the patterns and
+renders every Issue as `profile FILE: dotted.key: problem` + `hint: allowed: ...`.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, get_args
 
 from mw_env.errors import InputError
+from mw_env.profiles.model import (
+    ArchOverride,
+    Build,
+    DoctorExpectations,
+    Dtype,
+    HostKind,
+    Match,
+    Precision,
+    Profile,
+    SdpaBackend,
+    TorchSource,
+    TrainerDevice,
+    Vendor,
+)
+from mw_env.typed import Issue, Policy, Rule
 
-BUILDS = ("rocm", "cuda", "cpu")
-VENDORS = ("amd", "nvidia")
-PRECISIONS = ("fp32", "bf16", "fp16")
-SDPA_BACKENDS = ("math", "flash", "efficient", "auto")
-DEVICES = ("cuda", "cpu")
-HOST_KINDS = ("amd", "nvidia", "none")
-DTYPES = ("fp32", "tf32", "bf16", "fp16")
+# Derived from the Literal types (one source); kept as names for the messages and for other modules.
+BUILDS: tuple[str, ...] = get_args(Build)
+VENDORS: tuple[str, ...] = get_args(Vendor)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
+DEVICES: tuple[str, ...] = get_args(TrainerDevice)
+HOST_KINDS: tuple[str, ...] = get_args(HostKind)
+DTYPES: tuple[str, ...] = get_args(Dtype)
 # Variables a profile may not set in `env`: select() derives them from data (the GPU vs the chosen wheel).
 DERIVED_ENV = ("HSA_OVERRIDE_GFX_VERSION", "HIP_VISIBLE_DEVICES")
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _GFX_RE = re.compile(r"^gfx[0-9]{1,2}[0-9a-f]{2,3}$")
 _SM_RE = re.compile(r"^sm_[0-9]{2,3}a?$")
-_PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
 _OVERRIDE_RE = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}\.[0-9]{1,2}$")
 _DOTTED_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,3}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL_RE = re.compile(r"^(https?|file)://[^\s]+$")
 
-T = TypeVar("T")
-
-_TOP_KEYS = {
-    "name": "profile name",
-    "description": "one line",
-    "aliases": "other names",
-    "match": "which hardware",
-    "sources": "torch sources",
-    "env": "runtime env",
-    "doctor": "doctor expectations",
-    "trainer": "trainer defaults",
-    "host": "host passthrough",
-    "arch_overrides": "archs run with an override",
-    "hsa_override_when_missing": "override when the wheel lacks the arch",
-    "notes": "notes",
-    "refs": "sources of the facts",
-}
-_MATCH_KEYS = ("vendor", "gfx", "pci_ids", "priority")
-_SOURCE_KEYS = (
-    "id",
-    "build",
-    "index_url",
-    "version",
-    "local_tag",
-    "runtime_version",
-    "arch_list",
-    "min_driver",
-    "newest_torch",
-    "ptx",
-    "companions",
-    "extra_index_urls",
-    "default",
-    "note",
-    "refs",
-)
-_DOCTOR_KEYS = (
-    "device_nodes",
-    "min_hip",
-    "min_cuda",
-    "arch",
-    "harmless_messages",
-    "expected_tflops",
-    "expected_tflops_by_gpu",
-    "probe_timeout_s",
-    "notes",
-    "catalogue",
-)
-_TRAINER_KEYS = ("device", "precision", "sdpa_backend", "compile", "notes")
-_HOST_KEYS = ("kind", "notes")
-_OVERRIDE_KEYS = ("gfx", "hsa_override", "note")
+# YAML reads `min_hip: 6.2` as a float and a bare `key:` as null: a profile means the text and the default.
+POLICY = Policy(numbers_as_text=True, null_is_default=True)
+SKIP = {Profile: ("path", "shipped")}  # set by the loader, never by the file
 
 
 class Ctx:
@@ -90,111 +62,83 @@ class Ctx:
         hint = f"allowed: {allowed}" if allowed else "see docs/profiles.md for the profile format"
         return InputError(msg, hint=hint)
 
-
-# -- small typed readers -----------------------------------------------------------------------------
-
-
-def _mapping(ctx: Ctx, value: Any, key: str, allowed_keys: Sequence[str]) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ctx.fail(
-            key, f"must be a mapping, got {type(value).__name__}", f"keys {', '.join(allowed_keys)}"
-        )
-    for k in value:
-        if k not in allowed_keys:
-            raise ctx.fail(f"{key}.{k}" if key else str(k), "unknown key", ", ".join(allowed_keys))
-    return value
+    def render(self, issue: Issue) -> InputError:
+        allowed = issue.allowed
+        if issue.kind == "unknown" and issue.suggestions:
+            allowed = f"{allowed} (did you mean {', '.join(issue.suggestions)}?)"
+        return self.fail(issue.key, issue.problem, allowed)
 
 
-def _str(
-    ctx: Ctx,
-    value: Any,
-    key: str,
-    *,
-    required: bool = False,
-    pattern: re.Pattern[str] | None = None,
-    allowed: str | None = None,
-) -> str | None:
-    if value is None:
-        if required:
-            raise ctx.fail(key, "is required", allowed)
-        return None
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ctx.fail(key, f"must be a string, got {type(value).__name__}", allowed)
-    text = str(value).strip()
-    if required and not text:
-        raise ctx.fail(key, "must not be empty", allowed)
-    if pattern is not None and not pattern.match(text):
-        raise ctx.fail(key, f"invalid value {text!r}", allowed)
-    return text
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else f"must be a positive number, got {value!r}"
 
 
-def _choice(ctx: Ctx, value: Any, key: str, choices: Sequence[str], default: str | None = None) -> str | None:
-    if value is None:
-        return default
-    if value not in choices:
-        raise ctx.fail(key, f"invalid value {value!r}", ", ".join(choices))
-    return str(value)
+def _gfx_or_star(value: str) -> str | None:
+    return None if value == "*" or _GFX_RE.match(value) else f"invalid value {value!r}"
 
 
-def _list(ctx: Ctx, value: Any, key: str, item: Callable[[Any, str], T]) -> tuple[T, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise ctx.fail(key, f"must be a list, got {type(value).__name__}")
-    return tuple(item(v, f"{key}[{i}]") for i, v in enumerate(value))
+def _url(value: str) -> str | None:
+    return None if _URL_RE.match(value) else f"invalid URL {value!r}"
 
 
-def _str_list(
-    ctx: Ctx, value: Any, key: str, pattern: re.Pattern[str] | None = None, allowed: str | None = None
-) -> tuple[str, ...]:
-    return _list(
-        ctx, value, key, lambda v, k: _str(ctx, v, k, required=True, pattern=pattern, allowed=allowed)
-    )  # type: ignore[return-value]
+def _arch(value: str) -> str | None:
+    return None if _GFX_RE.match(value) or _SM_RE.match(value) else f"invalid value {value!r}"
 
 
-def _bool(ctx: Ctx, value: Any, key: str, default: bool = False) -> bool:
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ctx.fail(key, f"must be true or false, got {value!r}", "true, false")
-    return value
-
-
-def _number(ctx: Ctx, value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ctx.fail(key, f"must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _tflops(ctx: Ctx, value: Any, key: str) -> dict[str, float]:
-    table = _mapping(ctx, value, key, DTYPES)
-    return {dtype: _number(ctx, v, f"{key}.{dtype}") for dtype, v in table.items()}
-
-
-def _url(ctx: Ctx, value: Any, key: str) -> str | None:
-    text = _str(ctx, value, key)
-    if text is None:
-        return None
-    if not re.match(r"^(https?|file)://[^\s]+$", text):
-        raise ctx.fail(key, f"invalid URL {text!r}", "an http(s):// or file:// URL, or null")
-    return text
-
-
-def _specifier(ctx: Ctx, value: Any, key: str) -> str:
+def _specifier(text: str) -> str | None:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-    text = _str(
-        ctx, value, key, required=True, allowed='a PEP 440 specifier such as "==2.9.1" or ">=2.11,<2.14"'
-    )
-    assert text is not None
     try:
         SpecifierSet(text)
     except InvalidSpecifier:
-        raise ctx.fail(
-            key, f"invalid version specifier {text!r}", 'PEP 440, e.g. "==2.9.1", ">=2.11,<2.14"'
-        ) from None
+        return f"invalid version specifier {text!r}"
     if not re.match(r"^\s*(==|>=|<=|~=|<|>|!=)", text):
-        raise ctx.fail(key, f"{text!r} must start with an operator", '"==2.9.1", ">=2.11,<2.14"')
-    return text
+        return f"{text!r} must start with an operator"
+    return None
+
+
+def _sources(value: tuple[TorchSource, ...]) -> str | None:
+    return None if value else "at least one torch source is required"
+
+
+_URL_ALLOWED = "an http(s):// or file:// URL, or null"
+_OVERRIDE_ALLOWED = 'major.minor.stepping, e.g. "10.3.0"'
+
+RULES: dict[tuple[type, str], Rule] = {
+    (Profile, "name"): Rule.pattern(_NAME_RE, "lower-case letters, digits, '.', '_', '-' (e.g. gfx1103)"),
+    (Profile, "sources"): Rule(
+        _sources, "at least one torch source: a list of mappings with id, build, version, local_tag"
+    ),
+    (Profile, "hsa_override_when_missing"): Rule.pattern(_OVERRIDE_RE, 'major.minor.stepping, e.g. "11.0.0"'),
+    (Profile, "aliases"): Rule.pattern(_NAME_RE, "lower-case names", each=True),
+    (Match, "vendor"): Rule(lambda _: None, "amd, nvidia, null (no GPU: the cpu profile)"),
+    (Match, "gfx"): Rule(_gfx_or_star, 'a gfx target such as "gfx1103", or "*" for any', each=True),
+    (Match, "pci_ids"): Rule.pattern(
+        r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$", 'vendor:device in hex, e.g. "1002:15bf"', each=True
+    ),
+    (TorchSource, "id"): Rule.pattern(_NAME_RE, "lower-case letters, digits, '.', '_', '-'"),
+    (TorchSource, "index_url"): Rule(_url, _URL_ALLOWED),
+    (TorchSource, "extra_index_urls"): Rule(_url, _URL_ALLOWED, each=True),
+    (TorchSource, "version"): Rule(_specifier, 'a PEP 440 specifier such as "==2.9.1" or ">=2.11,<2.14"'),
+    (TorchSource, "runtime_version"): Rule.pattern(_DOTTED_RE, 'e.g. "6.4"'),
+    (TorchSource, "min_driver"): Rule.pattern(_DOTTED_RE, 'e.g. "525.60.13"'),
+    (TorchSource, "newest_torch"): Rule.pattern(_DOTTED_RE, '"2.14"'),
+    (DoctorExpectations, "device_nodes"): Rule.pattern(
+        r"^/dev/\S+$", 'absolute /dev paths or globs, e.g. "/dev/kfd", "/dev/dri/renderD*"', each=True
+    ),
+    (DoctorExpectations, "min_hip"): Rule.pattern(_DOTTED_RE, 'e.g. "6.2"'),
+    (DoctorExpectations, "min_cuda"): Rule.pattern(_DOTTED_RE, 'e.g. "12.6"'),
+    (DoctorExpectations, "arch"): Rule(_arch, 'a gfx target or sm_XX, e.g. "gfx1103", or null'),
+    (DoctorExpectations, "expected_tflops"): Rule(
+        _positive, f"{{dtype: TFLOP/s}}, dtypes {', '.join(DTYPES)}", each=True
+    ),
+    (DoctorExpectations, "expected_tflops_by_gpu"): Rule(
+        _positive, "a mapping of GPU-name substring to {dtype: TFLOP/s}", each=True
+    ),
+    (DoctorExpectations, "probe_timeout_s"): Rule(_positive),
+    (DoctorExpectations, "catalogue"): Rule(
+        lambda _: None, "id, pattern, severity, title, cause, fix, source (docs/troubleshooting.md)"
+    ),
+    (ArchOverride, "gfx"): Rule.pattern(_GFX_RE, 'e.g. "gfx1031"'),
+    (ArchOverride, "hsa_override"): Rule.pattern(_OVERRIDE_RE, _OVERRIDE_ALLOWED),
+}

@@ -17,9 +17,15 @@ if TYPE_CHECKING:
     from mw_env.hardware import Gpu, Hardware
     from mw_env.machine import Machine
 
+# The allowed values of a profile's fields: the loader checks against these types, and the value lists in
+# its messages are derived from them (typing.get_args), so they are kept in one place.
 Build = Literal["rocm", "cuda", "cpu"]
+Vendor = Literal["amd", "nvidia"]
 SdpaBackend = Literal["math", "flash", "efficient", "auto"]
 Precision = Literal["fp32", "bf16", "fp16"]
+TrainerDevice = Literal["cuda", "cpu"]  # ROCm GPUs are "cuda" to torch too
+HostKind = Literal["amd", "nvidia", "none"]
+Dtype = Literal["fp32", "tf32", "bf16", "fp16"]  # the expected_tflops keys
 Runtime = Literal["incus", "docker", "podman"]
 
 
@@ -73,7 +79,7 @@ class TorchSource:
 class Match:
     """Which hardware a profile is for. An empty tuple matches nothing on that axis."""
 
-    vendor: str | None = None  # "amd" | "nvidia" | None (= no GPU: the CPU profile)
+    vendor: Vendor | None = None  # None = no GPU: the CPU profile
     gfx: tuple[str, ...] = ()  # exact gfx targets; "*" means any of this vendor
     pci_ids: tuple[str, ...] = ()  # "1002:15bf" — matches even when the gfx target is unknown
     priority: int = 0  # higher wins when several profiles match
@@ -96,9 +102,9 @@ class DoctorExpectations:
     arch: str | None = None  # gfx… / sm_… that must be in torch.cuda.get_arch_list(); None = the GPU's own
     harmless_messages: tuple[str, ...] = ()  # substrings of known-harmless warnings
     # dtype -> expected dense matmul TFLOP/s (a realistic figure, not the datasheet peak)
-    expected_tflops: Mapping[str, float] = field(default_factory=dict)
+    expected_tflops: Mapping[Dtype, float] = field(default_factory=dict)
     # GPU-name substring -> {dtype: TFLOP/s}; the first key found in Gpu.name wins over expected_tflops
-    expected_tflops_by_gpu: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    expected_tflops_by_gpu: Mapping[str, Mapping[Dtype, float]] = field(default_factory=dict)
     probe_timeout_s: float = 60.0
     notes: tuple[str, ...] = ()
     # Extra known-message entries for the doctor's catalogue (id, pattern, severity, title, cause, fix, source);
@@ -119,7 +125,7 @@ class DoctorExpectations:
 
 @dataclass(frozen=True)
 class TrainerDefaults:
-    device: str = "cuda"  # "cuda" (ROCm and NVIDIA both) | "cpu"
+    device: TrainerDevice = "cuda"
     precision: Precision = "fp32"
     sdpa_backend: SdpaBackend = "auto"
     compile: bool = False
@@ -130,7 +136,7 @@ class TrainerDefaults:
 class HostSpec:
     """How the host must pass this profile's hardware into a container."""
 
-    kind: Literal["amd", "nvidia", "none"] = "none"
+    kind: HostKind = "none"
     notes: tuple[str, ...] = ()
 
 

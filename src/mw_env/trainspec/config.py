@@ -7,13 +7,11 @@ This module must not import torch: `mw-env train config` resolves configs from a
 
 from __future__ import annotations
 
-import difflib
-import types
-import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mw_env import typed
 from mw_env.errors import InputError
 from mw_env.trainspec.schema import (  # re-exported: the config's types are part of this module's API
     ARCHITECTURE_KEYS,
@@ -86,83 +84,44 @@ def find_config(name_or_path: str | Path) -> Path:
     )
 
 
-def _type_name(tp: Any) -> str:
-    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-    if tp in names:
-        return names[tp]
-    origin = typing.get_origin(tp)
-    if origin is tuple:
-        return "a list of strings"
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if args:
-        return f"{_type_name(args[0])} or null"
-    return str(tp)
+_TYPES = typed.leaf_types(TrainConfig)  # "optim.lr" -> float: the dataclasses are the schema
 
 
-def _coerce(key: str, tp: Any, value: Any, origin_label: str) -> Any:
-    """Check `value` against the field type; convert only lossless, unambiguous cases."""
-    bad = InputError(
-        f"{origin_label}: {key} must be {_type_name(tp)}, got {value!r} ({type(value).__name__})",
-        hint=f"fix the value of {key}",
-    )
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise bad
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise bad
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string; TOML and users mean a number
-            try:
-                return float(value)
-            except ValueError:
-                raise bad from None
-        raise bad
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise bad
-    if typing.get_origin(tp) is tuple:
-        if isinstance(value, str):
-            return (value,)
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise bad
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        inner = next(a for a in typing.get_args(tp) if a is not type(None))
-        return _coerce(key, inner, value, origin_label)
-    raise bad
+def _reader(origin_label: str) -> typed.Reader:
+    """A reader whose errors name `origin_label` (the file, `--set a.b=c`, the profile) and the dotted key."""
 
-
-def _unknown(key: str, origin_label: str) -> InputError:
-    close = difflib.get_close_matches(key, all_keys(), n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else f"valid sections: {', '.join(SECTIONS)}"
-    return InputError(f"{origin_label}: unknown config key {key!r}", hint=hint)
-
-
-def _flatten(data: Mapping[str, Any], origin_label: str) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for section, body in data.items():
-        if section not in SECTIONS:
-            raise _unknown(str(section), origin_label)
-        if body is None:
-            continue
-        if not isinstance(body, Mapping):
-            raise InputError(
-                f"{origin_label}: section {section!r} must be a mapping of keys, got {type(body).__name__}",
-                hint=f"write it as '{section}:' followed by indented 'key: value' lines (see `mw-env train config`)",
+    def render(issue: typed.Issue) -> InputError:
+        key = issue.key
+        if issue.kind == "unknown":
+            section, dot, _ = key.partition(".")
+            if issue.suggestions:
+                hint = f"did you mean {', '.join(issue.suggestions)}?"
+            elif dot and section in SECTIONS:
+                hint = f"keys of {section}: {', '.join(typed.field_types(SECTIONS[section]))}"
+            else:
+                hint = f"valid sections: {', '.join(SECTIONS)}"
+            return InputError(f"{origin_label}: unknown config key {key!r}", hint=hint)
+        if issue.kind == "choice":
+            return InputError(
+                f"{origin_label}: {key} = {issue.value!r} is not allowed", hint=f"allowed: {issue.allowed}"
             )
-        for key, value in body.items():
-            flat[f"{section}.{key}"] = value
-    return flat
+        if key in SECTIONS:
+            return InputError(
+                f"{origin_label}: section {key!r} must be a mapping of keys, got {type(issue.value).__name__}",
+                hint=f"write it as '{key}:' followed by indented 'key: value' lines (see `mw-env train config`)",
+            )
+        return InputError(f"{origin_label}: {key} {issue.problem}", hint=f"fix the value of {key}")
+
+    # A single string where a list is expected is that one item: `--set data.train_files=a.jsonl`.
+    return typed.Reader(render, policy=typed.Policy(text_as_list=True))
+
+
+def _coerce(key: str, value: Any, origin_label: str) -> Any:
+    """`value` for the dotted `key`, type-checked (InputError naming the origin, the key and the value)."""
+    reader = _reader(origin_label)
+    if key not in _TYPES:
+        raise reader.unknown("", key, all_keys())
+    return reader.coerce(_TYPES[key], value, key)
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -234,15 +193,11 @@ def resolve_config(
     profile_name: str | None = None,
 ) -> ResolvedConfig:
     """Defaults < profile < file < --set, type-checked and validated; with each value's source."""
-    hints = {name: typing.get_type_hints(cls) for name, cls in SECTIONS.items()}
     values: dict[str, Any] = {}
     sources = {key: "default" for key in all_keys()}
 
     def put(key: str, value: Any, label: str, source: str) -> None:
-        section, _, name = key.partition(".")
-        if section not in hints or name not in hints[section]:
-            raise _unknown(key, label)
-        values[key] = _coerce(key, hints[section][name], value, label)
+        values[key] = _coerce(key, value, label)
         sources[key] = source
 
     for pkey, ckey in PROFILE_KEYS.items():
@@ -250,34 +205,24 @@ def resolve_config(
             label = f"profile:{profile_name}" if profile_name else "profile"
             put(ckey, profile_defaults[pkey], label, label)
     if path is not None:
-        for key, value in _flatten(_read_file(path), str(path)).items():
+        for key, value in _reader(str(path)).flatten(TrainConfig, _read_file(path)).items():
             put(key, value, str(path), f"file:{path}")
     for item in overrides:
         key, value = parse_set(item)
         put(key, value, f"--set {item}", "--set")
 
-    built = {}
-    for section, cls in SECTIONS.items():
-        kwargs = {k.partition(".")[2]: v for k, v in values.items() if k.startswith(section + ".")}
-        built[section] = cls(**kwargs)
-    config = TrainConfig(**built)
+    config = typed.build(TrainConfig, values)
     validate(config)
     return ResolvedConfig(config=config, sources=sources, path=path)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
     """Rebuild a TrainConfig from `to_dict()` output (a checkpoint's); unknown keys are an error."""
-    hints = {name: typing.get_type_hints(cls) for name, cls in SECTIONS.items()}
-    built = {}
-    for section, cls in SECTIONS.items():
-        body = dict(data.get(section) or {})
-        kwargs = {}
-        for key, value in body.items():
-            if key not in hints[section]:
-                raise _unknown(f"{section}.{key}", "checkpoint config")
-            kwargs[key] = _coerce(f"{section}.{key}", hints[section][key], value, "checkpoint config")
-        built[section] = cls(**kwargs)
-    return TrainConfig(**built)
+    # Sections this version does not know are passed over (an older mw-env reading a newer checkpoint);
+    # unknown keys inside a known section are an error.
+    known = {section: data[section] for section in SECTIONS if section in data}
+    flat = _reader("checkpoint config").flatten(TrainConfig, known)
+    return typed.build(TrainConfig, {k: _coerce(k, v, "checkpoint config") for k, v in flat.items()})
 
 
 def architecture_diff(old: TrainConfig, new: TrainConfig) -> list[str]:

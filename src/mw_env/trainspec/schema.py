@@ -8,15 +8,25 @@ import hashlib
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
-SCHEDULES = ("cosine", "linear", "noam", "constant")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-SDPA_BACKENDS = ("auto", "math", "flash", "efficient")
-TRACKING = ("none", "tensorboard", "mlflow")
-TOKENIZERS = ("byte", "sentencepiece")
-SOURCES = ("synthetic", "files")
-DIST_BACKENDS = ("auto", "gloo", "nccl")
+# The allowed values live in the types; the tuples are derived from them (one source for the reader,
+# validate() and the docs).
+Schedule = Literal["cosine", "linear", "noam", "constant"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+SdpaBackend = Literal["auto", "math", "flash", "efficient"]
+Tracking = Literal["none", "tensorboard", "mlflow"]
+Tokenizer = Literal["byte", "sentencepiece"]
+DataSource = Literal["synthetic", "files"]
+DistBackend = Literal["auto", "gloo", "nccl"]
+
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
+TRACKING: tuple[str, ...] = get_args(Tracking)
+TOKENIZERS: tuple[str, ...] = get_args(Tokenizer)
+SOURCES: tuple[str, ...] = get_args(DataSource)
+DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
 
 
 @dataclass(frozen=True)
@@ -31,7 +41,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    source: str = "synthetic"  # "synthetic" | "files"
+    source: DataSource = "synthetic"
     train_files: tuple[str, ...] = ()  # JSONL / Parquet shards (globs allowed) with tokens + tags
     val_files: tuple[str, ...] = ()  # explicit validation shards; else val_fraction of train rows
     val_fraction: float = 0.05
@@ -40,7 +50,7 @@ class DataConfig:
     countries: tuple[str, ...] = ("US", "GB", "DE", "FR", "NL", "AU", "CA")
     noise: float = 0.15  # probability of each noise kind per synthetic row
     seed: int = 1234  # data generation and split seed (order is runtime.seed's)
-    tokenizer: str = "byte"  # "byte" | "sentencepiece"
+    tokenizer: Tokenizer = "byte"
     spm_model: str | None = None  # SentencePiece .model file for tokenizer: sentencepiece
 
 
@@ -55,7 +65,7 @@ class OptimConfig:
     accumulation_steps: int = 1
     grad_clip: float = 1.0  # 0 = off
     label_smoothing: float = 0.1
-    schedule: str = "cosine"  # cosine | linear | noam | constant (after warmup)
+    schedule: Schedule = "cosine"  # after warmup
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1  # floor of the decay, as a fraction of lr
 
@@ -66,8 +76,8 @@ class RuntimeConfig:
     max_steps: int = 1000
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: str = "auto"  # auto = bf16 where the device has native bf16, else fp32
-    sdpa_backend: str = "auto"
+    precision: Precision = "auto"  # auto = bf16 where the device has native bf16, else fp32
+    sdpa_backend: SdpaBackend = "auto"
     compile: bool = False
     deterministic: bool = True
     threads: int = 0  # torch intra-op threads; 0 = torch's default
@@ -80,12 +90,12 @@ class RuntimeConfig:
     early_stop_patience: int = 0  # evaluations without improvement of entity F1; 0 = off
     early_stop_min_delta: float = 0.0
     max_nonfinite: int = 5  # consecutive skipped (non-finite) steps before the run stops
-    tracking: str = "none"  # none | tensorboard | mlflow
+    tracking: Tracking = "none"
 
 
 @dataclass(frozen=True)
 class DistConfig:
-    backend: str = "auto"  # auto = nccl (RCCL on ROCm) on GPUs, gloo on CPU
+    backend: DistBackend = "auto"  # auto = nccl (RCCL on ROCm) on GPUs, gloo on CPU
     timeout_s: int = 1800
 
 
