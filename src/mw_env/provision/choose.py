@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,10 +318,10 @@ def image_pythons(env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str
 
 def read_project_meta(pyproject: Path) -> tuple[str | None, str | None, dict[str, list[str]] | None]:
     """(name, requires-python, optional-dependencies) of a pyproject.toml; Nones when unreadable."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10: no TOML parser in the stdlib, skip validation
-        return None, None, None
+    else:  # Python 3.10: tomli is the same parser, and a declared dependency there
+        import tomli as tomllib
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):

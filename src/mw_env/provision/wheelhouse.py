@@ -21,11 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
-
-_WHEEL_RE = re.compile(
-    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
-)
 
 
 @dataclass(frozen=True)
@@ -197,7 +194,7 @@ def wheels_in(find_links: Sequence[str], name: str) -> list[WheelFile]:
     """Wheels of project `name` in the local find-links folders, newest first; other arches skipped."""
     arch = _machine_arch()
     out: list[WheelFile] = []
-    norm = name.lower().replace("-", "_")
+    norm = canonicalize_name(name)
     for link in find_links:
         folder = local_dir(link)
         if folder is None or not folder.is_dir():
@@ -207,19 +204,25 @@ def wheels_in(find_links: Sequence[str], name: str) -> list[WheelFile]:
         except OSError:
             continue
         for entry in entries:
-            m = _WHEEL_RE.match(urllib.parse.unquote(entry.name))
-            if not m or m.group("name").lower() != norm:
+            filename = urllib.parse.unquote(entry.name)
+            if not filename.endswith(".whl"):
                 continue
-            plat = m.group("plat")
-            if plat != "any" and arch not in plat:
+            try:  # packaging's own reading of the name, so "Torch-2.13.0+cpu-..." and "torch_x" match as pip would
+                project, version, _build, tags = parse_wheel_filename(filename)
+            except InvalidWheelFilename:
+                continue  # pip skips a misnamed wheel too
+            if project != norm:
+                continue
+            platforms = sorted({t.platform for t in tags})
+            if not any(p == "any" or arch in p for p in platforms):
                 continue
             out.append(
                 WheelFile(
                     path=entry,
-                    name=m.group("name"),
-                    version=m.group("version"),
-                    python_tags=tuple(m.group("py").split(".")),
-                    platform=plat,
+                    name=project,
+                    version=str(version),
+                    python_tags=tuple(sorted({t.interpreter for t in tags})),
+                    platform=".".join(platforms),
                 )
             )
 

@@ -1,0 +1,46 @@
+"""Wheel filenames are read by packaging (as pip reads them), and pyproject metadata is read on 3.10 too."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from mw_env.provision.choose import read_project_meta
+from mw_env.provision.wheelhouse import wheels_in
+
+
+def test_wheel_names_are_read_as_pip_reads_them(tmp_path, monkeypatch):
+    monkeypatch.setattr("mw_env.provision.wheelhouse._machine_arch", lambda: "x86_64")
+    for name in (
+        "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "Torch-2.12.0%2Bcpu-1-cp310.cp311-none-any.whl",  # capitals, an escaped '+', a build tag, two tags
+        "torch-2.11.0+cpu-cp311-cp311-manylinux_2_28_aarch64.whl",  # another machine's wheel
+        "torch-2.10.0-cp311-cp311.whl",  # too few parts: not a wheel name, skipped as pip skips it
+        "torch_audio-2.13.0-py3-none-any.whl",  # another project whose name starts the same
+        "torch-notes.txt",
+    ):
+        (tmp_path / name).write_bytes(b"")
+    wheels = wheels_in([str(tmp_path)], "Torch")
+    assert [(w.name, w.version) for w in wheels] == [("torch", "2.13.0+cpu"), ("torch", "2.12.0+cpu")]
+    assert wheels[0].local == "+cpu" and wheels[0].platform == "manylinux_2_28_x86_64"
+    assert wheels[1].python_tags == ("cp310", "cp311") and wheels[1].fits_python("3.10.4")
+    assert [w.name for w in wheels_in([str(tmp_path)], "torch-audio")] == ["torch-audio"]
+
+
+def test_pyproject_is_read_on_python_3_10_with_tomli(tmp_path, monkeypatch):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[project]\nname = "mw-env"\nrequires-python = ">=3.10"\n[project.optional-dependencies]\ntrain = ["numpy"]\n'
+    )
+    meta = ("mw-env", ">=3.10", {"train": ["numpy"]})
+    assert read_project_meta(pyproject) == meta
+    # On 3.10 the reader imports tomli (a declared dependency there), the same parser as 3.11's tomllib.
+    parser = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))
+    monkeypatch.setitem(sys.modules, "tomli", parser)
+    assert read_project_meta(pyproject) == meta
+    # Without tomli there it fails loudly (a broken install) instead of silently skipping the validation.
+    monkeypatch.setitem(sys.modules, "tomli", None)
+    with pytest.raises(ImportError):
+        read_project_meta(pyproject)
