@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED
+
+if TYPE_CHECKING:
+    from mw_env.provision.model import BootstrapOptions  # imported where used: `--help` stays light
 
 
 def _venv_option(verb: str) -> Any:
@@ -61,65 +66,84 @@ def _venv_option(verb: str) -> Any:
 @click.option("-y", "--yes", is_flag=True, help="Answer yes to questions (adopt an image's torch).")
 @click.option("-v", "--verbose", is_flag=True, help="Show uv's output live (it is always shown on failure).")
 @json_option
-def bootstrap(
-    root: str | None,
-    profile: str | None,
-    profiles_dirs: tuple[str, ...],
-    gpu: int | None,
-    venv: Path | None,
-    python: str | None,
-    project: Path | None,
-    extras: str,
-    source: str | None,
-    torch_index: str | None,
-    find_links: tuple[str, ...],
-    offline: bool,
-    recreate: bool,
-    adopt: bool | None,
-    no_doctor: bool,
-    dry_run: bool,
-    yes: bool,
-    verbose: bool,
-    as_json: bool,
-) -> int:
+def bootstrap(**params: Any) -> int:
     """Create the training venv: the right torch FIRST, verified, pinned; then the extras, env and doctor.
 
     Re-running a finished bootstrap changes nothing; an interrupted one resumes at the step that failed.
     Exit codes: 0 ready, 1 a step failed (state kept), 2 bad input, 130 interrupted (state kept).
     """
+    return _bootstrap(BootstrapArgs(**params))
+
+
+@dataclass(frozen=True)
+class BootstrapArgs:
+    """The command line of `mw-env bootstrap`, typed: click fills it by parameter name, and this is the one
+    place that turns it into the library's BootstrapOptions."""
+
+    root: str | None
+    profile: str | None
+    profiles_dirs: tuple[str, ...]
+    gpu: int | None
+    venv: Path | None
+    python: str | None
+    project: Path | None
+    extras: str
+    source: str | None
+    torch_index: str | None
+    find_links: tuple[str, ...]
+    offline: bool
+    recreate: bool
+    adopt: bool | None
+    no_doctor: bool
+    dry_run: bool
+    yes: bool
+    verbose: bool
+    as_json: bool
+
+    def options(self, env: Mapping[str, str]) -> BootstrapOptions:
+        from mw_env.provision.model import BootstrapOptions
+        from mw_env.provision.record import default_venv
+
+        return BootstrapOptions(
+            venv=self.venv or default_venv(env),
+            python=self.python or "3.12",
+            python_explicit=self.python is not None,
+            project=self.project,
+            extras=tuple(e.strip() for e in self.extras.split(",") if e.strip()),
+            torch_index=self.torch_index,
+            find_links=self.find_links,
+            offline=self.offline,
+            recreate=self.recreate,
+            adopt=True if (self.adopt is None and self.yes) else self.adopt,  # --yes answers the question
+            doctor=not self.no_doctor,
+        )
+
+
+def _bootstrap(args: BootstrapArgs) -> int:
     from rich.console import Console
 
     from mw_env.profiles import resolve
-    from mw_env.provision.plan import BootstrapOptions, plan
-    from mw_env.provision.record import default_venv
+    from mw_env.provision.plan import plan
 
+    as_json, dry_run = args.as_json, args.dry_run
     out = Console(stderr=as_json, highlight=False)
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
-    resolved = resolve(
-        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, source=source, interpreters=False
-    )
+    where = {"root": args.root, "profile": args.profile, "profiles_dirs": args.profiles_dirs, "gpu": args.gpu}
+    resolved = resolve(**where, source=args.source, interpreters=False)
     sel = resolved.selection
-    options = BootstrapOptions(
-        venv=venv or default_venv(resolved.machine.env),
-        python=python or "3.12",
-        python_explicit=python is not None,
-        project=project,
-        extras=tuple(e.strip() for e in extras.split(",") if e.strip()),
-        torch_index=torch_index,
-        find_links=find_links,
-        offline=offline,
-        recreate=recreate,
-        adopt=True if (adopt is None and yes) else adopt,
-        doctor=not no_doctor,
-    )
-    kwargs = dict(
-        profile=sel.profile.name,
-        torch=sel.torch,
-        runtime_env=dict(sel.env),
-        env=resolved.machine.env,
-        companions=tuple(getattr(sel.torch, "companions", ()) or ()),
-    )
-    the_plan = plan(options=options, **kwargs)
+    options = args.options(resolved.machine.env)
+
+    def plan_for(options: BootstrapOptions) -> Any:
+        return plan(
+            options=options,
+            profile=sel.profile.name,
+            torch=sel.torch,
+            runtime_env=dict(sel.env),
+            env=resolved.machine.env,
+            companions=sel.torch.companions,
+        )
+
+    the_plan = plan_for(options)
     if the_plan.adoptable is not None and not dry_run:
         cand = the_plan.adoptable
         question = (
@@ -127,7 +151,7 @@ def bootstrap(
             "Reuse it instead of downloading the profile's torch?"
         )
         if sys.stdin.isatty() and not as_json and click.confirm(question, default=True):
-            the_plan = plan(options=_with(options, adopt=True), **kwargs)
+            the_plan = plan_for(replace(options, adopt=True))
         else:
             out.print(f"[yellow]note:[/] the image's torch {cand.version} could be reused: --adopt-torch")
     if dry_run:
@@ -142,7 +166,7 @@ def bootstrap(
     for w in the_plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
     out.print(f"[bold]mw-env bootstrap[/] profile [cyan]{the_plan.profile}[/] -> {the_plan.venv}")
-    events = _RichEvents(out, verbose=verbose)
+    events = _RichEvents(out, verbose=args.verbose)
     try:
         result = execute(the_plan, events=events, doctor=_doctor_hook(resolved, out), argv=sys.argv)
     except KeyboardInterrupt:
@@ -164,18 +188,12 @@ def bootstrap(
         return err.exit_code if err else EXIT_FAILED
     verb = "ready" if result.changed else "already complete, nothing changed"
     out.print(f"[green]{the_plan.venv} {verb}[/] (torch {result.torch_version}) in {result.total_s:.1f}s")
-    env_cmd_line = "mw-env env" if venv is None else f"mw-env env --venv {the_plan.venv}"
+    env_cmd_line = "mw-env env" if args.venv is None else f"mw-env env --venv {the_plan.venv}"
     out.print(
         f'next: [bold]source {the_plan.venv}/bin/activate[/] (or eval "$({env_cmd_line})"), then '
         "[bold]mw-env train[/]"
     )
     return 0
-
-
-def _with(options: Any, **changes: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(options, **changes)
 
 
 def _doctor_hook(resolved: Any, out: Any) -> Any:

@@ -38,5 +38,13 @@ class StepOutcome:
     output_tail: str = ""
 
 
+@dataclass(frozen=True)
+class StepWarning:
+    """What a step handler returns when it finished but the user must hear about it (status "warn").
+    A plain string return is the detail of a "done" step."""
+
+    message: str
+
+
 # Doctor hook: given the finished venv, return (ok, report). The command layer supplies it.
 DoctorHook = Callable[[Path], tuple[bool, Any]]

@@ -15,7 +15,7 @@ from typing import Any
 
 from mw_env.errors import MwEnvError, StepFailed
 from mw_env.provision import stepdefs
-from mw_env.provision.events import DoctorHook, Events, NoEvents, StepOutcome
+from mw_env.provision.events import DoctorHook, Events, NoEvents, StepOutcome, StepWarning
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
@@ -74,7 +74,7 @@ def execute(
         changed = False
         for step in plan.steps:
             if step.done:
-                outcome = StepOutcome(step.id, "skipped", 0.0, "already done")
+                outcome = StepOutcome(id=step.id, status="skipped", detail="already done")
                 events.step_finished(step, outcome)
                 outcomes.append(outcome)
                 continue
@@ -82,49 +82,55 @@ def execute(
             t0 = time.monotonic()
             try:
                 try:
-                    detail = HANDLERS[step.id](run, step) or ""
+                    returned = HANDLERS[step.id](run, step)
                 except OSError as exc:  # writing a file, renaming the venv: name the path and the cause
                     raise _os_failure(step, exc) from exc
             except KeyboardInterrupt:
                 run.state.mark(step.id, "interrupted")
-                events.step_finished(step, StepOutcome(step.id, "interrupted", time.monotonic() - t0))
+                interrupted = StepOutcome(id=step.id, status="interrupted", duration_s=time.monotonic() - t0)
+                events.step_finished(step, interrupted)
                 raise
             except MwEnvError as exc:
                 outcome = StepOutcome(
-                    step.id, "failed", time.monotonic() - t0, exc.message, _tail(run.outputs.get(step.id, ""))
+                    id=step.id,
+                    status="failed",
+                    duration_s=time.monotonic() - t0,
+                    detail=exc.message,
+                    output_tail=_tail(run.outputs.get(step.id, "")),
                 )
                 events.step_finished(step, outcome)
                 outcomes.append(outcome)
                 return BootstrapResult(
-                    plan,
-                    tuple(outcomes),
-                    False,
-                    time.monotonic() - start,
-                    stepdefs.current_torch(_final(plan, step.id)),
-                    exc,
-                    step.id,
-                    run.doctor_report,
+                    plan=plan,
+                    outcomes=tuple(outcomes),
+                    ok=False,
+                    total_s=time.monotonic() - start,
+                    torch_version=stepdefs.current_torch(_final(plan, step.id)),
+                    error=exc,
+                    failed_step=step.id,
+                    doctor_report=run.doctor_report,
                     changed=True,
                 )
             changed = changed or step.id != "preflight"
-            status = "warn" if detail.startswith("warn:") else "done"
+            warned = isinstance(returned, StepWarning)
             outcome = StepOutcome(
-                step.id, status, time.monotonic() - t0, detail.removeprefix("warn:").strip()
+                id=step.id,
+                status="warn" if warned else "done",
+                duration_s=time.monotonic() - t0,
+                detail=returned.message if isinstance(returned, StepWarning) else (returned or ""),
             )
             events.step_finished(step, outcome)
             outcomes.append(outcome)
         final = _final(plan, "doctor")
         return BootstrapResult(
-            plan,
-            tuple(outcomes),
-            True,
-            time.monotonic() - start,
-            stepdefs.current_torch(final),
-            None,
-            None,
-            run.doctor_report,
-            read_record(plan.venv),
-            changed,
+            plan=plan,
+            outcomes=tuple(outcomes),
+            ok=True,
+            total_s=time.monotonic() - start,
+            torch_version=stepdefs.current_torch(final),
+            doctor_report=run.doctor_report,
+            record=read_record(plan.venv),
+            changed=changed,
         )
 
 

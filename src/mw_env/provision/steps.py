@@ -16,6 +16,7 @@ from mw_env.errors import MwEnvError, StepFailed
 from mw_env.provision import pin as pinmod
 from mw_env.provision import stepdefs, venvinfo, verify
 from mw_env.provision import uv as uvmod
+from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
 from mw_env.provision.record import VenvRecord, now, read_record, write_record
 from mw_env.provision.state import State
@@ -211,10 +212,10 @@ def _swap(run: Run, step: Step) -> str:
     return f"{p.venv} replaced"
 
 
-def _doctor(run: Run, step: Step) -> str:
+def _doctor(run: Run, step: Step) -> str | StepWarning:
     p = run.plan
     if run.doctor is None:
-        return "warn: the doctor is not available in this installation; run `mw-env doctor` later"
+        return StepWarning("the doctor is not available in this installation; run `mw-env doctor` later")
     ok, report = run.doctor(p.venv)
     run.doctor_report = report
     if not ok:
@@ -226,7 +227,7 @@ def _doctor(run: Run, step: Step) -> str:
     return ""
 
 
-HANDLERS: dict[str, Callable[[Run, Step], str]] = {
+HANDLERS: dict[str, Callable[[Run, Step], str | StepWarning]] = {
     "preflight": _preflight,
     "uv": _uv,
     "venv": _venv,
