@@ -71,17 +71,9 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
 @root_option
 @profile_options
 @click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is always JSON.")
-def config_cmd(
-    config_name: str | None,
-    overrides: tuple[str, ...],
-    root: str | None,
-    profile: str | None,
-    profiles_dirs: tuple[str, ...],
-    gpu: int | None,
-    as_json: bool,
-) -> None:
+def config_cmd(as_json: bool, **selection: Any) -> None:
     """Print the resolved settings as JSON, with where each value came from."""
-    echo_json(resolve_train_config(config_name, overrides, root, profile, profiles_dirs, gpu).to_dict())
+    echo_json(resolve_train_config(**selection).to_dict())
 
 
 @train.command("summary")
@@ -89,19 +81,11 @@ def config_cmd(
 @root_option
 @profile_options
 @json_option
-def summary_cmd(
-    config_name: str | None,
-    overrides: tuple[str, ...],
-    root: str | None,
-    profile: str | None,
-    profiles_dirs: tuple[str, ...],
-    gpu: int | None,
-    as_json: bool,
-) -> None:
+def summary_cmd(as_json: bool, **selection: Any) -> None:
     """The model (parameters per block, total), the data and the schedule."""
     from mw_env.trainspec.summary import summarize
 
-    info = summarize(resolve_train_config(config_name, overrides, root, profile, profiles_dirs, gpu).config)
+    info = summarize(resolve_train_config(**selection).config)
     if as_json:
         echo_json(info)
         return

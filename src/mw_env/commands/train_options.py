@@ -42,6 +42,7 @@ def _profile_defaults(
 
 
 def resolve_train_config(
+    *,
     config_name: str | None,
     overrides: tuple[str, ...],
     root: str | None,

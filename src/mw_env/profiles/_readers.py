@@ -13,28 +13,14 @@ from typing import Any, get_args
 from mw_env.errors import InputError
 from mw_env.profiles.model import (
     ArchOverride,
-    Build,
     DoctorExpectations,
     Dtype,
-    HostKind,
     Match,
-    Precision,
     Profile,
-    SdpaBackend,
     TorchSource,
-    TrainerDevice,
-    Vendor,
 )
 from mw_env.typed import Issue, Policy, Rule
 
-# Derived from the Literal types (one source); kept as names for the messages and for other modules.
-BUILDS: tuple[str, ...] = get_args(Build)
-VENDORS: tuple[str, ...] = get_args(Vendor)
-PRECISIONS: tuple[str, ...] = get_args(Precision)
-SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
-DEVICES: tuple[str, ...] = get_args(TrainerDevice)
-HOST_KINDS: tuple[str, ...] = get_args(HostKind)
-DTYPES: tuple[str, ...] = get_args(Dtype)
 # Variables a profile may not set in `env`: select() derives them from data (the GPU vs the chosen wheel).
 DERIVED_ENV = ("HSA_OVERRIDE_GFX_VERSION", "HIP_VISIBLE_DEVICES")
 
@@ -130,7 +116,7 @@ RULES: dict[tuple[type, str], Rule] = {
     (DoctorExpectations, "min_cuda"): Rule.pattern(_DOTTED_RE, 'e.g. "12.6"'),
     (DoctorExpectations, "arch"): Rule(_arch, 'a gfx target or sm_XX, e.g. "gfx1103", or null'),
     (DoctorExpectations, "expected_tflops"): Rule(
-        _positive, f"{{dtype: TFLOP/s}}, dtypes {', '.join(DTYPES)}", each=True
+        _positive, f"{{dtype: TFLOP/s}}, dtypes {', '.join(get_args(Dtype))}", each=True
     ),
     (DoctorExpectations, "expected_tflops_by_gpu"): Rule(
         _positive, "a mapping of GPU-name substring to {dtype: TFLOP/s}", each=True

@@ -58,28 +58,13 @@ def resolve_for_venv(
     on the CPU. When the record's profile is the one selected, the torch source bootstrap installed is kept, so
     a venv built with `--source` is judged against that source. Pythons on PATH are not listed (not needed).
     """
-    resolved = resolve(
-        root=root,
-        profile=profile,
-        profiles_dirs=profiles_dirs,
-        gpu=gpu,
-        source=source,
-        env=env,
-        interpreters=False,
-    )
+    where = {"root": root, "profile": profile, "profiles_dirs": profiles_dirs, "gpu": gpu, "env": env}
+    resolved = resolve(**where, source=source, interpreters=False)
     recorded = getattr(record, "torch_source", None)
     same_profile = record is not None and getattr(record, "profile", None) == resolved.selection.profile.name
     if source is None and recorded and same_profile and resolved.selection.torch.id != recorded:
         try:
-            return resolve(
-                root=root,
-                profile=profile,
-                profiles_dirs=profiles_dirs,
-                gpu=gpu,
-                source=recorded,
-                env=env,
-                interpreters=False,
-            )
+            return resolve(**where, source=recorded, interpreters=False)
         except InputError:
             return resolved  # the profile no longer has that source: judge against today's choice
     return resolved

@@ -114,6 +114,22 @@ def plan(
     adoptable: AdoptCandidate | None = None
     adopted: AdoptCandidate | None = None
     choice: Choice
+
+    def choose_for(request: str, *, explicit: bool) -> Choice:
+        return choose(
+            uv=uv,
+            env=env,
+            request=request,
+            explicit=explicit,
+            build=torch.build,
+            version_spec=torch.version,
+            local_tag=local_tag,
+            index_url=index_url,
+            sources=sources,
+            offline=options.offline or sources.no_index,
+            requires_python=requires_python,
+        )
+
     torch_ok = bool(installed) and installed.endswith(local_tag) and version_fits(installed, torch.version)
     if existing and (build_venv / "bin" / "python").exists():
         _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
@@ -142,20 +158,8 @@ def plan(
                 py, TorchChoice(f"torch=={version}", "image", adopted_from, image_version=version)
             )
         else:
-            choice = choose(
-                uv=uv,
-                env=env,
-                request=py.path,  # the venv's own interpreter: it decides which wheels fit
-                explicit=True,
-                build=torch.build,
-                version_spec=torch.version,
-                local_tag=local_tag,
-                index_url=index_url,
-                sources=sources,
-                offline=options.offline or sources.no_index,
-                requires_python=requires_python,
-            )
-            choice = replace(choice, python=py)
+            # The venv's own interpreter decides which wheels fit.
+            choice = replace(choose_for(py.path, explicit=True), python=py)
     else:
         if options.adopt is not False:
             cands = [c for c in find_image_torch(image_pythons(env), env) if c.build == torch.build]
@@ -176,19 +180,7 @@ def plan(
                 ),
             )
         else:
-            choice = choose(
-                uv=uv,
-                env=env,
-                request=options.python,
-                explicit=options.python_explicit,
-                build=torch.build,
-                version_spec=torch.version,
-                local_tag=local_tag,
-                index_url=index_url,
-                sources=sources,
-                offline=options.offline or sources.no_index,
-                requires_python=requires_python,
-            )
+            choice = choose_for(options.python, explicit=options.python_explicit)
     if choice.problem and choice.problem_is_input:
         raise InputError(choice.problem, hint=choice.problem_hint)
     warnings += choice.warnings
