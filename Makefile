@@ -10,11 +10,12 @@ ifeq ($(UV),)
 UV := .tools/bin/uv
 endif
 
-.PHONY: help install bootstrap doctor train test test-env lint bench clean
+.PHONY: help install bootstrap doctor train test test-fast test-env lint bench clean
 
 help:
 	@echo "make bootstrap  provision ~/training-venv for this machine's hardware (the main job)"
-	@echo "make test       run the test suite (builds its own venvs first)"
+	@echo "make test       run the whole test suite, as CI does (builds its own venvs first)"
+	@echo "make test-fast  the suite without the tests marked slow: the inner loop (under two minutes)"
 	@echo "make doctor     check the provisioned environment"
 	@echo "make train      train the smoke config in the provisioned venv"
 	@echo "make lint       ruff"
@@ -58,6 +59,10 @@ test-env: install
 
 test: test-env
 	$(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The inner loop: everything but the tests marked slow (real bootstraps, training runs, DDP, uv from PyPI).
+test-fast: test-env
+	$(TEST_VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench
