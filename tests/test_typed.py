@@ -213,3 +213,8 @@ def test_an_unsupported_field_type_is_a_programming_error() -> None:
 
     with pytest.raises(TypeError, match="unsupported field type"):
         reader().read(Odd, {"when": ["a"]})
+
+
+def test_a_long_value_is_cut_in_the_message() -> None:
+    issue = issue_of({"name": "a", "on": "x" * 500})
+    assert len(issue.problem) < 120 and issue.problem.endswith("... (str)")

@@ -43,10 +43,10 @@ class Issue:
         if self.kind == "type":
             shown = type(self.value).__name__
             if self.expected != "a mapping":  # a whole mapping or list repr would swamp the message
-                shown = f"{self.value!r} ({shown})"
+                shown = f"{_short(self.value)} ({shown})"
             return f"must be {self.expected}, got {shown}"
         if self.kind == "choice":
-            return f"invalid value {self.value!r}"
+            return f"invalid value {_short(self.value)}"
         if self.kind == "unknown":
             return "unknown key"
         if self.kind == "required":
@@ -55,6 +55,12 @@ class Issue:
 
 
 Render = Callable[[Issue], InputError]
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters: a pasted blob must not become a screenful of error."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ class Rule:
         compiled = re.compile(regex) if isinstance(regex, str) else regex
 
         def check(value: Any) -> str | None:
-            return None if compiled.match(value) else f"invalid value {value!r}"
+            return None if compiled.match(value) else f"invalid value {_short(value)}"
 
         return cls(check, allowed, each=each)
 
@@ -180,9 +186,8 @@ class Reader:
         self.render = render
         self.policy = policy
         self.rules = dict(rules or {})
-        self.skip = dict(
-            skip or {}
-        )  # fields the file may not set (e.g. Profile.path, filled in by the loader)
+        # Fields the file may not set (e.g. Profile.path, filled in by the loader).
+        self.skip = dict(skip or {})
 
     def fail(self, issue: Issue) -> InputError:
         return self.render(issue)
@@ -233,10 +238,10 @@ class Reader:
                 if _is_optional(tp):  # `X | None` without a default: absent means None
                     kwargs[name] = None if f.default is dataclasses.MISSING else f.default
                 elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    choices = (
+                    options = (
                         ", ".join(map(str, typing.get_args(tp))) if typing.get_origin(tp) is Literal else None
                     )
-                    raise self.fail(Issue(sub, "required", allowed=rule.allowed if rule else choices))
+                    raise self.fail(Issue(sub, "required", allowed=rule.allowed if rule else options))
                 continue
             required = fields[name].default is dataclasses.MISSING
             kwargs[name] = self.coerce(tp, raw, sub, rule, required=required)
