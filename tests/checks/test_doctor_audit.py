@@ -183,6 +183,7 @@ def test_kubernetes_fix_is_the_pod_spec_not_incus(tmp_path):
 # -- probe verdicts --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_timeout_during_import_is_not_called_a_gpu_fault(tmp_path):
     from test_doctor_states import _hanging_import_venv
 

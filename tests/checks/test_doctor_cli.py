@@ -120,6 +120,7 @@ def test_doctor_help_documents_exit_codes():
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_full_doctor_cli_on_the_real_cpu_torch(capsys):
     rc = main(["doctor", "--root", CPU_ROOT, "--venv", sys.prefix, "--json", "--timeout", "120"])
     data = json.loads(capsys.readouterr().out)

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.torch
 TEST_VENV = Path(sys.prefix)  # the venv running these tests holds the real torch
 
 
+@pytest.mark.slow
 def test_real_probe_on_cpu_torch_passes_with_tflops():
     hw = hardware(None, container="docker")
     report = run(fake_machine("doctor-cpu-docker-shm64m"), selection(hw), TEST_VENV, hw=hw)
@@ -35,6 +36,7 @@ def test_real_probe_on_cpu_torch_passes_with_tflops():
     assert report.ok
 
 
+@pytest.mark.slow
 def test_hanging_probe_returns_within_timeout_plus_a_second(tmp_path):
     venv = fake_venv(tmp_path / "v", version="2.13.0+cpu", matmul="hang")
     hw = hardware(None, container="docker")
@@ -49,6 +51,7 @@ def test_hanging_probe_returns_within_timeout_plus_a_second(tmp_path):
     assert by_id(report)["probe.matmul.fp32"].status == "skip"
 
 
+@pytest.mark.slow
 def test_crashing_probe_is_reported_with_its_stage(tmp_path):
     venv = fake_venv(
         tmp_path / "v", version="2.13.0+cpu", matmul="crash", crash_message="Segmentation fault (core dumped)"
@@ -61,6 +64,7 @@ def test_crashing_probe_is_reported_with_its_stage(tmp_path):
     assert not report.ok
 
 
+@pytest.mark.slow
 def test_memory_critical_in_docker_without_ipc_host_names_ipc(tmp_path):
     msg = "Memory critical error by agent node-0 (Agent handle: 0x55d0c6a8b2a0) on address 0x7f5a40000000. Reason: Memory in use."
     venv = fake_venv(
@@ -79,6 +83,7 @@ def test_memory_critical_in_docker_without_ipc_host_names_ipc(tmp_path):
     assert "--ipc=host" in probe.fix
 
 
+@pytest.mark.slow
 def test_memory_critical_with_selinux_names_selinux(tmp_path):
     msg = (
         "Memory critical error by agent node-0 (Agent handle: 0x1) on address 0x7f00. Reason: Memory in use."
@@ -93,6 +98,7 @@ def test_memory_critical_with_selinux_names_selinux(tmp_path):
     assert "setsebool" in probe.fix
 
 
+@pytest.mark.slow
 def test_numerically_wrong_product_fails_the_matmul_check(tmp_path):
     venv = fake_venv(tmp_path / "v", version="2.13.0+cpu", matmul="wrong")
     hw = hardware(None, container="docker")
@@ -105,6 +111,7 @@ def test_numerically_wrong_product_fails_the_matmul_check(tmp_path):
     assert not report.ok
 
 
+@pytest.mark.slow
 def test_cuda_build_on_amd_full_probe_and_harmless_messages(tmp_path):
     venv = fake_venv(
         tmp_path / "v",
@@ -138,6 +145,7 @@ def test_cuda_build_on_amd_full_probe_and_harmless_messages(tmp_path):
     assert harmless.status == "pass" and any("amdgpu.ids" in line for line in harmless.info)
 
 
+@pytest.mark.slow
 def test_sm_missing_from_the_cuda_wheel(tmp_path):
     from doctor_helpers import GPU_5090
 

@@ -339,6 +339,7 @@ def _hanging_import_venv(path):
     return venv
 
 
+@pytest.mark.slow
 def test_probe_hanging_in_import_torch_returns_within_timeout(tmp_path):
     import time
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
+
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, installed_version, plan
 from mw_env.provision.record import read_record
@@ -36,6 +38,7 @@ def _image(tmp_path, env, indexes):
     return image, {**env, "PATH": f"{image / 'bin'}:{env['PATH']}"}
 
 
+@pytest.mark.slow
 def test_image_torch_is_offered_then_adopted_and_kept(tmp_path, hermetic_env, indexes):
     image, env = _image(tmp_path, hermetic_env, indexes)
     venv = tmp_path / "venv"

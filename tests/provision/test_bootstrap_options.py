@@ -60,6 +60,7 @@ def _dry_run(tmp_path: Path, env: dict[str, str], indexes, *extra: str) -> subpr
     return _mw(args, env)
 
 
+@pytest.mark.slow
 def test_source_option_and_env_pick_the_profiles_named_source(tmp_path, hermetic_env, indexes):
     env = _env(hermetic_env)
     res = _dry_run(tmp_path, env, indexes, "--offline", "--source", "therock-gfx110x")
@@ -85,6 +86,7 @@ def test_source_option_and_env_pick_the_profiles_named_source(tmp_path, hermetic
     assert "no torch source 'nope'" in bad.stderr and "rocm6.4, therock-gfx110x" in bad.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_index_plan_never_shows_a_bare_torch_install(tmp_path, hermetic_env, indexes):
     """The seed's trap in a dry run: `uv pip install torch` without the profile's index would get CUDA torch."""
     index = f"http://127.0.0.1:{_closed_port()}/simple"
@@ -119,6 +121,7 @@ def test_unusable_explicit_python_is_bad_input(tmp_path, hermetic_env, indexes, 
     assert not (tmp_path / "venv").exists()
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_for_bad_python_and_root(tmp_path, hermetic_env):
     env = _env(hermetic_env)
     res = _mw(["bootstrap", "--venv", str(tmp_path / "v"), "--python", "2.7", "--profile", "cpu"], env)

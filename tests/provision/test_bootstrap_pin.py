@@ -7,6 +7,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, installed_version, plan
 
@@ -39,6 +41,7 @@ def _sh(cmd: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, check=False)
 
 
+@pytest.mark.slow
 def test_rocm_torch_installed_first_and_kept_by_pip_and_uv(tmp_path, hermetic_env, indexes):
     venv = tmp_path / "venv"
     the_plan, result = _bootstrap(venv, hermetic_env, indexes)
@@ -69,6 +72,7 @@ def test_rocm_torch_installed_first_and_kept_by_pip_and_uv(tmp_path, hermetic_en
     assert shown.stdout.split() == ["11.0.0", str(venv), "[]"], shown.stderr
 
 
+@pytest.mark.slow
 def test_without_the_pin_the_same_installs_swap_torch(tmp_path, hermetic_env, indexes):
     """The control: proves the trap is real, so the test above can fail."""
     uv = hermetic_env["UV"]

@@ -108,6 +108,7 @@ def test_killed_in_torch_step_then_rerun_completes_and_lock_refuses_a_second(tmp
     assert read_record(venv).torch_version == "2.10.0+cpu"
 
 
+@pytest.mark.slow
 def test_failed_recreate_leaves_the_old_venv_working(tmp_path, hermetic_env, indexes):
     venv = tmp_path / "venv"
     good = replace(ROCM, index_url=indexes.rocm.as_uri())
@@ -169,6 +170,7 @@ def test_ctrl_c_in_the_cli_exits_130_and_stops_uv(tmp_path, hermetic_env, indexe
     assert (venv / "pyvenv.cfg").exists()  # the venv step's work is kept
 
 
+@pytest.mark.slow
 def test_another_profile_over_a_finished_venv_needs_recreate(tmp_path, hermetic_env, indexes):
     from mw_env.errors import InputError
 

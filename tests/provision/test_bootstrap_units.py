@@ -136,6 +136,7 @@ def _mw(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.slow
 def test_dry_run_json_contract_and_bad_input(tmp_path, hermetic_env, indexes):
     env = {**hermetic_env, "PYTHONPATH": ":".join(sys.path)}
     venv = tmp_path / "v"

@@ -183,6 +183,7 @@ def test_order_is_a_pure_function_and_shards_match() -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_sentencepiece_tokenizer_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     import io
 

@@ -153,6 +153,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkill_during_checkpoint_write(reference: dict[int, Path], tmp_path: Path) -> None:
     from mw_env.trainer.loop import train
 
@@ -180,6 +181,7 @@ def test_sigkill_during_checkpoint_write(reference: dict[int, Path], tmp_path: P
     assert step_losses(run) == step_losses(reference[1])
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path: Path) -> None:
     run = tmp_path / "run"
     repo = Path(__file__).resolve().parents[2]
@@ -224,6 +226,7 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path: Path) -> No
     assert (run / "checkpoints" / f"step-{end['step']:09d}.pt").is_file()
 
 
+@pytest.mark.slow
 def test_explicit_resume_path(reference: dict[int, Path], tmp_path: Path) -> None:
     import shutil
 

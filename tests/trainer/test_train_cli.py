@@ -157,6 +157,7 @@ def test_config_and_summary_commands(capsys: pytest.CaptureFixture[str]) -> None
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_mw_env_train_runs_smoke_in_the_venv(tmp_path: Path) -> None:
     """The real hand-off: mw-env train -> the venv's python -m mw_env.trainer, then verify."""
     mw_env = TEST_VENV / "bin" / "mw-env"

@@ -147,6 +147,7 @@ def test_bad_files_say_what_to_do(tmp_path: Path, name: str, text: str, expect: 
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_checkpoint_errors_have_hints(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from mw_env.trainer.checkpoint import CheckpointError, load_checkpoint
