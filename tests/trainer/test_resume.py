@@ -170,7 +170,7 @@ def test_sigkill_during_checkpoint_write(reference: dict[int, Path], tmp_path: P
         child.wait(timeout=30)
     ckpts = run / "checkpoints"
     assert not (ckpts / "step-000000008.pt").exists()
-    assert list(ckpts.glob("step-000000008.pt.tmp-*"))  # the half-written temporary, under another name
+    assert list(ckpts.glob(".step-000000008.pt.tmp-*"))  # the half-written temporary, under another name
     said: list[str] = []
     train(resolved=tiny_config(run, *EXTRA), echo=said.append)
     assert not list(ckpts.glob("*.tmp-*"))  # stale temporaries are cleaned up
