@@ -76,7 +76,7 @@ class Rule:
         compiled = re.compile(regex) if isinstance(regex, str) else regex
 
         def check(value: Any) -> str | None:
-            return None if compiled.match(value) else f"invalid value {_short(value)}"
+            return None if compiled.fullmatch(value) else f"invalid value {_short(value)}"
 
         return cls(check, allowed, each=each)
 

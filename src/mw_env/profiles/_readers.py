@@ -60,15 +60,15 @@ def _positive(value: Any) -> str | None:
 
 
 def _gfx_or_star(value: str) -> str | None:
-    return None if value == "*" or _GFX_RE.match(value) else f"invalid value {value!r}"
+    return None if value == "*" or _GFX_RE.fullmatch(value) else f"invalid value {value!r}"
 
 
 def _url(value: str) -> str | None:
-    return None if _URL_RE.match(value) else f"invalid URL {value!r}"
+    return None if _URL_RE.fullmatch(value) else f"invalid URL {value!r}"
 
 
 def _arch(value: str) -> str | None:
-    return None if _GFX_RE.match(value) or _SM_RE.match(value) else f"invalid value {value!r}"
+    return None if _GFX_RE.fullmatch(value) or _SM_RE.fullmatch(value) else f"invalid value {value!r}"
 
 
 def _specifier(text: str) -> str | None:

@@ -41,7 +41,7 @@ def _check_source(ctx: Ctx, s: TorchSource, key: str) -> None:
         )
     arch_re, arch_allowed = (_SM_RE, 'e.g. "sm_86"') if s.build == "cuda" else (_GFX_RE, 'e.g. "gfx1100"')
     for i, arch in enumerate(s.arch_list):
-        if not arch_re.match(arch):
+        if not arch_re.fullmatch(arch):
             raise ctx.fail(f"{key}.arch_list[{i}]", f"invalid value {arch!r}", arch_allowed)
     if s.build == "cpu" and s.arch_list:
         raise ctx.fail(f"{key}.arch_list", "a cpu build has no GPU archs", "an empty list")
@@ -66,7 +66,7 @@ def _check_sources(ctx: Ctx, sources: tuple[TorchSource, ...]) -> None:
 
 def _check_env(ctx: Ctx, env: Mapping[str, str]) -> None:
     for k in env:
-        if not _ENV_KEY_RE.match(k):
+        if not _ENV_KEY_RE.fullmatch(k):
             raise ctx.fail(
                 f"env.{k}", "invalid variable name", "letters, digits and '_', not starting with a digit"
             )
