@@ -37,6 +37,7 @@ from mw_env.provision.stepdefs import (
     env_key,
     env_text,
     extras_key,
+    torch_fits,
     verify_key,
 )
 from mw_env.provision.venvinfo import (
@@ -131,7 +132,7 @@ def plan(
             requires_python=requires_python,
         )
 
-    torch_ok = bool(installed) and installed.endswith(local_tag) and version_fits(installed, torch.version)
+    torch_ok = torch_fits(build_venv, installed, local_tag, torch.version)
     if existing and (build_venv / "bin" / "python").exists():
         _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
         foreign = not state.steps and not (build_venv / "mw-env.json").exists() and not adopted_from
@@ -208,6 +209,7 @@ def plan(
         companions=companions,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
+        notes=tuple(redact(n) for n in choice.notes),
         problem=redact(choice.problem) if choice.problem else None,
         problem_hint=redact(choice.problem_hint) if choice.problem_hint else None,
         torch_index=index_url,

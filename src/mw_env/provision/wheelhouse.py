@@ -24,6 +24,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from mw_env.profiles.model import has_local_tag
+
 
 @dataclass(frozen=True)
 class Sources:
@@ -246,7 +248,7 @@ def matching_torch(
     good: list[WheelFile] = []
     other: list[WheelFile] = []
     for w in wheels:
-        if local_tag and w.local != local_tag:
+        if local_tag and not has_local_tag(w.version, local_tag):
             continue
         if not local_tag and w.local:
             continue

@@ -7,6 +7,7 @@ This module must not import torch: `mw-env train config` resolves configs from a
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,11 @@ def _reader(origin_label: str) -> typed.Reader:
         key = issue.key
         if issue.kind == "unknown":
             section, dot, _ = key.partition(".")
+            if not dot:  # a section name ("modle:"): suggest sections, not the keys inside them
+                close = difflib.get_close_matches(key, SECTIONS, n=1, cutoff=0.5)
+                hint = f"did you mean section {close[0]!r}? " if close else ""
+                hint += f"(valid sections: {', '.join(SECTIONS)})"
+                return InputError(f"{origin_label}: unknown config section {key!r}", hint=hint)
             if issue.suggestions:
                 hint = f"did you mean {', '.join(issue.suggestions)}?"
             elif dot and section in SECTIONS:
@@ -108,7 +114,12 @@ def _reader(origin_label: str) -> typed.Reader:
         if key in SECTIONS:
             return InputError(
                 f"{origin_label}: section {key!r} must be a mapping of keys, got {type(issue.value).__name__}",
-                hint=f"write it as '{key}:' followed by indented 'key: value' lines (see `mw-env train config`)",
+                hint=(
+                    f"write it as a [{key}] table followed by 'key = value' lines"
+                    if origin_label.lower().endswith(".toml")
+                    else f"write it as '{key}:' followed by indented 'key: value' lines"
+                )
+                + " (see `mw-env train config`)",
             )
         return InputError(f"{origin_label}: {key} {issue.problem}", hint=f"fix the value of {key}")
 
@@ -161,7 +172,9 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise InputError(
             f"{path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})",
-            hint="e.g. 'runtime:' then indented 'max_steps: 100'",
+            hint="e.g. a [runtime] table then 'max_steps = 100'"
+            if suffix == ".toml"
+            else "e.g. 'runtime:' then indented 'max_steps: 100'",
         )
     return dict(data)
 
