@@ -44,3 +44,19 @@ def test_pyproject_is_read_on_python_3_10_with_tomli(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tomli", None)
     with pytest.raises(ImportError):
         read_project_meta(pyproject)
+
+
+def test_installed_version_matches_dist_info_names_canonically(tmp_path):
+    from mw_env.provision.venvinfo import installed_version
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    for folder in ("torch-2.13.0+cpu.dist-info", "Sentence_Piece-0.2.0.dist-info", "half_done-1.0.dist-info"):
+        (site / folder).mkdir(parents=True)
+    for folder in ("torch-2.13.0+cpu.dist-info", "Sentence_Piece-0.2.0.dist-info"):
+        (site / folder / "METADATA").write_text("Metadata-Version: 2.1\n")
+    venv = tmp_path / "venv"
+    assert installed_version(venv, "torch") == "2.13.0+cpu"
+    assert installed_version(venv, "sentence-piece") == "0.2.0"
+    assert installed_version(venv, "sentence.piece") == "0.2.0"
+    assert installed_version(venv, "half-done") is None  # no METADATA: an install that did not finish
+    assert installed_version(venv, "numpy") is None

@@ -32,11 +32,13 @@ def installed_version(venv: Path, name: str) -> str | None:
     site = site_packages(venv)
     if site is None:
         return None
-    norm = name.lower().replace("-", "_")
+    from packaging.utils import canonicalize_name
+
+    norm = canonicalize_name(name)  # "Torch_Audio", "torch.audio" and "torch-audio" are one project
     for d in site.glob("*.dist-info"):
         stem = d.name[: -len(".dist-info")]
         dist, _, version = stem.rpartition("-")
-        if dist.lower().replace("-", "_") == norm and (d / "METADATA").exists():
+        if canonicalize_name(dist) == norm and (d / "METADATA").exists():
             return version
     return None
 
