@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import struct
+import subprocess
 import sys
 import zlib
 from html.parser import HTMLParser
@@ -267,3 +269,26 @@ def test_pending_doctor_report_becomes_doctor_json(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "doctor.json").read_text())["profile"] == "next"
     assert not (tmp_path / ".doctor-pending.json").exists()
     assert verify_manifest(tmp_path).ok
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium (Debian: apt-get install chromium)")
+def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """The page as a browser draws it: not blank, and the figures' colours are on it (inline SVG rendered)."""
+    mpl_image = pytest.importorskip("matplotlib.image")
+    _fake_run(tmp_path / "run", STREAM_CARD)
+    shot = tmp_path / "shot.png"
+    argv = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    argv += [f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,2400"]
+    proc = subprocess.run(
+        [*argv, (tmp_path / "run" / "report" / "report.html").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert shot.is_file(), proc.stderr
+    rgb = mpl_image.imread(shot)[..., :3]
+    assert (rgb.sum(axis=-1) < 2.9).mean() > 0.03  # text, tables and figures, not an empty page
+    orange = (abs(rgb[..., 0] - 1.0) < 0.08) & (abs(rgb[..., 1] - 0.5) < 0.08) & (rgb[..., 2] < 0.15)
+    assert orange.sum() > 200  # the held-out loss line (matplotlib's tab:orange) is drawn

@@ -82,7 +82,7 @@ def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[Any, Any]:
     ax.set_ylabel(ylabel)
     from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps (and token counts) are whole numbers
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))  # whole steps: 0, 20, 40
     ax.grid(True, color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
     return fig, ax

@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mw_env.errors import InputError, MwEnvError
+from mw_env.trainer.tracking_values import flatten, metric_values
+
+__all__ = [
+    "KINDS",
+    "NullTracker",
+    "TensorBoardTracker",
+    "Tracker",
+    "flatten",
+    "metric_values",
+    "open_trackers",
+]
 
 KINDS = ("none", "tensorboard", "mlflow")
-# Event fields that are not metrics.
-_NOT_METRICS = {"event", "step", "time", "phase", "path", "reason"}
 
 
 class Tracker(Protocol):
@@ -34,36 +43,6 @@ class NullTracker:
 
     def close(self) -> None:
         return None
-
-
-def metric_values(event: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric fields of an event under "<train|eval>/<name>" (NaN/inf kept: a tracker should show them)."""
-    kind = event.get("event")
-    prefix = {"step": "train", "eval": "eval"}.get(str(kind))
-    if prefix is None:
-        return {"train/skipped_step": 1.0} if kind == "skipped_step" else {}
-    out = {}
-    for key, value in event.items():
-        if key in _NOT_METRICS or isinstance(value, bool):
-            continue
-        if value is None and key == "loss":
-            out[f"{prefix}/loss"] = float("nan")  # the trainer writes a non-finite loss as null
-        elif isinstance(value, int | float):
-            out[f"{prefix}/{key}"] = float(value)
-    return out
-
-
-def flatten(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"optim": {"lr": 1e-3}} -> {"optim.lr": "0.001"}; values as short strings (MLflow params)."""
-    out: dict[str, str] = {}
-    for key, value in hparams.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, prefix=f"{name}."))
-        else:
-            text = json.dumps(value) if isinstance(value, list | tuple) else str(value)
-            out[name] = text[:500]
-    return out
 
 
 class _Guarded:
@@ -96,7 +75,7 @@ class TensorBoardTracker(_Guarded):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
-            raise _missing("tensorboard", "tensorboard", exc) from exc
+            raise _missing_tensorboard(exc) from exc
         self.log_dir = Path(run_dir) / "tensorboard"
         self.writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=30)
         self.writer.add_text(
@@ -118,12 +97,11 @@ class TensorBoardTracker(_Guarded):
         self.guard("close", self.writer.close)
 
 
-def _missing(kind: str, package: str, exc: ImportError) -> MwEnvError:
+def _missing_tensorboard(exc: ImportError) -> MwEnvError:
     return MwEnvError(
-        f"runtime.tracking is {kind!r} but {package} cannot be imported in this venv ({exc})",
-        hint=f"install it into the training venv: `uv pip install --python {sys.prefix}/bin/python {package}` "
-        f"(or the mw-env extra: `mw-env[{'mlflow' if kind == 'mlflow' else 'tracking'}]`), or set "
-        "runtime.tracking=none",
+        f"runtime.tracking is 'tensorboard' but tensorboard cannot be imported in this venv ({exc})",
+        hint=f"install it into the training venv: `uv pip install --python {sys.prefix}/bin/python tensorboard` "
+        "(or the mw-env extra: `mw-env[tracking]`), or set runtime.tracking=none",
     )
 
 

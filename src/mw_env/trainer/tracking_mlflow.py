@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 
 from mw_env.atomic import write_json_atomic
 from mw_env.errors import MwEnvError
+from mw_env.trainer.tracking_values import flatten, metric_values
 
 EXPERIMENT = "mw-env"
 RUN_FILE = "mlflow-run.json"
@@ -69,8 +70,6 @@ class MLflowTracker:
     """Metrics events -> one MLflow run (see the module docstring for where)."""
 
     def __init__(self, run_dir: Path, hparams: Mapping[str, Any]) -> None:
-        from mw_env.trainer.tracking import flatten
-
         self.name, self.failed = "mlflow", False
         try:
             from mlflow.entities import Param
@@ -161,8 +160,6 @@ class MLflowTracker:
 
     def log(self, event: dict[str, Any]) -> None:
         from mlflow.entities import Metric
-
-        from mw_env.trainer.tracking import metric_values
 
         step = event.get("step")
         if not isinstance(step, int):
