@@ -154,12 +154,18 @@ def test_mlflow_file_backend_round_trip_and_resume(tmp_path, no_mlflow_env):
     for event in EVENTS[:2]:
         tracker.log(event)
     tracker.close()  # killed before `finished`: a resume continues the same MLflow run
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in EVENTS[:2]))
     first_id = tracker.run_id
     again = open_trackers("mlflow", tmp_path, HPARAMS)
     assert again.run_id == first_id
     for event in EVENTS[2:]:
         again.log(event)
     again.close()
+    # --fresh moves metrics.jsonl aside: the same folder then starts a new MLflow run.
+    (tmp_path / "metrics.jsonl").rename(tmp_path / "metrics.jsonl.old")
+    fresh = open_trackers("mlflow", tmp_path, HPARAMS)
+    fresh.close()
+    assert fresh.run_id != first_id
     client = MlflowClient(tracking_uri=(tmp_path / "mlruns").resolve().as_uri())
     run = client.get_run(first_id)
     assert run.info.status == "FINISHED"

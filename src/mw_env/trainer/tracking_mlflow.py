@@ -8,8 +8,8 @@ The experiment is $MLFLOW_EXPERIMENT_NAME or "mw-env". A new experiment in a SQL
 artifacts in `mlartifacts/` beside the database file (MLflow's own default would be ./mlruns under
 whatever folder the trainer happened to start in); a server decides its artifact store itself.
 
-The MLflow run's id is kept in <run>/mlflow-run.json with the URI, so a resumed run continues the same
-MLflow run in the same store. Metrics are sent in batches (at most every 15 s, and at each eval and
+The MLflow run's id is kept in <run>/mlflow-run.json with the URI, so a resumed run (one whose folder
+already has metrics) continues the same MLflow run in the same store; a --fresh run starts a new one. Metrics are sent in batches (at most every 15 s, and at each eval and
 at the end) so a remote server costs one request per batch, not one per scalar per step. After the
 report is written, `log_run_artifacts` adds report/, MANIFEST.sha256 and the final checkpoint's path.
 """
@@ -126,6 +126,9 @@ class MLflowTracker:
             ) from exc
 
     def _resume(self) -> str | None:
+        metrics = self.run_dir / "metrics.jsonl"
+        if not (metrics.is_file() and metrics.stat().st_size > 0):
+            return None  # nothing logged in this folder yet (a new run, or --fresh moved it aside)
         try:
             saved = json.loads((self.run_dir / RUN_FILE).read_text(encoding="utf-8"))
             if saved.get("tracking_uri") != self.uri:
