@@ -136,6 +136,9 @@ def export(
     others = [Path(f).name for f in result.get("files", []) if Path(f).suffix not in (".onnx", ".json")]
     if others:
         click.echo(f"  beside it: {', '.join(others)}")
+    check = result.get("runtime_check") or {}
+    if check:
+        click.echo(f"  mw_tagger.py checked (onnxruntime alone): {' '.join(check['example'])}")
     click.echo(
         f"  manifest {result['manifest']}"
         if result.get("manifest")
