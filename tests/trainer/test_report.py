@@ -217,6 +217,20 @@ def test_without_matplotlib_the_report_is_still_written(tmp_path: Path, monkeypa
     assert verify_manifest(tmp_path).ok
 
 
+def test_a_plotting_failure_costs_only_the_figures(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    from mw_env.trainer import report_figures
+
+    def broken(*_args, **_kwargs):
+        raise ValueError("bad data")
+
+    monkeypatch.setattr(report_figures, "run_figures", broken)
+    monkeypatch.setattr(report_figures, "histogram_figure", broken)
+    md = _fake_run(tmp_path, STREAM_CARD).read_text()
+    assert "Figures failed: ValueError: bad data" in md and "| 16 to 24 | 900 |" in md
+    assert verify_manifest(tmp_path).ok
+
+
 def test_an_empty_run_still_reports(tmp_path: Path) -> None:
     resolved = resolve_config(path=find_config("smoke"))
     md = write_report(tmp_path, resolved=resolved, card={}, facts={}).read_text()

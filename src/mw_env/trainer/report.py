@@ -165,11 +165,17 @@ def _draw_figures(
         return [], lambda *_a: None, note
 
     def draw(name: str, title: str, counts: Sequence[float], width: float) -> Figure | None:
-        return rf.histogram_figure(
-            name, title, counts, bin_width=width, xlabel="input tokens per row", out_dir=out
-        )
+        try:
+            return rf.histogram_figure(
+                name, title, counts, bin_width=width, xlabel="input tokens per row", out_dir=out
+            )
+        except Exception:  # an odd histogram is shown as a table instead
+            return None
 
-    return rf.run_figures(events, out, grad_clip=resolved.config.optim.grad_clip), draw, None
+    try:
+        return rf.run_figures(events, out, grad_clip=resolved.config.optim.grad_clip), draw, None
+    except Exception as exc:  # a plotting failure must not cost the rest of the report
+        return [], draw, f"Figures failed: {type(exc).__name__}: {exc} (metrics.jsonl has every value)."
 
 
 def build_blocks(
