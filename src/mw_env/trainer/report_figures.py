@@ -2,7 +2,8 @@
 
 Each figure is written as a PNG (for report.md and for anyone's image viewer) and returned as inline
 SVG text (for report.html, which then needs no files beside it). Long runs are thinned to at most
-MAX_POINTS per series by averaging consecutive steps, so a 100k-step run still makes small files.
+MAX_POINTS per series by averaging consecutive steps (the legend says so), so a 100k-step run still makes
+small files; the training loss also gets a centred moving average, computed before thinning.
 """
 
 from __future__ import annotations
@@ -49,27 +50,28 @@ def series(events: Sequence[dict[str, Any]], kind: str, key: str) -> Points:
     return out
 
 
-def thin(points: Points, limit: int = MAX_POINTS) -> Points:
-    """At most `limit` points: means of consecutive runs of points (steps and values alike)."""
+def thin(points: Points, limit: int = MAX_POINTS) -> tuple[Points, int]:
+    """At most `limit` points - means of runs of `size` consecutive points - and that size (1: untouched)."""
     if len(points) <= limit:
-        return list(points)
+        return list(points), 1
     size = math.ceil(len(points) / limit)
     out = []
     for i in range(0, len(points), size):
         chunk = points[i : i + size]
         out.append((sum(p[0] for p in chunk) / len(chunk), sum(p[1] for p in chunk) / len(chunk)))
-    return out
+    return out, size
 
 
 def moving_average(points: Points, window: int) -> Points:
-    out, total = [], 0.0
-    for i, (x, y) in enumerate(points):
-        total += y
-        if i >= window:
-            total -= points[i - window][1]
-        if i >= window - 1:
-            out.append((x, total / window))
-    return out
+    """Centred mean over `window` points (odd), so the curve does not lag behind the data it smooths."""
+    half = window // 2
+    prefix = [0.0]
+    for _, y in points:
+        prefix.append(prefix[-1] + y)
+    return [
+        (points[i][0], (prefix[i + half + 1] - prefix[i - half]) / window)
+        for i in range(half, len(points) - half)
+    ]
 
 
 def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[Any, Any]:
@@ -110,25 +112,27 @@ def _plot(ax: Any, points: Points, **style: Any) -> None:
 def loss_figure(events: Sequence[dict[str, Any]], out_dir: Path) -> Figure:
     title = "Loss: training and held-out"
     fig, ax = _new_figure(title, "optimizer step", "cross-entropy (nats per labelled token)")
-    train = thin(series(events, "step", "loss"))
+    raw = series(events, "step", "loss")
+    train, size = thin(raw)
     evals = series(events, "eval", "loss")
-    smooth = len(train) >= 40
+    smooth = len(raw) >= 40
+    per = "per step" if size == 1 else f"mean of every {size} steps"
     _plot(
         ax,
         train,
         color="tab:blue",
         linewidth=0.8,
         alpha=0.35 if smooth else 1.0,
-        label="training loss" + (" (per step)" if smooth else ""),
+        label=f"training loss ({per})" if smooth else "training loss",
     )
     if smooth:
-        window = max(5, len(train) // 25)
+        window = max(5, len(raw) // 50) | 1
         _plot(
             ax,
-            moving_average(train, window),
+            thin(moving_average(raw, window))[0],
             color="tab:blue",
             linewidth=1.8,
-            label=f"training loss ({window}-point moving average)",
+            label=f"training loss ({window}-step centred moving average)",
         )
     _plot(ax, evals, color="tab:orange", marker="o", markersize=4, linewidth=1.5, label="held-out loss")
     skipped = [
@@ -175,7 +179,7 @@ def eval_figure(events: Sequence[dict[str, Any]], out_dir: Path) -> Figure | Non
 def lr_figure(events: Sequence[dict[str, Any]], out_dir: Path) -> Figure:
     title = "Learning rate"
     fig, ax = _new_figure(title, "optimizer step", "learning rate")
-    _plot(ax, thin(series(events, "step", "lr")), color="tab:green", linewidth=1.6, label="learning rate")
+    _plot(ax, thin(series(events, "step", "lr"))[0], color="tab:green", linewidth=1.6, label="learning rate")
     from matplotlib.ticker import FuncFormatter
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:.3g}"))  # 0.0003, not an offset label
@@ -187,7 +191,7 @@ def grad_norm_figure(events: Sequence[dict[str, Any]], out_dir: Path, *, clip: f
     fig, ax = _new_figure(title, "optimizer step", "global L2 norm of the gradients")
     _plot(
         ax,
-        thin(series(events, "step", "grad_norm")),
+        thin(series(events, "step", "grad_norm"))[0],
         color="tab:purple",
         linewidth=0.9,
         label="gradient norm",
