@@ -46,7 +46,7 @@ train: install
 
 # The product provisions its own test venv (CPU profile, torch from the wheelhouse, torch pinned); a re-run
 # over a finished venv is a no-op. Only when no wheelhouse holds a CPU torch: a torch-less venv (torch tests skip).
-TEST_BOOTSTRAP := bootstrap --profile cpu --venv $(TEST_VENV) --extras train,dev,export,tracking,spm --yes
+TEST_BOOTSTRAP := bootstrap --profile cpu --venv $(TEST_VENV) --extras train,dev,export,tracking,mlflow,spm --yes
 test-env: install
 	@if UV=$(abspath $(UV)) $(VENV)/bin/mw-env $(TEST_BOOTSTRAP) --dry-run --json \
 	    | $(VENV)/bin/python -c 'import json,sys; t=json.load(sys.stdin)["torch"] or {}; sys.exit(t.get("origin") not in ("wheelhouse", "installed"))'; then \

@@ -1,8 +1,12 @@
-"""ONNX export of the smoke model, verified by onnxruntime against PyTorch (needs the export extra)."""
+"""ONNX export of the smoke model, verified by onnxruntime against PyTorch (needs the export extra); the bundle
+a serving team gets (tokenizer, id layout, labels, int8/fp16 variants, the runtime helper) and the docs' example."""
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +23,14 @@ from mw_env.runs.manifest import read_manifest, sha256_file, verify_manifest
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 VENV = Path(sys.executable).parent.parent
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "runs.md"
+
+
+def _load_helper(folder: Path):
+    spec = importlib.util.spec_from_file_location("mw_tagger_test", folder / "mw_tagger.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +162,141 @@ def test_bad_inputs_are_clear(tmp_path, capsys, monkeypatch):
     with pytest.raises(MwEnvError, match="needs onnx and onnxruntime") as err:
         export_onnx(checkpoint=tmp_path)
     assert "onnxruntime>=1.18" in err.value.hint
+
+
+def test_the_bundle_has_tokenizer_layout_labels_and_verified_int8_fp16(smoke_run, tmp_path, capfd):
+    out = tmp_path / "serve" / "tagger.onnx"
+    argv = [
+        "train",
+        "export",
+        "--venv",
+        str(VENV),
+        str(smoke_run),
+        "--out",
+        str(out),
+        "--quantize",
+        "int8",
+        "--fp16",
+    ]
+    assert main(argv) == 0
+    printed = capfd.readouterr().out
+    # The argmax agreement of each variant is printed, with its tolerance.
+    assert re.search(
+        r"int8: tagger\.int8\.onnx \(.* MB\), argmax agreement \d+\.\d\d% \(>= 98%\)", printed
+    ), printed
+    assert re.search(r"fp16: tagger\.fp16\.onnx .*argmax agreement \d+\.\d\d%", printed), printed
+    folder = out.parent
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "mw_tagger.py",
+        "tagger.fp16.onnx",
+        "tagger.int8.onnx",
+        "tagger.json",
+        "tagger.onnx",
+    ]
+    meta = json.loads((folder / "tagger.json").read_text())
+    assert meta["id_layout"] | {} == meta["id_layout"] and {
+        k: meta["id_layout"][k] for k in ("pad", "cls", "sep", "unk", "shift", "word_separator", "vocab_size")
+    } == {"pad": 0, "cls": 1, "sep": 2, "unk": 3, "shift": 4, "word_separator": [36], "vocab_size": 260}
+    assert meta["tokenizer"]["kind"] == "byte" and "UTF-8" in meta["tokenizer"]["scheme"]
+    assert meta["max_seq_len"] == 96 and meta["labels"][:2] == ["O", "B-house_number"] and meta["opset"] == 18
+    assert [i["name"] for i in meta["inputs"]] == ["input_ids", "attention_mask"]
+    assert meta["outputs"] == [{"name": "logits", "dtype": "float32", "shape": ["batch", "seq", 15]}]
+    assert meta["checkpoint_sha256"] == sha256_file(smoke_run / "checkpoints" / "step-000000004.pt")
+    for kind in ("fp32", "int8", "fp16"):
+        assert meta["variants"][kind]["sha256"] == sha256_file(folder / meta["variants"][kind]["onnx"])
+    assert meta["variants"]["int8"]["bytes"] < meta["variants"]["fp32"]["bytes"]
+    for kind in ("int8", "fp16"):
+        figures = meta["verification"][kind]
+        assert figures["argmax_agreement"] >= figures["min_agreement"] == 0.98 and figures["max_abs_diff"] > 0
+
+    # The shipped helper, with onnxruntime alone: tags, refuses a too-long address, or truncates it.
+    helper = _load_helper(folder)
+    for variant in ("fp32", "int8", "fp16"):
+        tags = helper.Tagger(folder / "tagger.json", variant=variant).tag(
+            ["10", "Downing", "Street", "London"]
+        )
+        assert [w for w, _ in tags] == ["10", "Downing", "Street", "London"]
+        assert all(label in meta["labels"] for _, label in tags)
+    tagger = helper.Tagger(folder / "tagger.json")
+    with pytest.raises(helper.InputTooLong, match="takes at most 96"):
+        tagger.tag(["Street"] * 20)
+    assert len(tagger.tag(["Street"] * 20, truncate=True)) == 13  # (96 - 2 + 1) // 7 whole words
+    with pytest.raises(helper.InputTooLong):
+        tagger.logits([[1] * 97])
+
+
+def test_the_docs_example_runs_verbatim(smoke_run, tmp_path):
+    """docs/runs.md's Python example, as printed there, against a real export; it agrees with mw_tagger.py."""
+    text = DOCS.read_text()
+    marker = "<!-- tests/runs/test_runs_export.py runs this block verbatim -->"
+    code = text.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "tagger").symlink_to(smoke_run)
+    if not (smoke_run / "export" / "mw_tagger.py").exists():
+        assert main(["train", "export", "--venv", str(VENV), str(smoke_run)]) == 0
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    newest = sorted((smoke_run / "export").glob("model-step-*.json"))[-1]
+    expected = (
+        _load_helper(smoke_run / "export")
+        .Tagger(newest)
+        .tag(["10", "Downing", "Street", "London", "SW1A", "2AA"])
+    )
+    assert proc.stdout.splitlines() == [f"{w} {label}" for w, label in expected]
+
+
+def test_a_sentencepiece_export_ships_its_model(tmp_path):
+    spm = pytest.importorskip("sentencepiece")
+    from mw_env.trainer.export import export_onnx
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(f"{i} Oak Street Springfield {i * 7} Main Road, NSW 2000" for i in range(300)),
+        model_writer=buf,
+        vocab_size=400,
+        byte_fallback=True,  # like the users' tokenizer; needs 256 byte pieces
+        minloglevel=2,
+    )
+    model_file = tmp_path / "addr.model"
+    model_file.write_bytes(buf.getvalue())
+    run = tmp_path / "spm-run"
+    sets = [
+        f"runtime.out_dir={run}",
+        "runtime.max_steps=2",
+        "runtime.eval_every=2",
+        "data.synthetic_rows=64",
+        "data.synthetic_val_rows=8",
+        "data.tokenizer=sentencepiece",
+        f"data.spm_model={model_file}",
+    ]
+    argv = [sys.executable, "-m", "mw_env.trainer", "run", "--config", "smoke"]
+    for item in sets:
+        argv += ["--set", item]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = export_onnx(checkpoint=run, quantize="int8", min_agreement=0.5)
+    folder = result.onnx_path.parent
+    meta = json.loads(result.metadata_path.read_text())
+    shipped = folder / meta["tokenizer"]["model"]
+    assert shipped.name == "model-step-000000002.spm.model" and shipped.read_bytes() == buf.getvalue()
+    assert meta["tokenizer"]["pieces"] == 400 and meta["id_layout"]["word_separator"] == []
+    assert meta["tokenizer"]["sha256"] == sha256_file(shipped)
+    assert result.runtime_check["too_long_error"].startswith("the address is")
+    assert 0.5 <= result.variants["int8"]["verification"]["argmax_agreement"] <= 1
+    tags = _load_helper(folder).Tagger(result.metadata_path).tag(["12", "Oak", "Street"])
+    assert [w for w, _ in tags] == ["12", "Oak", "Street"]
+    assert verify_manifest(run).ok
+
+
+def test_variant_tolerances_are_judged():
+    from mw_env.errors import StepFailed
+    from mw_env.trainer.export_bundle import judge_variant
+
+    judge_variant("int8", {"argmax_agreement": 0.99, "max_abs_diff": 0.3}, min_agreement=0.98)
+    with pytest.raises(StepFailed, match=r"argmax agreement 97\.00% < --min-agreement 98%") as err:
+        judge_variant("int8", {"argmax_agreement": 0.97, "max_abs_diff": 0.3}, min_agreement=0.98)
+    assert "nothing was kept" in err.value.hint
+    with pytest.raises(StepFailed, match="fp16 model's logits differ"):
+        judge_variant("fp16", {"argmax_agreement": 1.0, "max_abs_diff": 0.2}, min_agreement=0.98)

@@ -1,10 +1,13 @@
-"""Optional tracking: TensorBoard and MLflow (file backend) receive the metrics events."""
+"""Optional tracking: TensorBoard and MLflow (file store, SQLite, any URI) receive the metrics events."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -123,20 +126,46 @@ def test_a_failing_tracker_warns_once_and_training_goes_on(tmp_path, capsys):
     assert err.count("tensorboard tracking stopped") == 1 and "No space left" in err
 
 
+@pytest.fixture
+def no_mlflow_env(monkeypatch):
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_tracking_uri_precedence(tmp_path, monkeypatch, no_mlflow_env):
+    from mw_env.trainer.tracking_mlflow import _sqlite_artifacts, resolve_tracking_uri
+
+    assert resolve_tracking_uri(tmp_path) == ((tmp_path / "mlruns").resolve().as_uri(), "run folder")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.cluster:5000")
+    assert resolve_tracking_uri(tmp_path) == ("http://mlflow.cluster:5000", "MLFLOW_TRACKING_URI")
+    assert resolve_tracking_uri(tmp_path, "sqlite:////db/m.db") == (
+        "sqlite:////db/m.db",
+        "runtime.tracking_uri",
+    )
+    assert _sqlite_artifacts("sqlite:////db/m.db") == "file:///db/mlartifacts"
+    assert _sqlite_artifacts("http://x") is None and _sqlite_artifacts("sqlite://") is None
+
+
 @pytest.mark.skipif(not HAVE_MLFLOW, reason="mlflow is not installed (the `mlflow` extra)")
-def test_mlflow_file_backend_round_trip_and_resume(tmp_path):
+def test_mlflow_file_backend_round_trip_and_resume(tmp_path, no_mlflow_env):
     from mlflow.tracking import MlflowClient
 
     tracker = open_trackers("mlflow", tmp_path, HPARAMS)
     for event in EVENTS[:2]:
         tracker.log(event)
     tracker.close()  # killed before `finished`: a resume continues the same MLflow run
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in EVENTS[:2]))
     first_id = tracker.run_id
     again = open_trackers("mlflow", tmp_path, HPARAMS)
     assert again.run_id == first_id
     for event in EVENTS[2:]:
         again.log(event)
     again.close()
+    # --fresh moves metrics.jsonl aside: the same folder then starts a new MLflow run.
+    (tmp_path / "metrics.jsonl").rename(tmp_path / "metrics.jsonl.old")
+    fresh = open_trackers("mlflow", tmp_path, HPARAMS)
+    fresh.close()
+    assert fresh.run_id != first_id
     client = MlflowClient(tracking_uri=(tmp_path / "mlruns").resolve().as_uri())
     run = client.get_run(first_id)
     assert run.info.status == "FINISHED"
@@ -146,6 +175,68 @@ def test_mlflow_file_backend_round_trip_and_resume(tmp_path):
         (2, 2.0),
     ]
     assert run.data.metrics["eval/entity_f1"] == 0.25
+
+
+HAVE_SQL = HAVE_MLFLOW and importlib.util.find_spec("sqlalchemy") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_SQL, reason="mlflow + sqlalchemy are not installed (the `mlflow` extra)")
+def test_mlflow_sqlite_store_gets_the_run_its_metrics_and_the_report(tmp_path, monkeypatch, no_mlflow_env):
+    """runtime.tracking_uri names a SQLite store (and beats MLFLOW_TRACKING_URI): params, metrics, then the
+    report, the manifest and the checkpoint's path as artifacts."""
+    from mlflow.tracking import MlflowClient
+
+    from mw_env.trainer.metrics import MetricsWriter
+    from mw_env.trainer.report import write_report
+    from mw_env.trainspec.config import find_config, resolve_config
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
+    overrides = ["runtime.tracking=mlflow", f"runtime.tracking_uri={uri}"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9/not-this-one")
+    monkeypatch.chdir(tmp_path)  # nothing may land in the working directory
+    resolved = resolve_config(path=find_config("smoke"), overrides=overrides)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step-000000002.pt").write_bytes(b"weights")  # named like the trainer's
+    writer = MetricsWriter(run, tracking="mlflow", hparams=resolved.config.to_dict())
+    for event in EVENTS:
+        writer.log(event["event"], **{k: v for k, v in event.items() if k not in ("event", "time")})
+    writer.close()
+    write_report(run, resolved=resolved, card={"rows": {"train": 2}}, facts={})
+
+    assert not (run / "mlruns").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run", "store"]
+    client = MlflowClient(tracking_uri=uri)
+    saved = json.loads((run / "mlflow-run.json").read_text())
+    assert saved["tracking_uri"] == uri
+    mlrun = client.get_run(saved["run_id"])
+    assert mlrun.info.status == "FINISHED" and mlrun.info.run_name == "run"
+    assert mlrun.data.params["optim.lr"] == "0.003" and mlrun.data.params["runtime.tracking"] == "mlflow"
+    assert [(m.step, m.value) for m in client.get_metric_history(saved["run_id"], "train/loss")] == [
+        (1, 2.5),
+        (2, 2.0),
+    ]
+    assert mlrun.data.metrics["eval/entity_f1"] == 0.25
+    assert mlrun.data.tags["mw-env.checkpoint"] == str(run / "checkpoints" / "step-000000002.pt")
+    top = {f.path for f in client.list_artifacts(saved["run_id"])}
+    assert top == {"report", "MANIFEST.sha256", "checkpoint.json"}
+    report = {f.path for f in client.list_artifacts(saved["run_id"], "report")}
+    assert {"report/report.md", "report/report.html", "report/hyperparameters.json"} <= report
+    # Artifacts beside the database, not in whatever folder the trainer started in.
+    assert mlrun.info.artifact_uri.startswith((tmp_path / "store" / "mlartifacts").as_uri())
+    local = client.download_artifacts(saved["run_id"], "checkpoint.json", str(tmp_path / "store"))
+    assert json.loads(Path(local).read_text())["sha256"] == hashlib.sha256(b"weights").hexdigest()
+
+
+@pytest.mark.skipif(not HAVE_MLFLOW, reason="mlflow is not installed (the `mlflow` extra)")
+def test_an_unreachable_tracking_uri_is_a_clear_error(tmp_path, monkeypatch, no_mlflow_env):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://x")
+    with pytest.raises(
+        MwEnvError, match=r"could not start at nosuchscheme://x \(from MLFLOW_TRACKING_URI\)"
+    ) as err:
+        open_trackers("mlflow", tmp_path, {})
+    assert "runtime.tracking=none" in err.value.hint
 
 
 @pytest.mark.torch

@@ -1,10 +1,15 @@
-"""Run report and manifest (no torch needed): files, PNG validity, verify catching every change."""
+"""Run report and manifest (no torch needed): matplotlib figures, a real HTML page, any data card, verify."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import struct
+import subprocess
+import sys
 import zlib
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -13,7 +18,7 @@ from mw_env.cli import main
 from mw_env.errors import InputError
 from mw_env.runs.manifest import MANIFEST, add_to_manifest, verify_manifest, write_manifest
 from mw_env.trainer.metrics import MetricsWriter
-from mw_env.trainer.report import png_line_chart, write_report
+from mw_env.trainer.report import display_source, write_report
 from mw_env.trainspec.config import find_config, resolve_config
 
 CARD = {
@@ -24,76 +29,226 @@ CARD = {
     "tokenizer": "byte",
     "labels": ["O", "B-street"],
 }
+# The streamed pipeline's card (issue 9): per-shard rows, a length histogram, what was consumed, and
+# shapes nobody planned for. The report renders them by shape and must not fail on any of them.
+STREAM_CARD = {
+    **CARD,
+    "shards": [
+        {"path": "oa/us-000.parquet", "rows": 1_250_000, "row_groups": 10, "size_bytes": 61_000_000},
+        {"path": "nad/part-001.parquet", "rows": 980_123, "row_groups": 8, "size_bytes": 47_500_000},
+    ],
+    "consumed": {"rows": 4_460_246, "tokens": 180_000_000, "epochs": 2.0},
+    "token_lengths": {"bin_width": 8, "counts": [0, 120, 900, 400, 50, 3], "mean": 27.5},
+    "bio_examples": ["oa/us-000.parquet row 17: I-street after O"],
+    "odd": {"nested": {"deeper": [1, {"x": None}]}, "empty": {}, "flag": True},
+}
 
 
-def _png_size(data: bytes) -> tuple[int, int, int]:
+def _png_chunks(data: bytes) -> dict[bytes, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    pos, idat = 8, b""
+    pos, chunks = 8, {}
     while pos < len(data):
         (length,) = struct.unpack(">I", data[pos : pos + 4])
         kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
         (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc
-        if kind == b"IDAT":
-            idat += body
+        chunks.setdefault(kind, []).append(body)
         pos += 12 + length
-    return width, height, len(zlib.decompress(idat))
+    return chunks
 
 
-def test_png_is_valid() -> None:
-    w, h, raw = _png_size(png_line_chart([(1, 3.0), (2, 2.5), (3, 2.0)]))
-    assert raw == h * (1 + 3 * w)
-    assert _png_size(png_line_chart([]))[:2] == (w, h)  # an empty series still draws the axes
-
-
-def _fake_run(run: Path) -> Path:
+def _fake_run(run: Path, card: dict = CARD, *, skipped: bool = True, **resolve) -> Path:
     m = MetricsWriter(run)
     for s in range(1, 6):
-        m.log("step", step=s, loss=3.0 - 0.1 * s, lr=1e-3, grad_norm=1.0, tokens_per_s=100.0)
-    m.log("eval", step=5, loss=2.0, token_acc=0.7, entity_f1=0.6, samples=["[12]house_number [Oak St]street"])
-    m.log("step", step=5, loss=float("nan"), lr=1e-3, grad_norm=float("inf"), tokens_per_s=1.0)
+        m.log(
+            "step", step=s, loss=3.0 - 0.1 * s, lr=1e-3 * s / 5, grad_norm=1.5 - 0.1 * s, tokens_per_s=100.0
+        )
+        if s in (2, 4):
+            m.log(
+                "eval",
+                step=s,
+                loss=2.5 - 0.2 * s,
+                token_acc=0.5 + 0.05 * s,
+                entity_f1=0.1 * s,
+                entity_precision=0.12 * s,
+                entity_recall=0.09 * s,
+                samples=[f"[12]house_number [Oak St]street {s}"],
+            )
+    if skipped:
+        m.log("step", step=5, loss=float("nan"), lr=1e-3, grad_norm=float("inf"), tokens_per_s=1.0)
+        m.log("skipped_step", step=5, reason="non-finite loss")
     m.log("finished", step=5, reason="max_steps")
     m.close()
     doctor = run / "doctor.json"
     doctor.write_text(json.dumps({"profile": "cpu", "ok": True, "checks": []}))
-    resolved = resolve_config(path=find_config("smoke"), overrides=["optim.lr=1e-3"])
+    resolved = resolve_config(
+        path=find_config("smoke"), overrides=["optim.lr=1e-3", *resolve.get("overrides", ())]
+    )
     return write_report(
         run,
         resolved=resolved,
-        card=CARD,
+        card=card,
         facts={"precision": "fp32", "precision_reason": "cpu"},
         doctor_json=doctor,
     )
 
 
+class _Page(HTMLParser):
+    """Counts the elements of report.html and keeps the text of table cells, list items and paragraphs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.cells: list[str] = []
+        self.items: list[str] = []
+        self.paras: list[str] = []
+        self.svg_text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        while self.stack and self.stack.pop() != tag:
+            pass
+
+    def handle_data(self, data):
+        if "svg" in self.stack:
+            self.svg_text.append(data)
+        elif self.stack and self.stack[-1] in ("td", "code") and "td" in self.stack:
+            self.cells.append(data)
+        elif "li" in self.stack:
+            self.items.append(data)
+        elif self.stack and self.stack[-1] == "p":
+            self.paras.append(data)
+
+
 def test_report_contents(tmp_path: Path) -> None:
     md = _fake_run(tmp_path).read_text()
-    assert "step 5 (max_steps)" in md and "entity F1 0.6000" in md
-    assert "| optim.lr | `0.001` | --set |" in md and "Doctor: ok" in md
+    assert "- Finished: step 5 (max_steps)" in md and "entity F1 0.4000" in md
+    assert "- Best entity F1: 0.4000 (step 4)" in md and "- Skipped steps (non-finite): 1" in md
+    assert "| optim.lr | `0.001` | --set |" in md and "- Doctor: ok" in md
+    assert "| model.d_model | `32` | file:smoke.yaml (shipped) |" in md
     assert "[12]house_number" in md and "| B-street | 10 | 2 |" in md
     env = json.loads((tmp_path / "report" / "environment.json").read_text())
     assert env["doctor"]["profile"] == "cpu" and any(
         p.startswith("pyyaml==") for p in map(str.lower, env["packages"])
     )
-    assert (
-        json.loads((tmp_path / "report" / "hyperparameters.json").read_text())["sources"]["optim.lr"]
-        == "--set"
-    )
-    assert "<svg" in (tmp_path / "report" / "report.html").read_text()
+    hyper = json.loads((tmp_path / "report" / "hyperparameters.json").read_text())
+    assert hyper["sources"]["optim.lr"] == "--set" and hyper["sources"]["model.d_model"].startswith("file:/")
     assert verify_manifest(tmp_path).ok
+
+
+def test_sources_never_show_the_training_machines_paths(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    assert display_source("file:/home/alice/work/configs/tagger.yaml", run) == "file:tagger.yaml"
+    assert display_source(f"file:{run}/cfg.toml", run) == "file:cfg.toml"
+    assert display_source(f"file:{tmp_path}/runs/base.yaml", run) == "file:base.yaml"
+    assert display_source("profile:cpu", run) == "profile:cpu" and display_source("--set", run) == "--set"
+
+
+def test_figures_are_matplotlibs_with_axes_and_the_eval_metrics(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
+    md = _fake_run(tmp_path).read_text()
+    report = tmp_path / "report"
+    for name in ("loss", "eval", "lr", "grad_norm"):
+        data = (report / f"{name}.png").read_bytes()
+        chunks = _png_chunks(data)
+        text = dict(c.split(b"\0", 1) for c in chunks.get(b"tEXt", []))
+        assert b"Matplotlib" in text[b"Software"], text
+        assert struct.unpack(">II", chunks[b"IHDR"][0][:8]) == (960, 480)
+        assert f"]({name}.png)" in md
+        # Axes drawn: a near-full-height dark column (the y spine) and a near-full-width dark row (x spine).
+        dark = imread(report / f"{name}.png")[..., :3].sum(axis=-1) < 0.6
+        assert dark.sum(axis=0).max() > 0.6 * dark.shape[0] and dark.sum(axis=1).max() > 0.6 * dark.shape[1]
+    page = _Page()
+    page.feed((report / "report.html").read_text())
+    svg_text = " ".join(page.svg_text)
+    for words in (
+        "held-out loss",
+        "training loss",
+        "entity F1",
+        "entity precision",
+        "entity recall",
+        "token accuracy",
+        "optimizer step",
+        "learning rate",
+        "clip at 1",
+        "Held-out metrics",
+    ):
+        assert words in svg_text, words
+
+
+def test_report_html_is_a_real_page(tmp_path: Path) -> None:
+    _fake_run(tmp_path, STREAM_CARD)
+    html_text = (tmp_path / "report" / "report.html").read_text()
+    page = _Page()
+    page.feed(html_text)
+    assert page.tags["ul"] >= 3 and page.tags["li"] >= 8 and page.tags["table"] >= 5
+    assert html_text.count("<style>") == 1 and page.tags["h2"] >= 5  # our CSS (each SVG has its own)
+    assert not [p for p in page.paras if p.lstrip().startswith("- ")]  # no Markdown bullets as paragraphs
+    # The summary comes first: the first table after the title is the run summary.
+    assert html_text.index("Summary") < html_text.index("<svg") < html_text.index("Hyperparameters")
+    assert "Finished" in page.cells and "step 5 (max_steps)" in page.cells
+    assert not [c for c in page.cells if c.startswith("file:/")]  # sources relative, not the machine's paths
+    # The streamed card: the shard table, the consumed counts, the histogram, the odd keys - all rendered.
+    assert "nad/part-001.parquet" in page.cells and "980,123" in page.cells
+    assert "rows 4,460,246, tokens 180,000,000, epochs 2" in page.cells
+    assert "oa/us-000.parquet row 17: I-street after O" in page.items
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "| oa/us-000.parquet | 1,250,000 | 10 | 61,000,000 |" in md
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "report" / "data_token_lengths.png").is_file()
+        assert "![Token lengths: rows per bin of 8](data_token_lengths.png)" in md
+    assert verify_manifest(tmp_path).ok
+
+
+def test_without_matplotlib_the_report_is_still_written(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    md = _fake_run(tmp_path, STREAM_CARD).read_text()
+    assert "Figures skipped: matplotlib is not installed" in md
+    assert not list((tmp_path / "report").glob("*.png"))
+    assert "| 16 to 24 | 900 |" in md  # the histogram as a table instead
+    assert "<svg" not in (tmp_path / "report" / "report.html").read_text()
+    assert verify_manifest(tmp_path).ok
+
+
+def test_a_plotting_failure_costs_only_the_figures(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    from mw_env.trainer import report_figures
+
+    def broken(*_args, **_kwargs):
+        raise ValueError("bad data")
+
+    monkeypatch.setattr(report_figures, "run_figures", broken)
+    monkeypatch.setattr(report_figures, "histogram_figure", broken)
+    md = _fake_run(tmp_path, STREAM_CARD).read_text()
+    assert "Figures failed: ValueError: bad data" in md and "| 16 to 24 | 900 |" in md
+    assert verify_manifest(tmp_path).ok
+
+
+def test_an_empty_run_still_reports(tmp_path: Path) -> None:
+    resolved = resolve_config(path=find_config("smoke"))
+    md = write_report(tmp_path, resolved=resolved, card={}, facts={}).read_text()
+    assert "not finished" in md and "no evaluation ran" in md and "No data card" in md
 
 
 def test_verify_catches_changes(tmp_path: Path) -> None:
     _fake_run(tmp_path)
     (tmp_path / "train.log").write_text("a detached run's log keeps growing; it is not an artifact\n")
+    (tmp_path / "mlruns").mkdir()
+    (tmp_path / "mlruns" / "meta.yaml").write_text("MLflow's own store changes after the report\n")
     assert verify_manifest(tmp_path).ok
     (tmp_path / "report" / "report.md").write_text("edited")
-    (tmp_path / "report" / "lr.png").unlink()
+    (tmp_path / "report" / "hyperparameters.json").unlink()
     (tmp_path / "extra.txt").write_text("x")
     check = verify_manifest(tmp_path)
     assert not check.ok
-    assert check.mismatched == ("report/report.md",) and check.missing == ("report/lr.png",)
+    assert check.mismatched == ("report/report.md",) and check.missing == ("report/hyperparameters.json",)
     assert check.unlisted == ("extra.txt",)
     add_to_manifest(tmp_path, [tmp_path / "extra.txt"])
     assert "extra.txt" not in verify_manifest(tmp_path).unlisted
@@ -128,3 +283,26 @@ def test_pending_doctor_report_becomes_doctor_json(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "doctor.json").read_text())["profile"] == "next"
     assert not (tmp_path / ".doctor-pending.json").exists()
     assert verify_manifest(tmp_path).ok
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium (Debian: apt-get install chromium)")
+def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """The page as a browser draws it: not blank, and the figures' colours are on it (inline SVG rendered)."""
+    mpl_image = pytest.importorskip("matplotlib.image")
+    _fake_run(tmp_path / "run", STREAM_CARD)
+    shot = tmp_path / "shot.png"
+    argv = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    argv += [f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,2400"]
+    proc = subprocess.run(
+        [*argv, (tmp_path / "run" / "report" / "report.html").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert shot.is_file(), proc.stderr
+    rgb = mpl_image.imread(shot)[..., :3]
+    assert (rgb.sum(axis=-1) < 2.9).mean() > 0.03  # text, tables and figures, not an empty page
+    orange = (abs(rgb[..., 0] - 1.0) < 0.08) & (abs(rgb[..., 1] - 0.5) < 0.08) & (rgb[..., 2] < 0.15)
+    assert orange.sum() > 200  # the held-out loss line (matplotlib's tab:orange) is drawn

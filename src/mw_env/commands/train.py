@@ -99,9 +99,7 @@ def summary_cmd(as_json: bool, **selection: Any) -> None:
     for row in m["parameters"]:
         table.add_row(row["part"], f"{row['parameters']:,}")
     total = m["total_parameters"]
-    table.add_row(
-        "[bold]total[/bold]", f"[bold]{total:,}[/bold]" if total else "depends on the SentencePiece model"
-    )
+    table.add_row("[bold]total[/bold]", f"[bold]{total:,}[/bold]")
     console.print(table)
     d = info["data"]
     if d["source"] == "synthetic":

@@ -43,6 +43,22 @@ from mw_env.errors import InputError, MwEnvError
 @click.option(
     "--exporter", type=click.Choice(["auto", "dynamo", "torchscript"]), default="auto", show_default=True
 )
+@click.option(
+    "--quantize",
+    type=click.Choice(["int8"]),
+    default=None,
+    help="Also write <stem>.int8.onnx (onnxruntime dynamic quantization), verified against PyTorch.",
+)
+@click.option(
+    "--fp16", is_flag=True, help="Also write <stem>.fp16.onnx (fp16 weights, fp32 inputs/outputs), verified."
+)
+@click.option(
+    "--min-agreement",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=0.98,
+    show_default=True,
+    help="Share of real tokens on which an int8/fp16 model must pick PyTorch's label.",
+)
 @json_option
 def export(
     checkpoint: Path | None,
@@ -53,6 +69,9 @@ def export(
     opset: int,
     max_diff: float,
     exporter: str,
+    quantize: str | None,
+    fp16: bool,
+    min_agreement: float,
     as_json: bool,
 ) -> int:
     """Export a checkpoint (or a run's newest) to ONNX, verified with onnxruntime against PyTorch."""
@@ -71,7 +90,13 @@ def export(
         repr(max_diff),
         "--exporter",
         exporter,
+        "--min-agreement",
+        repr(min_agreement),
     ]
+    if quantize:
+        argv += ["--quantize", quantize]
+    if fp16:
+        argv.append("--fp16")
     if out is not None:
         argv += ["--out", str(out.resolve())]
     if not as_json:
@@ -100,7 +125,20 @@ def export(
         f"  verified on {len(result['cases'])} held-out batches: max |diff| {result['max_abs_diff']:.2e} "
         f"<= {result['bound']:g}, argmax agreement {100 * result['argmax_agreement']:.2f}%"
     )
-    click.echo(f"  metadata {result['metadata']}")
+    for kind, variant in (result.get("variants") or {}).items():
+        v = variant["verification"]
+        click.echo(
+            f"  {kind}: {variant['onnx']} ({variant['bytes'] / 1e6:.1f} MB), argmax agreement "
+            f"{100 * v['argmax_agreement']:.2f}% (>= {100 * v['min_agreement']:g}%), max |diff| "
+            f"{v['max_abs_diff']:.2e}, mean |diff| {v['mean_abs_diff']:.2e}"
+        )
+    click.echo(f"  metadata {result['metadata']} (id layout, labels, tokenizer, shapes)")
+    others = [Path(f).name for f in result.get("files", []) if Path(f).suffix not in (".onnx", ".json")]
+    if others:
+        click.echo(f"  beside it: {', '.join(others)}")
+    check = result.get("runtime_check") or {}
+    if check:
+        click.echo(f"  mw_tagger.py checked (onnxruntime alone): {' '.join(check['example'])}")
     click.echo(
         f"  manifest {result['manifest']}"
         if result.get("manifest")

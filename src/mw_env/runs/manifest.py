@@ -1,7 +1,9 @@
 """MANIFEST.sha256: `sha256sum` format, one `<hex>  <path relative to the run folder>` line per file.
 
-Files that legitimately keep changing after the run (the detached-run log and state files) and
-temporaries are not listed; everything the run produced is.
+Files that legitimately keep changing after the run (the detached-run log and state files), the
+MLflow file store (mlruns/: MLflow's own database, which gets the report as artifacts after this
+manifest is written and which `mlflow ui` edits) and temporaries are not listed; everything else the
+run produced is.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from mw_env.atomic import write_text_atomic
 
 MANIFEST = "MANIFEST.sha256"
 EXCLUDED_NAMES = {MANIFEST, "train.log", "run.json", "state.json"}
+EXCLUDED_DIRS = {"mlruns"}  # only at the top of the run folder
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ def sha256_file(path: Path) -> str:
 def _artifacts(run_dir: Path) -> list[str]:
     out = []
     for root, dirs, files in os.walk(run_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        top = Path(root) == Path(run_dir)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (top and d in EXCLUDED_DIRS))
         for name in files:
             if name in EXCLUDED_NAMES or ".tmp-" in name or name.startswith("."):
                 continue

@@ -3,12 +3,15 @@
 Runs inside the venv's python (`python -m mw_env.trainer.export CHECKPOINT`), which prints one JSON
 line with the result. The model takes `input_ids` (int64 [batch, seq]) and `attention_mask` (bool
 [batch, seq], True = a real token) and returns `logits` (float32 [batch, seq, labels]); batch and
-sequence are dynamic axes (sequence up to model.max_len). A `.json` beside the `.onnx` names the
-labels, tokenizer and shapes for the Node.js/browser side.
+sequence are dynamic axes (sequence up to model.max_len). Beside the `.onnx` (export_bundle): a
+`.json` with the id layout, labels, tokenizer and shapes, the SentencePiece model when there is one,
+the runtime helper mw_tagger.py, and on request int8 / fp16 variants.
 
-Verification runs inputs the export never saw - held-out addresses plus random rows at other batch
-sizes and lengths, with padding - through both runtimes; the largest absolute logit difference must
-stay under the bound, else the file is not kept. Only a verified file replaces an earlier one.
+Verification (export_verify) runs inputs the export never saw through both runtimes: the fp32 model's
+largest absolute logit difference must stay under the bound; a reduced-precision variant must pick
+the same label as PyTorch on at least --min-agreement of the real tokens. If anything fails, nothing
+is kept: every file is written under a temporary name and only a fully verified set replaces an
+earlier export.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import contextlib
 import io
 import json
 import logging
-import random
 import sys
 import warnings
 from collections.abc import Sequence
@@ -28,22 +30,13 @@ from typing import Any
 
 from mw_env.atomic import atomic_path, write_json_atomic
 from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed
+from mw_env.trainer.export_bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
+from mw_env.trainer.export_verify import OUTPUT_NAME
 
 DEFAULT_MAX_DIFF = 1e-4  # fp32 logits; the exporters agree with eager to ~1e-6 on the shipped models
 DEFAULT_OPSET = 18
 EXPORTERS = ("auto", "dynamo", "torchscript")
 INPUT_NAMES = ("input_ids", "attention_mask")
-OUTPUT_NAME = "logits"
-# Real-world shaped addresses the synthetic training data does not contain verbatim.
-HELD_OUT_ADDRESSES = (
-    "1600 Pennsylvania Avenue NW, Washington, DC 20500, USA",
-    "10 Downing Street, London SW1A 2AA, United Kingdom",
-    "Unter den Linden 77, 10117 Berlin, Deutschland",
-    "55 Rue du Faubourg Saint-Honoré, 75008 Paris, France",
-    "Prinsengracht 263-267, 1016 GV Amsterdam",
-    "Unit 4, 18 Macquarie St, Sydney NSW 2000",
-    "24 Sussex Drive, Ottawa ON K1M 1M4, Canada",
-)
 
 
 def _extra_hint() -> str:
@@ -71,6 +64,9 @@ class ExportResult:
     cases: tuple[dict[str, Any], ...]
     manifest: Path | None
     notes: tuple[str, ...] = ()
+    variants: dict[str, dict[str, Any]] | None = None  # int8 / fp16: file, sha256, bytes, figures
+    files: tuple[Path, ...] = ()  # everything written beside the .onnx
+    runtime_check: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +81,9 @@ class ExportResult:
             "bound": self.bound,
             "argmax_agreement": self.argmax_agreement,
             "cases": list(self.cases),
+            "variants": dict(self.variants or {}),
+            "files": [str(f) for f in self.files],
+            "runtime_check": self.runtime_check,
             "manifest": str(self.manifest) if self.manifest else None,
             "notes": list(self.notes),
         }
@@ -109,36 +108,6 @@ def resolve_checkpoint(path: Path) -> Path:
 def run_dir_of(checkpoint: Path) -> Path | None:
     """The run folder of `<run>/checkpoints/step-N.pt`, else None."""
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-
-
-def held_out_inputs(
-    tokenizer: Any, *, max_len: int, vocab_size: int, seed: int = 0
-) -> list[tuple[str, Any, Any]]:
-    """(name, input_ids, attention_mask) batches: the addresses, then random rows of other shapes."""
-    import torch
-
-    from mw_env.trainer.data import CLS, N_SPECIAL, PAD, SEP, encode_row
-
-    def batch(rows: list[list[int]]) -> tuple[Any, Any]:
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), PAD, dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return ids, ids != PAD
-
-    cases = []
-    rows = [encode_row(tokenizer, text.split(), None, max_len)[0] for text in HELD_OUT_ADDRESSES]
-    cases.append(("addresses", *batch(rows)))
-    rng = random.Random(seed)
-    # Batch sizes and lengths unlike the export's example (2 x 16): 1 row; odd sizes; the full length.
-    for size, lengths in (
-        (1, (5,)),
-        (3, (max_len, 9, 17)),
-        (8, tuple(rng.randint(3, max_len) for _ in range(8))),
-    ):
-        rows = [[CLS, *(rng.randrange(N_SPECIAL, vocab_size) for _ in range(n - 2)), SEP] for n in lengths]
-        cases.append((f"random batch {size}, lengths {min(lengths)}-{max(lengths)}", *batch(rows)))
-    return cases
 
 
 def _export(
@@ -204,33 +173,6 @@ def _export(
     return "torchscript"
 
 
-def verify(
-    onnx_path: Path, model: Any, cases: Sequence[tuple[str, Any, Any]]
-) -> tuple[float, float, list[dict[str, Any]]]:
-    """Max |logit difference| and argmax agreement over real tokens, onnxruntime vs PyTorch eager."""
-    import numpy as np
-    import onnxruntime as ort
-    import torch
-
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    worst, agree, total, report = 0.0, 0, 0, []
-    for name, ids, mask in cases:
-        with torch.no_grad():
-            expected = model(ids, mask).float().numpy()
-        got = session.run([OUTPUT_NAME], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
-        if got.shape != expected.shape:
-            raise StepFailed(f"ONNX output shape {got.shape} != PyTorch {expected.shape} for {name}")
-        real = mask.numpy()
-        diff = float(np.abs(got - expected)[real].max())  # padded positions are never read downstream
-        if not np.isfinite(diff):
-            diff = float("inf")
-        same = got.argmax(-1)[real] == expected.argmax(-1)[real]
-        agree, total = agree + int(same.sum()), total + int(real.sum())
-        worst = max(worst, diff)
-        report.append({"case": name, "shape": list(ids.shape), "max_abs_diff": diff})
-    return worst, agree / max(total, 1), report
-
-
 def _sha256(path: Path) -> str:
     from mw_env.runs.manifest import sha256_file
 
@@ -245,12 +187,19 @@ def export_onnx(
     max_diff: float = DEFAULT_MAX_DIFF,
     exporter: str = "auto",
     seed: int = 0,
+    quantize: str | None = None,
+    fp16: bool = False,
+    min_agreement: float = DEFAULT_MIN_AGREEMENT,
 ) -> ExportResult:
-    """Export `checkpoint` (a file or a run folder) to ONNX, verify it, record its sha256."""
+    """Export `checkpoint` (a file or a run folder) to ONNX with everything needed to serve it, all verified."""
     if exporter not in EXPORTERS:
         raise InputError(f"--exporter {exporter!r}: allowed {', '.join(EXPORTERS)}")
     if not max_diff > 0:
         raise InputError(f"--max-diff {max_diff}: must be > 0")
+    if quantize not in (None, "int8"):
+        raise InputError(f"--quantize {quantize!r}: allowed int8")
+    if not 0 < min_agreement <= 1:
+        raise InputError(f"--min-agreement {min_agreement}: must be in (0, 1]")
     try:
         import onnx
         import onnxruntime  # fail here, not after minutes of export
@@ -260,7 +209,9 @@ def export_onnx(
         ) from exc
     import torch
 
+    from mw_env.trainer import export_bundle as bundle
     from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.export_verify import check_runtime_helper, held_out_inputs, verify
 
     ckpt_path = resolve_checkpoint(checkpoint)
     ckpt = load_checkpoint(ckpt_path)
@@ -273,43 +224,83 @@ def export_onnx(
         out = base / f"model-step-{step:09d}.onnx"
     out = Path(out).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
+    stem = out.stem
+    wanted = [v for v, on in (("int8", quantize == "int8"), ("fp16", fp16)) if on]
     example = (torch.randint(4, tokenizer.vocab_size, (2, 16)), torch.ones(2, 16, dtype=torch.bool))
-    # Kept only once checked and verified: a disagreeing export leaves nothing behind.
-    with atomic_path(out, suffix=".onnx") as tmp:
+    cases = held_out_inputs(tokenizer, max_len=max_len, vocab_size=tokenizer.vocab_size, seed=seed)
+    variants: dict[str, dict[str, Any]] = {}
+    # Everything under temporary names first: a disagreeing model or variant leaves nothing behind.
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(atomic_path(out, suffix=".onnx"))
         used = _export(model, example, tmp, opset=opset, max_len=max_len, exporter=exporter)
         onnx.checker.check_model(str(tmp))
-        cases = held_out_inputs(tokenizer, max_len=max_len, vocab_size=tokenizer.vocab_size, seed=seed)
-        worst, agreement, report = verify(tmp, model, cases)
+        fp32 = verify(tmp, model, cases)
+        worst = fp32["max_abs_diff"]
         if not worst <= max_diff:
-            per_case = ", ".join(f"{r['case']}: {r['max_abs_diff']:.3g}" for r in report)
+            per_case = ", ".join(f"{r['case']}: {r['max_abs_diff']:.3g}" for r in fp32["cases"])
             raise StepFailed(
                 f"the ONNX model disagrees with PyTorch: max |logit difference| {worst:.3g} > bound "
                 f"{max_diff:g} ({per_case})",
                 hint="nothing was kept; try the other --exporter or another --opset, and report the model/torch versions",
             )
         digest = _sha256(tmp)
+        for kind in wanted:
+            path = out.with_name(f"{stem}.{kind}.onnx")
+            vtmp = stack.enter_context(atomic_path(path, suffix=".onnx"))
+            bundle.make_variant(kind, tmp, vtmp)
+            figures = verify(vtmp, model, cases)
+            bundle.judge_variant(kind, figures, min_agreement=min_agreement)
+            variants[kind] = {
+                "onnx": path.name,
+                "sha256": _sha256(vtmp),
+                "bytes": vtmp.stat().st_size,
+                "verification": {
+                    "max_abs_diff": figures["max_abs_diff"],
+                    "mean_abs_diff": figures["mean_abs_diff"],
+                    "argmax_agreement": figures["argmax_agreement"],
+                    "min_agreement": min_agreement,
+                    "bound": FP16_MAX_DIFF if kind == "fp16" else None,
+                    "cases": figures["cases"],
+                },
+            }
+        fp32_bytes = tmp.stat().st_size
+    files = [out, *(out.with_name(v["onnx"]) for v in variants.values())]
+    tok = bundle.tokenizer_entry(tokenizer, stem)
+    if tokenizer.kind == "sentencepiece":
+        from mw_env.atomic import write_bytes_atomic
+
+        write_bytes_atomic(out.parent / tok["model"], bytes(tokenizer.proto))
+        tok["sha256"] = _sha256(out.parent / tok["model"])
+        files.append(out.parent / tok["model"])
     meta_path = out.with_suffix(".json")
     metadata = {
+        "format": bundle.FORMAT,
         "onnx": out.name,
         "sha256": digest,
-        "inputs": {
-            "input_ids": "int64 [batch, seq]",
-            "attention_mask": "bool [batch, seq], true = real token",
-        },
-        "outputs": {"logits": f"float32 [batch, seq, {len(labels)}]"},
+        **bundle.io_spec(len(labels)),
         "max_seq_len": max_len,
+        "id_layout": bundle.id_layout(tokenizer),
+        "tokenizer": tok,
         "labels": labels,
-        "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size},
+        "label_scheme": "BIO over words; an entity is a B- label and the I- labels of its type that follow",
+        "variants": {
+            "fp32": {"onnx": out.name, "sha256": digest, "bytes": fp32_bytes},
+            **{k: {n: v[n] for n in ("onnx", "sha256", "bytes")} for k, v in variants.items()},
+        },
+        "runtime_helper": bundle.RUNTIME_HELPER,
         "checkpoint": str(ckpt_path),
+        "checkpoint_sha256": _sha256(ckpt_path),
         "step": step,
         "config_sha256": ckpt.get("config_sha256"),
         "exporter": used,
         "opset": opset,
         "verification": {
             "max_abs_diff": worst,
+            "mean_abs_diff": fp32["mean_abs_diff"],
             "bound": max_diff,
-            "argmax_agreement": agreement,
-            "cases": report,
+            "argmax_agreement": fp32["argmax_agreement"],
+            "cases": fp32["cases"],
+            **{kind: v["verification"] for kind, v in variants.items()},
         },
         "versions": {
             "torch": torch.__version__,
@@ -318,11 +309,13 @@ def export_onnx(
         },
     }
     write_json_atomic(meta_path, metadata)
+    files += [meta_path, bundle.copy_runtime_helper(out.parent)]
+    runtime_check = check_runtime_helper(meta_path, tokenizer, max_len=max_len)
     manifest, notes = None, []
     if run_dir is not None and out.is_relative_to(run_dir.resolve()):
         from mw_env.runs.manifest import add_to_manifest
 
-        manifest = add_to_manifest(run_dir, [out, meta_path])
+        manifest = add_to_manifest(run_dir, files)
     else:
         notes.append(f"{out} is outside the run folder: no manifest entry (sha256 is in {meta_path.name})")
     return ExportResult(
@@ -335,10 +328,13 @@ def export_onnx(
         opset=opset,
         max_abs_diff=worst,
         bound=max_diff,
-        argmax_agreement=agreement,
-        cases=tuple(report),
+        argmax_agreement=fp32["argmax_agreement"],
+        cases=tuple(fp32["cases"]),
         manifest=manifest,
         notes=tuple(notes),
+        variants=variants,
+        files=tuple(files),
+        runtime_check=runtime_check,
     )
 
 
@@ -358,6 +354,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-diff", type=float, default=DEFAULT_MAX_DIFF, help="bound on max |logit difference|"
     )
     parser.add_argument("--exporter", choices=EXPORTERS, default="auto")
+    parser.add_argument("--quantize", choices=["int8"], default=None, help="also write <stem>.int8.onnx")
+    parser.add_argument("--fp16", action="store_true", help="also write <stem>.fp16.onnx")
+    parser.add_argument("--min-agreement", type=float, default=DEFAULT_MIN_AGREEMENT)
     args = parser.parse_args(argv)
     try:
         result = export_onnx(
@@ -366,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             opset=args.opset,
             max_diff=args.max_diff,
             exporter=args.exporter,
+            quantize=args.quantize,
+            fp16=args.fp16,
+            min_agreement=args.min_agreement,
         )
     except MwEnvError as exc:
         print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}))

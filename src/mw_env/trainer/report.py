@@ -1,105 +1,43 @@
-"""The run report in <run>/report/: curves (PNG + inline SVG), hyperparameters, data card, environment.
+"""The run report in <run>/report/: summary, figures, hyperparameters, data card, environment.
 
-Curves are drawn without matplotlib (a small PNG rasteriser over zlib, and SVG for the HTML page),
-so a report never depends on a plotting stack being installed in the training venv. The run folder's
-SHA256 manifest is rewritten last, covering every artifact including this report.
+Files: report.md (figures as PNG beside it), report.html (one self-contained page: figures inlined as
+SVG, a little CSS), hyperparameters.json, data_card.json, environment.json, packages.txt, *.png.
+The content is built once as blocks (report_doc) and rendered to both formats. Figures need
+matplotlib (the `train` extra); without it the report is still written and says so - a report must
+never be what fails at the end of hours of training. The run folder's MANIFEST.sha256 is rewritten
+last, covering every artifact including this report; then, for runtime.tracking=mlflow, the report,
+the manifest and the final checkpoint's path go to the MLflow run as artifacts.
 """
 
 from __future__ import annotations
 
-import html
 import importlib.metadata
-import itertools
 import json
-import struct
-import zlib
+import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
-from mw_env.runs.manifest import write_manifest
+from mw_env.atomic import write_json_atomic, write_text_atomic
+from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
 from mw_env.trainer.metrics import latest_by_step, read_metrics
+from mw_env.trainer.report_card import card_blocks
+from mw_env.trainer.report_doc import (
+    Block,
+    Bullets,
+    Cell,
+    Code,
+    Fig,
+    Heading,
+    Para,
+    Table,
+    kv_table,
+    to_html,
+    to_markdown,
+)
+from mw_env.trainer.report_figures import Figure
 from mw_env.trainspec.config import ResolvedConfig
-
-W, H, PAD = 640, 320, 40
-
-
-def _scale(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys), max(ys)
-    if x1 == x0:
-        x1 = x0 + 1
-    if y1 == y0:
-        y1 = y0 + 1
-    return [
-        (PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD), H - PAD - (y - y0) / (y1 - y0) * (H - 2 * PAD))
-        for x, y in points
-    ]
-
-
-def png_line_chart(points: Sequence[tuple[float, float]]) -> bytes:
-    """A W x H RGB PNG: white ground, grey axes, the series as a blue polyline."""
-    px = bytearray(b"\xff" * (W * H * 3))
-
-    def put(x: int, y: int, rgb: tuple[int, int, int]) -> None:
-        if 0 <= x < W and 0 <= y < H:
-            i = (y * W + x) * 3
-            px[i : i + 3] = bytes(rgb)
-
-    for x in range(PAD, W - PAD + 1):
-        put(x, H - PAD, (128, 128, 128))
-    for y in range(PAD, H - PAD + 1):
-        put(PAD, y, (128, 128, 128))
-    pts = _scale(points) if points else []
-    for (xa, ya), (xb, yb) in itertools.pairwise(pts):
-        n = int(max(abs(xb - xa), abs(yb - ya))) + 1
-        for k in range(n + 1):
-            t = k / n
-            x, y = round(xa + (xb - xa) * t), round(ya + (yb - ya) * t)
-            for dx, dy in ((0, 0), (1, 0), (0, 1)):  # 2-pixel pen
-                put(x + dx, y + dy, (31, 90, 200))
-    if len(pts) == 1:
-        put(round(pts[0][0]), round(pts[0][1]), (31, 90, 200))
-    raw = b"".join(b"\x00" + bytes(px[y * W * 3 : (y + 1) * W * 3]) for y in range(H))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data))
-            + kind
-            + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-        )
-
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw, 6))
-        + chunk(b"IEND", b"")
-    )
-
-
-def svg_line_chart(points: Sequence[tuple[float, float]], title: str) -> str:
-    if not points:
-        return f"<p>{html.escape(title)}: no data</p>"
-    pts = _scale(points)
-    ys = [p[1] for p in points]
-    xs = [p[0] for p in points]
-    poly = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img">'
-        f'<title>{html.escape(title)}</title><rect width="{W}" height="{H}" fill="white"/>'
-        f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="grey"/>'
-        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="grey"/>'
-        f'<polyline fill="none" stroke="#1f5ac8" stroke-width="2" points="{poly}"/>'
-        f'<text x="{PAD}" y="{PAD - 8}" font-size="13">{html.escape(title)}</text>'
-        f'<text x="2" y="{PAD + 4}" font-size="10">{max(ys):.4g}</text>'
-        f'<text x="2" y="{H - PAD}" font-size="10">{min(ys):.4g}</text>'
-        f'<text x="{PAD}" y="{H - PAD + 16}" font-size="10">step {xs[0]:g}</text>'
-        f'<text x="{W - PAD - 60}" y="{H - PAD + 16}" font-size="10">step {xs[-1]:g}</text></svg>'
-    )
 
 
 def package_list() -> list[str]:
@@ -112,8 +50,204 @@ def package_list() -> list[str]:
     return [seen[k] for k in sorted(seen)]
 
 
-def _write_json(path: Path, data: Any) -> None:
-    write_json_atomic(path, data, default=str)
+def display_source(source: str | None, run_dir: Path) -> str:
+    """A value's source without the training machine's absolute paths: `file:smoke.yaml (shipped)`."""
+    if not source or not source.startswith("file:"):
+        return str(source)
+    path = Path(source[5:])
+    shipped = Path(__file__).resolve().parents[1] / "trainspec" / "configs"
+    for base, suffix in ((shipped, " (shipped)"), (run_dir.resolve(), ""), (run_dir.resolve().parent, "")):
+        try:
+            return f"file:{path.resolve().relative_to(base).as_posix()}{suffix}"
+        except ValueError:
+            continue
+    return f"file:{path.name}"
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s < 120:
+        return f"{s} s"
+    h, m = divmod(s // 60, 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min {s % 60:02d} s"
+
+
+def _num(value: Any, spec: str = ".4f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "n/a"
+
+
+def final_checkpoint(run_dir: Path) -> Path | None:
+    from mw_env.trainer.checkpoint import list_checkpoints
+
+    found = list_checkpoints(Path(run_dir) / "checkpoints")
+    return found[-1] if found else None
+
+
+_FACTS = ("precision", "precision_reason", "device_name", "device", "world_size", "torch")
+
+
+def summary_pairs(
+    run_dir: Path,
+    events: Sequence[dict[str, Any]],
+    facts: dict[str, Any],
+    doctor: Any,
+    resolved: ResolvedConfig,
+) -> list[tuple[str, Cell]]:
+    steps = latest_by_step(events, "step")
+    evals = latest_by_step(events, "eval")
+    finished = [e for e in events if e.get("event") == "finished"]
+    end = finished[-1] if finished else {}
+    losses = [e for e in steps if isinstance(e.get("loss"), (int, float))]
+    pairs: list[tuple[str, Cell]] = [
+        (
+            "Finished",
+            f"step {end['step']} ({end.get('reason')})" if end else "not finished (no `finished` event)",
+        ),
+        ("Final training loss", f"{losses[-1]['loss']:.4f} (step {losses[-1]['step']})" if losses else "n/a"),
+    ]
+    if evals:
+        last = evals[-1]
+        pairs += [
+            (
+                f"Last eval (step {last.get('step')})",
+                f"loss {_num(last.get('loss'))}, token accuracy "
+                f"{_num(last.get('token_acc'))}, entity F1 {_num(last.get('entity_f1'))}",
+            ),
+            (
+                "Entity precision / recall",
+                f"{_num(last.get('entity_precision'))} / {_num(last.get('entity_recall'))}",
+            ),
+        ]
+        scored = [e for e in evals if isinstance(e.get("entity_f1"), (int, float))]
+        if scored:
+            best = max(scored, key=lambda e: e["entity_f1"])
+            pairs.append(("Best entity F1", f"{best['entity_f1']:.4f} (step {best['step']})"))
+    else:
+        pairs.append(("Evaluation", "no evaluation ran"))
+    times = [e["time"] for e in events if isinstance(e.get("time"), (int, float))]
+    if len(times) >= 2:
+        pairs.append(("Wall time (first to last event)", _duration(max(times) - min(times))))
+    rates = [e["tokens_per_s"] for e in steps if isinstance(e.get("tokens_per_s"), (int, float))]
+    if rates:
+        pairs.append(("Throughput (median)", f"{statistics.median(rates):,.0f} tokens/s"))
+    skipped = {e.get("step") for e in events if e.get("event") == "skipped_step"}
+    pairs.append(("Skipped steps (non-finite)", str(len(skipped))))
+    fact = {k: "unknown" if facts.get(k) is None else str(facts[k]) for k in _FACTS}
+    pairs += [
+        ("Precision", f"{fact['precision']} ({fact['precision_reason']})"),
+        ("Device", f"{fact['device_name']} ({fact['device']}), world size {fact['world_size']}"),
+        ("torch", fact["torch"]),
+        ("Doctor", "not run" if doctor is None else ("ok" if doctor.get("ok") else "FAILED checks")),
+        (
+            "Config",
+            f"{display_source('file:' + str(resolved.path), run_dir)[5:] if resolved.path else 'defaults'}, "
+            f"sha256 {resolved.config.sha256()[:12]}",
+        ),
+    ]
+    ckpt = final_checkpoint(run_dir)
+    pairs.append(("Final checkpoint", Code(ckpt.relative_to(run_dir).as_posix()) if ckpt else "none"))
+    return pairs
+
+
+def _draw_figures(
+    events: Sequence[dict[str, Any]], out: Path, resolved: ResolvedConfig
+) -> tuple[list[Figure], Any, str | None]:
+    """(run figures, histogram drawer, note): figures need matplotlib; without it, a note instead."""
+    try:
+        import matplotlib  # noqa: F401  (the import that fails where the extra is missing)
+
+        from mw_env.trainer import report_figures as rf
+    except ImportError as exc:
+        note = (
+            f"Figures skipped: matplotlib is not installed in this venv ({exc}); install mw-env[train] "
+            f"(`uv pip install --python {sys.prefix}/bin/python matplotlib`) for figures in the next report."
+        )
+        return [], lambda *_a: None, note
+
+    def draw(name: str, title: str, counts: Sequence[float], width: float) -> Figure | None:
+        try:
+            return rf.histogram_figure(
+                name, title, counts, bin_width=width, xlabel="input tokens per row", out_dir=out
+            )
+        except Exception:  # an odd histogram is shown as a table instead
+            return None
+
+    try:
+        return rf.run_figures(events, out, grad_clip=resolved.config.optim.grad_clip), draw, None
+    except Exception as exc:  # a plotting failure must not cost the rest of the report
+        return [], draw, f"Figures failed: {type(exc).__name__}: {exc} (metrics.jsonl has every value)."
+
+
+def build_blocks(
+    run_dir: Path,
+    *,
+    resolved: ResolvedConfig,
+    card: Any,
+    facts: dict[str, Any],
+    doctor: Any,
+    events: Sequence[dict[str, Any]],
+    out: Path,
+) -> list[Block]:
+    figures, draw, note = _draw_figures(events, out, resolved)
+    blocks: list[Block] = [
+        Heading("Summary"),
+        kv_table(summary_pairs(run_dir, events, facts, doctor, resolved), "kv summary"),
+    ]
+    blocks.append(Heading("Curves"))
+    blocks += [Fig(f) for f in figures] if figures else [Para(note or "No figures.")]
+    evals = latest_by_step(events, "eval")
+    samples = evals[-1].get("samples") if evals else None
+    if samples:
+        blocks += [
+            Heading(f"Held-out addresses as tagged (eval at step {evals[-1].get('step')})"),
+            Bullets(tuple(Code(str(s)) for s in samples)),
+        ]
+    cfg = resolved.config.to_dict()
+    rows: list[tuple[Cell, ...]] = [
+        (
+            f"{section}.{key}",
+            Code(json.dumps(value)),
+            display_source(resolved.sources.get(f"{section}.{key}"), run_dir),
+        )
+        for section, body in cfg.items()
+        for key, value in body.items()
+    ]
+    blocks += [
+        Heading("Hyperparameters"),
+        Para(
+            "Resolved values and where each came from (default < profile < file < --set); the full record, "
+            "absolute paths included, is in hyperparameters.json."
+        ),
+        Table(header=("key", "value", "source"), rows=tuple(rows)),
+        Heading("Data card"),
+        *card_blocks(card, draw),
+        Heading("Environment"),
+        Bullets(
+            (
+                "environment.json: the doctor's JSON report and the run's facts",
+                "packages.txt: the exact version of every package in the training venv",
+                "hyperparameters.json, data_card.json: the tables above as data",
+                f"{MANIFEST} (run folder): sha256 of every artifact; `mw-env train verify RUN` checks it",
+            )
+        ),
+    ]
+    return blocks
+
+
+def _read_doctor(run_dir: Path, doctor_json: Path | None) -> Any:
+    if not (doctor_json and Path(doctor_json).is_file()):
+        return None
+    doctor = json.loads(Path(doctor_json).read_text(encoding="utf-8"))
+    kept = Path(run_dir) / "doctor.json"
+    if Path(doctor_json).resolve() != kept.resolve():
+        # The launcher's pending report becomes this run's doctor.json only now, with the report.
+        write_json_atomic(kept, doctor, default=str)
+        if (
+            Path(doctor_json).name.startswith(".")
+            and Path(doctor_json).parent.resolve() == Path(run_dir).resolve()
+        ):
+            Path(doctor_json).unlink(missing_ok=True)
+    return doctor
 
 
 def write_report(
@@ -124,104 +258,37 @@ def write_report(
     facts: dict[str, Any],
     doctor_json: Path | None = None,
 ) -> Path:
-    """Write report/ and MANIFEST.sha256; return the path of report.md."""
-    out = Path(run_dir) / "report"
+    """Write report/ and MANIFEST.sha256 (then the MLflow artifacts, if tracked); return report.md's path."""
+    run_dir = Path(run_dir)
+    out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     events = read_metrics(run_dir)
-    steps = latest_by_step(events, "step")
-    evals = latest_by_step(events, "eval")
-    finished = [e for e in events if e.get("event") == "finished"]
-    loss_pts = [(e["step"], e["loss"]) for e in steps if isinstance(e.get("loss"), (int, float))]
-    lr_pts = [(e["step"], e["lr"]) for e in steps if isinstance(e.get("lr"), (int, float))]
-    write_bytes_atomic(out / "loss.png", png_line_chart(loss_pts))
-    write_bytes_atomic(out / "lr.png", png_line_chart(lr_pts))
-
-    _write_json(out / "hyperparameters.json", resolved.to_dict())
-    _write_json(out / "data_card.json", card)
-    doctor: Any = None
-    if doctor_json and Path(doctor_json).is_file():
-        doctor = json.loads(Path(doctor_json).read_text(encoding="utf-8"))
-        kept = Path(run_dir) / "doctor.json"
-        if Path(doctor_json).resolve() != kept.resolve():
-            # The launcher's pending report becomes this run's doctor.json only now, with the report.
-            write_json_atomic(kept, doctor, default=str)
-            if (
-                Path(doctor_json).name.startswith(".")
-                and Path(doctor_json).parent.resolve() == Path(run_dir).resolve()
-            ):
-                Path(doctor_json).unlink(missing_ok=True)
+    write_json_atomic(out / "hyperparameters.json", resolved.to_dict(), default=str)
+    write_json_atomic(out / "data_card.json", card, default=str)
+    doctor = _read_doctor(run_dir, doctor_json)
     packages = package_list()
     write_text_atomic(out / "packages.txt", "\n".join(packages) + "\n")
-    _write_json(out / "environment.json", {"facts": facts, "doctor": doctor, "packages": packages})
-
-    cfg = resolved.config.to_dict()
-    last_eval = evals[-1] if evals else {}
-    end = finished[-1] if finished else {}
-    lines = [
-        f"# Training run report: {Path(run_dir).name}",
-        "",
-        f"- Finished: step {end.get('step', '?')} ({end.get('reason', 'not finished')})",
-        f"- Final loss: {loss_pts[-1][1]:.4f}" if loss_pts else "- Final loss: n/a",
-        f"- Last eval (step {last_eval.get('step')}): loss {last_eval.get('loss', float('nan')):.4f}, "
-        f"token accuracy {last_eval.get('token_acc', float('nan')):.4f}, "
-        f"entity F1 {last_eval.get('entity_f1', float('nan')):.4f}"
-        if evals
-        else "- No evaluation ran",
-        f"- Precision: {facts.get('precision')} - {facts.get('precision_reason')}",
-        f"- Device: {facts.get('device_name')} ({facts.get('device')}), world size {facts.get('world_size')}, "
-        f"torch {facts.get('torch')}",
-        f"- Doctor: {'ok' if doctor and doctor.get('ok') else ('not run' if doctor is None else 'FAILED checks')}",
-        "",
-        "## Curves",
-        "",
-        "![loss](loss.png)",
-        "",
-        "![learning rate](lr.png)",
-        "",
-        "## Hyperparameters (resolved; source of each in hyperparameters.json)",
-        "",
-        "| key | value | source |",
-        "|---|---|---|",
-    ]
-    for section, body in cfg.items():
-        for key, value in body.items():
-            lines.append(
-                f"| {section}.{key} | `{json.dumps(value)}` | {resolved.sources.get(f'{section}.{key}')} |"
-            )
-    lines += ["", "## Data card", "", f"- Rows: {card['rows']}", f"- Tokenizer: {card['tokenizer']}"]
-    lines += [f"- Words cut by max_len: {card['truncated_words']}", "- Sources:"]
-    for src in card["sources"]:
-        lines.append(f"  - {json.dumps(src)}")
-    lines += ["", "| tag | train | val |", "|---|---|---|"]
-    dist = card["tag_distribution"]
-    for tag in card["labels"]:
-        lines.append(f"| {tag} | {dist['train'].get(tag, 0)} | {dist['val'].get(tag, 0)} |")
-    if last_eval.get("samples"):
-        lines += ["", "## Held-out addresses as tagged (last eval)", ""]
-        lines += [f"- `{s}`" for s in last_eval["samples"]]
-    lines += [
-        "",
-        "## Environment",
-        "",
-        "environment.json (doctor JSON, facts), packages.txt (exact versions).",
-        "",
-    ]
-    md = "\n".join(lines) + "\n"
-    write_text_atomic(out / "report.md", md)
-
-    body = "".join(f"<p>{html.escape(line)}</p>" for line in lines[:8] if line and not line.startswith("#"))
-    table = "".join(
-        f"<tr><td>{html.escape(s)}.{html.escape(k)}</td><td><code>{html.escape(json.dumps(v))}</code></td>"
-        f"<td>{html.escape(str(resolved.sources.get(f'{s}.{k}')))}</td></tr>"
-        for s, b in cfg.items()
-        for k, v in b.items()
+    write_json_atomic(
+        out / "environment.json", {"facts": facts, "doctor": doctor, "packages": packages}, default=str
     )
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(Path(run_dir).name)}</title></head>"
-        f"<body><h1>Training run report</h1>{body}{svg_line_chart(loss_pts, 'training loss')}"
-        f"{svg_line_chart(lr_pts, 'learning rate')}<h2>Hyperparameters</h2><table>{table}</table>"
-        "<p>Data card: data_card.json · environment: environment.json · packages: packages.txt</p></body></html>"
+
+    blocks = build_blocks(
+        run_dir, resolved=resolved, card=card, facts=facts, doctor=doctor, events=events, out=out
     )
-    write_text_atomic(out / "report.html", page)
-    write_manifest(Path(run_dir))
+    title = f"Training run report: {run_dir.name}"
+    write_text_atomic(out / "report.md", to_markdown(title, blocks, base=out))
+    write_text_atomic(out / "report.html", to_html(title, blocks))
+    write_manifest(run_dir)
+    if resolved.config.runtime.tracking == "mlflow":
+        _log_to_mlflow(run_dir)
     return out / "report.md"
+
+
+def _log_to_mlflow(run_dir: Path) -> None:
+    from mw_env.trainer.tracking_mlflow import log_run_artifacts
+
+    ckpt = final_checkpoint(run_dir)
+    digest = read_manifest(run_dir)[0].get(ckpt.relative_to(run_dir).as_posix()) if ckpt else None
+    warning = log_run_artifacts(run_dir, checkpoint=ckpt, checkpoint_sha256=digest)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)

@@ -1,26 +1,34 @@
-"""Optional experiment tracking: TensorBoard or MLflow (file backend), fed with the metrics events.
+"""Optional experiment tracking: TensorBoard or MLflow (tracking_mlflow), fed with the metrics events.
 
 metrics.jsonl stays the source of truth; a tracker is a view of it. So a tracker that fails in the
 middle of a run (a full disk under mlruns/, a broken plugin) says so once on stderr and goes quiet
 rather than ending hours of training. A tracker that cannot start is an error: it was asked for.
+MLflow also gets the finished run's report (report.write_report calls tracking_mlflow.log_run_artifacts).
 Runs inside the venv's python (TensorBoard's writer comes with torch).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from mw_env.errors import InputError, MwEnvError
+from mw_env.trainer.tracking_values import flatten, metric_values
+
+__all__ = [
+    "KINDS",
+    "NullTracker",
+    "TensorBoardTracker",
+    "Tracker",
+    "flatten",
+    "metric_values",
+    "open_trackers",
+]
 
 KINDS = ("none", "tensorboard", "mlflow")
-# Event fields that are not metrics.
-_NOT_METRICS = {"event", "step", "time", "phase", "path", "reason"}
 
 
 class Tracker(Protocol):
@@ -35,36 +43,6 @@ class NullTracker:
 
     def close(self) -> None:
         return None
-
-
-def metric_values(event: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric fields of an event under "<train|eval>/<name>" (NaN/inf kept: a tracker should show them)."""
-    kind = event.get("event")
-    prefix = {"step": "train", "eval": "eval"}.get(str(kind))
-    if prefix is None:
-        return {"train/skipped_step": 1.0} if kind == "skipped_step" else {}
-    out = {}
-    for key, value in event.items():
-        if key in _NOT_METRICS or isinstance(value, bool):
-            continue
-        if value is None and key == "loss":
-            out[f"{prefix}/loss"] = float("nan")  # the trainer writes a non-finite loss as null
-        elif isinstance(value, int | float):
-            out[f"{prefix}/{key}"] = float(value)
-    return out
-
-
-def flatten(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"optim": {"lr": 1e-3}} -> {"optim.lr": "0.001"}; values as short strings (MLflow params)."""
-    out: dict[str, str] = {}
-    for key, value in hparams.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, prefix=f"{name}."))
-        else:
-            text = json.dumps(value) if isinstance(value, list | tuple) else str(value)
-            out[name] = text[:500]
-    return out
 
 
 class _Guarded:
@@ -97,7 +75,7 @@ class TensorBoardTracker(_Guarded):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
-            raise _missing("tensorboard", "tensorboard", exc) from exc
+            raise _missing_tensorboard(exc) from exc
         self.log_dir = Path(run_dir) / "tensorboard"
         self.writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=30)
         self.writer.add_text(
@@ -119,79 +97,11 @@ class TensorBoardTracker(_Guarded):
         self.guard("close", self.writer.close)
 
 
-class MLflowTracker(_Guarded):
-    """An MLflow run in <run_dir>/mlruns (`mlflow ui --backend-store-uri <run_dir>/mlruns`).
-
-    A resumed run continues the same MLflow run (its id is kept in mlruns/mw-env-run-id).
-    """
-
-    EXPERIMENT = "mw-env"
-
-    def __init__(self, run_dir: Path, hparams: Mapping[str, Any]) -> None:
-        super().__init__("mlflow")
-        try:
-            from mlflow.entities import Param
-            from mlflow.tracking import MlflowClient
-        except ImportError as exc:
-            raise _missing("mlflow", "mlflow", exc) from exc
-        # MLflow >= 3.x refuses the file store ("maintenance mode") unless this opt-out is set; a
-        # plain folder beside metrics.jsonl (no database, no server) is exactly what a run wants.
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        self.store = (Path(run_dir) / "mlruns").resolve()
-        self.store.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(tracking_uri=self.store.as_uri())
-        experiment = self.client.get_experiment_by_name(self.EXPERIMENT)
-        experiment_id = (
-            experiment.experiment_id if experiment else self.client.create_experiment(self.EXPERIMENT)
-        )
-        id_file = self.store / "mw-env-run-id"
-        self.run_id = self._resume(id_file)
-        if self.run_id is None:
-            run = self.client.create_run(
-                experiment_id, run_name=Path(run_dir).name, tags={"mw-env.run_dir": str(run_dir)}
-            )
-            self.run_id = run.info.run_id
-            id_file.write_text(self.run_id + "\n")
-            params = [Param(k, v) for k, v in flatten(hparams).items()]
-            for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
-                self.client.log_batch(self.run_id, params=params[i : i + 100])
-
-    def _resume(self, id_file: Path) -> str | None:
-        try:
-            run_id = id_file.read_text().strip()
-            self.client.get_run(run_id)
-        except Exception:  # no file, or a run the store does not know: start a new one
-            return None
-        self.client.update_run(run_id, status="RUNNING")
-        return run_id
-
-    def log(self, event: dict[str, Any]) -> None:
-        step = event.get("step")
-        if not isinstance(step, int):
-            return
-        stamp = int(float(event.get("time") or time.time()) * 1000)
-        for key, value in metric_values(event).items():
-            self.guard(
-                "log_metric", self.client.log_metric, self.run_id, key, value, timestamp=stamp, step=step
-            )
-        if event.get("event") == "finished":
-            self.guard(
-                "set_tag", self.client.set_tag, self.run_id, "mw-env.finished", str(event.get("reason"))
-            )
-            self._status = "FAILED" if event.get("reason") == "nonfinite" else "FINISHED"
-
-    def close(self) -> None:
-        self.guard(
-            "set_terminated", self.client.set_terminated, self.run_id, getattr(self, "_status", "KILLED")
-        )
-
-
-def _missing(kind: str, package: str, exc: ImportError) -> MwEnvError:
+def _missing_tensorboard(exc: ImportError) -> MwEnvError:
     return MwEnvError(
-        f"runtime.tracking is {kind!r} but {package} cannot be imported in this venv ({exc})",
-        hint=f"install it into the training venv: `uv pip install --python {sys.prefix}/bin/python {package}` "
-        f"(or the mw-env extra: `mw-env[{'mlflow' if kind == 'mlflow' else 'tracking'}]`), or set "
-        "runtime.tracking=none",
+        f"runtime.tracking is 'tensorboard' but tensorboard cannot be imported in this venv ({exc})",
+        hint=f"install it into the training venv: `uv pip install --python {sys.prefix}/bin/python tensorboard` "
+        "(or the mw-env extra: `mw-env[tracking]`), or set runtime.tracking=none",
     )
 
 
@@ -202,5 +112,7 @@ def open_trackers(kind: str, run_dir: Path, hparams: dict[str, Any]) -> Tracker:
     if kind == "tensorboard":
         return TensorBoardTracker(Path(run_dir), hparams)
     if kind == "mlflow":
+        from mw_env.trainer.tracking_mlflow import MLflowTracker
+
         return MLflowTracker(Path(run_dir), hparams)
     raise InputError(f"runtime.tracking: unknown tracker {kind!r}", hint=f"allowed: {', '.join(KINDS)}")

@@ -91,6 +91,9 @@ class RuntimeConfig:
     early_stop_min_delta: float = 0.0
     max_nonfinite: int = 5  # consecutive skipped (non-finite) steps before the run stops
     tracking: Tracking = "none"
+    # MLflow only: a tracking URI (sqlite:///path/mlflow.db, http://server:5000, a folder). "" = the
+    # MLFLOW_TRACKING_URI environment variable, else the run folder's own file store (<run>/mlruns).
+    tracking_uri: str = ""
 
 
 @dataclass(frozen=True)

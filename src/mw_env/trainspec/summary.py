@@ -1,6 +1,8 @@
 """`train summary`: the model (parameters per block, total), the data and the schedule - without torch.
 
 Parameter counts are computed from the config by formula; tests check them against the torch model.
+The vocabulary is 260 ids for the byte tokenizer; for SentencePiece it is the model file's piece count
+plus the 4 special ids (read from data.spm_model, see spm_vocab).
 """
 
 from __future__ import annotations
@@ -9,9 +11,19 @@ from typing import Any
 
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.schedule import lr_factor
+from mw_env.trainspec.spm_vocab import spm_piece_count
 from mw_env.trainspec.synthetic import LABELS
 
-BYTE_VOCAB = 260
+N_SPECIAL = 4  # PAD, CLS, SEP, UNK before every tokenizer's own ids (mw_env.trainer.data)
+BYTE_VOCAB = 256 + N_SPECIAL
+
+
+def tokenizer_vocab_size(config: TrainConfig) -> int:
+    """The embedding rows the trainer will build for this config's tokenizer."""
+    d = config.data
+    if d.tokenizer == "sentencepiece":
+        return spm_piece_count(str(d.spm_model)) + N_SPECIAL
+    return BYTE_VOCAB
 
 
 def parameter_counts(
@@ -30,8 +42,8 @@ def parameter_counts(
 def summarize(config: TrainConfig) -> dict[str, Any]:
     """A plain dict: model, data, schedule (the `summary` command renders it)."""
     m, d, o, r = config.model, config.data, config.optim, config.runtime
-    vocab = BYTE_VOCAB if d.tokenizer == "byte" else None
-    rows = parameter_counts(config, vocab_size=vocab or BYTE_VOCAB)
+    vocab = tokenizer_vocab_size(config)
+    rows = parameter_counts(config, vocab_size=vocab)
     total = sum(n for _, n in rows)
     window = o.batch_size * o.accumulation_steps
     if d.source == "synthetic":
@@ -54,12 +66,10 @@ def summarize(config: TrainConfig) -> dict[str, Any]:
     return {
         "model": {
             "architecture": f"{m.n_layers}-layer pre-LN transformer encoder, d_model {m.d_model}, "
-            f"{m.n_heads} heads, ff {m.d_ff}, {len(LABELS)} BIO labels",
+            f"{m.n_heads} heads, ff {m.d_ff}, vocab {vocab:,} ({d.tokenizer}), {len(LABELS)} BIO labels",
             "vocab_size": vocab,
             "parameters": [{"part": name, "parameters": n} for name, n in rows],
-            "total_parameters": total
-            if vocab
-            else None,  # SentencePiece vocab is known only once the model file is read
+            "total_parameters": total,
         },
         "data": data,
         "schedule": {

@@ -1,0 +1,128 @@
+"""mw_tagger.py - run an mw-env ONNX address tagger with onnxruntime alone (no torch, no mw-env).
+
+`mw-env train export` copies this file beside the model. It needs numpy and onnxruntime, plus
+sentencepiece for a SentencePiece-tokenized model. Everything it knows comes from the export's
+metadata JSON (the id layout, the labels, the tokenizer file), so it works for any export:
+
+    from mw_tagger import Tagger
+    tagger = Tagger("model-step-000001000.json")            # or .int8.onnx / .fp16.onnx via variant=
+    tagger.tag("10 Downing Street London SW1A 2AA".split())
+    # [("10", "B-house_number"), ("Downing", "B-street"), ...]
+
+An address longer than the model's max_seq_len raises InputTooLong (a ValueError) instead of
+onnxruntime's shape error; `truncate=True` drops whole words from the end, as training did.
+This file is also the exporter's own check: it verifies every export with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+class InputTooLong(ValueError):
+    """The encoded address does not fit the model's max_seq_len."""
+
+
+class Tagger:
+    def __init__(
+        self, metadata: str | Path, *, variant: str = "fp32", providers: Sequence[str] | None = None
+    ):
+        self.meta_path = Path(metadata)
+        self.meta: dict[str, Any] = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        layout = self.meta["id_layout"]
+        self.cls, self.sep, self.pad, self.unk = layout["cls"], layout["sep"], layout["pad"], layout["unk"]
+        self.shift = layout["shift"]
+        self.separator = list(layout["word_separator"])
+        self.max_len = int(self.meta["max_seq_len"])
+        self.labels = list(self.meta["labels"])
+        tok = self.meta["tokenizer"]
+        self.kind = tok["kind"]
+        self._sp = None
+        if self.kind == "sentencepiece":
+            import sentencepiece
+
+            self._sp = sentencepiece.SentencePieceProcessor()
+            self._sp.Load(str(self.meta_path.parent / tok["model"]))
+        elif self.kind != "byte":
+            raise ValueError(f"{self.meta_path}: unknown tokenizer kind {self.kind!r}")
+        variants = self.meta.get("variants") or {"fp32": {"onnx": self.meta["onnx"]}}
+        if variant not in variants:
+            raise ValueError(
+                f"{self.meta_path}: no {variant!r} variant (this export has {', '.join(variants)})"
+            )
+        self.onnx_path = self.meta_path.parent / variants[variant]["onnx"]
+        self._session: Any = None
+        self._providers = list(providers or ["CPUExecutionProvider"])
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            import onnxruntime
+
+            self._session = onnxruntime.InferenceSession(str(self.onnx_path), providers=self._providers)
+        return self._session
+
+    def encode_word(self, word: str) -> list[int]:
+        if self._sp is not None:
+            ids = [i + self.shift for i in self._sp.encode(word)]
+        else:
+            ids = [b + self.shift for b in word.encode("utf-8")]
+        return ids or [self.unk]
+
+    def encode(self, words: Sequence[str], *, truncate: bool = False) -> tuple[list[int], list[int]]:
+        """(input ids with CLS/SEP, the position of each kept word's first sub-token)."""
+        ids, starts = [self.cls], []
+        for i, word in enumerate(words):
+            sep, word_ids = (self.separator if i else []), self.encode_word(word)
+            piece = sep + word_ids
+            if len(ids) + len(piece) + 1 > self.max_len:
+                if truncate:
+                    break  # whole words only, as in training
+                total = (
+                    len(ids)
+                    + len(piece)
+                    + 1
+                    + sum(len(self.separator) + len(self.encode_word(w)) for w in words[i + 1 :])
+                )
+                raise InputTooLong(
+                    f"the address is {total} tokens with CLS and SEP; this model takes at most {self.max_len} "
+                    f"(word {i + 1} of {len(words)} no longer fits); pass truncate=True to drop the words that "
+                    "do not fit, as training did"
+                )
+            starts.append(len(ids) + len(sep))
+            ids += piece
+        ids.append(self.sep)
+        return ids, starts
+
+    def logits(self, batch: Sequence[Sequence[int]]) -> Any:
+        """Run rows of ids (padded here) and return the float32 logits [batch, seq, labels]."""
+        import numpy as np
+
+        width = max(len(r) for r in batch)
+        if width > self.max_len:
+            raise InputTooLong(f"a row is {width} tokens; this model takes at most {self.max_len}")
+        ids = np.full((len(batch), width), self.pad, dtype=np.int64)
+        for i, row in enumerate(batch):
+            ids[i, : len(row)] = row
+        mask = np.zeros((len(batch), width), dtype=bool)
+        for i, row in enumerate(batch):
+            mask[i, : len(row)] = True
+        return self.session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
+
+    def tag(self, words: Sequence[str], *, truncate: bool = False) -> list[tuple[str, str]]:
+        """(word, BIO label) for each word (the kept words, with truncate=True)."""
+        ids, starts = self.encode(words, truncate=truncate)
+        best = self.logits([ids])[0].argmax(-1)
+        return [(words[k], self.labels[int(best[pos])]) for k, pos in enumerate(starts)]
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) < 3:
+        raise SystemExit("usage: python mw_tagger.py MODEL.json WORD [WORD ...]")
+    for word, label in Tagger(sys.argv[1]).tag(sys.argv[2:]):
+        print(f"{label}\t{word}")
