@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        from mw_env.lifeline import die_with_torchrun
+
+        # A torchrun worker lives in its own session: without this it outlives a SIGKILLed torchrun.
+        die_with_torchrun()
     args = _parser().parse_args(argv)
     try:
         if args.command == "verify":

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from mw_env.errors import InputError, StepFailed
 from mw_env.trainer import checkpoint as ckpt_mod
+from mw_env.trainer.agree import agree_on_checkpoint, run_lock
 from mw_env.trainer.data import IGNORE, Order, collate, load_corpus, micro_batch_indices
 from mw_env.trainer.distributed import (
     DistInfo,
@@ -128,7 +129,8 @@ def train(
         timeout_s=config.dist.timeout_s,
     )
     try:
-        return _run(resolved, dist, out_dir, ckpt_dir, resume, fresh, echo, doctor_json)
+        with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
+            return _run(resolved, dist, out_dir, ckpt_dir, resume, fresh, echo, doctor_json)
     finally:
         shutdown(dist)
 
@@ -157,6 +159,9 @@ def _run(
             _move_aside(out_dir, say)
         ckpt_mod.remove_stale_temporaries(ckpt_dir)
     barrier(dist)
+    # multinode: every rank resumes the same checkpoint file, or all stop with an error (trainer/agree.py);
+    # agreed before the corpus loads, so a disagreement stops the run in seconds, not after the data.
+    found = agree_on_checkpoint(ckpt_dir, dist, resume=resume, fresh=fresh, config=config, warn=say)
 
     corpus = load_corpus(config)
     model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(LABELS)).to(device)
@@ -165,11 +170,6 @@ def _run(
     scaler = torch.amp.GradScaler(device.type, enabled=precision.name == "fp16")
     state = LoopState()
 
-    found = None
-    if resume is not None:
-        found = (resume, ckpt_mod.load_checkpoint(resume))
-    elif not fresh:
-        found = ckpt_mod.find_latest(ckpt_dir, warn=say)
     if found is not None:
         path, ckpt = found
         diff = architecture_diff(config_from_dict(ckpt["config"]), config)
