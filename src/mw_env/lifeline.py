@@ -20,6 +20,7 @@ import ctypes.util
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,22 +28,32 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 _prctl: Callable[..., int] | None = None
 _loaded = False
+# The doctor starts its two probes from two threads at once: the first caller resolves prctl while the other
+# waits, instead of seeing "loaded" before the function is there (and starting its child without the signal).
+_load_lock = threading.Lock()
 
 
 def _load() -> Callable[..., int] | None:
     """libc's prctl, resolved once in the parent (never inside a preexec_fn: dlopen takes locks)."""
     global _prctl, _loaded
-    if not _loaded:
-        _loaded = True
-        if sys.platform.startswith("linux"):
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-                fn = libc.prctl
-                fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-                fn.restype = ctypes.c_int
-                _prctl = fn
-            except (OSError, AttributeError):
-                _prctl = None
+    with _load_lock:
+        if not _loaded:
+            if sys.platform.startswith("linux"):
+                try:
+                    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+                    fn = libc.prctl
+                    fn.argtypes = [
+                        ctypes.c_int,
+                        ctypes.c_ulong,
+                        ctypes.c_ulong,
+                        ctypes.c_ulong,
+                        ctypes.c_ulong,
+                    ]
+                    fn.restype = ctypes.c_int
+                    _prctl = fn
+                except (OSError, AttributeError):
+                    _prctl = None
+            _loaded = True
     return _prctl
 
 
