@@ -59,7 +59,7 @@ def tag() -> str:
     kill_tagged(value)
 
 
-def _foreground(run: Path, tag: str, *extra: str) -> subprocess.Popen[str]:
+def _foreground(run: Path, tag: str, *extra: str, session: bool = False) -> subprocess.Popen[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src"), MARKER: tag}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mw_env", "train", *_args(run, *extra)],
@@ -68,6 +68,7 @@ def _foreground(run: Path, tag: str, *extra: str) -> subprocess.Popen[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=session,  # its own process group, as a terminal's foreground job has
     )
     try:
         wait_for(lambda: _stepping(run) or proc.poll() is not None, 120, "the first step")
@@ -154,4 +155,16 @@ def test_train_stop_of_a_two_process_run_leaves_no_process(
     result = stop_run(out_dir=run, grace_s=1.0)
     assert result.was_running and result.escalated
     assert set(workers) <= set(result.killed_pids)
+    assert_none_left(tag, within=10.0)
+
+
+def test_a_closed_terminal_stops_the_run_gracefully(tmp_path: Path, tag: str) -> None:
+    """SIGHUP to the whole foreground job (mw-env train and the trainer, as a terminal's hangup sends it)."""
+    run = tmp_path / "run"
+    proc = _foreground(run, tag, session=True)
+    wait_for(lambda: len(_trainers(tag)) == 1, 30, "the trainer")
+    os.killpg(proc.pid, signal.SIGHUP)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert '"reason": "stopped"' in (run / "metrics.jsonl").read_text()
     assert_none_left(tag, within=10.0)
