@@ -158,13 +158,16 @@ def test_train_stop_of_a_two_process_run_leaves_no_process(
     assert_none_left(tag, within=10.0)
 
 
-def test_a_closed_terminal_stops_the_run_gracefully(tmp_path: Path, tag: str) -> None:
-    """SIGHUP to the whole foreground job (mw-env train and the trainer, as a terminal's hangup sends it)."""
+def test_a_closed_terminal_stops_a_two_process_run_gracefully(tmp_path: Path, tag: str) -> None:
+    """SIGHUP to the whole foreground job (mw-env train and torchrun, as a terminal's hangup sends it):
+    torchrun passes it to its workers, which take it as SIGTERM; `mw-env train` forwards its own as SIGTERM;
+    the run checkpoints and `mw-env train` exits 0 without torchrun's traceback."""
     run = tmp_path / "run"
-    proc = _foreground(run, tag, session=True)
-    wait_for(lambda: len(_trainers(tag)) == 1, 30, "the trainer")
+    proc = _foreground(run, tag, "--nproc-per-node", "2", session=True)
+    wait_for(lambda: len(_trainers(tag)) == 2, 30, "the trainers")
     os.killpg(proc.pid, signal.SIGHUP)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "SignalException" not in err
     assert '"reason": "stopped"' in (run / "metrics.jsonl").read_text()
     assert_none_left(tag, within=10.0)

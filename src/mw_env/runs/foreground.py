@@ -37,8 +37,9 @@ def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
         preexec_fn=preexec(signal.SIGKILL),
     )
     filt = None
+    forwarded: list[int] = []
     try:
-        with _forwarding(proc):
+        with _forwarding(proc, forwarded):
             if torchrun:
                 filt = relay_torchrun_stderr(proc, write=write)
             code = proc.wait()
@@ -50,6 +51,10 @@ def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
         proc.wait()
         return EXIT_INTERRUPTED
     if filt is not None:
+        if forwarded and filt.signalled and code == 1 and _finished_stopped(launch.out_dir):
+            # torchrun exits 1 after passing our SIGTERM on, even when every worker stopped cleanly (this
+            # node's metrics end with the `finished` "stopped" event): that is the documented exit 0.
+            return 0
         code = filt.exit_code(code)
     if code < 0:
         raise StepFailed(
@@ -62,11 +67,27 @@ def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
     return code
 
 
+def _finished_stopped(out_dir: Path) -> bool:
+    """The run folder's last event is `finished` with reason "stopped" (a graceful stop completed)."""
+    import json
+
+    try:
+        with open(Path(out_dir) / "metrics.jsonl", "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 4096))
+            last = fh.read().decode(errors="replace").strip().splitlines()[-1]
+        event = json.loads(last)
+    except (OSError, IndexError, ValueError):
+        return False
+    return isinstance(event, dict) and event.get("event") == "finished" and event.get("reason") == "stopped"
+
+
 @contextlib.contextmanager
-def _forwarding(proc: subprocess.Popen[Any]) -> Iterator[None]:
+def _forwarding(proc: subprocess.Popen[Any], forwarded: list[int]) -> Iterator[None]:
     """While the child runs, SIGTERM/SIGHUP of this process become a SIGTERM of the child (not our death)."""
 
-    def forward(_signum: int, _frame: Any) -> None:
+    def forward(signum: int, _frame: Any) -> None:
+        forwarded.append(signum)
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
 
