@@ -73,3 +73,17 @@ def test_a_workers_own_traceback_is_kept() -> None:
 def test_a_traceback_cut_short_is_flushed() -> None:
     shown, _ = _run('Traceback (most recent call last):\n  File "x.py", line 1')
     assert shown == ["Traceback (most recent call last):", '  File "x.py", line 1']
+
+
+def test_torchrun_stopped_by_a_signal_is_noted_and_its_traceback_dropped() -> None:
+    filt = TorchrunStderr()
+    shown = []
+    for line in [
+        "Traceback (most recent call last):",
+        '  File "/venv/bin/torchrun", line 10, in <module>',
+        '    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)',
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 15501 got signal: 15",
+        "finished at step 4 (stopped)",
+    ]:
+        shown += filt.feed(line)
+    assert filt.signalled and shown == ["finished at step 4 (stopped)"]

@@ -20,6 +20,27 @@ from mw_env.commands.common import echo_json, json_option, profile_options, root
 @click.option(
     "--image", default=None, help="docker/podman: image for the GPU container (default: the container's)."
 )
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=2),
+    default=None,
+    help="kubernetes: print a multi-node training manifest for N nodes (an Indexed Job + headless Service).",
+)
+@click.option("--name", default="mw-env-train", show_default=True, help="--nodes: the Job's name.")
+@click.option(
+    "--gpus-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="--nodes: GPUs per pod."
+)
+@click.option(
+    "--config",
+    "train_config",
+    default="address-tagger",
+    show_default=True,
+    help="--nodes: the training config.",
+)
+@click.option(
+    "--render-gid", type=click.IntRange(min=1), default=None, help="--nodes, AMD: the nodes' render gid."
+)
+@click.option("--pvc", default=None, help="--nodes: an existing ReadWriteMany claim for the run folder.")
 @json_option
 def host_commands(
     root: str | None,
@@ -29,17 +50,29 @@ def host_commands(
     runtime: str | None,
     container: str | None,
     image: str | None,
+    nodes: int | None,
+    name: str,
+    gpus_per_node: int,
+    train_config: str,
+    render_gid: int | None,
+    pvc: str | None,
     as_json: bool,
 ) -> None:
     """Print the host-side commands that pass the GPU into this container.
 
-    The output is a shell script for the host: notes are comments. Exit codes: 0 ok, 2 bad input
+    The output is a shell script for the host: notes are comments. With `--runtime kubernetes --nodes N` it is
+    a manifest for `kubectl apply -f -` instead. Exit codes: 0 ok, 2 bad input
     (invalid container name, container name unknown, no GPU to pass through).
     """
     from mw_env.host import host_plan
     from mw_env.profiles import resolve
 
     resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
+    if nodes is not None:
+        _manifest(
+            resolved, runtime, nodes, image, name, gpus_per_node, train_config, render_gid, pvc, as_json
+        )
+        return
     plan = host_plan(
         runtime=runtime,
         container=container,
@@ -58,3 +91,43 @@ def host_commands(
         click.echo(f"# {note}")
     for cmd in plan.commands:
         click.echo(cmd)
+
+
+def _manifest(
+    resolved: object,
+    runtime: str | None,
+    nodes: int,
+    image: str | None,
+    name: str,
+    gpus_per_node: int,
+    train_config: str,
+    render_gid: int | None,
+    pvc: str | None,
+    as_json: bool,
+) -> None:
+    from mw_env.errors import InputError
+    from mw_env.host_k8s import multinode_manifest
+
+    if runtime != "kubernetes":
+        raise InputError(
+            "--nodes prints a Kubernetes manifest: it needs --runtime kubernetes",
+            hint="for bare metal and incus/docker hosts, run `mw-env train --nnodes N ...` on each node "
+            "(docs/training.md, Several nodes)",
+        )
+    manifest = multinode_manifest(
+        hardware=resolved.hardware,  # type: ignore[attr-defined]
+        selection=resolved.selection,  # type: ignore[attr-defined]
+        nodes=nodes,
+        image=image,
+        name=name,
+        gpus_per_node=gpus_per_node,
+        config=train_config,
+        render_gid=render_gid,
+        pvc=pvc,
+    )
+    if as_json:
+        echo_json(manifest.to_dict())
+        return
+    for note in manifest.notes:
+        click.echo(f"# {note}")
+    click.echo(manifest.text, nl=False)

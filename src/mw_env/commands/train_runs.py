@@ -100,10 +100,13 @@ def start(config_name: str | None, overrides: tuple[str, ...], as_json: bool, **
     from mw_env.runs.runs import start_run
 
     launch = prepare_launch(config_name=config_name, overrides=overrides, **options)
+    # Nodes other than 0 keep their own supervision (run.json, train.log, state.json) beside the run, so nodes
+    # that share the run folder never overwrite each other's; rank 0 writes the metrics and checkpoints.
+    rank = launch.nodes.node_rank
     record = start_run(
         argv=launch.argv,
         env=launch.env,
-        out_dir=launch.out_dir,
+        out_dir=launch.out_dir / f"node-{rank}" if rank else launch.out_dir,
         cwd=launch.cwd,
         max_steps=_max_steps(launch.config_path, overrides),
     )

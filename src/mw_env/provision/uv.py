@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mw_env.errors import StepFailed
+from mw_env.lifeline import preexec
 from mw_env.versions import version_tuple
 
 # Constraint/override files of an mw-env venv. Inherited from an activated venv they would pin
@@ -101,7 +103,13 @@ def _run_quiet(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> R
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            list(argv), env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
+            list(argv),
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            preexec_fn=preexec(signal.SIGKILL),  # a killed bootstrap leaves no child behind
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return RunResult(tuple(argv), 127, str(exc), time.monotonic() - start)
@@ -157,6 +165,7 @@ def run_streaming(
             text=True,
             errors="replace",
             bufsize=1,
+            preexec_fn=preexec(signal.SIGKILL),  # uv/verify die with a bootstrap killed by any signal
         )
     except OSError as exc:
         return RunResult(tuple(argv), 127, f"could not start {argv[0]}: {exc}", time.monotonic() - start)

@@ -4,18 +4,26 @@
 with the profile's trainer defaults, and builds the command line and environment: the venv's python
 (or its torchrun for several processes) with the profile's runtime env applied. The detached-runs
 commands call it too, so both paths start the trainer the same way.
+
+Several nodes (`nnodes > 1`): each node runs its own `mw-env train` with the same rendezvous endpoint; each runs
+its own doctor quick checks and gets its own profile env, and its torchrun joins the others through c10d
+rendezvous (instead of --standalone). Every process of a launch carries MW_ENV_RUN_ID in its environment, so
+`train stop` and the tests can find all of them, whatever session torchrun put them in.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError, MwEnvError
+from mw_env.runs.supervise import RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
 
 DOCTOR_FILE = "doctor.json"
@@ -23,6 +31,83 @@ DOCTOR_FILE = "doctor.json"
 # report, which moves it to DOCTOR_FILE; a launch that fails before that leaves a finished run's
 # doctor.json, and so its manifest, untouched.
 DOCTOR_PENDING = ".doctor-pending.json"
+NODE_RANK_ENV = "MW_ENV_NODE_RANK"  # the node as the user numbered it, for the trainer's messages
+_HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))$")
+_RDZV_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Where this node sits in a multi-node run (one node: the defaults, torchrun --standalone)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+
+    @property
+    def multi(self) -> bool:
+        return self.nnodes > 1
+
+    def torchrun_args(self) -> list[str]:
+        if not self.multi:
+            return ["--standalone"]
+        assert self.rdzv_endpoint is not None
+        return [
+            f"--nnodes={self.nnodes}",
+            f"--node-rank={self.node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={self.rdzv_endpoint}",
+            f"--rdzv-id={self.rdzv_id or default_rdzv_id(self.rdzv_endpoint)}",
+        ]
+
+
+def default_rdzv_id(endpoint: str) -> str:
+    """The same on every node without being told: it depends only on the shared endpoint."""
+    import hashlib
+
+    return "mw-env-" + hashlib.sha256(endpoint.encode()).hexdigest()[:12]
+
+
+def check_nodes(
+    *, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, rdzv_id: str | None = None
+) -> Nodes:
+    """Validate the multi-node options together; InputError naming the option and what is allowed."""
+    if nnodes < 1:
+        raise InputError(f"--nnodes {nnodes}: must be >= 1")
+    if nnodes == 1:
+        given = [n for n, v in (("--rdzv-endpoint", rdzv_endpoint), ("--rdzv-id", rdzv_id)) if v]
+        if node_rank:
+            given.insert(0, "--node-rank")
+        if given:
+            raise InputError(
+                f"{', '.join(given)} need --nnodes N with N > 1",
+                hint="one node needs no rendezvous; for several, pass --nnodes N --node-rank R "
+                "--rdzv-endpoint HOST:PORT on every node",
+            )
+        return Nodes()
+    if not 0 <= node_rank < nnodes:
+        raise InputError(
+            f"--node-rank {node_rank}: must be between 0 and {nnodes - 1} for --nnodes {nnodes}",
+            hint="number the nodes 0, 1, ... N-1, each once",
+        )
+    if not rdzv_endpoint:
+        raise InputError(
+            f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT",
+            hint="the same on every node: node 0's address and a free TCP port, e.g. 10.0.0.1:29500",
+        )
+    host, sep, port = rdzv_endpoint.rpartition(":")
+    if not sep or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InputError(
+            f"--rdzv-endpoint {rdzv_endpoint!r} is not HOST:PORT",
+            hint="a host name or IP address (IPv6 in brackets) and a TCP port 1-65535, e.g. node0.example:29500",
+        )
+    if rdzv_id is not None and not _RDZV_ID.match(rdzv_id):
+        raise InputError(
+            f"--rdzv-id {rdzv_id!r}: use 1-128 letters, digits, '_', '.' and '-', starting with a letter or digit",
+            hint="the same id on every node of one run (default: derived from the endpoint)",
+        )
+    return Nodes(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
 
 
 @dataclass(frozen=True)
@@ -35,6 +120,8 @@ class Launch:
     profile: str | None = None
     venv: Path | None = None
     doctor: dict[str, Any] | None = None  # the quick doctor's report (None when skipped)
+    nodes: Nodes = field(default_factory=Nodes)
+    run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
 
 
 def profile_defaults(selection: Any) -> dict[str, Any]:
@@ -58,10 +145,11 @@ def _python_path(env: Mapping[str, str]) -> str | None:
     return f"{pkg_parent}{os.pathsep}{existing}" if existing else str(pkg_parent)
 
 
-def _write_doctor(out_dir: Path, report: dict[str, Any]) -> Path:
+def _write_doctor(out_dir: Path, report: dict[str, Any], node_rank: int = 0) -> Path:
     from mw_env.atomic import write_text_atomic as write_atomic
 
-    path = out_dir / DOCTOR_PENDING
+    # Nodes sharing a run folder each keep their own report (rank 0's goes into the run report).
+    path = out_dir / (DOCTOR_PENDING if not node_rank else f".doctor-pending-node{node_rank}.json")
     write_atomic(path, json.dumps(report, indent=2, default=str) + "\n")
     return path
 
@@ -81,6 +169,10 @@ def prepare(
     fresh: bool = False,
     base_env: Mapping[str, str] | None = None,
     source: str | None = None,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
 ) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
     from mw_env.profiles import resolve_for_venv
@@ -91,6 +183,7 @@ def prepare(
         raise InputError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
     if resume is not None and fresh:
         raise InputError("--resume and --fresh exclude each other", hint="pick one")
+    nodes = check_nodes(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
     venv_path = Path(venv).expanduser() if venv else default_venv(env_in)
     python = venv_path / "bin" / "python"
     if not python.exists():
@@ -119,6 +212,12 @@ def prepare(
     )
     cwd = Path.cwd()
     out_dir = (cwd / Path(resolved.config.runtime.out_dir).expanduser()).resolve()
+    if not nodes.multi:
+        # A live trainer there refuses us anyway; say so now, before the doctor runs. (Nodes of a multi-node
+        # run may share the folder with rank 0, which holds the lock: the trainer's own check decides there.)
+        from mw_env.runs.runlock import check_free
+
+        check_free(out_dir)
 
     # The environment the trainer will run with; the doctor judges that one (the override applied).
     env = dict(env_in)
@@ -132,6 +231,10 @@ def prepare(
     pythonpath = _python_path(env_in)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    run_id = uuid.uuid4().hex
+    env[RUN_ID_ENV] = run_id
+    if nodes.multi:
+        env[NODE_RANK_ENV] = str(nodes.node_rank)
 
     doctor: dict[str, Any] | None = None
     if not skip_doctor:
@@ -160,18 +263,18 @@ def prepare(
     args += ["--profile-defaults", json.dumps(defaults)]
     if doctor is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        args += ["--doctor-json", str(_write_doctor(out_dir, doctor))]
+        args += ["--doctor-json", str(_write_doctor(out_dir, doctor, nodes.node_rank))]
     if resume is not None:
         args += ["--resume", str(Path(resume).expanduser().resolve())]
     if fresh:
         args.append("--fresh")
-    if nproc_per_node > 1:
+    if nproc_per_node > 1 or nodes.multi:
         torchrun = venv_path / "bin" / "torchrun"
         if not torchrun.exists():
             raise MwEnvError(
                 f"{torchrun} is missing", hint="the venv's torch install is incomplete; re-run bootstrap"
             )
-        argv = [str(torchrun), "--standalone", f"--nproc-per-node={nproc_per_node}", *args]
+        argv = [str(torchrun), *nodes.torchrun_args(), f"--nproc-per-node={nproc_per_node}", *args]
     else:
         argv = [str(python), *args]
     return Launch(
@@ -183,4 +286,6 @@ def prepare(
         profile=selection.profile.name,
         venv=venv_path,
         doctor=doctor,
+        nodes=nodes,
+        run_id=run_id,
     )

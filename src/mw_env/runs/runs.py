@@ -1,6 +1,7 @@
 """Detached training runs: start one in its own session under a supervisor (supervise.py), know
-whether it is still the same process, stop it (SIGTERM, then SIGKILL of its process group after a
-grace period). run.json says who the run is; state.json (the supervisor's) how it ended.
+whether it is still the same process, stop it (SIGTERM, then SIGKILL of its process group and of every
+process marked with its run id after a grace period: torchrun's workers live in sessions of their own).
+run.json says who the run is; state.json (the supervisor's) how it ended.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from mw_env.errors import InputError, StepFailed
 from mw_env.runs.logscan import RUN_HEADER
 from mw_env.runs.supervise import (
     PROC,
+    RUN_ID_ENV,
     STATE_FILE,
     group_members,
+    marked_processes,
     proc_stat,
     same_process_alive,
     write_json_atomic,
@@ -59,6 +62,7 @@ class RunRecord:
     # metrics.jsonl's inode at start: a different file later (--fresh moves the old one aside)
     # is wholly this run's, whatever its size.
     metrics_inode: int | None = None
+    run_id: str | None = None  # MW_ENV_RUN_ID in the environment of each of the run's processes
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -88,6 +92,7 @@ class RunRecord:
                 cwd=data.get("cwd"),
                 stop=dict(data["stop"]) if data.get("stop") else None,
                 metrics_inode=int(data["metrics_inode"]) if data.get("metrics_inode") is not None else None,
+                run_id=str(data["run_id"]) if data.get("run_id") else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(
@@ -285,6 +290,7 @@ def start_run(
             max_steps=max_steps,
             cwd=str(cwd) if cwd else None,
             metrics_inode=metrics_inode,
+            run_id=env.get(RUN_ID_ENV) or None,
         )
         write_json_atomic(out_dir / RUN_FILE, record.to_dict())
         return record
@@ -367,23 +373,32 @@ def stop_run(
             return StopResult(run_dir=out_dir, was_running=False)
         started = clock()
         while clock() - started < grace_s:
-            if not is_alive(record) and not group_members(record.pid):
+            if not is_alive(record) and not _members(record):
                 return StopResult(run_dir=out_dir, was_running=True, waited_s=clock() - started)
             sleep(poll_s)
         # Still there: the trainer ignored SIGTERM or hangs (a stuck collective, a GPU hang).
-        # The group id is the supervisor's pid; it cannot be reused while the group has members.
-        members = tuple(group_members(record.pid))
-        if members:
+        # The group id is the supervisor's pid; it cannot be reused while the group has members. The workers
+        # torchrun started (each in its own session) carry the run id: they are killed by pid, alike.
+        members = tuple(_members(record))
+        if group_members(record.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(record.pid, signal.SIGKILL)
+        for pid in marked_processes(record.run_id or ""):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         _with_stop(record, {**(record.stop or {}), "escalated": True, "killed": list(members)})
         for _ in range(int(10 / max(poll_s, 0.01))):
-            if not group_members(record.pid):
+            if not _members(record):
                 break
             sleep(poll_s)
         return StopResult(
             run_dir=out_dir, was_running=True, escalated=True, waited_s=clock() - started, killed_pids=members
         )
+
+
+def _members(record: RunRecord) -> list[int]:
+    """Every live process of the run: its supervisor's process group and each process with its run id."""
+    return sorted(set(group_members(record.pid)) | set(marked_processes(record.run_id or "")))
 
 
 def _with_stop(record: RunRecord, stop: dict[str, Any]) -> RunRecord:

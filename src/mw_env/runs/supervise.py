@@ -28,6 +28,9 @@ PROC = Path("/proc")
 # started, {"state": "exited", "returncode" | "signal", "oom_kills", ...} when it ended. (The name
 # is one the run manifest leaves out: it changes after the trainer wrote MANIFEST.sha256.)
 STATE_FILE = "state.json"
+# Set by runs.launch in the environment of every process of one launch: torchrun puts its workers in sessions
+# of their own, so neither the process group nor the parent chain finds them all; their environment does.
+RUN_ID_ENV = "MW_ENV_RUN_ID"
 
 
 def proc_stat(pid: int, *, proc: Path = PROC) -> tuple[str, int, int] | None:
@@ -59,6 +62,26 @@ def group_members(pgid: int, *, proc: Path = PROC) -> list[int]:
             if stat and stat[1] == pgid and stat[0] not in ("Z", "X", "x"):
                 members.append(int(entry.name))
     return members
+
+
+def marked_processes(value: str, *, key: str = RUN_ID_ENV, proc: Path = PROC) -> list[int]:
+    """Live processes (of this user: others' environ is unreadable) whose environment holds key=value."""
+    if not value:
+        return []
+    needle = f"{key}={value}".encode()
+    found = []
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            stat = proc_stat(int(entry.name), proc=proc)
+            if stat and stat[0] not in ("Z", "X", "x"):
+                found.append(int(entry.name))
+    return found
 
 
 def cgroup_oom_kills(*, proc: Path = PROC, sys_fs: Path = Path("/sys/fs/cgroup")) -> int | None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 _AGENT_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ torch/distributed/")
 _EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+# torchrun's own traceback when it is stopped by a signal (it has passed the signal on to its workers).
+_SIGNALLED = "torch.distributed.elastic.multiprocessing.api.SignalException"
 
 
 @dataclass
@@ -29,6 +31,7 @@ class TorchrunStderr:
     _traceback: list[str] | None = None
     _in_summary: bool = False
     _said: set[str] = field(default_factory=set)
+    signalled: bool = False  # torchrun itself ended by a signal (SIGTERM/SIGHUP passed on to the workers)
 
     def feed(self, line: str) -> list[str]:
         if self._in_summary:  # the failure table after ChildFailedError: keep only the codes
@@ -47,6 +50,9 @@ class TorchrunStderr:
             block, self._traceback = self._traceback, None
             if line.startswith(_FAILED):
                 self._in_summary = True
+                return []
+            if line.startswith(_SIGNALLED):
+                self.signalled = True
                 return []
             return block  # a worker's own traceback: the user needs it
         if line.startswith("Traceback (most recent call last):"):

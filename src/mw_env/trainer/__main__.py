@@ -49,6 +49,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        import os
+        import signal
+
+        from mw_env.lifeline import die_with_torchrun
+
+        # A torchrun worker lives in its own session: without this it outlives a SIGKILLed torchrun.
+        die_with_torchrun()
+        # A closed terminal (SIGHUP to the foreground group, or torchrun passing its SIGHUP on) is a graceful
+        # stop like SIGTERM, not a death without a checkpoint: the loop's SIGTERM handler takes it from here.
+        signal.signal(signal.SIGHUP, lambda _s, _f: os.kill(os.getpid(), signal.SIGTERM))
     args = _parser().parse_args(argv)
     try:
         if args.command == "verify":

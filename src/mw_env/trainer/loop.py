@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from mw_env.errors import InputError, StepFailed
 from mw_env.trainer import checkpoint as ckpt_mod
+from mw_env.trainer.agree import agree_on_checkpoint, run_lock
 from mw_env.trainer.data import IGNORE, Order, collate, load_corpus, micro_batch_indices
 from mw_env.trainer.distributed import (
     DistInfo,
@@ -128,7 +129,8 @@ def train(
         timeout_s=config.dist.timeout_s,
     )
     try:
-        return _run(resolved, dist, out_dir, ckpt_dir, resume, fresh, echo, doctor_json)
+        with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
+            return _run(resolved, dist, out_dir, ckpt_dir, resume, fresh, echo, doctor_json)
     finally:
         shutdown(dist)
 
@@ -181,20 +183,11 @@ def _run(
             )
         ckpt_mod.check_for_run(path, ckpt, model=model, optimizer=optimizer, labels=list(LABELS))
 
-    found = None
-    if resume is not None:
-        ckpt = ckpt_mod.load_checkpoint(resume)  # the one named: no fallback, its error is the answer
-        usable(resume, ckpt)
-        found = (resume, ckpt)
-    elif not fresh:
-        found = ckpt_mod.find_latest(ckpt_dir, warn=say, check=usable)
-        if found is None and (kept := ckpt_mod.list_checkpoints(ckpt_dir)):
-            # Starting over here would write step-000000100.pt below the unusable newer names, and the
-            # rotation would delete each new checkpoint as the oldest: refuse instead, keeping them all.
-            raise ckpt_mod.CheckpointError(
-                f"none of the {len(kept)} checkpoint(s) in {ckpt_dir} can be resumed (see the warnings above)",
-                hint="--resume PATH names one to try, --fresh starts over (the old ones are kept, renamed)",
-            )
+    # multinode: every rank resumes the same checkpoint file (the newest usable one), or all stop with an
+    # error naming each node's newest (trainer/agree.py).
+    found = agree_on_checkpoint(
+        ckpt_dir, dist, resume=resume, fresh=fresh, config=config, warn=say, check=usable
+    )
     if found is not None:
         path, ckpt = found
         try:  # validated above; a failure here is still a clean error, never a traceback
