@@ -251,7 +251,15 @@ def test_unreadable_properties_file(tmp_path, monkeypatch):
                 raise PermissionError(13, "Permission denied", str(file))
             return real_open(file, *args, **kwargs)
 
+        real_os_open = os.open
+
+        def guarded_os(file, *args, **kwargs):
+            if str(file) == str(props):
+                raise PermissionError(13, "Permission denied", str(file))
+            return real_os_open(file, *args, **kwargs)
+
         monkeypatch.setattr(builtins, "open", guarded)
+        monkeypatch.setattr(os, "open", guarded_os)  # Machine reads with os.open (non-blocking, fstat)
     h = detect(Machine(root=root, env={"PATH": ""}))
     assert any("nodes/1/properties: exists but cannot be read" in n for n in h.notes)
     assert h.gpu is not None and h.gpu.source == "pci" and h.gpu.gfx_target == "gfx1103"

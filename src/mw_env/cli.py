@@ -17,6 +17,7 @@ import click
 
 from mw_env import __version__
 from mw_env.errors import EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError
+from mw_env.textsafe import safe_message
 
 # name -> (module, attribute, one-line help). Order is the order of `mw-env --help`.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -83,9 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     except MwEnvError as exc:
         if debug:
             raise
-        click.echo(f"error: {exc.message}", err=True)
+        # Messages quote values from files and the command line: escape control characters, hide URL
+        # credentials and bound the length here, once, for every error.
+        click.echo(f"error: {safe_message(exc.message)}", err=True)
         if exc.hint:
-            click.echo(f"hint: {exc.hint}", err=True)
+            click.echo(f"hint: {safe_message(exc.hint)}", err=True)
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = getattr(exc, "ctx", None)
         if isinstance(exc, click.UsageError) and ctx is not None:
             click.echo(ctx.get_usage(), err=True)
-        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(f"error: {safe_message(exc.format_message())}", err=True)
         click.echo(f"hint: see `{ctx.command_path if ctx else 'mw-env'} --help`", err=True)
         return exc.exit_code if exc.exit_code else EXIT_USAGE
     return result if isinstance(result, int) else 0

@@ -82,7 +82,7 @@ def validate_container_name(runtime: str, name: str) -> str:
         )
     else:
         pattern, rule = _OCI_NAME, "2-128 characters from [A-Za-z0-9_.-], starting with a letter or digit"
-    if not pattern.match(name or ""):
+    if not pattern.fullmatch(name or ""):
         raise InputError(
             f"invalid {runtime} container name {name!r}", hint=f"{_a(runtime)} {runtime} name is {rule}"
         )
@@ -104,7 +104,7 @@ def host_plan(
         raise InputError(f"unknown runtime {runtime!r}", hint=f"allowed: {', '.join(RUNTIMES)}")
     if container is not None:
         validate_container_name(runtime, container)
-    if image is not None and not _OCI_IMAGE.match(image):
+    if image is not None and not _OCI_IMAGE.fullmatch(image):
         raise InputError(
             f"invalid image reference {image!r}", hint="e.g. ubuntu:24.04 or ghcr.io/org/img:tag"
         )
@@ -259,7 +259,7 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
 
     user = machine.user() if machine is not None else None
     if user is not None and user.uid != 0 and (gid is None or gid not in user.groups):
-        if user.name and _USER_NAME.match(user.name):
+        if user.name and _USER_NAME.fullmatch(user.name):
             commands.append(f"incus exec {c} -- usermod -aG render {_q(user.name)}")
             notes.append(
                 f"{user.name} joins 'render'; log in again (or `newgrp render`) for it to take effect"

@@ -28,6 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mw_env.errors import InputError
+from mw_env.userfile import open_regular
+
 FAKE_META = ".mw-env-fake.yaml"
 DEFAULT_TIMEOUT = 10.0
 _MAX_READ = 1024 * 1024  # larger reads of /proc/sys files fail with ENOMEM
@@ -121,19 +124,24 @@ class Machine:
         return self.root / str(rel).lstrip("/")
 
     def read(self, rel: str | os.PathLike[str], *, max_bytes: int = _MAX_READ) -> str | None:
-        """The text of a file, or None when it is missing or unreadable."""
-        try:
-            with open(self.path(rel), "rb") as fh:
-                data = fh.read(max_bytes)
-        except (OSError, ValueError):
-            return None
-        return data.decode("utf-8", errors="replace")
+        """The text of a file, or None when it is missing, unreadable or not a regular file."""
+        data = self.read_bytes(rel, max_bytes=max_bytes)
+        return None if data is None else data.decode("utf-8", errors="replace")
 
     def read_bytes(self, rel: str | os.PathLike[str], *, max_bytes: int = _MAX_READ) -> bytes | None:
+        """At most `max_bytes` of a regular file, or None. A FIFO under a fake root (or a device node) is
+        "not available": it is opened non-blocking and refused after fstat, so a read never hangs."""
         try:
-            with open(self.path(rel), "rb") as fh:
-                return fh.read(max_bytes)
-        except (OSError, ValueError):
+            with open_regular(self.path(rel)) as (fd, _st):
+                chunks, got = [], 0
+                while got < max_bytes:
+                    chunk = os.read(fd, max_bytes - got)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    got += len(chunk)
+                return b"".join(chunks)
+        except (InputError, OSError, ValueError):
             return None
 
     def exists(self, rel: str | os.PathLike[str]) -> bool:
@@ -187,10 +195,14 @@ class Machine:
         """Who runs mw-env: the real process, or the user a fake root declares."""
         meta = (self._load_meta() or {}).get("user")
         if isinstance(meta, dict):
-            uid = int(meta.get("uid", 1000))
-            gid = int(meta.get("gid", uid))
-            groups = tuple(int(g) for g in meta.get("groups", [gid]))
-            return UserIdentity(uid=uid, gid=gid, groups=groups, name=meta.get("name"))
+            try:
+                uid = int(meta.get("uid", 1000))
+                gid = int(meta.get("gid", uid))
+                groups = tuple(int(g) for g in meta.get("groups", [gid]))
+                name = meta.get("name")
+                return UserIdentity(uid=uid, gid=gid, groups=groups, name=None if name is None else str(name))
+            except (TypeError, ValueError):
+                pass  # a malformed fake user: fall back to the real process
         uid, gid = os.getuid(), os.getgid()
         groups = tuple(sorted({gid, *os.getgroups()}))
         name = self.env.get("USER") or self.env.get("LOGNAME")
@@ -231,7 +243,10 @@ class Machine:
         key = "/" + str(rel).strip("/")
         if isinstance(disks, dict) and (key in disks or "/" + str(rel).lstrip("/") in disks):
             d = disks.get(key) or disks.get("/" + str(rel).lstrip("/"))
-            return DiskUsage(total=int(d["total"]), free=int(d["free"]))
+            try:
+                return DiskUsage(total=int(d["total"]), free=int(d["free"]))
+            except (TypeError, ValueError, KeyError):
+                return None  # a malformed fake entry says nothing
         try:
             du = shutil.disk_usage(self.path(rel))
         except OSError:
@@ -298,11 +313,11 @@ class Machine:
             if not self.is_real:
                 text = self.read(FAKE_META)
                 if text:
-                    import yaml
+                    from mw_env.userfile import load_yaml
 
                     try:
-                        loaded = yaml.safe_load(text)
-                    except yaml.YAMLError:
+                        loaded = load_yaml(text, source=FAKE_META)
+                    except InputError:
                         loaded = None
                     if isinstance(loaded, dict):
                         self._meta = loaded
@@ -316,12 +331,15 @@ class Machine:
         spec = self._meta_devices().get("/" + str(rel).lstrip("/"))
         if not isinstance(spec, dict):
             return None
-        return FileStat(
-            kind=str(spec.get("type", "char")),
-            mode=int(str(spec.get("mode", "0660")), 8),
-            uid=int(spec.get("uid", 0)),
-            gid=int(spec.get("gid", 0)),
-        )
+        try:
+            return FileStat(
+                kind=str(spec.get("type", "char")),
+                mode=int(str(spec.get("mode", "0660")), 8),
+                uid=int(spec.get("uid", 0)),
+                gid=int(spec.get("gid", 0)),
+            )
+        except (TypeError, ValueError):
+            return None  # a malformed fake entry: as if it were not described
 
 
 def _text(value: str | bytes | None) -> str:

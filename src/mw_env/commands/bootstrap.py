@@ -11,6 +11,7 @@ import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from mw_env.textsafe import redact, safe, safe_message
 
 
 def _venv_option(verb: str) -> Any:
@@ -88,6 +89,7 @@ def bootstrap(
     Exit codes: 0 ready, 1 a step failed (state kept), 2 bad input, 130 interrupted (state kept).
     """
     from rich.console import Console
+    from rich.markup import escape
 
     from mw_env.profiles import resolve
     from mw_env.provision.plan import BootstrapOptions, plan
@@ -157,9 +159,11 @@ def bootstrap(
         echo_json(result.to_dict())
     if not result.ok:
         err = result.error
-        out.print(f"[red]error:[/] step {result.failed_step}: {err.message if err else 'failed'}")
+        out.print(
+            f"[red]error:[/] step {result.failed_step}: {escape(safe_message(err.message if err else 'failed'))}"
+        )
         if err and err.hint:
-            out.print(f"[yellow]hint:[/] {err.hint}")
+            out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}")
         out.print(f"state kept: re-run to resume at '{result.failed_step}' ({result.total_s:.1f}s)")
         return err.exit_code if err else EXIT_FAILED
     verb = "ready" if result.changed else "already complete, nothing changed"
@@ -207,7 +211,7 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
     if the_plan.torch:
         out.print(
             f"[bold]torch[/] {the_plan.torch.requirement} from {the_plan.torch.origin} "
-            f"{the_plan.torch.location or ''}"
+            f"{redact(the_plan.torch.location or '')}"
             + (f" (source {the_plan.torch_source})" if the_plan.torch_source else "")
         )
     from rich.markup import escape
@@ -230,7 +234,7 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
         mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
         out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")
         if step.command:
-            out.print(f"      $ {shlex.join(step.command)}", soft_wrap=True, markup=False)
+            out.print(f"      $ {redact(shlex.join(step.command))}", soft_wrap=True, markup=False)
 
 
 class _RichEvents:
@@ -249,10 +253,10 @@ class _RichEvents:
 
     def step_output(self, step: Any, line: str) -> None:
         if self.verbose:
-            self.console.print(f"    {line}", style="dim", markup=False, highlight=False)
+            self.console.print(f"    {safe(redact(line))}", style="dim", markup=False, highlight=False)
         elif self.status is not None:
             elapsed = time.monotonic() - self.started
-            self.status.update(f"{step.title} ({elapsed:.0f}s) {line.strip()[:80]}")
+            self.status.update(f"{step.title} ({elapsed:.0f}s) {safe(redact(line.strip()), limit=80)}")
 
     def step_finished(self, step: Any, outcome: Any) -> None:
         self.stop()
@@ -268,7 +272,8 @@ class _RichEvents:
         detail = f" [dim]{outcome.detail}[/]" if outcome.detail and outcome.status in ("done", "warn") else ""
         self.console.print(f"{icons.get(outcome.status, '?')} {step.title}{timing}{detail}")
         if outcome.status == "failed" and outcome.output_tail and not self.verbose:
-            self.console.print(outcome.output_tail, style="dim", markup=False, highlight=False)
+            tail = safe(redact(outcome.output_tail), limit=None, newlines=True)
+            self.console.print(tail, style="dim", markup=False, highlight=False)
 
     def stop(self) -> None:
         if self.status is not None:

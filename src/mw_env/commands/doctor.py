@@ -10,6 +10,7 @@ import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 from mw_env.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, InputError, MwEnvError
+from mw_env.textsafe import safe, safe_message
 
 if TYPE_CHECKING:
     from mw_env.checks.catalogue import Hit
@@ -55,7 +56,7 @@ def render_report(report: DoctorReport, *, verbose: bool) -> None:
             # flutter's [☠]: a check that crashed is a failure of the doctor, not of the machine.
             cmark, ccolour = ("☠", "red") if c.id.endswith(".crashed") else MARKS[c.status]
             show_detail = verbose or c.status in ("warn", "fail", "skip")
-            detail = f": {escape(c.detail)}" if show_detail and c.detail else ""
+            detail = f": {escape(safe_message(c.detail))}" if show_detail and c.detail else ""
             con.print(f"    [{ccolour}]{cmark}[/] {escape(c.title)}{detail}")
             if c.fix and c.status in ("warn", "fail"):
                 con.print(f"      [bold]fix:[/] {escape(c.fix)}")
@@ -113,7 +114,7 @@ def render_hits(
         mark, colour = HIT_MARKS[msg.severity]
         count = sum(1 for h in hits if h.message.id == msg.id)
         more = f" (and {count - 1} more)" if count > 1 else ""
-        con.print(f"[{colour}]{mark}[/] line {hit.line_no}{more}: {escape(hit.line[:200])}")
+        con.print(f"[{colour}]{mark}[/] line {hit.line_no}{more}: {escape(safe(hit.line))}")
         con.print(f"    [bold]{msg.severity}[/] · {escape(msg.title)}")
         con.print(f"    cause: {escape(msg.cause)}")
         con.print(f"    fix: {escape(msg.fix)}")
@@ -124,6 +125,38 @@ def render_hits(
     con.print(f"{len(seen)} known message(s) in {escape(source)}: {summary}.")
 
 
+# `--explain` reads the END of a log (where a crash is) and at most this much of it; a longer line is cut
+# before the scan, so neither a 30 GB log nor one 40 MB line (nor stdin from /dev/zero) costs more than this.
+LOG_TAIL_BYTES = 64 * 1024 * 1024
+LOG_STDIN_MAX = 1024 * 1024 * 1024
+LOG_LINE_MAX = 64 * 1024
+
+
+def read_log(path: str) -> tuple[str, str, str | None]:
+    """(text, source, note) for `--explain`: a bounded tail of a regular file, or of stdin for `-`."""
+    from mw_env import userfile
+
+    if path == "-":
+        data, skipped, stopped = userfile.read_stream_tail(
+            getattr(sys.stdin, "buffer", sys.stdin), max_bytes=LOG_TAIL_BYTES, max_total=LOG_STDIN_MAX
+        )
+        source = "stdin"
+    else:
+        data, skipped = userfile.read_tail(path, what="log", max_bytes=LOG_TAIL_BYTES)
+        source, stopped = path, False
+    note = None
+    if skipped or stopped:
+        note = (
+            f"read the last {len(data)} bytes ({skipped} bytes before them skipped"
+            + (f", stopped after {LOG_STDIN_MAX} bytes" if stopped else "")
+            + "); line numbers count from there"
+        )
+    text = data.decode("utf-8", errors="replace")
+    if len(text) > LOG_LINE_MAX and any(len(ln) > LOG_LINE_MAX for ln in text.splitlines()):
+        text = "\n".join(ln[:LOG_LINE_MAX] for ln in text.splitlines())
+    return text, source, note
+
+
 def _explain(
     path: str, *, as_json: bool, profile: str | None, profiles_dirs: tuple[str, ...], root: str | None
 ) -> int:
@@ -131,15 +164,7 @@ def _explain(
     from mw_env.checks.ipc import explain_here
     from mw_env.machine import Machine
 
-    if path == "-":
-        text, source = sys.stdin.read(), "stdin"
-    else:
-        try:
-            text, source = Path(path).read_text(encoding="utf-8", errors="replace"), path
-        except OSError as exc:
-            raise InputError(
-                f"cannot read {path}: {exc.strerror}", hint="pass a log file, or - for stdin"
-            ) from exc
+    text, source, note = read_log(path)
     prof = None
     if profile:
         from mw_env.profiles import load_profiles
@@ -157,14 +182,15 @@ def _explain(
     if as_json:
         echo_json(
             {
-                "source": source,
+                "source": safe(source),
                 "fatal": fatal,
+                "note": note,
                 "messages": [
                     {
                         "id": h.message.id,
                         "severity": h.message.severity,
                         "line_no": h.line_no,
-                        "line": h.line,
+                        "line": safe(h.line),
                         "title": h.message.title,
                         "cause": h.message.cause,
                         "fix": h.message.fix,
@@ -175,7 +201,11 @@ def _explain(
             }
         )
     else:
-        render_hits(hits, source=source, lines=len(text.splitlines()), here=here)
+        if note:
+            from rich.markup import escape
+
+            _console().print(f"[yellow]note:[/] {escape(note)}")
+        render_hits(hits, source=safe(source), lines=len(text.splitlines()), here=here)
     return EXIT_FAILED if fatal else EXIT_OK
 
 

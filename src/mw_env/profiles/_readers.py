@@ -125,7 +125,7 @@ def _str(
     text = str(value).strip()
     if required and not text:
         raise ctx.fail(key, "must not be empty", allowed)
-    if pattern is not None and not pattern.match(text):
+    if pattern is not None and not pattern.fullmatch(text):
         raise ctx.fail(key, f"invalid value {text!r}", allowed)
     return text
 
@@ -177,7 +177,7 @@ def _url(ctx: Ctx, value: Any, key: str) -> str | None:
     text = _str(ctx, value, key)
     if text is None:
         return None
-    if not re.match(r"^(https?|file)://[^\s]+$", text):
+    if not re.fullmatch(r"(https?|file)://[^\s]+", text):
         raise ctx.fail(key, f"invalid URL {text!r}", "an http(s):// or file:// URL, or null")
     return text
 

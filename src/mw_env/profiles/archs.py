@@ -12,10 +12,10 @@ def parse_cc(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
     t = str(text).strip().lower()
-    m = re.match(r"^(\d+)\.(\d+)$", t)
+    m = re.fullmatch(r"(\d+)\.(\d+)", t)
     if m:
         return int(m.group(1)), int(m.group(2))
-    m = re.match(r"^(?:sm_|compute_)?(\d+?)(\d)a?$", t)
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d+?)(\d)a?", t)
     if m:
         return int(m.group(1)), int(m.group(2))
     return None

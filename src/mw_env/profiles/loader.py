@@ -30,26 +30,10 @@ __all__ = [
 
 
 def load_profile_file(path: Path, *, shipped: bool = False) -> Profile:
-    """Read and validate one profile file."""
-    import yaml
+    """Read and validate one profile file (a bounded read of a regular UTF-8 file, then strict YAML)."""
+    from mw_env.userfile import load_yaml_file
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(
-            f"profile {path}: cannot read it ({exc})", hint="check the path and permissions"
-        ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(
-            f"profile {path}: invalid YAML{where}: {problem}", hint="fix the YAML syntax"
-        ) from None
+    data = load_yaml_file(path, what="profile")
     profile = parse_profile(data, path=path, shipped=shipped)
     if profile.name != path.stem:
         raise Ctx(path).fail(

@@ -81,7 +81,7 @@ def _match(ctx: Ctx, raw: Any) -> Match:
 def _gfx_or_star(ctx: Ctx, value: Any, key: str) -> str:
     text = _str(ctx, value, key, required=True)
     assert text is not None
-    if text != "*" and not _GFX_RE.match(text):
+    if text != "*" and not _GFX_RE.fullmatch(text):
         raise ctx.fail(key, f"invalid value {text!r}", 'a gfx target such as "gfx1103", or "*" for any')
     return text
 
@@ -169,7 +169,9 @@ def _doctor(ctx: Ctx, raw: Any) -> DoctorExpectations:
         for name, row in (by_gpu_raw or {}).items()
     }
     arch = d.get("arch")
-    if arch is not None and not (isinstance(arch, str) and (_GFX_RE.match(arch) or _SM_RE.match(arch))):
+    if arch is not None and not (
+        isinstance(arch, str) and (_GFX_RE.fullmatch(arch) or _SM_RE.fullmatch(arch))
+    ):
         raise ctx.fail(
             "doctor.arch", f"invalid value {arch!r}", 'a gfx target or sm_XX, e.g. "gfx1103", or null'
         )
@@ -218,7 +220,7 @@ def _env(ctx: Ctx, raw: Any) -> dict[str, str]:
         raise ctx.fail("env", f"must be a mapping of NAME: value, got {type(raw).__name__}")
     out: dict[str, str] = {}
     for k, v in raw.items():
-        if not isinstance(k, str) or not _ENV_KEY_RE.match(k):
+        if not isinstance(k, str) or not _ENV_KEY_RE.fullmatch(k):
             raise ctx.fail(
                 f"env.{k}", "invalid variable name", "letters, digits and '_', not starting with a digit"
             )

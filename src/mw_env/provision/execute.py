@@ -20,6 +20,7 @@ from mw_env.provision.model import Plan, Step
 from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
 from mw_env.provision.steps import HANDLERS, Run, recover_swap
+from mw_env.textsafe import redact
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,15 @@ class BootstrapResult:
             "torch": self.torch_version,
             "total_s": round(self.total_s, 3),
             "failed_step": self.failed_step,
-            "error": self.error.message if self.error else None,
-            "hint": self.error.hint if self.error else None,
+            "error": redact(self.error.message) if self.error else None,
+            "hint": redact(self.error.hint) if self.error and self.error.hint else None,
             "steps": [
-                {"id": o.id, "status": o.status, "duration_s": round(o.duration_s, 3), "detail": o.detail}
+                {
+                    "id": o.id,
+                    "status": o.status,
+                    "duration_s": round(o.duration_s, 3),
+                    "detail": redact(o.detail),
+                }
                 for o in self.outcomes
             ],
             "warnings": list(self.plan.warnings),

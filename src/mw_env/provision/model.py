@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from mw_env.provision.choose import AdoptCandidate, Interpreter, TorchChoice
 from mw_env.provision.wheelhouse import Sources
+from mw_env.textsafe import redact
 
 GiB = 1024**3
 # Free space a torch install needs (wheel download in uv's cache + unpacked venv), by build.
@@ -48,7 +49,8 @@ class Step:
         return {
             "id": self.id,
             "title": self.title,
-            "command": list(self.command) if self.command else None,
+            # The commands hold an index URL as given; what is shown or written hides its credentials.
+            "command": [redact(a) for a in self.command] if self.command else None,
             "done": self.done,
         }
 
@@ -101,7 +103,7 @@ class Plan:
             "torch": {
                 "requirement": self.torch.requirement,
                 "origin": self.torch.origin,
-                "location": self.torch.location,
+                "location": redact(self.torch.location) if self.torch.location else None,
             }
             if self.torch
             else None,

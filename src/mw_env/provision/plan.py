@@ -50,6 +50,7 @@ from mw_env.provision.venvinfo import (
     venv_python_version,
 )
 from mw_env.provision.wheelhouse import Sources, discover, local_dir
+from mw_env.textsafe import redact
 
 __all__ = [
     "ADOPT_PTH",
@@ -213,9 +214,10 @@ def plan(
         runtime_env=dict(runtime_env),
         project_args=proj_args,
         companions=companions,
-        warnings=tuple(warnings),
-        problem=choice.problem,
-        problem_hint=choice.problem_hint,
+        # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
+        warnings=tuple(redact(w) for w in warnings),
+        problem=redact(choice.problem) if choice.problem else None,
+        problem_hint=redact(choice.problem_hint) if choice.problem_hint else None,
         torch_index=index_url,
         torch_source=getattr(torch, "id", None),
         adoptable=adoptable,

@@ -17,6 +17,7 @@ from typing import Any
 
 from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import InputError
+from mw_env.textsafe import redact
 
 RECORD_FILE = "mw-env.json"
 ENV_FILE = "mw-env.env"
@@ -110,7 +111,10 @@ def read_record(venv: Path) -> VenvRecord | None:
 def write_record(venv: Path, record: VenvRecord) -> Path:
     """Write the record atomically (a reader never sees half a file)."""
     path = record_path(venv)
-    write_atomic(path, json.dumps(record.to_dict(), indent=2, sort_keys=True) + "\n")
+    data = record.to_dict()
+    if data.get("torch_index"):
+        data["torch_index"] = redact(str(data["torch_index"]))  # the record is world-readable: no credentials
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import MwEnvError
+from mw_env.textsafe import redact
 
 STATE_FILE = ".mw-env-state.json"
 
@@ -72,8 +73,13 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
     """
     path = lock_path(venv)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    # 0600: the holder's argv is only for its own user (an --torch-index may carry a token, redacted
+    # anyway). fchmod fixes a lock file an older mw-env created 0644.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    locked = False
     try:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -82,16 +88,22 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
                 f"another bootstrap of {venv} is running ({holder})",
                 hint="wait for it to finish, or stop that process; the lock is released when it exits",
             ) from None
+        locked = True
         info = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "argv": argv or [],
+            "argv": [redact(str(a)) for a in argv or []],
         }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         yield path
     finally:
+        if locked:
+            # Emptied, not removed: unlinking a flock()ed file lets a waiter lock the old inode while a
+            # newcomer creates and locks a new one. An empty lock file says nobody holds it.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
         os.close(fd)  # closing releases the flock
 
 

@@ -19,6 +19,7 @@ from mw_env.provision import uv as uvmod
 from mw_env.provision.model import GiB, Plan, Step
 from mw_env.provision.record import VenvRecord, now, read_record, write_record
 from mw_env.provision.state import State
+from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
     from mw_env.provision.events import DoctorHook, Events
@@ -108,7 +109,14 @@ def _torch(run: Run, step: Step) -> str:
             f"installing torch failed (exit {res.returncode}): {_last_error(res.output)}",
             hint=_hint_for(res.output),
         )
-    run.state.mark("torch", "done", stepdefs._torch_key_for(p))
+    # Where torch came from is kept with the step: a run killed before the env step writes the record
+    # resumes with torch "installed" and must still record the wheelhouse or index it came from.
+    run.state.mark(
+        "torch",
+        "done",
+        stepdefs._torch_key_for(p),
+        location=redact(p.torch.location or "") if p.torch else "",
+    )
     return venvinfo.installed_version(p.build_venv, "torch") or ""
 
 
@@ -177,9 +185,7 @@ def _env(run: Run, step: Step) -> str:
         torch_requirement=f"torch=={version}",
         torch_version=version,
         torch_build=p.build,
-        torch_index=p.torch.location
-        if p.torch and p.torch.origin != "installed"
-        else (old.torch_index if old else None),
+        torch_index=_torch_origin(run, old),
         python=venvinfo.venv_python_version(bv) or "?",
         env=dict(p.runtime_env),
         venv=str(p.venv),
@@ -195,6 +201,17 @@ def _env(run: Run, step: Step) -> str:
     write_record(bv, record)
     run.state.mark("env", "done", stepdefs.env_key(p, version))
     return f"{len(p.runtime_env)} variable(s): {', '.join(p.runtime_env) or 'none'}"
+
+
+def _torch_origin(run: Run, old: VenvRecord | None) -> str | None:
+    """The wheel path or index URL torch was installed from (for the record and the doctor's network check)."""
+    p = run.plan
+    if p.torch and p.torch.origin != "installed":
+        return p.torch.location
+    if old and old.torch_index:
+        return old.torch_index
+    # Installed by an earlier, interrupted run that never reached this step: the torch step recorded it.
+    return (run.state.steps.get("torch") or {}).get("location") or None
 
 
 def _swap(run: Run, step: Step) -> str:

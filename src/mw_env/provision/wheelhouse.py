@@ -207,7 +207,7 @@ def wheels_in(find_links: Sequence[str], name: str) -> list[WheelFile]:
         except OSError:
             continue
         for entry in entries:
-            m = _WHEEL_RE.match(urllib.parse.unquote(entry.name))
+            m = _WHEEL_RE.fullmatch(urllib.parse.unquote(entry.name))
             if not m or m.group("name").lower() != norm:
                 continue
             plat = m.group("plat")

@@ -1,0 +1,74 @@
+"""Text from files, logs and the command line made safe to show: no terminal escapes, no secrets, bounded.
+
+A log line may carry ESC sequences (a window title, a clear screen) or a 40 MB run of bytes; an index URL
+may carry a password. Everything mw-env quotes from such a source goes through `safe()` (one line: control
+characters shown escaped, capped in length) or `redact()` (credentials in URLs replaced by `***`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# How much of a quoted line is shown; the rest is counted ("… (N more)").
+LINE_LIMIT = 500
+# Error messages and hints can list allowed values, so they get more room, but still a bound.
+MESSAGE_LIMIT = 2000
+
+# scheme://user:password@host or scheme://token@host: the userinfo part of a URL (RFC 3986 section 3.2.1).
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/\s:@]*)(?::(?P<pw>[^/\s@]*))?@")
+
+
+def redact(text: str) -> str:
+    """`text` with URL credentials hidden: `https://user:TOKEN@host` -> `https://user:***@host`.
+
+    A URL with only a user part (`https://TOKEN@host`, the usual form of a token) hides that part too.
+    """
+    if "@" not in text or "://" not in text:
+        return text
+
+    def repl(m: re.Match[str]) -> str:
+        if m.group("pw") is not None:
+            return f"{m.group('scheme')}{m.group('user')}:***@"
+        return f"{m.group('scheme')}***@"
+
+    return _USERINFO.sub(repl, text)
+
+
+def _escape_char(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x100:
+        return {"\t": "\\t", "\n": "\\n", "\r": "\\r"}.get(ch, f"\\x{code:02x}")
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _unsafe(ch: str) -> bool:
+    # Cc: C0/C1 controls incl. ESC, DEL and CSI (0x9b); Cf: format characters such as the bidi overrides
+    # that reorder what a terminal shows; Zl/Zp: line and paragraph separators; Cs: lone surrogates
+    # (from errors="surrogateescape").
+    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def safe(text: object, *, limit: int | None = LINE_LIMIT, newlines: bool = False) -> str:
+    """One line (or, with `newlines=True`, lines) fit for a terminal: unsafe characters escaped as `\\x1b`,
+    at most `limit` characters shown, then `… (N more)` counting the characters left out."""
+    s = text if isinstance(text, str) else str(text)
+    if limit is None:
+        limit = len(s) * 10 + 10
+    out: list[str] = []
+    used = 0
+    consumed = 0
+    for ch in s:
+        piece = ch if (newlines and ch == "\n") or not _unsafe(ch) else _escape_char(ch)
+        if used + len(piece) > limit:
+            break
+        out.append(piece)
+        used += len(piece)
+        consumed += 1
+    rest = len(s) - consumed
+    return "".join(out) + (f"… ({rest} more)" if rest else "")
+
+
+def safe_message(text: object) -> str:
+    """An error message or hint: credentials redacted, control characters escaped (lines kept), bounded."""
+    return safe(redact(str(text)), limit=MESSAGE_LIMIT, newlines=True)
