@@ -17,6 +17,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any
 
@@ -169,8 +170,16 @@ def read_stream_tail(stream: IO[Any], *, max_bytes: int, max_total: int) -> tupl
 # -- YAML -------------------------------------------------------------------------------------------------
 
 
-def _loader_class() -> Any:
+_RAISE: Any = object()
+
+
+@lru_cache(maxsize=1)
+def _yaml_classes() -> tuple[Any, type[Exception]]:
+    """(loader class, the error it raises for nesting too deep); built on first use (yaml is imported lazily)."""
     import yaml
+
+    class TooDeep(yaml.composer.ComposerError):
+        """Nesting past YAML_MAX_DEPTH: never a "syntax error" a caller may take as a plain string."""
 
     class BoundedLoader(yaml.SafeLoader):
         """SafeLoader that refuses nesting deeper than YAML_MAX_DEPTH while composing (the composer
@@ -183,29 +192,29 @@ def _loader_class() -> Any:
             try:
                 if self._depth > YAML_MAX_DEPTH:
                     mark = self.peek_event().start_mark
-                    raise yaml.composer.ComposerError(
-                        None, None, f"nested deeper than {YAML_MAX_DEPTH} levels", mark
-                    )
+                    raise TooDeep(None, None, f"nested deeper than {YAML_MAX_DEPTH} levels", mark)
                 return super().compose_node(parent, index)
             finally:
                 self._depth -= 1
 
-    return BoundedLoader
+    return BoundedLoader, TooDeep
 
 
-_LOADER: Any = None
+def load_yaml(text: str, *, source: str, syntax_fallback: Any = _RAISE) -> Any:
+    """Parse YAML from a user; any failure is an InputError that names `source` (a file, or `--set key`).
 
-
-def load_yaml(text: str, *, source: str) -> Any:
-    """Parse YAML from a user; any failure is an InputError that names `source` (a file, or `--set key`)."""
-    global _LOADER
+    `syntax_fallback`, when given, is returned for text that is not YAML syntax at all (a `--set` value
+    such as `a: b: c` means that string); tags, nesting and size are checked all the same."""
     import yaml
 
-    if _LOADER is None:
-        _LOADER = _loader_class()
+    loader, too_deep = _yaml_classes()
     try:
-        data = yaml.load(text, Loader=_LOADER)
+        data = yaml.load(text, Loader=loader)
     except yaml.MarkedYAMLError as exc:
+        if syntax_fallback is not _RAISE and not isinstance(
+            exc, (too_deep, yaml.constructor.ConstructorError)
+        ):
+            return syntax_fallback
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = exc.problem or exc.context or str(exc).splitlines()[0]
@@ -217,11 +226,12 @@ def load_yaml(text: str, *, source: str) -> Any:
             f"{source}: invalid YAML: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             hint="fix the value (a tag such as !!int needs a value of that type)",
         ) from None
-    _check_size(data, source=source)
+    check_size(data, source=source)
     return data
 
 
-def _check_size(data: Any, *, source: str) -> None:
+def check_size(data: Any, *, source: str) -> None:
+    """InputError when parsed config data has more than YAML_MAX_NODES values (aliases expanded)."""
     # Count nodes as a validator would see them: aliases expanded, so a document that refers to one list a
     # million times is refused here rather than when something walks or prints it.
     count = 0

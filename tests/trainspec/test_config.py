@@ -107,7 +107,7 @@ def test_bad_files(tmp_path: Path) -> None:
         find_config("no-such-config")
     bad = tmp_path / "bad.yaml"
     bad.write_text("optim: [1, 2\n")
-    with pytest.raises(InputError, match="not valid YAML"):
+    with pytest.raises(InputError, match="invalid YAML"):
         resolve_config(path=bad)
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(InputError, match="top level must be a mapping"):
@@ -131,7 +131,7 @@ def test_round_trip_and_architecture_diff() -> None:
 @pytest.mark.parametrize(
     ("name", "text", "expect"),
     [
-        ("a.yaml", "optim: [1, 2\n", "not valid YAML"),
+        ("a.yaml", "optim: [1, 2\n", "invalid YAML"),
         ("b.toml", "[optim\n", "not valid TOML"),
         ("c.yaml", "- 1\n", "top level must be a mapping"),
         ("d.yaml", "optim: 3\n", "section 'optim' must be a mapping"),

@@ -75,8 +75,8 @@ def shipped_configs() -> list[str]:
 def find_config(name_or_path: str | Path) -> Path:
     """A config file path, or the name of a shipped config (`smoke`, `address-tagger`)."""
     path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return path.resolve()
+    if path.is_file() or (path.exists() and not path.is_dir()):
+        return path.resolve()  # a FIFO or a device is refused by the bounded reader, naming what it is
     shipped = CONFIGS_DIR / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
@@ -166,13 +166,13 @@ def _flatten(data: Mapping[str, Any], origin_label: str) -> dict[str, Any]:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(
-            f"cannot read config {path}: {exc.strerror}", hint="check the path and its permissions"
-        ) from None
+    from mw_env import userfile
+
     suffix = path.suffix.lower()
+    if suffix not in (".toml", ".yaml", ".yml"):
+        raise InputError(f"{path}: unknown config format {suffix!r}", hint="use .yaml, .yml or .toml")
+    # Bounded, non-blocking, UTF-8 checked: a FIFO, /dev/zero or a binary file is an error, not a hang.
+    text = userfile.read_text(path, what="config")
     if suffix == ".toml":
         try:
             import tomllib
@@ -190,17 +190,13 @@ def _read_file(path: Path) -> dict[str, Any]:
             raise InputError(
                 f"{path}: not valid TOML: {exc}", hint="fix the syntax at the line and column named"
             ) from None
-    elif suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
+        except (RecursionError, ValueError, OverflowError) as exc:  # nesting a parser cannot follow
             raise InputError(
-                f"{path}: not valid YAML: {exc}", hint="fix the syntax at the line and column named"
+                f"{path}: not valid TOML ({type(exc).__name__})", hint="flatten the structure"
             ) from None
+        userfile.check_size(data, source=f"config {path}")
     else:
-        raise InputError(f"{path}: unknown config format {suffix!r}", hint="use .yaml, .yml or .toml")
+        data = userfile.load_yaml(text, source=f"config {path}")
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -212,17 +208,17 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 
 def parse_set(item: str) -> tuple[str, Any]:
-    """`a.b=c` -> ("a.b", scalar): the value is read as a YAML scalar (1e-3, true, null, [a, b])."""
-    import yaml
+    """`a.b=c` -> ("a.b", scalar): the value is read as a YAML scalar (1e-3, true, null, [a, b]).
+
+    A value that is not valid YAML syntax stays the string it is (`--set data.spm_model=a:b[1]`); one that
+    is YAML but unusable (`!!int x`, nesting thousands deep) is an InputError naming the key."""
+    from mw_env import userfile
 
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or "." not in key:
         raise InputError(f"--set {item!r}: expected section.key=value", hint="e.g. --set optim.lr=1e-3")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    value = userfile.load_yaml(raw, source=f"--set {key}", syntax_fallback=raw) if raw.strip() else ""
     return key, value
 
 

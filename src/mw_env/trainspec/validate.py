@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from mw_env.errors import InputError
@@ -16,75 +18,117 @@ from mw_env.trainspec.schema import (
     TrainConfig,
 )
 
+# Checkpoint files are named step-XXXXXXXXX.pt (nine digits): a longer run could not be listed or resumed.
+MAX_STEPS = 999_999_999
+# Seeds: the dropout seed of a step is seed * 1_000_003 + step * world + rank (runtime.step_seed), and
+# torch.manual_seed takes at most 2**64 - 1; 2**40 leaves room for any step and world size.
+MAX_SEED = 2**40
+INT32_MAX = 2**31 - 1
+
+# Every int field: (lowest, highest) allowed. torch takes sizes as int64 and most counts as int32, and a
+# model this code builds must fit one device: the bounds are far above any real run, far below an overflow.
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "model.d_model": (1, 65_536),
+    "model.n_layers": (1, 1_024),
+    "model.n_heads": (1, 1_024),
+    "model.d_ff": (1, 1_048_576),
+    "model.max_len": (8, 1_048_576),  # rows of the positional table (max_len x d_model floats)
+    "data.synthetic_rows": (1, 100_000_000),
+    "data.synthetic_val_rows": (1, 10_000_000),
+    "data.seed": (0, MAX_SEED),
+    "optim.batch_size": (1, 1_048_576),
+    "optim.accumulation_steps": (1, 65_536),
+    "optim.warmup_steps": (0, MAX_STEPS),
+    "runtime.max_steps": (1, MAX_STEPS),
+    "runtime.seed": (0, MAX_SEED),
+    "runtime.threads": (0, 4_096),  # torch.set_num_threads takes an int32; no machine has more cores
+    "runtime.log_every": (1, MAX_STEPS),
+    "runtime.eval_every": (1, MAX_STEPS),
+    "runtime.eval_batches": (0, INT32_MAX),
+    "runtime.eval_samples": (0, 10_000),
+    "runtime.checkpoint_every": (1, MAX_STEPS),
+    "runtime.keep_last": (2, 100_000),  # >= 2: the newest may be mid-write
+    "runtime.early_stop_patience": (0, INT32_MAX),
+    "runtime.max_nonfinite": (1, INT32_MAX),
+    "dist.timeout_s": (1, 30 * 86_400),  # a timedelta for the process group; a month is already absurd
+}
+
+# Every float field: (lowest, highest, lowest excluded, highest excluded); NaN and infinities never pass.
+FLOAT_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "model.dropout": (0.0, 1.0, False, True),
+    "data.val_fraction": (0.0, 1.0, False, True),
+    "data.noise": (0.0, 1.0, False, False),
+    "optim.lr": (0.0, 10.0, True, False),
+    "optim.weight_decay": (0.0, 100.0, False, False),
+    "optim.beta1": (0.0, 1.0, False, True),
+    "optim.beta2": (0.0, 1.0, False, True),
+    "optim.eps": (0.0, 1.0, True, False),
+    "optim.grad_clip": (0.0, 1e9, False, False),  # 0 = off
+    "optim.label_smoothing": (0.0, 1.0, False, True),
+    "optim.min_lr_ratio": (0.0, 1.0, False, False),
+    "runtime.early_stop_min_delta": (0.0, 1.0, False, False),  # entity F1 is in [0, 1]
+}
+
 
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
         raise InputError(f"config: {key} = {value!r} is not allowed", hint=f"allowed: {allowed}")
 
 
+def _value(config: TrainConfig, key: str) -> Any:
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name)
+
+
+def _check_ranges(config: TrainConfig) -> None:
+    for key, (lo, hi) in INT_RANGES.items():
+        v = _value(config, key)
+        _check(lo <= v <= hi, key, v, f"an integer from {lo} to {hi}")
+    for key, (lo, hi, lo_open, hi_open) in FLOAT_RANGES.items():
+        v = _value(config, key)
+        above = v > lo if lo_open else v >= lo
+        below = v < hi if hi_open else v <= hi
+        interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        _check(math.isfinite(v) and above and below, key, v, f"a number in {interval}")
+
+
 def validate(config: TrainConfig) -> None:
     """Cross-field and range checks; each failure names the key, the value and what is allowed."""
     m, d, o, r, dist = config.model, config.data, config.optim, config.runtime, config.dist
-    for key, value in (
-        ("model.d_model", m.d_model),
-        ("model.n_layers", m.n_layers),
-        ("model.n_heads", m.n_heads),
-        ("model.d_ff", m.d_ff),
-        ("optim.batch_size", o.batch_size),
-        ("optim.accumulation_steps", o.accumulation_steps),
-        ("runtime.max_steps", r.max_steps),
-        ("runtime.log_every", r.log_every),
-        ("runtime.eval_every", r.eval_every),
-        ("runtime.checkpoint_every", r.checkpoint_every),
-        ("runtime.max_nonfinite", r.max_nonfinite),
-        ("dist.timeout_s", dist.timeout_s),
-    ):
-        _check(value >= 1, key, value, "an integer >= 1")
-    _check(m.max_len >= 8, "model.max_len", m.max_len, "an integer >= 8")
+    _check_ranges(config)
     _check(
         m.d_model % m.n_heads == 0, "model.n_heads", m.n_heads, f"a divisor of model.d_model ({m.d_model})"
     )
-    _check(0.0 <= m.dropout < 1.0, "model.dropout", m.dropout, "0 <= dropout < 1")
     _check(d.source in SOURCES, "data.source", d.source, ", ".join(SOURCES))
     _check(d.tokenizer in TOKENIZERS, "data.tokenizer", d.tokenizer, ", ".join(TOKENIZERS))
-    _check(0.0 <= d.val_fraction < 1.0, "data.val_fraction", d.val_fraction, "0 <= val_fraction < 1")
-    _check(0.0 <= d.noise <= 1.0, "data.noise", d.noise, "0 <= noise <= 1")
     from mw_env.trainspec.synthetic import FORMATS  # torch-free
 
     bad = [c for c in d.countries if c not in FORMATS]
     _check(bool(d.countries) and not bad, "data.countries", list(d.countries), ", ".join(FORMATS))
-    _check(d.synthetic_rows >= 1, "data.synthetic_rows", d.synthetic_rows, "an integer >= 1")
-    _check(d.synthetic_val_rows >= 1, "data.synthetic_val_rows", d.synthetic_val_rows, "an integer >= 1")
     if d.source == "files" and not d.train_files:
         raise InputError("config: data.source is 'files' but data.train_files is empty", hint="list shards")
     if d.tokenizer == "sentencepiece" and not d.spm_model:
         raise InputError("config: data.tokenizer is 'sentencepiece' but data.spm_model is not set")
-    _check(o.lr > 0, "optim.lr", o.lr, "a number > 0")
-    _check(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, "a number >= 0")
-    _check(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, "optim.beta1/beta2", (o.beta1, o.beta2), "[0, 1)")
-    _check(o.eps > 0, "optim.eps", o.eps, "a number > 0")
-    _check(o.grad_clip >= 0, "optim.grad_clip", o.grad_clip, "a number >= 0 (0 = off)")
-    _check(0 <= o.label_smoothing < 1, "optim.label_smoothing", o.label_smoothing, "0 <= x < 1")
     _check(o.schedule in SCHEDULES, "optim.schedule", o.schedule, ", ".join(SCHEDULES))
-    _check(o.warmup_steps >= 0, "optim.warmup_steps", o.warmup_steps, "an integer >= 0")
-    _check(0 <= o.min_lr_ratio <= 1, "optim.min_lr_ratio", o.min_lr_ratio, "0 <= x <= 1")
     _check(r.precision in PRECISIONS, "runtime.precision", r.precision, ", ".join(PRECISIONS))
     _check(r.sdpa_backend in SDPA_BACKENDS, "runtime.sdpa_backend", r.sdpa_backend, ", ".join(SDPA_BACKENDS))
     _check(r.tracking in TRACKING, "runtime.tracking", r.tracking, ", ".join(TRACKING))
     dev = r.device
     _check(
-        dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()),
+        dev in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]{1,4}", dev) is not None,
         "runtime.device",
         dev,
         "auto, cpu, cuda, cuda:N (ROCm GPUs are cuda too)",
     )
-    _check(
-        r.keep_last >= 2, "runtime.keep_last", r.keep_last, "an integer >= 2 (the newest may be mid-write)"
-    )
-    _check(r.threads >= 0, "runtime.threads", r.threads, "an integer >= 0")
-    _check(r.eval_batches >= 0, "runtime.eval_batches", r.eval_batches, "an integer >= 0")
-    _check(r.eval_samples >= 0, "runtime.eval_samples", r.eval_samples, "an integer >= 0")
-    _check(r.early_stop_patience >= 0, "runtime.early_stop_patience", r.early_stop_patience, ">= 0")
     _check(dist.backend in DIST_BACKENDS, "dist.backend", dist.backend, ", ".join(DIST_BACKENDS))
     if not r.out_dir:
         raise InputError("config: runtime.out_dir is empty", hint="name the run folder")
+    # Paths reach open()/mkdir(), which refuse a NUL byte with a ValueError deep in the trainer.
+    for key, paths in (
+        ("runtime.out_dir", (r.out_dir,)),
+        ("data.spm_model", (d.spm_model or "",)),
+        ("data.train_files", d.train_files),
+        ("data.val_files", d.val_files),
+    ):
+        for path in paths:
+            _check("\x00" not in path, key, path, "a path without NUL characters")
