@@ -54,7 +54,7 @@ def test_export_cli_writes_a_verified_onnx_with_dynamic_axes(smoke_run, capfd):
     import onnxruntime as ort
     import torch
 
-    from mw_env.trainer.model import model_from_checkpoint
+    from mw_env.trainer.checkpoint import model_from_checkpoint
 
     assert main(["train", "export", "--format", "onnx", "--venv", str(VENV), str(smoke_run), "--json"]) == 0
     out, err = capfd.readouterr()  # capfd: the export runs in a child process writing to fd 2

@@ -187,8 +187,8 @@ def test_sentencepiece_tokenizer_round_trips_through_a_checkpoint(tmp_path: Path
     import io
 
     spm = pytest.importorskip("sentencepiece")
+    from mw_env.trainer.checkpoint import model_from_checkpoint
     from mw_env.trainer.loop import train
-    from mw_env.trainer.model import model_from_checkpoint
 
     from .helpers import tiny_config
 

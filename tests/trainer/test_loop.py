@@ -64,9 +64,8 @@ def test_smoke_config_trains_and_loss_falls(tmp_path: Path) -> None:
 def test_checkpoint_holds_resolved_config_and_loads_weights_only(tmp_path: Path) -> None:
     import torch
 
-    from mw_env.trainer.checkpoint import latest_valid_checkpoint, load_checkpoint
+    from mw_env.trainer.checkpoint import latest_valid_checkpoint, load_checkpoint, model_from_checkpoint
     from mw_env.trainer.loop import train
-    from mw_env.trainer.model import model_from_checkpoint
 
     resolved = tiny_config(tmp_path / "r", "runtime.max_steps=4")
     train(resolved=resolved, echo=lambda _m: None)

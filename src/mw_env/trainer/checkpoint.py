@@ -1,116 +1,182 @@
-"""Atomic checkpoints: `checkpoints/step-XXXXXXXXX.pt`, newest valid one found on resume.
+"""Atomic, hashed, validated checkpoints: `checkpoints/step-XXXXXXXXX.pt` + `step-XXXXXXXXX.pt.sha256`.
 
-Write protocol (trainer-anchors.md part 4): torch.save to `<name>.tmp-<pid>` in the same folder,
-flush + fsync, os.replace onto the final name, fsync the folder. A kill at any point leaves either
-the old set of checkpoints or the old set plus a complete new one - never a half-written `step-*.pt`.
-Old checkpoints are deleted only after the new one is in place. Loads use weights_only=True, so a
-checkpoint holds only tensors and plain containers.
+Write protocol (trainer-anchors.md part 4): torch.save to a temporary in the same folder, flush + fsync,
+os.replace onto the final name, fsync the folder; then the file's sha256 goes into a `sha256sum`-format
+sidecar, written the same way. A kill at any point leaves the old set, or the old set plus a complete new
+checkpoint (with or without its sidecar) - never a half-written `step-*.pt`. Old checkpoints are deleted
+only after the new one is in place. A full disk is a clean error that keeps every earlier checkpoint.
+
+Reading: weights_only=True (tensors and plain containers only), the sidecar's hash checked when there is
+one, and then the whole structure: every key the loop reads, its type, and the tensors' shapes against
+the model the checkpoint's own config describes (`CHECKS`, one table: add a key there). Any failure is a
+CheckpointError; `find_latest` turns it into "unreadable: falling back to the previous checkpoint".
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import atomic_open
-from mw_env.errors import InputError
+from mw_env.atomic import atomic_open, write_text_atomic
+from mw_env.errors import InputError, StepFailed
+from mw_env.trainer.checkpoint_schema import (
+    CHECKS,
+    CKPT_RE,
+    FORMAT_VERSION,
+    REQUIRED_KEYS,
+    CheckpointError,
+    check_for_run,
+    first_line,
+    unreadable,
+    validate_checkpoint,
+)
 
-FORMAT_VERSION = 1
-CKPT_RE = re.compile(r"^step-(\d{9})\.pt$")
-REQUIRED_KEYS = ("format_version", "step", "model", "optimizer", "scheduler", "config", "tokenizer", "labels")
-
-
-class CheckpointError(InputError):
-    """A checkpoint that cannot be read or is incomplete."""
+SIDECAR_SUFFIX = ".sha256"
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
     return directory / f"step-{step:09d}.pt"
 
 
+def sidecar_path(path: Path) -> Path:
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Complete checkpoints (by name), oldest first; temporary files are never listed."""
+    """Complete checkpoints (by name), oldest first; temporaries and sidecars are never listed."""
     if not directory.is_dir():
         return []
-    found = [p for p in directory.iterdir() if CKPT_RE.match(p.name)]
+    found = [p for p in directory.iterdir() if CKPT_RE.fullmatch(p.name)]
     return sorted(found, key=lambda p: p.name)
 
 
 def remove_stale_temporaries(directory: Path) -> list[Path]:
-    """Delete `*.tmp-*` left by a process killed mid-write (they were never complete)."""
+    """Delete `*.tmp-*` left by a process killed mid-write, and sidecars whose checkpoint is gone."""
     removed = []
     if directory.is_dir():
         for p in directory.iterdir():
-            if ".pt.tmp-" in p.name:
+            orphan = (
+                p.name.endswith(".pt" + SIDECAR_SUFFIX)
+                and not p.with_name(p.name[: -len(SIDECAR_SUFFIX)]).exists()
+            )
+            if ".pt.tmp-" in p.name or ".pt.sha256.tmp-" in p.name or orphan:
                 p.unlink(missing_ok=True)
                 removed.append(p)
     return removed
 
 
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def save_checkpoint(payload: dict[str, Any], directory: Path, *, keep_last: int) -> Path:
-    """Write payload atomically as step-<payload['step']>.pt; then keep only the newest keep_last."""
+    """Write payload atomically as step-<payload['step']>.pt with its sha256 sidecar; keep the newest keep_last.
+
+    A failed write (ENOSPC, EDQUOT, EIO) raises StepFailed naming the folder and the checkpoint that is
+    still the newest; nothing already on disk is touched."""
     import torch
 
-    directory.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(directory, int(payload["step"]))
-    with atomic_open(final, "wb") as fh:
-        torch.save(payload, fh)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with atomic_open(final, "wb") as fh:
+            torch.save(payload, fh)
+        write_text_atomic(sidecar_path(final), f"{sha256_of(final)}  {final.name}\n")
+    except OSError as exc:
+        raise _write_failed(final, exc) from None
     for old in list_checkpoints(directory)[: -max(keep_last, 2)]:
         old.unlink(missing_ok=True)
+        sidecar_path(old).unlink(missing_ok=True)
     return final
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint on the CPU with weights_only=True; CheckpointError when unreadable/incomplete."""
-    import torch
+def _write_failed(final: Path, exc: OSError) -> StepFailed:
+    kept = list_checkpoints(final.parent)
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    what = "the disk is full" if full else (exc.strerror or str(exc))
+    keeps = (
+        f"the checkpoints on disk are kept (newest: {kept[-1].name})"
+        if kept
+        else "no checkpoint is on disk yet"
+    )
+    return StepFailed(
+        f"cannot write checkpoint {final}: {what}; {keeps}",
+        hint=(
+            f"free space on the disk of {final.parent} (or lower runtime.keep_last), then run the same command "
+            "again: training resumes from the newest checkpoint"
+            if full
+            else f"check {final.parent} (permissions, the filesystem), then run the same command again to resume"
+        ),
+    )
+
+
+def _check_hash(path: Path) -> None:
+    side = sidecar_path(path)
+    if not side.exists():
+        return  # written before sidecars existed, or killed between the checkpoint and its sidecar
+    from mw_env import userfile
 
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
+        recorded = userfile.read_text(side, what="checkpoint hash", max_bytes=4096).split()[0].lower()
+    except (InputError, IndexError):
+        raise unreadable(path, f"its recorded hash {side.name} is unreadable") from None
+    if not re.fullmatch(r"[0-9a-f]{64}", recorded):
+        raise unreadable(path, f"its recorded hash {side.name} is not a sha256")
+    actual = sha256_of(path)
+    if actual != recorded:
+        raise unreadable(path, f"its sha256 {actual[:12]}… differs from the recorded {recorded[:12]}…")
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read and validate a checkpoint on the CPU (weights_only=True); CheckpointError when it is unreadable,
+    incomplete, altered since it was written, or inconsistent with the model its config describes."""
+    import torch
+
+    from mw_env import userfile
+
+    path = Path(path)
+    if not path.exists():
         raise CheckpointError(
             f"checkpoint {path} does not exist",
             hint="name an existing <run>/checkpoints/step-*.pt, or leave out --resume to use the newest one",
-        ) from None
-    except Exception as exc:  # truncated zip, bad pickle, foreign object: all "unreadable"
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
-            hint="it may be truncated or not an mw-env checkpoint; name an older step-*.pt "
-            "(training: --resume PATH, or --fresh to start over)",
-        ) from None
-    if not isinstance(ckpt, dict):
-        raise CheckpointError(
-            f"checkpoint {path} is not an mw-env checkpoint (top level is not a dict)",
-            hint="name a step-*.pt file written by mw-env train",
         )
-    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
-    if missing:
-        raise CheckpointError(
-            f"checkpoint {path} is incomplete: missing {', '.join(missing)}",
-            hint="name a step-*.pt file written by mw-env train, or an older one with --resume",
-        )
-    if ckpt["format_version"] != FORMAT_VERSION:
-        raise CheckpointError(
-            f"checkpoint {path} has format {ckpt['format_version']}, this mw-env reads {FORMAT_VERSION}",
-            hint="use the mw-env version that wrote it, or start over with --fresh",
-        )
-    m = CKPT_RE.match(path.name)
-    if m and int(m.group(1)) != int(ckpt["step"]):
-        raise CheckpointError(
-            f"checkpoint {path} says step {ckpt['step']}, its name says {int(m.group(1))}",
-            hint="a renamed file is not resumed; give it its step-XXXXXXXXX.pt name back or use another one",
-        )
+    try:
+        with userfile.open_regular(path, what="checkpoint"):
+            pass  # a FIFO or /dev/zero is refused before torch.load could block on it or read forever
+        _check_hash(path)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
+    except InputError as exc:
+        raise unreadable(path, exc.message) from None
+    except Exception as exc:  # truncated zip, bad pickle, foreign object, 0 bytes: all "unreadable"
+        raise unreadable(path, first_line(exc)) from None
+    validate_checkpoint(ckpt, source=path)
     return ckpt
 
 
 def find_latest(
-    directory: Path, *, warn: Callable[[str], None] | None = None
+    directory: Path,
+    *,
+    warn: Callable[[str], None] | None = None,
+    check: Callable[[Path, dict[str, Any]], None] | None = None,
 ) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads, with its contents; unreadable newer ones are warned about."""
+    """The newest checkpoint that loads and passes `check`, with its contents; each unreadable newer one is
+    warned about and skipped (the previous one is tried)."""
     for path in reversed(list_checkpoints(directory)):
         try:
-            return path, load_checkpoint(path)
+            ckpt = load_checkpoint(path)
+            if check is not None:
+                check(path, ckpt)
+            return path, ckpt
         except CheckpointError as exc:
             if warn:
                 warn(f"warning: {exc.message}; falling back to the previous checkpoint")
@@ -121,3 +187,40 @@ def latest_valid_checkpoint(directory: Path, *, warn: Callable[[str], None] | No
     """The path of the newest checkpoint that loads (None when there is none)."""
     found = find_latest(Path(directory), warn=warn)
     return found[0] if found else None
+
+
+def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[Any, Any, list[str]]:
+    """(model in eval mode on CPU, tokenizer, label names) from a checkpoint dict or path."""
+    from mw_env.trainer.data import tokenizer_from_state
+    from mw_env.trainer.model import Tagger
+    from mw_env.trainspec.config import config_from_dict
+
+    if not isinstance(ckpt, Mapping):
+        ckpt = load_checkpoint(Path(ckpt))
+    config = config_from_dict(ckpt["config"])
+    tokenizer = tokenizer_from_state(ckpt["tokenizer"])
+    labels = list(ckpt["labels"])
+    model = Tagger(config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels))
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    return model, tokenizer, labels
+
+
+__all__ = [
+    "CHECKS",
+    "CKPT_RE",
+    "FORMAT_VERSION",
+    "REQUIRED_KEYS",
+    "CheckpointError",
+    "check_for_run",
+    "checkpoint_path",
+    "find_latest",
+    "latest_valid_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "model_from_checkpoint",
+    "remove_stale_temporaries",
+    "save_checkpoint",
+    "sidecar_path",
+    "validate_checkpoint",
+]

@@ -260,8 +260,7 @@ def export_onnx(
         ) from exc
     import torch
 
-    from mw_env.trainer.checkpoint import load_checkpoint
-    from mw_env.trainer.model import model_from_checkpoint
+    from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
 
     ckpt_path = resolve_checkpoint(checkpoint)
     ckpt = load_checkpoint(ckpt_path)

@@ -165,33 +165,53 @@ def _run(
     scaler = torch.amp.GradScaler(device.type, enabled=precision.name == "fp16")
     state = LoopState()
 
-    found = None
-    if resume is not None:
-        found = (resume, ckpt_mod.load_checkpoint(resume))
-    elif not fresh:
-        found = ckpt_mod.find_latest(ckpt_dir, warn=say)
-    if found is not None:
-        path, ckpt = found
+    def usable(path: Path, ckpt: dict[str, Any]) -> None:
+        # A changed config or world size is the user's change, not a damaged file: an InputError that
+        # stops here (every older checkpoint would differ the same way), never a silent fallback.
         diff = architecture_diff(config_from_dict(ckpt["config"]), config)
         if diff:
             raise InputError(
                 f"cannot resume from {path}: the config changed where it must not ({'; '.join(diff)})",
                 hint="restore those settings, or start over with --fresh",
             )
-        if int(ckpt["world_size"]) != dist.world:
+        if ckpt["world_size"] != dist.world:
             raise InputError(
                 f"cannot resume from {path}: it was written by {ckpt['world_size']} process(es), this run has {dist.world}",
                 hint="the data order depends on the world size; launch with the same --nproc-per-node",
             )
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        if "scaler" in ckpt:
-            scaler.load_state_dict(ckpt["scaler"])
-        state = LoopState(**ckpt["loop"])
-        rngs = ckpt.get("rng") or []
-        if dist.rank < len(rngs):
-            restore_rng_states(rngs[dist.rank])
+        ckpt_mod.check_for_run(path, ckpt, model=model, optimizer=optimizer, labels=list(LABELS))
+
+    found = None
+    if resume is not None:
+        ckpt = ckpt_mod.load_checkpoint(resume)  # the one named: no fallback, its error is the answer
+        usable(resume, ckpt)
+        found = (resume, ckpt)
+    elif not fresh:
+        found = ckpt_mod.find_latest(ckpt_dir, warn=say, check=usable)
+        if found is None and (kept := ckpt_mod.list_checkpoints(ckpt_dir)):
+            # Starting over here would write step-000000100.pt below the unusable newer names, and the
+            # rotation would delete each new checkpoint as the oldest: refuse instead, keeping them all.
+            raise ckpt_mod.CheckpointError(
+                f"none of the {len(kept)} checkpoint(s) in {ckpt_dir} can be resumed (see the warnings above)",
+                hint="--resume PATH names one to try, --fresh starts over (the old ones are kept, renamed)",
+            )
+    if found is not None:
+        path, ckpt = found
+        try:  # validated above; a failure here is still a clean error, never a traceback
+            model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+            scheduler.load_state_dict(ckpt["scheduler"])
+            if "scaler" in ckpt:
+                scaler.load_state_dict(ckpt["scaler"])
+            state = LoopState(**ckpt["loop"])
+            rngs = ckpt.get("rng") or []
+            if dist.rank < len(rngs):
+                restore_rng_states(rngs[dist.rank])
+        except Exception as exc:
+            raise ckpt_mod.CheckpointError(
+                f"checkpoint {path} could not be restored ({type(exc).__name__}: {str(exc)[:200]})",
+                hint="--resume an older step-*.pt, or --fresh to start over (the old ones are kept, renamed)",
+            ) from None
         say(f"resumed from {path} at step {state.step}")
         del ckpt  # do not keep a second copy of the weights alive (nanoGPT #158)
 

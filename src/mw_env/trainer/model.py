@@ -8,15 +8,13 @@ with `sdpa_context(name)`, so the module itself stays exportable.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mw_env.trainspec.config import ModelConfig, TrainConfig, config_from_dict
+from mw_env.trainspec.config import ModelConfig, TrainConfig
 
 
 class Block(nn.Module):
@@ -115,19 +113,3 @@ def parameter_table(model: Tagger) -> list[tuple[str, int]]:
     rows += [(f"block {i}", sum(p.numel() for p in b.parameters())) for i, b in enumerate(model.blocks)]
     rows.append(("head", sum(p.numel() for p in (*model.ln_f.parameters(), *model.head.parameters()))))
     return rows
-
-
-def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[Tagger, Any, list[str]]:
-    """(model in eval mode on CPU, tokenizer, label names) from a checkpoint dict or path."""
-    from mw_env.trainer.checkpoint import load_checkpoint
-    from mw_env.trainer.data import tokenizer_from_state
-
-    if not isinstance(ckpt, Mapping):
-        ckpt = load_checkpoint(Path(ckpt))
-    config = config_from_dict(ckpt["config"])
-    tokenizer = tokenizer_from_state(ckpt["tokenizer"])
-    labels = list(ckpt["labels"])
-    model = Tagger(config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels))
-    model.load_state_dict(ckpt["model"])
-    model.eval()
-    return model, tokenizer, labels

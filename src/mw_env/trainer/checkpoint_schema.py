@@ -1,0 +1,274 @@
+"""What a checkpoint must hold, checked in one place: `CHECKS` (key -> required, test, what it must be),
+then the tensors against the model the checkpoint's own config builds, then (`check_for_run`) against the
+running trainer's model, optimizer and labels. Every failure is a CheckpointError ("unreadable ...").
+
+A part that adds a key to the payload (a data position, a stream offset, a node count) adds a row to CHECKS.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mw_env.errors import InputError
+
+FORMAT_VERSION = 1
+CKPT_RE = re.compile(r"step-(\d{9})\.pt")
+REQUIRED_KEYS = (
+    "format_version",
+    "step",
+    "model",
+    "optimizer",
+    "scheduler",
+    "loop",
+    "world_size",
+    "config",
+    "tokenizer",
+    "labels",
+)
+
+
+class CheckpointError(InputError):
+    """A checkpoint that cannot be read, is incomplete, or does not fit the model it describes."""
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
+
+
+def unreadable(path: Path, why: str) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {path} is unreadable ({why})",
+        hint="it may be truncated or not an mw-env checkpoint; name an older step-*.pt "
+        "(training: --resume PATH, or --fresh to start over)",
+    )
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _tensor_dict(v: Any) -> bool:
+    import torch
+
+    return isinstance(v, Mapping) and all(
+        isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items()
+    )
+
+
+def _optimizer_ok(v: Any) -> bool:
+    return (
+        isinstance(v, Mapping)
+        and isinstance(v.get("state"), Mapping)
+        and isinstance(v.get("param_groups"), list)
+        and all(isinstance(g, Mapping) and isinstance(g.get("params"), list) for g in v["param_groups"])
+    )
+
+
+def _loop_ok(v: Any) -> bool:
+    from mw_env.trainer.state import LoopState
+
+    if not isinstance(v, Mapping) or set(v) - set(LoopState().to_dict()):
+        return False
+    types = {"best_f1": _is_number}
+    return all(types.get(k, _is_int)(x) for k, x in v.items()) and _is_int(v.get("step"))
+
+
+# Key -> (required, test, what it must be). The loop, export and resume read exactly these; a key another
+# part adds (a data position, a stream offset) gets a row here and is then checked like the others.
+CHECKS: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
+    "format_version": (True, lambda v: v == FORMAT_VERSION, f"{FORMAT_VERSION}"),
+    "step": (True, lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "model": (True, _tensor_dict, "a state dict of tensors"),
+    "optimizer": (True, _optimizer_ok, "an optimizer state dict (state, param_groups)"),
+    "scheduler": (
+        True,
+        lambda v: isinstance(v, Mapping) and _is_int(v.get("last_epoch")),
+        "a scheduler state dict",
+    ),
+    "loop": (True, _loop_ok, "the loop counters (step, best_f1, best_step, bad_evals, ...)"),
+    "world_size": (True, lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "config": (
+        True,
+        lambda v: isinstance(v, Mapping) and all(isinstance(s, Mapping) for s in v.values()),
+        "a config dict",
+    ),
+    "tokenizer": (
+        True,
+        lambda v: isinstance(v, Mapping) and v.get("kind") in ("byte", "sentencepiece"),
+        "a tokenizer state",
+    ),
+    "labels": (
+        True,
+        lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v),
+        "a list of label names",
+    ),
+    "rng": (
+        False,
+        lambda v: isinstance(v, list) and all(isinstance(r, Mapping) for r in v),
+        "a list of RNG states",
+    ),
+    "scaler": (False, lambda v: isinstance(v, Mapping), "a GradScaler state dict"),
+    "data_position": (False, lambda v: isinstance(v, Mapping), "a mapping"),
+    "config_sha256": (False, lambda v: isinstance(v, str), "a string"),
+    "config_sources": (False, lambda v: isinstance(v, Mapping), "a mapping"),
+    "meta": (False, lambda v: isinstance(v, Mapping), "a mapping"),
+}
+
+
+def validate_checkpoint(ckpt: Any, *, source: Path | str) -> None:
+    """The whole structure of a loaded checkpoint, then its tensors against the model its config builds."""
+    path = Path(source)
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(
+            f"checkpoint {path} is not an mw-env checkpoint (top level is not a dict)",
+            hint="name a step-*.pt file written by mw-env train",
+        )
+    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {path} is incomplete: missing {', '.join(missing)}",
+            hint="name a step-*.pt file written by mw-env train, or an older one with --resume",
+        )
+    if ckpt["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format {ckpt['format_version']!r}, this mw-env reads {FORMAT_VERSION}",
+            hint="use the mw-env version that wrote it, or start over with --fresh",
+        )
+    for key, (required, test, what) in CHECKS.items():
+        if (required or key in ckpt) and not test(ckpt[key]):
+            raise unreadable(path, f"{key} is not {what}")
+    if ckpt["loop"]["step"] != ckpt["step"]:
+        raise unreadable(path, f"loop.step {ckpt['loop']['step']} differs from step {ckpt['step']}")
+    m = CKPT_RE.fullmatch(path.name)
+    if m and int(m.group(1)) != ckpt["step"]:
+        raise CheckpointError(
+            f"checkpoint {path} says step {ckpt['step']}, its name says {int(m.group(1))}",
+            hint="a renamed file is not resumed; give it its step-XXXXXXXXX.pt name back or use another one",
+        )
+    _check_shapes(ckpt, path)
+
+
+def _check_shapes(ckpt: dict[str, Any], path: Path) -> None:
+    import torch
+
+    from mw_env.trainer.model import Tagger
+    from mw_env.trainspec.config import config_from_dict
+    from mw_env.trainspec.validate import validate
+
+    try:
+        config = config_from_dict(ckpt["config"])
+        validate(config)
+    except InputError as exc:
+        raise unreadable(path, f"its config is invalid: {exc.message}") from None
+    vocab = _vocab_size(ckpt["tokenizer"])
+    if vocab is None:
+        raise unreadable(path, "its tokenizer state is invalid")
+    with torch.device("meta"):  # shapes only: no memory, however large the config says the model is
+        meta = Tagger(config.model, vocab_size=vocab, n_labels=len(ckpt["labels"]))
+    expected = meta.state_dict()
+    found = ckpt["model"]
+    if set(found) != set(expected):
+        extra, lost = sorted(set(found) - set(expected)), sorted(set(expected) - set(found))
+        raise unreadable(
+            path, f"model keys differ from its config's model (missing {lost[:3]}, unexpected {extra[:3]})"
+        )
+    for key, tensor in expected.items():
+        if tuple(found[key].shape) != tuple(tensor.shape) or not found[key].is_floating_point():
+            raise unreadable(
+                path,
+                f"model.{key} has shape {tuple(found[key].shape)}, its config's model needs {tuple(tensor.shape)}",
+            )
+    _check_optimizer(ckpt, sum(1 for _ in meta.parameters()), path)
+
+
+def _vocab_size(state: Mapping[str, Any]) -> int | None:
+    from mw_env.trainer.data import N_SPECIAL, ByteTokenizer
+
+    if state.get("kind") == "byte":
+        return ByteTokenizer.vocab_size
+    proto = state.get("model_proto")
+    try:
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor()
+        sp.LoadFromSerializedProto(proto.numpy().tobytes())
+        return sp.get_piece_size() + N_SPECIAL
+    except Exception:  # not installed, not a tensor, not a model: the export or resume could not use it
+        return None
+
+
+def _check_optimizer(ckpt: dict[str, Any], n_params: int, path: Path) -> None:
+    """Every parameter exactly once across the groups, states keyed by those ids, one base lr per group."""
+    opt = ckpt["optimizer"]
+    ids = [i for g in opt["param_groups"] for i in g["params"]]
+    if not all(_is_int(i) for i in ids) or sorted(ids) != list(range(n_params)):
+        raise unreadable(path, f"optimizer names {len(ids)} parameters, the model has {n_params}")
+    import torch
+
+    for idx, entry in opt["state"].items():
+        if not _is_int(idx) or not 0 <= idx < n_params or not isinstance(entry, Mapping):
+            raise unreadable(path, f"optimizer state {idx!r} is not a parameter's state")
+        if not all(isinstance(v, torch.Tensor) or _is_number(v) for v in entry.values()):
+            raise unreadable(
+                path, f"optimizer state {idx} holds a value that is neither a tensor nor a number"
+            )
+    groups = len(opt["param_groups"])
+    base = ckpt["scheduler"].get("base_lrs")
+    if base is not None and (
+        not isinstance(base, list) or len(base) != groups or not all(map(_is_number, base))
+    ):
+        raise unreadable(path, f"scheduler.base_lrs does not match the {groups} parameter group(s)")
+
+
+def check_for_run(
+    path: Path, ckpt: Mapping[str, Any], *, model: Any, optimizer: Any, labels: list[str]
+) -> None:
+    """What only the running trainer can check: the weights' shapes against its model (the tokenizer may
+    differ), the optimizer's groups and the moments' shapes against its parameters (load_state_dict checks
+    group sizes, not shapes, which would fail at the first step), the label names, and whether every rank's
+    RNG state restores (tried, then the current state is put back; every rank checks all, so all agree)."""
+    import torch
+
+    from mw_env.trainer.runtime import restore_rng_states, rng_states
+
+    if list(ckpt["labels"]) != list(labels):
+        raise unreadable(path, f"its labels {ckpt['labels'][:4]}… are not this trainer's")
+    for key, tensor in model.state_dict().items():
+        have = ckpt["model"][key]
+        if tuple(have.shape) != tuple(tensor.shape):
+            raise unreadable(
+                path, f"model.{key} has shape {tuple(have.shape)}, this run's model {tuple(tensor.shape)}"
+            )
+    opt = ckpt["optimizer"]
+    live = [tuple(p.shape) for g in optimizer.param_groups for p in g["params"]]
+    sizes = [len(g["params"]) for g in opt["param_groups"]]
+    if sizes != [len(g["params"]) for g in optimizer.param_groups]:
+        raise unreadable(
+            path,
+            f"optimizer groups hold {sizes} parameters, this model's hold "
+            f"{[len(g['params']) for g in optimizer.param_groups]}",
+        )
+    for idx, entry in opt["state"].items():
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and tuple(value.shape) != live[idx]:
+                raise unreadable(
+                    path,
+                    f"optimizer state {idx}.{name} has shape {tuple(value.shape)}, the parameter {live[idx]}",
+                )
+    saved = rng_states()
+    try:
+        for rank, state in enumerate(ckpt.get("rng") or []):
+            try:
+                restore_rng_states(state)
+            except Exception as exc:
+                raise unreadable(path, f"rng[{rank}] does not restore ({first_line(exc)})") from None
+    finally:
+        restore_rng_states(saved)
