@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mw_env.runs.logscan import RUN_HEADER, LogFinding, LogScanner, classify_line, scan_log
+from mw_env.textsafe import safe, safe_message
 
 # Re-exported: callers read log findings and anomalies from one place.
 __all__ = [
@@ -65,6 +66,11 @@ class Anomaly:
     hint: str
     evidence: str = ""  # the log line or metrics value that shows it
     step: int | None = None
+
+    def __post_init__(self) -> None:
+        # Messages and evidence quote the run's own log: shown escaped and bounded, on a terminal or in JSON.
+        object.__setattr__(self, "message", safe_message(self.message))
+        object.__setattr__(self, "evidence", safe(self.evidence))
 
     @property
     def code(self) -> int:

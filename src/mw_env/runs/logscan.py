@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from mw_env.textsafe import safe
+
 
 @dataclass(frozen=True)
 class LogFinding:
@@ -90,11 +92,11 @@ class LogScanner:
             stripped = line.strip()
             kind = classify_line(stripped)
             if kind:
-                self.findings.append(LogFinding(kind, self.line_no, stripped[:500]))
+                self.findings.append(LogFinding(kind, self.line_no, safe(stripped)))
             elif not self._in_traceback and line.startswith(USER_ERROR_PREFIXES):
                 # The trainer's own `error:`/`hint:` report (bad input, a refused resume): not an
                 # anomaly by itself, but what a dead run's status must quote instead of guessing.
-                self.findings.append(LogFinding(line.split(":", 1)[0], self.line_no, stripped[:500]))
+                self.findings.append(LogFinding(line.split(":", 1)[0], self.line_no, safe(stripped)))
             if _TRACEBACK in line:
                 self._in_traceback = True
                 continue
@@ -113,7 +115,7 @@ class LogScanner:
                     and not _STOP_EXCEPTION.search(stripped)
                     and not stripped.startswith(_CHILD_FAILED)
                 ):
-                    self.findings.append(LogFinding("traceback", self.line_no, stripped[:500]))
+                    self.findings.append(LogFinding("traceback", self.line_no, safe(stripped)))
                     self._last_exception = len(self.findings) - 1
                 else:
                     self._last_exception = None

@@ -79,9 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     except MwEnvError as exc:
-        print(f"error: {exc.message}", file=sys.stderr, flush=True)
+        from mw_env.textsafe import safe_message  # escaped, bounded, credentials hidden (as in cli.py)
+
+        print(f"error: {safe_message(exc.message)}", file=sys.stderr, flush=True)
         if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr, flush=True)
+            print(f"hint: {safe_message(exc.hint)}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 PAD, CLS, SEP, UNK = 0, 1, 2, 3
 N_SPECIAL = 4
+SPM_MAX_BYTES = 512 * 1024 * 1024  # SentencePiece models are KiB to tens of MiB
 IGNORE = -100
 LABEL_ID = {label: i for i, label in enumerate(LABELS)}
 
@@ -74,12 +75,10 @@ class SentencePieceTokenizer:
 
     @classmethod
     def from_file(cls, path: str) -> SentencePieceTokenizer:
-        try:
-            proto = Path(path).expanduser().read_bytes()
-        except OSError as exc:
-            raise InputError(
-                f"data.spm_model {path}: {exc.strerror}", hint="point it at a .model file"
-            ) from None
+        from mw_env import userfile
+
+        # Bounded and non-blocking like every user file: a FIFO or /dev/zero here is an error, not a hang.
+        proto = userfile.read_bytes(Path(path).expanduser(), what="data.spm_model", max_bytes=SPM_MAX_BYTES)
         return cls(proto, source=path)
 
     def encode_word(self, word: str) -> list[int]:
