@@ -127,13 +127,13 @@ def _mangle(rng: random.Random, ckpt: dict[str, Any]) -> None:
         parent[leaf] = rng.choice(POOL)
 
 
-@pytest.mark.parametrize("index", range(24))
+@pytest.mark.parametrize("index", range(16))
 def test_structure(index: int, tiny_run: Path, tmp_path: Path) -> None:
     import torch
 
     from mw_env.trainer.checkpoint import sha256_of, sidecar_path
 
-    rng = cases(21, 24)[index]
+    rng = cases(21, 16)[index]
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     path = run / "checkpoints" / NEWEST
@@ -147,9 +147,9 @@ def test_structure(index: int, tiny_run: Path, tmp_path: Path) -> None:
     assert chosen in (NEWEST, PREVIOUS)
 
 
-@pytest.mark.parametrize("index", range(16))
+@pytest.mark.parametrize("index", range(12))
 def test_bytes(index: int, tiny_run: Path, tmp_path: Path) -> None:
-    rng = cases(22, 16)[index]
+    rng = cases(22, 12)[index]
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     path = run / "checkpoints" / NEWEST
@@ -169,3 +169,85 @@ def test_bytes(index: int, tiny_run: Path, tmp_path: Path) -> None:
         assert chosen == PREVIOUS  # the recorded sha256 catches every changed byte
     else:
         assert chosen in (NEWEST, PREVIOUS)
+
+
+# -- the issue's checkpoint reproducers, by name -------------------------------------------------------------
+
+
+def _fresh_copy(tiny_run: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    return run
+
+
+def test_regression_zero_byte_newest_checkpoint_falls_back(tiny_run: Path, tmp_path: Path) -> None:
+    run = _fresh_copy(tiny_run, tmp_path)
+    (run / "checkpoints" / NEWEST).write_bytes(b"")  # was: IndexError in the error handler
+    assert _resume_like_the_loop(run / "checkpoints", run) == PREVIOUS
+
+
+@pytest.mark.parametrize("field", ["loop", "world_size", "step", "config", "model"])
+def test_regression_missing_or_mangled_fields_fall_back(field: str, tiny_run: Path, tmp_path: Path) -> None:
+    import torch
+
+    from mw_env.trainer.checkpoint import sha256_of, sidecar_path
+
+    run = _fresh_copy(tiny_run, tmp_path)
+    path = run / "checkpoints" / NEWEST
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if field == "step":
+        ckpt["step"] = "abc"
+    elif field == "config":
+        ckpt["config"] = "not a dict"
+    elif field == "model":
+        key = next(iter(ckpt["model"]))
+        ckpt["model"][key] = torch.zeros(2, 2)  # wrong shape
+    else:
+        del ckpt[field]
+    torch.save(ckpt, path)
+    sidecar_path(path).write_text(f"{sha256_of(path)}  {path.name}\n")
+    assert _resume_like_the_loop(run / "checkpoints", run) == PREVIOUS
+
+
+def test_regression_a_hundred_byte_flips_are_all_caught(tiny_run: Path, tmp_path: Path) -> None:
+    from mw_env.trainer.checkpoint import CheckpointError, load_checkpoint
+
+    src = tiny_run / "checkpoints" / NEWEST
+    data = src.read_bytes()
+    bad = tmp_path / NEWEST
+    shutil.copy(src.with_name(src.name + ".sha256"), bad.with_name(bad.name + ".sha256"))
+    rng = random.Random(100)
+    caught = 0
+    for _ in range(100):  # the issue: 72 of 100 loaded without a word
+        at = rng.randrange(len(data))
+        bad.write_bytes(data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :])
+        with pytest.raises(CheckpointError):
+            load_checkpoint(bad)
+        caught += 1
+    assert caught == 100
+
+
+def test_regression_a_full_disk_is_error_and_hint_and_keeps_the_checkpoints(
+    tiny_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    import torch
+
+    from mw_env.trainer import __main__ as entry
+
+    run = _fresh_copy(tiny_run, tmp_path)
+    before = {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()}
+
+    def full(obj: Any, fh: Any, *a: Any, **k: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    args = ["run", "--config", "smoke"]
+    for item in (*TINY, f"runtime.out_dir={run}", "runtime.max_steps=3"):
+        args += ["--set", item]
+    rc = entry.main(args)
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert "error: cannot write checkpoint" in err and "the disk is full" in err and "hint: free space" in err
+    assert {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()} == before
