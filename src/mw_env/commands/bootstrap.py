@@ -300,7 +300,9 @@ def env_cmd(
     target = venv or default_venv(os.environ)
     path = env_path(target)
     if path.is_file():
-        text = path.read_text(encoding="utf-8")
+        from mw_env.userfile import read_text
+
+        text = read_text(path, what="env file")
         sys.stdout.write("".join(line + "\n" for line in text.splitlines() if line.startswith("export ")))
         return 0
     from mw_env.profiles import resolve

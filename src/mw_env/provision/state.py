@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mw_env import userfile
 from mw_env.atomic import write_text_atomic as write_atomic
-from mw_env.errors import MwEnvError
+from mw_env.errors import InputError, MwEnvError
 from mw_env.textsafe import redact
 
 STATE_FILE = ".mw-env-state.json"
@@ -34,10 +35,10 @@ class State:
     def load(cls, venv: Path) -> State:
         path = Path(venv) / STATE_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(userfile.read_text(path, what="bootstrap state")) if path.exists() else None
             steps = data.get("steps") if isinstance(data, dict) else None
-        except (OSError, json.JSONDecodeError):
-            steps = None  # missing or torn: every step re-checks itself
+        except (InputError, ValueError, RecursionError):
+            steps = None  # missing, torn or not ours: every step re-checks itself
         return cls(path=path, steps=steps if isinstance(steps, dict) else {})
 
     def is_done(self, step: str, key: str) -> bool:
@@ -109,9 +110,9 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
 
 def _read_holder(path: Path) -> str:
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = json.loads(userfile.read_text(path, what="lock file", max_bytes=1024 * 1024))
         return f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}: " + " ".join(
             info.get("argv") or []
         )
-    except (OSError, json.JSONDecodeError, AttributeError):
+    except (InputError, ValueError, AttributeError, TypeError):
         return "holder unknown"
