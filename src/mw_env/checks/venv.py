@@ -106,7 +106,8 @@ def _env_file(ctx: DoctorContext) -> CheckResult | None:
     try:
         text = userfile.read_text(env_file, what="env file")
     except InputError:
-        text = None  # missing, not a regular file, too big or not UTF-8: reported as not holding the variables
+        # Missing, not a regular file, too big or not UTF-8: reported as not holding the variables.
+        text = None
     absent = [k for k in rec.env if text is None or f"export {k}=" not in text]
     if absent:
         return result(
