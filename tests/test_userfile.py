@@ -124,3 +124,24 @@ def test_redact_hides_url_credentials() -> None:
     )
     assert redact("user@example.com https://host/x") == "user@example.com https://host/x"
     assert "TOKEN" not in safe_message("failed: https://u:TOKEN@h/ \x1b[2J")
+
+
+def test_a_token_in_a_user_profiles_index_url_is_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mw_env.cli import main
+
+    shipped = Path(__file__).resolve().parents[1] / "src" / "mw_env" / "profiles" / "cpu.yaml"
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "cpu.yaml").write_text(
+        shipped.read_text().replace(
+            "https://download.pytorch.org/whl/cpu", "https://me:S3CRET@mirror.example/cpu"
+        )
+    )
+    root = Path(__file__).resolve().parent / "fixtures" / "machines" / "cpu-only"
+    for args in (["detect", "--json"], ["detect"], ["profiles", "cpu"], ["profiles", "--json"]):
+        extra = ["--root", str(root)] if args[0] == "detect" else []
+        assert main([*args, *extra, "--profiles-dir", str(folder)]) == 0
+        out, err = capsys.readouterr()
+        assert "S3CRET" not in out + err and "me:***@mirror.example" in out, args
