@@ -9,6 +9,7 @@ its traceback: that IS the bug), and finishes within a deadline (SIGALRM raises 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 from collections.abc import Iterator
@@ -134,8 +135,11 @@ def mutate(rng: random.Random, data: bytes, *, rounds: int | None = None) -> byt
 
 
 def cases(seed: int, n: int) -> list[random.Random]:
-    """`n` independent generators from one seed: a failure names its case index, so it can be replayed."""
-    return [random.Random(seed * 1_000_003 + i) for i in range(n)]
+    """`n` independent generators from one seed: a failure names its case index, so it can be replayed.
+
+    MW_FUZZ_ROUND=k (default 0) draws another set of cases: CI runs round 0; a longer hunt runs more rounds."""
+    offset = int(os.environ.get("MW_FUZZ_ROUND", "0")) * 7_919
+    return [random.Random(seed * 1_000_003 + offset + i) for i in range(n)]
 
 
 def files_under(root: Path) -> list[Path]:

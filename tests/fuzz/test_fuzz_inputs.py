@@ -152,3 +152,44 @@ def test_explain_logs(index: int, tmp_path: Path, capsys: pytest.CaptureFixture[
         assert max((len(line) for line in out.splitlines()), default=0) < 2000  # every quoted line is capped
     rc, out, _err = run_cli(["doctor", "--explain", "-"], capsys, stdin=log)
     assert rc in (0, 1) and "\x1b" not in out
+
+
+RUN_FILES = {
+    "run.json": b'{"pid": 999999, "start_ticks": 1, "argv": ["x"], "log_file": "train.log", "started_at": 1.0}\n',
+    "state.json": b'{"state": "exited", "returncode": 0, "oom_kills": 0, "time": 2.0}\n',
+    "metrics.jsonl": b'{"event": "step", "step": 1, "loss": 2.5, "lr": 0.001, "time": 1.0}\n'
+    b'{"event": "eval", "step": 1, "loss": 2.4, "token_acc": 0.5, "entity_f1": 0.4, "time": 1.5}\n',
+    "train.log": b"step 1 loss 2.5\ntorch.OutOfMemoryError: CUDA out of memory\n",
+}
+
+
+@pytest.mark.parametrize("index", range(16))
+def test_run_folders(index: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mw_env.runs.anomalies import KINDS
+
+    rng = cases(16, 16)[index]
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, data in RUN_FILES.items():
+        choice = rng.randrange(6)
+        if choice == 0:
+            os.mkfifo(run / name)  # `status` must not block on it
+        elif choice == 1:
+            continue
+        else:
+            (run / name).write_bytes(mutate(rng, data) if choice < 4 else data)
+    codes = {0, 1, 2, *(code for code, _ in KINDS.values())}
+    for args in (
+        ["train", "status", "--out-dir", str(run)],
+        ["train", "status", "--out-dir", str(run), "--json"],
+    ):
+        from mw_env.cli import main
+
+        from .fuzz_support import deadline
+
+        capsys.readouterr()
+        with deadline():
+            rc = main(args)
+        out, err = capsys.readouterr()
+        assert rc in codes and "Traceback" not in err, (rc, err[-2000:])
+        assert "\x1b" not in out

@@ -142,3 +142,9 @@ def test_doctor_explain_json_caps_a_40_mb_matching_line(tmp_path: Path) -> None:
 def test_host_commands_refuses_a_container_name_with_a_newline(name: str) -> None:
     rc, out, err = mw(["host-commands", "--root", str(MACHINES / "incus-780m"), "--container", name])
     assert rc == 2 and "invalid" in err and out == ""
+
+
+def test_set_a_float_key_to_an_int_beyond_float_range() -> None:
+    # Found by the fuzz suite (round 2): float(10**400) raised OverflowError through the config resolver.
+    rc, _, err = mw(["train", "config", "--config", "smoke", "--set", "optim.lr=1" + "0" * 400])
+    assert rc == 2 and "optim.lr must be a number" in err
