@@ -145,3 +145,14 @@ def test_a_token_in_a_user_profiles_index_url_is_never_shown(
         assert main([*args, *extra, "--profiles-dir", str(folder)]) == 0
         out, err = capsys.readouterr()
         assert "S3CRET" not in out + err and "me:***@mirror.example" in out, args
+
+
+def test_bounded_makes_every_string_of_json_data_safe() -> None:
+    from mw_env.textsafe import bounded
+
+    data = {"event": "step", "reason": "\x1b[2J" + "x" * 1000, "n": [1, "\x07"], "ok": 1.5}
+    out = bounded(data)
+    assert (
+        out["reason"].startswith("\\x1b[2J") and out["reason"].endswith("more)") and len(out["reason"]) < 520
+    )
+    assert out["n"] == [1, "\\x07"] and out["ok"] == 1.5 and out["event"] == "step"
