@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import socket
+import stat as stat_mod
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,7 +77,16 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     # 0600: the holder's argv is only for its own user (an --torch-index may carry a token, redacted
     # anyway). fchmod fixes a lock file an older mw-env created 0644.
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o600)
+        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise IsADirectoryError(21, "not a regular file")
+    except OSError as exc:
+        raise MwEnvError(
+            f"cannot create the bootstrap lock {path}: {exc.strerror or exc}",
+            hint=f"remove {path} if it is not a regular file, or check the permissions of {path.parent}",
+        ) from None
     locked = False
     try:
         with contextlib.suppress(OSError):
