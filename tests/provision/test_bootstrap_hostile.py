@@ -8,6 +8,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, plan
 from mw_env.provision.record import read_record
@@ -138,8 +140,6 @@ def test_network_check_skips_for_a_resumed_wheelhouse_venv(tmp_path):
 
 
 def test_a_lock_path_that_is_not_a_file_is_a_clean_error(tmp_path):
-    import pytest
-
     from mw_env.errors import MwEnvError
 
     venv = tmp_path / "venv"
