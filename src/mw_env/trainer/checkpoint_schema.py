@@ -197,11 +197,16 @@ def _vocab_size(state: Mapping[str, Any]) -> int | None:
     proto = state.get("model_proto")
     try:
         import sentencepiece as spm
-
+    except ModuleNotFoundError:  # the checkpoint may be fine: say what is missing, do not fall back
+        raise InputError(
+            "this checkpoint uses a SentencePiece tokenizer but the sentencepiece package is not installed",
+            hint="install mw-env[spm] into the training venv",
+        ) from None
+    try:
         sp = spm.SentencePieceProcessor()
         sp.LoadFromSerializedProto(proto.numpy().tobytes())
         return sp.get_piece_size() + N_SPECIAL
-    except Exception:  # not installed, not a tensor, not a model: the export or resume could not use it
+    except Exception:  # not a tensor, not a model: the export or resume could not use it
         return None
 
 
