@@ -72,3 +72,17 @@ def safe(text: object, *, limit: int | None = LINE_LIMIT, newlines: bool = False
 def safe_message(text: object) -> str:
     """An error message or hint: credentials redacted, control characters escaped (lines kept), bounded."""
     return safe(redact(str(text)), limit=MESSAGE_LIMIT, newlines=True)
+
+
+def bounded(data: object, *, limit: int = LINE_LIMIT) -> object:
+    """`data` (JSON-like) with every string made `safe`: for JSON that re-emits what a run's files hold."""
+    if isinstance(data, str):
+        return safe(data, limit=limit)
+    if isinstance(data, dict):
+        return {
+            safe(k, limit=limit) if isinstance(k, str) else k: bounded(v, limit=limit)
+            for k, v in data.items()
+        }
+    if isinstance(data, (list, tuple)):
+        return [bounded(v, limit=limit) for v in data]
+    return data

@@ -306,12 +306,12 @@ class Reader:
                 return int(value)
             raise bad()
         if tp is float:
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
-            if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string; TOML and users mean a number
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                # A str: YAML 1.1 reads "1e-3" as a string; TOML and users mean a number. An int beyond a
+                # float's range (10**400) is an OverflowError: the same "must be a number" as a word.
                 try:
                     return float(value)
-                except ValueError:
+                except (ValueError, OverflowError):
                     raise bad() from None
             raise bad()
         if tp is str:

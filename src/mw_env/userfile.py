@@ -152,19 +152,27 @@ def read_stream_tail(stream: IO[Any], *, max_bytes: int, max_total: int) -> tupl
     """The last `max_bytes` of a stream (stdin), reading at most `max_total` bytes: (data, skipped, stopped).
 
     `stopped` is True when the stream had more than `max_total` bytes (stdin from /dev/zero ends here)."""
-    buf = bytearray()
-    total = 0
-    while total < max_total:
+    from collections import deque
+
+    chunks: deque[bytes] = deque()
+    held = total = 0
+    stopped = False
+    while True:
+        if total >= max_total:
+            stopped = bool(stream.read(1))
+            break
         chunk = stream.read(min(MiB, max_total - total))
         if isinstance(chunk, str):  # a text stream (a test's StringIO, a wrapped stdin)
             chunk = chunk.encode("utf-8", errors="surrogateescape")
         if not chunk:
-            return bytes(buf), total - len(buf), False
+            break
+        chunks.append(chunk)
+        held += len(chunk)
         total += len(chunk)
-        buf += chunk
-        if len(buf) > max_bytes:
-            del buf[: len(buf) - max_bytes]
-    return bytes(buf), total - len(buf), bool(stream.read(1))
+        while held - len(chunks[0]) >= max_bytes:  # whole chunks that fall out of the tail
+            held -= len(chunks.popleft())
+    data = b"".join(chunks)[-max_bytes:] if held > max_bytes else b"".join(chunks)
+    return data, total - len(data), stopped
 
 
 # -- YAML -------------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, plan
 from mw_env.provision.record import read_record
@@ -135,3 +137,16 @@ def test_network_check_skips_for_a_resumed_wheelhouse_venv(tmp_path):
     )
     (res,) = check_network(ctx)
     assert res.status == "skip" and "not needed" in res.detail
+
+
+def test_a_lock_path_that_is_not_a_file_is_a_clean_error(tmp_path):
+    from mw_env.errors import MwEnvError
+
+    venv = tmp_path / "venv"
+    lock_path(venv).mkdir(parents=True)
+    with pytest.raises(MwEnvError, match="cannot create the bootstrap lock"), venv_lock(venv, argv=[]):
+        pass
+    fifo_venv = tmp_path / "v2"
+    os.mkfifo(lock_path(fifo_venv))  # opened non-blocking, then refused: no hang
+    with pytest.raises(MwEnvError, match="not a regular file"), venv_lock(fifo_venv, argv=[]):
+        pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -198,3 +199,38 @@ def test_checkpoint_config_refuses_a_bad_section_and_passes_over_an_unknown_one(
         config_from_dict({**data, "optim": [1]})
     with pytest.raises(InputError, match=r"checkpoint config: optim\.lr must be a number"):
         config_from_dict({**data, "optim": {"lr": "fast"}})
+
+
+def test_every_number_in_the_config_has_a_range() -> None:
+    """A new int or float field needs bounds in validate.py: torch takes int64 sizes, the names nine digits."""
+    import typing
+
+    from mw_env.trainspec.schema import SECTIONS
+    from mw_env.trainspec.validate import FLOAT_RANGES, INT_RANGES
+
+    for section, cls in SECTIONS.items():
+        for name, tp in typing.get_type_hints(cls).items():
+            key = f"{section}.{name}"
+            if tp is int:
+                assert key in INT_RANGES, key
+            elif tp is float:
+                assert key in FLOAT_RANGES, key
+
+
+@pytest.mark.parametrize(
+    ("item", "expect"),
+    [
+        ("model.max_len=9223372036854775808", "an integer from 8 to 1048576"),
+        ("runtime.max_steps=1000000000", "an integer from 1 to 999999999"),
+        ("runtime.seed=-1", "an integer from 0 to"),
+        ("optim.lr=.inf", r"a number in \(0, 10\]"),
+        ("optim.lr=.nan", "a number in"),
+        ("runtime.threads=100000", "an integer from 0 to 4096"),
+        ("runtime.device=cuda:\u0661", "cuda:N"),
+        ("optim.lr=1" + "0" * 400, "must be a number"),
+    ],
+)
+def test_out_of_range_values_are_refused_with_the_range(item: str, expect: str) -> None:
+    with pytest.raises(InputError) as info:
+        resolve_config(path=find_config("smoke"), overrides=[item])
+    assert re.search(expect, f"{info.value.message} {info.value.hint}"), info.value

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
+from mw_env.textsafe import redact
 
 AREA = "network"
 CONNECT_TIMEOUT = 4.0
@@ -43,7 +44,7 @@ def check_network(ctx: DoctorContext) -> list[CheckResult]:
     parts = urlsplit(url)
     host = parts.hostname
     if not host:
-        return [result("network.index", AREA, title, "skip", f"{url} names no host (a local index)")]
+        return [result("network.index", AREA, title, "skip", f"{redact(url)} names no host (a local index)")]
     port = parts.port or (80 if parts.scheme == "http" else 443)
     try:
         infos = resolve(host, port)
@@ -57,6 +58,6 @@ def check_network(ctx: DoctorContext) -> list[CheckResult]:
         except OSError as exc:
             errors.append(f"{address[0]}: {exc.strerror or exc}")
             continue
-        return [result("network.index", AREA, title, "pass", f"{host}:{port} ({url})")]
+        return [result("network.index", AREA, title, "pass", f"{host}:{port} ({redact(url)})")]
     cause, fix = ctx.fix("network.refused", host=host, port=port, error="; ".join(errors) or "no address")
     return [result("network.index", AREA, title, "warn", cause, fix)]

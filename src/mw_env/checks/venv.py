@@ -100,9 +100,13 @@ def _env_file(ctx: DoctorContext) -> CheckResult | None:
         return None
     title = "runtime env file"
     env_file = ctx.venv / "mw-env.env"
+    from mw_env import userfile
+    from mw_env.errors import InputError
+
     try:
-        text = env_file.read_text(encoding="utf-8")
-    except OSError:
+        text = userfile.read_text(env_file, what="env file")
+    except InputError:
+        # Missing, not a regular file, too big or not UTF-8: reported as not holding the variables.
         text = None
     absent = [k for k in rec.env if text is None or f"export {k}=" not in text]
     if absent:

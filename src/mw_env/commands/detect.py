@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
+from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
     from mw_env.hardware import Gpu
@@ -128,7 +129,7 @@ def _render(resolved: Resolved) -> None:
     console.print(f"[bold]Why[/bold]      {sel.reason}")
     t = sel.torch
     console.print(
-        f"[bold]torch[/bold]    {t.requirement} ({t.local_tag}) from {t.index_url or 'the default index'}"
+        f"[bold]torch[/bold]    {t.requirement} ({t.local_tag}) from {redact(t.index_url or 'the default index')}"
     )
     others = [s.id for s in sel.profile.sources if s.id != t.id]
     pick = f"  (others: {', '.join(others)}; choose with --source)" if others else ""

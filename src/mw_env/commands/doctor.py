@@ -128,7 +128,7 @@ def render_hits(
 # `--explain` reads the END of a log (where a crash is) and at most this much of it; a longer line is cut
 # before the scan, so neither a 30 GB log nor one 40 MB line (nor stdin from /dev/zero) costs more than this.
 LOG_TAIL_BYTES = 64 * 1024 * 1024
-LOG_STDIN_MAX = 1024 * 1024 * 1024
+LOG_STDIN_MAX = 4 * LOG_TAIL_BYTES
 LOG_LINE_MAX = 64 * 1024
 
 

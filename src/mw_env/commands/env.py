@@ -48,8 +48,10 @@ def next_line(venv: Path) -> str:
 
 def _read_exports(path: Path) -> dict[str, str]:
     """`export K=V` lines of an env file, values unquoted the way the shell would."""
+    from mw_env.userfile import read_text  # bounded, regular files only: never a FIFO's hang
+
     out: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path, what="env file").splitlines():
         if not line.startswith("export "):
             continue
         try:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mw_env.commands.common import echo_json, json_option
+from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
     from mw_env.profiles.model import Profile
@@ -67,7 +68,7 @@ def _summary(p: Profile) -> dict[str, Any]:
         "default_source": src.id,
         "sources": [s.id for s in p.sources],
         "torch": {
-            "index_url": src.index_url,
+            "index_url": redact(src.index_url) if src.index_url else None,
             "build": src.build,
             "version": src.version,
             "local_tag": src.local_tag,
@@ -112,7 +113,7 @@ def _render_one(p: Profile) -> None:
     for s in p.sources:
         mark = "*" if s is p.default_source else " "
         console.print(
-            f"{mark} [bold]{s.id}[/bold]  {s.requirement} {s.local_tag} from {s.index_url or 'the default index'}"
+            f"{mark} [bold]{s.id}[/bold]  {s.requirement} {s.local_tag} from {redact(s.index_url or 'the default index')}"
         )
         runtime = f"{s.build} {s.runtime_version}" if s.runtime_version else s.build
         if s.min_driver:

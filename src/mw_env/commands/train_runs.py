@@ -19,6 +19,7 @@ from mw_env.commands.common import echo_json, json_option
 from mw_env.commands.train_export import export
 from mw_env.commands.train_options import launch_options, prepare_launch
 from mw_env.errors import MwEnvError
+from mw_env.textsafe import bounded
 
 STATUS_EPILOG = (
     "Exit codes: 0 no anomaly (running, finished or stopped), 2 no run there / bad input, "
@@ -156,7 +157,7 @@ def status(
     thresholds = _thresholds(silence_minutes, first_step_minutes, checkpoint_minutes, divergence_factor)
     result = run_status(out_dir=out_dir, thresholds=thresholds)
     if as_json:
-        echo_json(result.to_dict())
+        echo_json(bounded(result.to_dict()))
         return result.exit_code
     _render_status(result)
     return result.exit_code
@@ -283,7 +284,8 @@ def watch(
     thresholds = _thresholds(silence_minutes, first_step_minutes, checkpoint_minutes, divergence_factor)
     watcher = RunWatcher(out_dir=out_dir, thresholds=thresholds, replay=not tail_only)
     for event in watcher.events(poll_s=poll):
-        sys.stdout.write(json.dumps(event, allow_nan=False, default=str) + "\n")
+        # Events re-emit what the run's files hold: every string escaped and capped (textsafe.bounded).
+        sys.stdout.write(json.dumps(bounded(event), allow_nan=False, default=str) + "\n")
         sys.stdout.flush()
     return watcher.exit_code
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mw_env.profiles.archs import covers, parse_cc
+from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
     from mw_env.hardware import Gpu, Hardware
@@ -243,7 +244,8 @@ class Selection:
             "explicit": self.explicit,
             "env": dict(self.env),
             "torch": {
-                "index_url": self.torch.index_url,
+                # Output (detect --json, a run's doctor.json): a token in a user profile's URL stays hidden.
+                "index_url": redact(self.torch.index_url) if self.torch.index_url else None,
                 "build": self.torch.build,
                 "source": self.torch.id,
                 "version": self.torch.version,

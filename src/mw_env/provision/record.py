@@ -73,13 +73,12 @@ def env_path(venv: Path) -> Path:
 
 def read_record(venv: Path) -> VenvRecord | None:
     """The record of a bootstrapped venv, None when there is none; InputError when it is corrupt."""
+    from mw_env import userfile
+
     path = record_path(venv)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}", hint="check the venv's permissions") from exc
+    text = userfile.read_text(path, what="venv record")  # bounded, non-blocking, UTF-8 checked
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -7,13 +7,15 @@ import fcntl
 import json
 import os
 import socket
+import stat as stat_mod
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mw_env import userfile
 from mw_env.atomic import write_text_atomic as write_atomic
-from mw_env.errors import MwEnvError
+from mw_env.errors import InputError, MwEnvError
 from mw_env.textsafe import redact
 
 STATE_FILE = ".mw-env-state.json"
@@ -34,10 +36,10 @@ class State:
     def load(cls, venv: Path) -> State:
         path = Path(venv) / STATE_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(userfile.read_text(path, what="bootstrap state")) if path.exists() else None
             steps = data.get("steps") if isinstance(data, dict) else None
-        except (OSError, json.JSONDecodeError):
-            steps = None  # missing or torn: every step re-checks itself
+        except (InputError, ValueError, RecursionError):
+            steps = None  # missing, torn or not ours: every step re-checks itself
         return cls(path=path, steps=steps if isinstance(steps, dict) else {})
 
     def is_done(self, step: str, key: str) -> bool:
@@ -75,7 +77,16 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     # 0600: the holder's argv is only for its own user (an --torch-index may carry a token, redacted
     # anyway). fchmod fixes a lock file an older mw-env created 0644.
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o600)
+        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise IsADirectoryError(21, "not a regular file")
+    except OSError as exc:
+        raise MwEnvError(
+            f"cannot create the bootstrap lock {path}: {exc.strerror or exc}",
+            hint=f"remove {path} if it is not a regular file, or check the permissions of {path.parent}",
+        ) from None
     locked = False
     try:
         with contextlib.suppress(OSError):
@@ -109,9 +120,9 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
 
 def _read_holder(path: Path) -> str:
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = json.loads(userfile.read_text(path, what="lock file", max_bytes=1024 * 1024))
         return f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}: " + " ".join(
             info.get("argv") or []
         )
-    except (OSError, json.JSONDecodeError, AttributeError):
+    except (InputError, ValueError, AttributeError, TypeError):
         return "holder unknown"

@@ -143,21 +143,26 @@ def _trainer_alive(record: RunRecord, *, proc: Path = PROC) -> bool:
 
 def read_run(out_dir: Path) -> RunRecord | None:
     """The run record in `out_dir`, None when there is none; InputError when it is unreadable."""
+    from mw_env import userfile
+
     path = Path(out_dir) / RUN_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}", hint="delete it if no run is alive there") from exc
+    try:  # bounded and non-blocking: a FIFO or a binary file here is an error, not a hang
+        data = json.loads(userfile.read_text(path, what="run record"))
+    except (InputError, ValueError, RecursionError) as exc:
+        why = exc.message if isinstance(exc, InputError) else str(exc)
+        raise InputError(f"cannot read {path}: {why}", hint="delete it if no run is alive there") from None
     if not isinstance(data, dict):
         raise InputError(f"{path} holds {type(data).__name__}, not a JSON object", hint="delete it")
     return RunRecord.from_dict(data, run_dir=Path(out_dir))
 
 
 def read_exit(out_dir: Path) -> ExitRecord | None:
+    from mw_env import userfile
+
     try:
-        data = json.loads((Path(out_dir) / EXIT_FILE).read_text())
+        data = json.loads(userfile.read_text(Path(out_dir) / EXIT_FILE, what="exit record"))
         if data.get("state") != "exited":
             return None
         return ExitRecord(
@@ -166,7 +171,7 @@ def read_exit(out_dir: Path) -> ExitRecord | None:
             oom_kills=int(data.get("oom_kills") or 0),
             time=float(data.get("time") or 0.0),
         )
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (InputError, OSError, ValueError, TypeError, AttributeError, RecursionError):
         return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -48,9 +49,12 @@ class Tail:
     def read_with_offsets(self) -> list[tuple[int, str]]:
         """(byte offset where the line starts, line) for each new complete line."""
         try:
-            size = self.path.stat().st_size
+            st = self.path.stat()
         except OSError:
             return []
+        if not stat.S_ISREG(st.st_mode):
+            return []  # a FIFO or device in the run folder would block or never end: nothing to read
+        size = st.st_size
         if size < self.offset:  # rewritten or truncated: start over
             self.offset = 0
         if self.limit is not None and size - self.offset > self.limit:

@@ -197,11 +197,16 @@ def _vocab_size(state: Mapping[str, Any]) -> int | None:
     proto = state.get("model_proto")
     try:
         import sentencepiece as spm
-
+    except ModuleNotFoundError:  # the checkpoint may be fine: say what is missing, do not fall back
+        raise InputError(
+            "this checkpoint uses a SentencePiece tokenizer but the sentencepiece package is not installed",
+            hint="install mw-env[spm] into the training venv",
+        ) from None
+    try:
         sp = spm.SentencePieceProcessor()
         sp.LoadFromSerializedProto(proto.numpy().tobytes())
         return sp.get_piece_size() + N_SPECIAL
-    except Exception:  # not installed, not a tensor, not a model: the export or resume could not use it
+    except Exception:  # not a tensor, not a model: the export or resume could not use it
         return None
 
 
@@ -228,15 +233,76 @@ def _check_optimizer(ckpt: dict[str, Any], n_params: int, path: Path) -> None:
         raise unreadable(path, f"scheduler.base_lrs does not match the {groups} parameter group(s)")
 
 
-def check_for_run(
-    path: Path, ckpt: Mapping[str, Any], *, model: Any, optimizer: Any, labels: list[str]
-) -> None:
-    """What only the running trainer can check: the weights' shapes against its model (the tokenizer may
-    differ), the optimizer's groups and the moments' shapes against its parameters (load_state_dict checks
-    group sizes, not shapes, which would fail at the first step), the label names, and whether every rank's
-    RNG state restores (tried, then the current state is put back; every rank checks all, so all agree)."""
+def _like(live: Any, found: Any, where: str) -> str | None:
+    """Where `found` differs in kind from `live` (the trainer's own state of the same object), or None.
+
+    Same kinds for the keys both have (a key missing from an older torch's state is filled in with its default
+    by load_state_dict), same length for lists, numbers finite, bools bools: what load_state_dict copies
+    without a check and the first step would trip over."""
+    import math
+
     import torch
 
+    if isinstance(live, Mapping):
+        if not isinstance(found, Mapping):
+            return f"{where} is not a mapping"
+        return next((p for k in live if k in found and (p := _like(live[k], found[k], f"{where}.{k}"))), None)
+    if isinstance(live, (list, tuple)):
+        if not isinstance(found, (list, tuple)) or len(found) != len(live):
+            return f"{where} is not a list of {len(live)}"
+        return next(
+            (
+                p
+                for i, (a, b) in enumerate(zip(live, found, strict=True))
+                if (p := _like(a, b, f"{where}[{i}]"))
+            ),
+            None,
+        )
+    if isinstance(live, bool):
+        return None if isinstance(found, bool) else f"{where} is not true/false"
+    if _is_number(live):
+        ok = _is_number(found) and math.isfinite(found)
+        return None if ok else f"{where} is not a finite number"
+    if isinstance(live, torch.Tensor):
+        ok = isinstance(found, torch.Tensor) and found.shape == live.shape and found.dtype == live.dtype
+        return None if ok else f"{where} is not a {live.dtype} tensor of shape {tuple(live.shape)}"
+    if isinstance(live, str):
+        return None if isinstance(found, str) else f"{where} is not a string"
+    return None  # None or an object the trainer sets itself (lr_lambdas): nothing to compare
+
+
+def _adam_state(entry: Mapping[str, Any], shape: tuple[int, ...], amsgrad: bool) -> str | None:
+    import math
+
+    import torch
+
+    for name in ("exp_avg", "exp_avg_sq", *(("max_exp_avg_sq",) if amsgrad else ())):
+        value = entry.get(name)
+        if not (
+            isinstance(value, torch.Tensor) and value.is_floating_point() and tuple(value.shape) == shape
+        ):
+            return f"{name} is not a float tensor of the parameter's shape {shape}"
+    step = entry.get("step")
+    value = float(step) if isinstance(step, torch.Tensor) and step.numel() == 1 else step
+    if not (_is_number(value) and math.isfinite(value) and value >= 1):
+        return "step is not a count >= 1"  # step 0 divides by zero in Adam's bias correction
+    return None
+
+
+def check_for_run(
+    path: Path,
+    ckpt: Mapping[str, Any],
+    *,
+    model: Any,
+    optimizer: Any,
+    labels: list[str],
+    scheduler: Any = None,
+) -> None:
+    """What only the running trainer can check, against its own objects: the weights' shapes (the tokenizer
+    may differ), the optimizer's groups (hyperparameters of the same kinds, betas below 1) and moments (shaped
+    like the parameters; load_state_dict checks neither, the first step would fail), the scheduler's state,
+    the label names, and whether every rank's RNG state restores (tried, then the current state is put back;
+    every rank checks all of them, so all ranks choose the same checkpoint)."""
     from mw_env.trainer.runtime import restore_rng_states, rng_states
 
     if list(ckpt["labels"]) != list(labels):
@@ -248,7 +314,6 @@ def check_for_run(
                 path, f"model.{key} has shape {tuple(have.shape)}, this run's model {tuple(tensor.shape)}"
             )
     opt = ckpt["optimizer"]
-    live = [tuple(p.shape) for g in optimizer.param_groups for p in g["params"]]
     sizes = [len(g["params"]) for g in opt["param_groups"]]
     if sizes != [len(g["params"]) for g in optimizer.param_groups]:
         raise unreadable(
@@ -256,13 +321,34 @@ def check_for_run(
             f"optimizer groups hold {sizes} parameters, this model's hold "
             f"{[len(g['params']) for g in optimizer.param_groups]}",
         )
+    for i, (live, found) in enumerate(zip(optimizer.param_groups, opt["param_groups"], strict=True)):
+        hyper = {k: v for k, v in live.items() if k != "params"}
+        # Adam's step reads these without a default (newer flags such as `foreach` get one on load).
+        lacking = [
+            k for k in ("lr", "betas", "eps", "weight_decay", "amsgrad") if k in hyper and k not in found
+        ]
+        if lacking:
+            raise unreadable(path, f"optimizer.param_groups[{i}] lacks {lacking[0]!r}")
+        if problem := _like(hyper, found, f"optimizer.param_groups[{i}]"):
+            raise unreadable(path, problem)
+        if not all(0 <= b < 1 for b in found.get("betas", ())):
+            raise unreadable(path, f"optimizer.param_groups[{i}].betas {found['betas']} are not in [0, 1)")
+    live_params = [(p, g) for g in optimizer.param_groups for p in g["params"]]
     for idx, entry in opt["state"].items():
-        for name, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and tuple(value.shape) != live[idx]:
-                raise unreadable(
-                    path,
-                    f"optimizer state {idx}.{name} has shape {tuple(value.shape)}, the parameter {live[idx]}",
-                )
+        param, group = live_params[idx]
+        if problem := _adam_state(entry, tuple(param.shape), bool(group.get("amsgrad"))):
+            raise unreadable(path, f"optimizer state {idx}: {problem}")
+    if scheduler is not None:
+        found = ckpt["scheduler"]
+        if problem := _like(scheduler.state_dict(), found, "scheduler"):
+            raise unreadable(path, problem)
+        lambdas = found.get(
+            "lr_lambdas", ()
+        )  # LambdaLR.load_state_dict pops it and updates each lambda with it
+        if "lr_lambdas" in scheduler.state_dict() and not (
+            isinstance(lambdas, list) and all(f is None or isinstance(f, Mapping) for f in lambdas)
+        ):
+            raise unreadable(path, "scheduler.lr_lambdas is not a list of states")
     saved = rng_states()
     try:
         for rank, state in enumerate(ckpt.get("rng") or []):

@@ -181,7 +181,9 @@ def _run(
                 f"cannot resume from {path}: it was written by {ckpt['world_size']} process(es), this run has {dist.world}",
                 hint="the data order depends on the world size; launch with the same --nproc-per-node",
             )
-        ckpt_mod.check_for_run(path, ckpt, model=model, optimizer=optimizer, labels=list(LABELS))
+        ckpt_mod.check_for_run(
+            path, ckpt, model=model, optimizer=optimizer, labels=list(LABELS), scheduler=scheduler
+        )
 
     # multinode: every rank resumes the same checkpoint file (the newest usable one), or all stop with an
     # error naming each node's newest (trainer/agree.py).
