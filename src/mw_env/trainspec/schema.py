@@ -15,6 +15,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 SDPA_BACKENDS = ("auto", "math", "flash", "efficient")
 TRACKING = ("none", "tensorboard", "mlflow")
 TOKENIZERS = ("byte", "sentencepiece")
+UNKNOWN_TAGS = ("error", "ignore")
 SOURCES = ("synthetic", "files")
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 
@@ -42,6 +43,13 @@ class DataConfig:
     seed: int = 1234  # data generation and split seed (order is runtime.seed's)
     tokenizer: str = "byte"  # "byte" | "sentencepiece"
     spm_model: str | None = None  # SentencePiece .model file for tokenizer: sentencepiece
+    tokens_column: str = "tokens"  # files: the list<string> column (JSONL: key) of words
+    tags_column: str = "tags"  # files: the list<string> column (JSONL: key) of BIO tags, one per word
+    labels: tuple[str, ...] = ()  # files: the label set; empty = discovered from each shard's first row group
+    unknown_tags: str = "error"  # a tag outside the label set: "error" | "ignore" (word kept, not a target)
+    shuffle_window: int = 4  # files: blocks (row groups) whose rows are shuffled together; memory ~2x this
+    prefetch_steps: int = 4  # steps of batches the background reader prepares ahead
+    allow_changed_corpus: bool = False  # resume even though the shards or the data order changed
 
 
 @dataclass(frozen=True)
