@@ -49,18 +49,19 @@ class Batch:
 
 def pad_batch(rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     """Pad (ids, labels) rows to the longest one in this micro-batch."""
+    import numpy as np
     import torch
 
     width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), PAD, dtype=torch.long)
-    labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
-    n_tokens = n_labelled = 0
+    ids = np.full((len(rows), width), PAD, dtype=np.int64)
+    labels = np.full((len(rows), width), IGNORE, dtype=np.int64)
     for i, (a, b) in enumerate(rows):
-        ids[i, : len(a)] = torch.tensor(a, dtype=torch.long)
-        labels[i, : len(b)] = torch.tensor(b, dtype=torch.long)
-        n_tokens += len(a)
-        n_labelled += sum(1 for x in b if x != IGNORE)
-    return Batch(ids, labels, ids != PAD, n_tokens, n_labelled)
+        ids[i, : len(a)] = a
+        labels[i, : len(b)] = b
+    t_ids, t_labels = torch.from_numpy(ids), torch.from_numpy(labels)
+    n_tokens = sum(len(a) for a, _ in rows)
+    n_labelled = int((labels != IGNORE).sum())
+    return Batch(t_ids, t_labels, t_ids != PAD, n_tokens, n_labelled)
 
 
 class Encoder:
