@@ -210,3 +210,35 @@ def test_changed_corpus_and_labels_are_refused(tmp_path: Path) -> None:
             ),
             echo=lambda _m: None,
         )
+
+
+@pytest.mark.slow
+def test_a_bad_row_group_mid_run_is_an_error_and_keeps_the_checkpoints(tmp_path: Path, entry: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mw_env.trainer.data import open_corpus
+    from mw_env.trainer.data.order import RankOrder
+
+    corpus = tmp_path / "corpus"
+    write_parquet_corpus(corpus, shards=2, rows=96, row_group=32)
+    sets = ("data.shuffle_window=1", "runtime.checkpoint_every=1", "runtime.max_steps=30")
+    opened = open_corpus(files_config(tmp_path / "x", corpus, *sets).config)
+    order = RankOrder(opened.blocks, opened.owned[0], seed=0, rank=0, window=1)
+    last = opened.blocks[order.windows(0)[-1].blocks[0]]  # the row group read last in epoch 0
+    shard = opened.shards[last.shard].path
+    table = pq.read_table(shard).to_pylist()
+    table[last.part * 32 + 3]["tags"] = ["O"]  # same row counts (same order), one row made inconsistent
+    pq.write_table(pa.Table.from_pylist(table), shard, row_group_size=32)
+
+    run = tmp_path / "run"
+    argv = _argv(entry, run, corpus, nproc=1, extra=sets)
+    proc = subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    error, hint = proc.stderr.strip().splitlines()[-2:]
+    assert error.startswith(f"error: {shard} row group {last.part} row 3: ") and "tokens but 1 tags" in error
+    assert hint.startswith("hint: ")
+    done = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [e["step"] for e in done if e["event"] == "step"]
+    assert steps and (run / "checkpoints" / f"step-{max(steps):09d}.pt").is_file()  # nothing trained is lost
