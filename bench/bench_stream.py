@@ -97,6 +97,13 @@ def _measure(argv: list[str], env: dict[str, str], run_dir: Path) -> dict:
     events = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [e for e in events if e["event"] == "step"]
     warm = steps[5:] or steps
+
+    def fastest_quarter(key: str) -> float:
+        # Other jobs on a shared machine only ever slow a step down: the fastest quarter measures the code.
+        rates = sorted(e[key] for e in warm)
+        top = rates[-max(len(rates) // 4, 1) :]
+        return sum(top) / len(top)
+
     out = {
         "rss_mb": usage.ru_maxrss / 1024,
         "first_step_s": steps[0]["time"] - t0,
@@ -154,7 +161,7 @@ def main() -> int:
         f"{ROW_GROUP:,} rows, {DISTINCT:,} distinct rows tiled; generated in {gen_s:.0f} s); 8x = eight such "
         "shards. Same model (2 blocks x 64 channels, batch 32), "
         f"{STEPS} steps, the same 2,000-row validation shard, `data.shuffle_window` 4, one torch thread.\n\n"
-        "| run | peak RSS | time to first step | wall | labelled words/s | input tokens/s | data wait |\n"
+        "| run | peak RSS | time to first step | wall | labelled words/s* | input tokens/s* | data wait |\n"
         "|---|---|---|---|---|---|---|\n"
         f"| in-memory loader (mw-env {REF_COMMIT}, reference), 1x | {r['rss_mb']:,.0f} MB | {r['first_step_s']:.1f} s "
         f"| {r['wall_s']:.1f} s | {r['words_per_s']:,.0f} | – | – |\n"
@@ -166,6 +173,10 @@ def main() -> int:
         f"{b['first_step_s'] / a['first_step_s']:.2f}x, wall {b['wall_s'] / a['wall_s']:.2f}x (target <= 1.5).**\n"
         f"- Streamed / in-memory, 1x: memory {a['rss_mb'] / r['rss_mb']:.2f}x, time to first step "
         f"{a['first_step_s'] / r['first_step_s']:.2f}x, labelled words/s {a['words_per_s'] / r['words_per_s']:.2f}x.\n"
+        "- \\* mean of the fastest quarter of the steps after 5 warm-up steps (the 2 cores are shared with other "
+        "jobs, which only ever slow a step down; medians: "
+        f"{r['median_words_per_s']:,.0f} / {a['median_words_per_s']:,.0f} / {b['median_words_per_s']:,.0f} "
+        "labelled words/s).\n"
         "- Data wait: the share of step time (after 5 warm-up steps) the loop spent waiting for the background "
         "reader. On 2 shared cores the reader thread competes with the step for the CPU (and the GIL), so "
         "a tiny CPU model is the worst case; on a GPU the step's compute releases the GIL.\n"

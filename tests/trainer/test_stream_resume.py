@@ -160,6 +160,7 @@ def test_sigkill_then_same_command_is_exact(
     assert state["data"]["position"][0]["next_step"] == 8
 
 
+@pytest.mark.slow
 def test_changed_corpus_and_labels_are_refused(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
