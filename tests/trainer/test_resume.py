@@ -67,11 +67,11 @@ def _crash_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     real = Trainer.step
     done = {"n": 0}
 
-    def crashing(self, micro):
+    def crashing(self, micro, *args):
         if done["n"] == step:
             raise KeyboardInterrupt("simulated crash")
         done["n"] += 1
-        return real(self, micro)
+        return real(self, micro, *args)
 
     monkeypatch.setattr(Trainer, "step", crashing)
 

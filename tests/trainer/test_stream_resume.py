@@ -40,12 +40,12 @@ ENTRY = textwrap.dedent(
         count = {"n": 0}
         start = int(os.environ.get("MW_TEST_START", "0"))
 
-        def step(self, micro):
+        def step(self, micro, *args):
             if start + count["n"] == int(hang):
                 Path(os.environ["MW_TEST_MARKER"]).touch()
                 time.sleep(600)
             count["n"] += 1
-            return real(self, micro)
+            return real(self, micro, *args)
 
         Trainer.step = step
     from mw_env.trainer.__main__ import main
@@ -160,7 +160,6 @@ def test_sigkill_then_same_command_is_exact(
     assert state["data"]["position"][0]["next_step"] == 8
 
 
-@pytest.mark.slow
 def test_changed_corpus_and_labels_are_refused(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -31,7 +31,6 @@ from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts
 from mw_env.trainer.distributed import (
     DistInfo,
-    all_reduce,
     barrier,
     gather_objects,
     init_distributed,
@@ -347,7 +346,7 @@ def _train_loop(s: _Session) -> tuple[str, Path | None, list[float]]:
                 data, waited = reader.get(step)
                 waited_total += waited
                 torch.manual_seed(step_seed(rt.seed, step, dist.world, dist.rank))
-                out = s.trainer.step(data.micro)
+                out = s.trainer.step(data.micro, lambda: stop.requested)
                 s.counts.merge(data.counts)
                 state.step = step + 1
                 losses.append(out.loss)
@@ -383,7 +382,7 @@ def _train_loop(s: _Session) -> tuple[str, Path | None, list[float]]:
                         s.say,
                         dist,
                     )
-                stop_now = all_reduce(torch.tensor(float(stop.requested)), dist, "max") > 0
+                stop_now = out.stop  # agreed by all ranks inside the step's one synchronisation
                 if (
                     early_stop
                     or stop_now

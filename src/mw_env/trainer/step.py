@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ class StepOutcome:
     words: int  # labelled words in the window, all ranks
     tokens: int  # input tokens in the window, all ranks
     lr: float
+    stop: bool = False  # some rank was asked to stop (SIGTERM): all ranks stop after this step
 
 
 @dataclass
@@ -48,7 +50,7 @@ class Trainer:
     precision: Precision
     dist: DistInfo
 
-    def step(self, micro: list[Batch]) -> StepOutcome:
+    def step(self, micro: list[Batch], stop_requested: Callable[[], bool] = lambda: False) -> StepOutcome:
         o, dist, device = self.optim, self.dist, self.device
         counts = torch.tensor(
             [float(sum(b.n_labelled for b in micro)), float(sum(b.n_tokens for b in micro))],
@@ -80,13 +82,16 @@ class Trainer:
         max_norm = o.grad_clip if o.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         all_reduce(loss_sum, dist)
-        # Finite check before the update, agreed by all ranks: a bad step changes no weight.
+        # Finite check before the update, agreed by all ranks: a bad step changes no weight. The stop
+        # request rides in the same MIN all-reduce (1 - stop: min over ranks = 1 - any rank's stop).
         finite = (torch.isfinite(loss_sum) & torch.isfinite(grad_norm.to(loss_sum.device))).to(torch.float32)
-        all_reduce(finite, dist, "min")
-        stats = torch.stack(
-            [finite.double(), loss_sum.double(), grad_norm.to(loss_sum.device).double(), counts[0], counts[1]]
+        keep_going = torch.tensor(0.0 if stop_requested() else 1.0, dtype=torch.float32).to(device)
+        flags = torch.stack([finite, keep_going])
+        all_reduce(flags, dist, "min")
+        stats = torch.cat(
+            [flags.double(), torch.stack([loss_sum.double(), grad_norm.to(loss_sum.device).double()]), counts]
         )
-        ok, loss_total, norm, words, tokens = stats.tolist()  # the step's one host synchronisation
+        ok, go_on, loss_total, norm, words, tokens = stats.tolist()  # the step's one host synchronisation
         lr = self.optimizer.param_groups[0]["lr"]  # the rate this step uses (read before the schedule moves)
         if ok > 0:
             self.scaler.step(self.optimizer)
@@ -100,4 +105,5 @@ class Trainer:
             words=int(words),
             tokens=int(tokens),
             lr=lr,
+            stop=go_on < 1,
         )
