@@ -244,4 +244,19 @@ def test_bio_inconsistencies_are_counted_not_fatal(tmp_path: Path) -> None:
 
     ids = [BUNDLED.index[t] for t in ["O", "I-street", "B-street", "I-street", "I-locality"]]
     assert BUNDLED.bio_errors(ids) == 2
+    # In a corpus: counted with the row's location, the run goes on.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    rows = synthetic_rows(64)
+    for r in rows:
+        r["tags"] = ["I-street" if t == "B-street" else t for t in r["tags"]]
+    pq.write_table(pa.Table.from_pylist(rows), bad / "a.parquet", row_group_size=32)
+    from mw_env.trainer.data import open_corpus
+
+    producer = open_corpus(files_config(tmp_path / "run", bad, "data.val_fraction=0.01").config).producer()
+    try:
+        counts = producer(0).counts
+    finally:
+        producer.close()
+    assert counts.bio_errors >= 8 and counts.bio_examples[0].startswith(f"{bad / 'a.parquet'} row group ")
     assert label_order(["I-unit", "O", "B-po_box"]) == ("O", "B-po_box", "I-po_box", "B-unit", "I-unit")

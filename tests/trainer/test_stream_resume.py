@@ -174,6 +174,14 @@ def test_changed_corpus_and_labels_are_refused(tmp_path: Path) -> None:
 
     rng = load_checkpoint(run / "checkpoints" / "step-000000004.pt")["rng"][0]
     assert {"torch", "numpy", "python"} <= rng.keys()
+    card = json.loads((run / "report" / "data_card.json").read_text())
+    assert card["consumed"]["rows"] == 4 * 8 and card["consumed"]["tokens"] > card["consumed"]["words"] > 0
+    assert sum(card["tag_distribution"]["train"].values()) == card["consumed"]["words"]
+    assert sum(card["token_lengths"]["train"]["counts"]) == 32
+    assert card["rows"]["train"] + card["rows"]["val"] == 192 and card["ranks"][0]["next_step"] == 4
+    shards = [s for s in card["sources"] if s.get("path")]
+    assert [Path(s["path"]).name for s in shards] == ["shard-00.parquet", "shard-01.parquet"]
+    assert all(s["rows"] == 96 and s["row_groups"] == 3 and len(s["footer_sha256"]) == 64 for s in shards)
 
     # A shard rewritten with more rows: refused, naming the shard and what changed.
     shard = corpus / "shard-01.parquet"
