@@ -5,17 +5,12 @@ per (step, rank), Python's and numpy's generators are seeded per rank and restor
 model/optimizer/scheduler/early-stopping/data-card state round-trip through the checkpoint, so on
 the CPU a run interrupted at step k and resumed ends bitwise equal to one that never stopped.
 
-Checkpoint payload keys this module writes (checkpoint.py validates the required ones):
-format_version, step, model, optimizer, scheduler, scaler (fp16 only), loop, world_size,
-rng (list per rank: torch, numpy, python, cuda), data (see DATA_KEYS in resume.py: source, order,
-shards, val_shards, position per rank, counts per rank), config, config_sha256, config_sources,
-tokenizer, labels, meta.
+The checkpoint's payload is written by session.py (its docstring lists the keys).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import signal
 import time
@@ -45,11 +40,11 @@ from mw_env.trainer.runtime import (
     pick_device,
     resolve_precision,
     restore_rng_states,
-    rng_states,
     seed_host_rngs,
     set_determinism,
     step_seed,
 )
+from mw_env.trainer.session import Session
 from mw_env.trainer.state import LoopState
 from mw_env.trainer.step import StepOutcome, Trainer
 from mw_env.trainspec.config import ResolvedConfig
@@ -133,81 +128,6 @@ def train(
         shutdown(dist)
 
 
-@dataclass
-class _Session:
-    """Everything one run holds between setup and the report."""
-
-    resolved: ResolvedConfig
-    dist: DistInfo
-    out_dir: Path
-    say: Echo
-    corpus: Corpus
-    trainer: Trainer
-    metrics: MetricsWriter
-    facts: dict[str, Any]
-    state: LoopState = field(default_factory=LoopState)
-    counts: Counts | None = None
-    accepted_changes: list[str] = field(default_factory=list)
-
-    @property
-    def ckpt_dir(self) -> Path:
-        return self.out_dir / "checkpoints"
-
-    def position(self) -> dict[str, Any]:
-        """Where this rank's stream stands before step `state.step` (arithmetic on row counts)."""
-        o = self.resolved.config.optim
-        rows = self.state.step * o.batch_size * o.accumulation_steps
-        if self.corpus.split is not None:
-            rows *= self.dist.world  # the in-memory order is one global stream
-        per_epoch = self.corpus.rank_rows(self.dist.rank)
-        return {
-            "next_step": self.state.step,
-            "stream_row": rows,
-            "epoch": rows // per_epoch,
-            "rows_consumed": rows,
-        }
-
-    def save(self) -> Path | None:
-        """All ranks: gather RNG states, positions and counts; rank 0 writes the checkpoint."""
-        t = self.trainer
-        parts = gather_objects(
-            {"rng": rng_states(), "position": self.position(), "counts": self.counts.to_dict()}, self.dist
-        )
-        barrier(self.dist)
-        path = None
-        if self.dist.main:
-            config, state = self.resolved.config, self.state
-            path = ckpt_mod.checkpoint_path(self.ckpt_dir, state.step)
-            self.metrics.log("checkpoint", step=state.step, path=str(path), phase="start")
-            payload = {
-                "format_version": ckpt_mod.FORMAT_VERSION,
-                "step": state.step,
-                "model": t.model.state_dict(),
-                "optimizer": t.optimizer.state_dict(),
-                "scheduler": t.scheduler.state_dict(),
-                "loop": state.to_dict(),
-                "world_size": self.dist.world,
-                "rng": [p["rng"] for p in parts],
-                "data": {
-                    **self.corpus.identity,
-                    "position": [p["position"] for p in parts],
-                    "counts": [p["counts"] for p in parts],
-                },
-                "config": config.to_dict(),
-                "config_sha256": config.sha256(),
-                "config_sources": dict(self.resolved.sources),
-                "tokenizer": self.corpus.tokenizer.to_state(),
-                "labels": list(self.corpus.labels.names),
-                "meta": json.loads(json.dumps(self.facts, default=str)),  # plain types only (weights_only)
-            }
-            if t.precision.name == "fp16":
-                payload["scaler"] = t.scaler.state_dict()
-            ckpt_mod.save_checkpoint(payload, self.ckpt_dir, keep_last=config.runtime.keep_last)
-            self.metrics.log("checkpoint", step=state.step, path=str(path), phase="done")
-        barrier(self.dist)
-        return path
-
-
 def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus, Trainer]:
     config = resolved.config
     rt, o = config.runtime, config.optim
@@ -233,7 +153,7 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
     return corpus, trainer
 
 
-def _restore(session: _Session, path: Path, ckpt: dict[str, Any]) -> None:
+def _restore(session: Session, path: Path, ckpt: dict[str, Any]) -> None:
     """Load a compatible checkpoint into the session (raises InputError when it is not)."""
     s, t = session, session.trainer
     s.accepted_changes = check_compatible(
@@ -288,7 +208,7 @@ def _run(
     metrics = MetricsWriter(
         out_dir, tracking=rt.tracking, hparams=resolved.config.to_dict(), enabled=dist.main
     )
-    session = _Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
+    session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
     if found is not None:
         resumed_from = found[0]
         _restore(session, *found)
@@ -302,7 +222,7 @@ def _run(
     return _finish(session, reason, last_ckpt, losses, doctor_json)
 
 
-def _log_step(s: _Session, out: StepOutcome, waited: float, step_s: float) -> None:
+def _log_step(s: Session, out: StepOutcome, waited: float, step_s: float) -> None:
     rt = s.resolved.config.runtime
     step = s.state.step
     tokens_per_s = out.tokens / max(step_s, 1e-9)
@@ -324,7 +244,7 @@ def _log_step(s: _Session, out: StepOutcome, waited: float, step_s: float) -> No
         )
 
 
-def _train_loop(s: _Session) -> tuple[str, Path | None, list[float]]:
+def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     config = s.resolved.config
     rt, dist, state = config.runtime, s.dist, s.state
     producer = s.corpus.producer()
@@ -402,7 +322,7 @@ def _train_loop(s: _Session) -> tuple[str, Path | None, list[float]]:
 
 
 def _finish(
-    s: _Session, reason: str, last_ckpt: Path | None, losses: list[float], doctor_json: Path | None
+    s: Session, reason: str, last_ckpt: Path | None, losses: list[float], doctor_json: Path | None
 ) -> RunResult:
     rt, state = s.resolved.config.runtime, s.state
     parts = gather_objects({"counts": s.counts.to_dict(), "position": s.position()}, s.dist)
