@@ -260,3 +260,26 @@ def test_bio_inconsistencies_are_counted_not_fatal(tmp_path: Path) -> None:
         producer.close()
     assert counts.bio_errors >= 8 and counts.bio_examples[0].startswith(f"{bad / 'a.parquet'} row group ")
     assert label_order(["I-unit", "O", "B-po_box"]) == ("O", "B-po_box", "I-po_box", "B-unit", "I-unit")
+
+
+def test_full_file_sha256_once_in_the_background(tmp_path: Path) -> None:
+    import hashlib
+    import time
+
+    from mw_env.trainer.data.digest import CACHE, ShardHasher
+
+    corpus = _open(tmp_path)
+    hasher = ShardHasher(corpus.sources, tmp_path)
+    deadline = time.monotonic() + 60
+    while any(s.get("sha256") == "pending" for s in hasher.annotate(corpus.sources)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    hasher.close()
+    done = [s for s in hasher.annotate(corpus.sources) if "sha256" in s]
+    assert len(done) == 3
+    for s in done:
+        assert s["sha256"] == hashlib.sha256(Path(s["path"]).read_bytes()).hexdigest()
+    # A restart reads the cache and hashes nothing again.
+    again = ShardHasher(corpus.sources, tmp_path)
+    assert again._todo == [] and (tmp_path / CACHE).is_file()
+    again.close()

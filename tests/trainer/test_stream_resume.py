@@ -169,7 +169,10 @@ def test_changed_corpus_and_labels_are_refused(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     write_parquet_corpus(corpus, shards=2, rows=96, row_group=32)
     run = tmp_path / "run"
-    train(resolved=files_config(run, corpus, "runtime.max_steps=4"), echo=lambda _m: None)
+    train(
+        resolved=files_config(run, corpus, "runtime.max_steps=4", "data.hash_shards=true"),
+        echo=lambda _m: None,
+    )
     from mw_env.trainer.checkpoint import load_checkpoint
 
     rng = load_checkpoint(run / "checkpoints" / "step-000000004.pt")["rng"][0]
@@ -182,6 +185,7 @@ def test_changed_corpus_and_labels_are_refused(tmp_path: Path) -> None:
     shards = [s for s in card["sources"] if s.get("path")]
     assert [Path(s["path"]).name for s in shards] == ["shard-00.parquet", "shard-01.parquet"]
     assert all(s["rows"] == 96 and s["row_groups"] == 3 and len(s["footer_sha256"]) == 64 for s in shards)
+    assert all(s["sha256"] == "pending" or len(s["sha256"]) == 64 for s in shards)  # data.hash_shards
 
     # A shard rewritten with more rows: refused, naming the shard and what changed.
     shard = corpus / "shard-01.parquet"

@@ -217,9 +217,17 @@ def _run(
         if session.accepted_changes:
             metrics.log("corpus_changed", step=session.state.step, changes=session.accepted_changes)
     session.counts = session.counts or Counts(len(corpus.labels))
+    if dist.main and corpus.source == "files" and resolved.config.data.hash_shards:
+        from mw_env.trainer.data.digest import ShardHasher
+
+        session.hasher = ShardHasher(corpus.sources, out_dir)
     _wrap(trainer, rt.compile)
-    reason, last_ckpt, losses = _train_loop(session)
-    return _finish(session, reason, last_ckpt, losses, doctor_json)
+    try:
+        reason, last_ckpt, losses = _train_loop(session)
+        return _finish(session, reason, last_ckpt, losses, doctor_json)
+    finally:
+        if session.hasher is not None:
+            session.hasher.close()
 
 
 def _log_step(s: Session, out: StepOutcome, waited: float, step_s: float) -> None:
@@ -334,6 +342,8 @@ def _finish(
 
         total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
         card = s.corpus.card(total, [p["position"] for p in parts])
+        if s.hasher is not None:
+            card["sources"] = s.hasher.annotate(card["sources"])
         report = write_report(
             s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json
         )

@@ -41,6 +41,7 @@ class Session:
     state: LoopState = field(default_factory=LoopState)
     counts: Counts | None = None
     accepted_changes: list[str] = field(default_factory=list)
+    hasher: Any = None  # data.digest.ShardHasher on rank 0 with data.hash_shards
 
     @property
     def ckpt_dir(self) -> Path:

@@ -50,6 +50,7 @@ class DataConfig:
     shuffle_window: int = 4  # files: blocks (row groups) whose rows are shuffled together; memory ~2x this
     prefetch_steps: int = 4  # steps of batches the background reader prepares ahead
     allow_changed_corpus: bool = False  # resume even though the shards or the data order changed
+    hash_shards: bool = False  # files: full-file sha256 of each shard, once, in the background (data card)
 
 
 @dataclass(frozen=True)
