@@ -61,15 +61,14 @@ def hand_loop_rates(resolved, steps: int) -> list[float]:
     import torch
     import torch.nn.functional as F
 
-    from mw_env.trainer.data import IGNORE, Order, collate, load_corpus, micro_batch_indices
+    from mw_env.trainer.data import IGNORE, Order, collate, micro_batch_indices, open_corpus
     from mw_env.trainer.model import build_model
-    from mw_env.trainspec.synthetic import LABELS
 
     cfg = resolved.config
-    corpus = load_corpus(cfg)
-    model = build_model(cfg, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(LABELS))
+    corpus = open_corpus(cfg)  # synthetic: the packed in-memory split
+    model = build_model(cfg, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
-    order = Order(len(corpus.train), cfg.runtime.seed)
+    order = Order(len(corpus.split), cfg.runtime.seed)
     rates = []
     model.train()
     last = time.perf_counter()
@@ -77,7 +76,7 @@ def hand_loop_rates(resolved, steps: int) -> list[float]:
         idx = micro_batch_indices(
             order, step=step, micro=0, rank=0, world=1, batch_size=cfg.optim.batch_size, accumulation=1
         )
-        batch = collate(corpus.train, idx)
+        batch = collate(corpus.split, idx)
         logits = model(batch.input_ids, batch.attention_mask)
         tokens = int((batch.labels != IGNORE).sum())
         loss = (

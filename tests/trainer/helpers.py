@@ -35,3 +35,43 @@ def events(run_dir: Path, kind: str | None = None) -> list[dict[str, Any]]:
 def step_losses(run_dir: Path) -> dict[int, float]:
     """Last logged loss per step (a resumed run re-logs steps after its checkpoint)."""
     return {e["step"]: e["loss"] for e in events(run_dir, "step")}
+
+
+def synthetic_rows(n: int, *, start: int = 0, seed: int = 5) -> list[dict[str, Any]]:
+    """Address rows as a corpus build writes them: {"tokens": [...], "tags": [...]}."""
+    from mw_env.trainspec.synthetic import FORMATS, generate_row
+
+    out = []
+    for i in range(start, start + n):
+        words, tags = generate_row(seed=seed, split="train", index=i, countries=tuple(FORMATS), noise=0.2)
+        out.append({"tokens": words, "tags": tags})
+    return out
+
+
+def write_parquet_corpus(
+    folder: Path, *, shards: int = 3, rows: int = 120, row_group: int = 32, seed: int = 5
+) -> list[Path]:
+    """`shards` Parquet files of `rows` rows each, in row groups of `row_group` rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s in range(shards):
+        path = folder / f"shard-{s:02d}.parquet"
+        table = pa.Table.from_pylist(synthetic_rows(rows, start=s * rows, seed=seed))
+        pq.write_table(table, path, row_group_size=row_group)
+        paths.append(path)
+    return paths
+
+
+def files_config(out_dir: Path, corpus: Path, *extra: str) -> ResolvedConfig:
+    """The tiny config over a Parquet corpus folder (validation: held-out row groups)."""
+    return tiny_config(
+        out_dir,
+        "data.source=files",
+        f"data.train_files=[{corpus}/*.parquet]",
+        "data.val_fraction=0.1",
+        "runtime.eval_batches=2",
+        *extra,
+    )

@@ -45,7 +45,7 @@ def _final_state(run_dir: Path, step: int = 8) -> dict[str, Any]:
     from mw_env.trainer.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(run_dir / "checkpoints" / f"step-{step:09d}.pt")
-    return {k: ckpt[k] for k in ("model", "optimizer", "scheduler", "loop", "step", "data_position")}
+    return {k: ckpt[k] for k in ("model", "optimizer", "scheduler", "loop", "step", "data", "rng")}
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +62,18 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
 
 
 def _crash_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
-    import mw_env.trainer.loop as loop
+    from mw_env.trainer.step import Trainer
 
-    real = loop.micro_batch_indices
+    real = Trainer.step
+    done = {"n": 0}
 
-    def crashing(order, **kw):
-        if kw["step"] == step:
+    def crashing(self, micro, *args):
+        if done["n"] == step:
             raise KeyboardInterrupt("simulated crash")
-        return real(order, **kw)
+        done["n"] += 1
+        return real(self, micro, *args)
 
-    monkeypatch.setattr(loop, "micro_batch_indices", crashing)
+    monkeypatch.setattr(Trainer, "step", crashing)
 
 
 @pytest.mark.parametrize("acc", [1, 2])

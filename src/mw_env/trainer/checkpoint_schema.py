@@ -81,6 +81,19 @@ def _loop_ok(v: Any) -> bool:
     return all(types.get(k, _is_int)(x) for k, x in v.items()) and _is_int(v.get("step"))
 
 
+def _data_ok(v: Any) -> bool:
+    """The streamed corpus's record (trainer/resume.py DATA_KEYS): what the resume and the data card read."""
+    if not isinstance(v, Mapping):
+        return False
+    lists = ("shards", "val_shards", "position", "counts")
+    if not all(isinstance(v.get(k, []), list) for k in lists) or not isinstance(v.get("order", {}), Mapping):
+        return False
+    if not all(isinstance(x, Mapping) for k in lists for x in v.get(k, [])):
+        return False
+    ints = ("next_step", "stream_row", "epoch", "rows_consumed")
+    return all(_is_int(p[k]) and p[k] >= 0 for p in v.get("position", []) for k in ints if k in p)
+
+
 # Key -> (required, test, what it must be). The loop, export and resume read exactly these; a key another
 # part adds (a data position, a stream offset) gets a row here and is then checked like the others.
 CHECKS: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
@@ -116,7 +129,7 @@ CHECKS: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
         "a list of RNG states",
     ),
     "scaler": (False, lambda v: isinstance(v, Mapping), "a GradScaler state dict"),
-    "data_position": (False, lambda v: isinstance(v, Mapping), "a mapping"),
+    "data": (False, _data_ok, "the data record (source, order, shards, per-rank position and counts)"),
     "config_sha256": (False, lambda v: isinstance(v, str), "a string"),
     "config_sources": (False, lambda v: isinstance(v, Mapping), "a mapping"),
     "meta": (False, lambda v: isinstance(v, Mapping), "a mapping"),

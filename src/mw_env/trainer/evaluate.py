@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from mw_env.trainer.data import IGNORE, Corpus, Split, collate
+from mw_env.trainer.data import IGNORE, Corpus, ValSource
 from mw_env.trainer.distributed import DistInfo, all_reduce
-from mw_env.trainer.metrics import MetricsWriter, entity_prf
+from mw_env.trainer.metrics import MetricsWriter, spans
 from mw_env.trainer.model import sdpa_context
 from mw_env.trainer.runtime import Precision, autocast
 from mw_env.trainspec.config import OptimConfig, RuntimeConfig
-from mw_env.trainspec.synthetic import LABELS
 
 if TYPE_CHECKING:
     from mw_env.trainer.state import LoopState
@@ -61,7 +60,8 @@ def render_tagged(words: list[str], tags: list[str]) -> str:
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module,
-    split: Split,
+    val: ValSource,
+    labels: Sequence[str],
     *,
     batch_size: int,
     max_batches: int,
@@ -70,15 +70,14 @@ def evaluate(
     sdpa_backend: str,
     n_samples: int,
 ) -> EvalResult:
+    """Streams the validation split (one batch in memory); entity counts accumulate as it goes."""
     was_training = model.training
     model.eval()
-    n = len(split)
-    limit = n if not max_batches else min(n, max_batches * batch_size)
-    loss_sum, correct, counted = 0.0, 0, 0
-    gold_rows: list[list[str]] = []
-    pred_rows: list[list[str]] = []
-    for start in range(0, limit, batch_size):
-        batch = collate(split, range(start, min(start + batch_size, limit))).to(device)
+    loss_sum, correct, counted, rows = 0.0, 0, 0, 0
+    tp = n_gold = n_pred = 0
+    samples: list[str] = []
+    for cpu_batch, words_rows in val.batches(batch_size, max_batches):
+        batch = cpu_batch.to(device)
         with autocast(device, precision), sdpa_context(sdpa_backend):
             logits = model(batch.input_ids, batch.attention_mask)
         logits = logits.float()
@@ -91,14 +90,19 @@ def evaluate(
         keep = batch.labels != IGNORE
         correct += int((pred[keep] == batch.labels[keep]).sum())
         counted += int(keep.sum())
-        for g_row, p_row, k_row in zip(batch.labels.cpu(), pred.cpu(), keep.cpu(), strict=True):
-            gold_rows.append([LABELS[i] for i in g_row[k_row].tolist()])
-            pred_rows.append([LABELS[i] for i in p_row[k_row].tolist()])
-    p, r, f1 = entity_prf(gold_rows, pred_rows)
-    samples = tuple(
-        render_tagged(split.preview[i], pred_rows[i])
-        for i in range(min(n_samples, len(split.preview), len(pred_rows)))
-    )
+        for g_row, p_row, k_row, words in zip(
+            batch.labels.cpu(), pred.cpu(), keep.cpu(), words_rows, strict=True
+        ):
+            gold = [labels[i] for i in g_row[k_row].tolist()]
+            guess = [labels[i] for i in p_row[k_row].tolist()]
+            gs, ps = spans(gold), spans(guess)
+            tp, n_gold, n_pred = tp + len(gs & ps), n_gold + len(gs), n_pred + len(ps)
+            if len(samples) < n_samples and words:
+                samples.append(render_tagged(words, guess))
+            rows += 1
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_gold if n_gold else 0.0
+    f1 = 2 * p * r / (p + r) if p + r else 0.0
     if was_training:
         model.train()
     return EvalResult(
@@ -107,8 +111,8 @@ def evaluate(
         entity_f1=f1,
         entity_precision=p,
         entity_recall=r,
-        rows=limit,
-        samples=samples,
+        rows=rows,
+        samples=tuple(samples),
     )
 
 
@@ -130,6 +134,7 @@ def evaluate_and_decide(
         result = evaluate(
             model,
             corpus.val,
+            corpus.labels.names,
             batch_size=o.batch_size,
             max_batches=rt.eval_batches,
             device=device,

@@ -1,14 +1,16 @@
-"""The training loop, top to bottom: setup, resume, step (accumulate, clip, check, update), eval, save.
+"""The training loop, top to bottom: setup, resume, the steps (trainer/step.py), eval, save, report.
 
-Exactness: the rows of step s are a pure function of (seed, s) (data.Order), dropout is reseeded per
-(step, rank), and model/optimizer/scheduler/early-stopping state round-trip through the checkpoint,
-so on the CPU a run interrupted at step k and resumed ends bitwise equal to one that never stopped.
+Exactness: the rows of step s are a pure function of (seed, s) (data/order.py), dropout is reseeded
+per (step, rank), Python's and numpy's generators are seeded per rank and restored, and
+model/optimizer/scheduler/early-stopping/data-card state round-trip through the checkpoint, so on
+the CPU a run interrupted at step k and resumed ends bitwise equal to one that never stopped.
+
+The checkpoint's payload is written by session.py (its docstring lists the keys).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import signal
 import time
@@ -18,15 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from mw_env.errors import InputError, StepFailed
+from mw_env.errors import StepFailed
 from mw_env.trainer import checkpoint as ckpt_mod
-from mw_env.trainer.agree import agree_on_checkpoint, run_lock
-from mw_env.trainer.data import IGNORE, Order, collate, load_corpus, micro_batch_indices
+from mw_env.trainer.agree import run_lock
+from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts
 from mw_env.trainer.distributed import (
     DistInfo,
-    all_reduce,
     barrier,
     gather_objects,
     init_distributed,
@@ -34,25 +34,22 @@ from mw_env.trainer.distributed import (
 )
 from mw_env.trainer.evaluate import evaluate_and_decide
 from mw_env.trainer.metrics import MetricsWriter
-from mw_env.trainer.model import build_model, sdpa_context
+from mw_env.trainer.model import build_model
+from mw_env.trainer.resume import check_compatible, pick_checkpoint
 from mw_env.trainer.runtime import (
-    autocast,
     environment_facts,
     pick_device,
     resolve_precision,
     restore_rng_states,
-    rng_states,
+    seed_host_rngs,
     set_determinism,
     step_seed,
 )
+from mw_env.trainer.session import Session
 from mw_env.trainer.state import LoopState
-from mw_env.trainspec.config import (
-    ResolvedConfig,
-    architecture_diff,
-    config_from_dict,
-)
+from mw_env.trainer.step import StepOutcome, Trainer
+from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.schedule import lr_factor
-from mw_env.trainspec.synthetic import LABELS
 
 Echo = Callable[[str], None]
 
@@ -119,10 +116,8 @@ def train(
 ) -> RunResult:
     """Run (or continue) training as configured; returns how it ended. Raises MwEnvError on failure."""
     config = resolved.config
-    rt, _o = config.runtime, config.optim
+    rt = config.runtime
     out_dir = Path(rt.out_dir).expanduser().resolve()
-    ckpt_dir = out_dir / "checkpoints"
-
     dist = init_distributed(
         backend=config.dist.backend,
         device_type="cuda" if (rt.device != "cpu" and torch.cuda.is_available()) else "cpu",
@@ -130,248 +125,256 @@ def train(
     )
     try:
         with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
-            return _run(resolved, dist, out_dir, ckpt_dir, resume, fresh, echo, doctor_json)
+            return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
     finally:
         shutdown(dist)
+
+
+def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus, Trainer]:
+    config = resolved.config
+    rt, o = config.runtime, config.optim
+    device = pick_device(rt, dist.local_rank)
+    set_determinism(deterministic=rt.deterministic, threads=rt.threads, device=device)
+    precision = resolve_precision(rt.precision, device)
+    say(f"device {device}, precision {precision.name} ({precision.reason}), world size {dist.world}")
+    seed_host_rngs(rt.seed, dist.rank)
+    t0 = time.perf_counter()
+    corpus = open_corpus(config, rank=dist.rank, world=dist.world)
+    say(
+        f"corpus: {corpus.source}, {corpus.train_rows:,} train rows ({corpus.rank_rows(dist.rank):,} on this "
+        f"process), {corpus.val.rows:,} validation rows, {len(corpus.labels)} labels ({corpus.labels.origin}); "
+        f"opened in {time.perf_counter() - t0:.2f} s"
+    )
+    model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels)).to(
+        device
+    )
+    optimizer = _optimizer(model, resolved)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, o, rt.max_steps))
+    scaler = torch.amp.GradScaler(device.type, enabled=precision.name == "fp16")
+    trainer = Trainer(model, model, optimizer, scheduler, scaler, o, rt.sdpa_backend, device, precision, dist)
+    return corpus, trainer
+
+
+def _restore(session: Session, path: Path, ckpt: dict[str, Any]) -> None:
+    """Load a compatible checkpoint into the session (raises InputError when it is not)."""
+    s, t = session, session.trainer
+    s.accepted_changes = check_compatible(
+        path, ckpt, config=s.resolved.config, dist=s.dist, corpus=s.corpus, say=s.say
+    )
+    try:  # validated when it was picked; a failure here is still a clean error, never a traceback
+        t.model.load_state_dict(ckpt["model"])
+        t.optimizer.load_state_dict(ckpt["optimizer"])
+        t.scheduler.load_state_dict(ckpt["scheduler"])
+        if "scaler" in ckpt:
+            t.scaler.load_state_dict(ckpt["scaler"])
+        s.state = LoopState(**ckpt["loop"])
+        rngs = ckpt.get("rng") or []
+        if s.dist.rank < len(rngs):
+            restore_rng_states(rngs[s.dist.rank])
+        saved_counts = (ckpt.get("data") or {}).get("counts") or []
+        if s.dist.rank < len(saved_counts) and not s.accepted_changes:
+            s.counts = Counts.from_dict(saved_counts[s.dist.rank])
+    except Exception as exc:
+        raise ckpt_mod.CheckpointError(
+            f"checkpoint {path} could not be restored ({type(exc).__name__}: {str(exc)[:200]})",
+            hint="--resume an older step-*.pt, or --fresh to start over (the old ones are kept, renamed)",
+        ) from None
+    s.say(f"resumed from {path} at step {s.state.step}")
+
+
+def _wrap(trainer: Trainer, compile_model: bool) -> None:
+    if trainer.dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dev = trainer.device
+        trainer.train_model = DDP(trainer.model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    if compile_model:
+        trainer.train_model = torch.compile(trainer.train_model)  # type: ignore[assignment]
 
 
 def _run(
     resolved: ResolvedConfig,
     dist: DistInfo,
     out_dir: Path,
-    ckpt_dir: Path,
     resume: Path | None,
     fresh: bool,
     echo: Echo,
     doctor_json: Path | None,
 ) -> RunResult:
-    config = resolved.config
-    rt, o = config.runtime, config.optim
+    rt = resolved.config.runtime
     say: Echo = echo if dist.main else (lambda _msg: None)
-    device = pick_device(rt, dist.local_rank)
-    set_determinism(deterministic=rt.deterministic, threads=rt.threads, device=device)
-    precision = resolve_precision(rt.precision, device)
-    say(f"device {device}, precision {precision.name} ({precision.reason}), world size {dist.world}")
-
+    ckpt_dir = out_dir / "checkpoints"
     if dist.main:
         out_dir.mkdir(parents=True, exist_ok=True)
         if fresh:
             _move_aside(out_dir, say)
         ckpt_mod.remove_stale_temporaries(ckpt_dir)
     barrier(dist)
-
-    corpus = load_corpus(config)
-    model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(LABELS)).to(device)
-    optimizer = _optimizer(model, resolved)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, o, rt.max_steps))
-    scaler = torch.amp.GradScaler(device.type, enabled=precision.name == "fp16")
-    state = LoopState()
+    corpus, trainer = _build(resolved, dist, say)
 
     def usable(path: Path, ckpt: dict[str, Any]) -> None:
-        # A changed config or world size is the user's change, not a damaged file: an InputError that
-        # stops here (every older checkpoint would differ the same way), never a silent fallback.
-        diff = architecture_diff(config_from_dict(ckpt["config"]), config)
-        if diff:
-            raise InputError(
-                f"cannot resume from {path}: the config changed where it must not ({'; '.join(diff)})",
-                hint="restore those settings, or start over with --fresh",
-            )
-        if ckpt["world_size"] != dist.world:
-            raise InputError(
-                f"cannot resume from {path}: it was written by {ckpt['world_size']} process(es), this run has {dist.world}",
-                hint="the data order depends on the world size; launch with the same --nproc-per-node",
-            )
+        # A changed config, world size, label set or corpus is the user's change, not a damaged file: an
+        # InputError that stops the search (every older checkpoint would differ the same way). A checkpoint
+        # this trainer's objects cannot take is damaged: CheckpointError, the previous one is tried.
+        check_compatible(path, ckpt, config=resolved.config, dist=dist, corpus=corpus, say=lambda _msg: None)
         ckpt_mod.check_for_run(
-            path, ckpt, model=model, optimizer=optimizer, labels=list(LABELS), scheduler=scheduler
+            path,
+            ckpt,
+            model=trainer.model,
+            optimizer=trainer.optimizer,
+            labels=list(corpus.labels.names),
+            scheduler=trainer.scheduler,
         )
 
     # multinode: every rank resumes the same checkpoint file (the newest usable one), or all stop with an
-    # error naming each node's newest (trainer/agree.py).
-    found = agree_on_checkpoint(
-        ckpt_dir, dist, resume=resume, fresh=fresh, config=config, warn=say, check=usable
+    # error naming each node's newest (trainer/agree.py, through resume.pick_checkpoint).
+    found = pick_checkpoint(
+        ckpt_dir, dist, resume=resume, fresh=fresh, config=resolved.config, warn=say, check=usable
     )
+    facts = environment_facts(trainer.device, trainer.precision, dist.world)
+    metrics = MetricsWriter(
+        out_dir, tracking=rt.tracking, hparams=resolved.config.to_dict(), enabled=dist.main
+    )
+    session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
     if found is not None:
-        path, ckpt = found
-        try:  # validated above; a failure here is still a clean error, never a traceback
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
-            scheduler.load_state_dict(ckpt["scheduler"])
-            if "scaler" in ckpt:
-                scaler.load_state_dict(ckpt["scaler"])
-            state = LoopState(**ckpt["loop"])
-            rngs = ckpt.get("rng") or []
-            if dist.rank < len(rngs):
-                restore_rng_states(rngs[dist.rank])
-        except Exception as exc:
-            raise ckpt_mod.CheckpointError(
-                f"checkpoint {path} could not be restored ({type(exc).__name__}: {str(exc)[:200]})",
-                hint="--resume an older step-*.pt, or --fresh to start over (the old ones are kept, renamed)",
-            ) from None
-        say(f"resumed from {path} at step {state.step}")
-        del ckpt  # do not keep a second copy of the weights alive (nanoGPT #158)
+        resumed_from = found[0]
+        _restore(session, *found)
+        del found  # do not keep a second copy of the weights alive (nanoGPT #158)
+        metrics.log("resumed", step=session.state.step, path=str(resumed_from))
+        if session.accepted_changes:
+            metrics.log("corpus_changed", step=session.state.step, changes=session.accepted_changes)
+    session.counts = session.counts or Counts(len(corpus.labels))
+    if dist.main and corpus.source == "files" and resolved.config.data.hash_shards:
+        from mw_env.trainer.data.digest import ShardHasher
 
-    train_model: torch.nn.Module = model
-    if dist.enabled:
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        session.hasher = ShardHasher(corpus.sources, out_dir)
+    _wrap(trainer, rt.compile)
+    try:
+        reason, last_ckpt, losses = _train_loop(session)
+        return _finish(session, reason, last_ckpt, losses, doctor_json)
+    finally:
+        if session.hasher is not None:
+            session.hasher.close()
 
-        train_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if rt.compile:
-        train_model = torch.compile(train_model)  # type: ignore[assignment]
 
-    facts = environment_facts(device, precision, dist.world)
-    metrics = MetricsWriter(out_dir, tracking=rt.tracking, hparams=config.to_dict(), enabled=dist.main)
-    if found is not None:
-        metrics.log("resumed", step=state.step, path=str(found[0]))
+def _log_step(s: Session, out: StepOutcome, waited: float, step_s: float) -> None:
+    rt = s.resolved.config.runtime
+    step = s.state.step
+    tokens_per_s = out.tokens / max(step_s, 1e-9)
+    s.metrics.log(
+        "step",
+        step=step,
+        loss=out.loss,
+        lr=out.lr,
+        grad_norm=out.grad_norm,
+        tokens_per_s=tokens_per_s,  # input tokens (all processes) per second
+        words_per_s=out.words / max(step_s, 1e-9),  # labelled words per second
+        data_wait_s=waited,
+        step_s=step_s,
+    )
+    if step % rt.log_every == 0 or step == 1:
+        s.say(
+            f"step {step:>6}  loss {out.loss:.4f}  lr {out.lr:.2e}  grad_norm {out.grad_norm:.3f}  "
+            f"tok/s {tokens_per_s:,.0f}  data wait {100 * waited / max(step_s, 1e-9):.0f}%"
+        )
 
-    def save() -> Path | None:
-        rng = gather_objects(rng_states(), dist)
-        barrier(dist)
-        path = None
-        if dist.main:
-            path = ckpt_mod.checkpoint_path(ckpt_dir, state.step)
-            metrics.log("checkpoint", step=state.step, path=str(path), phase="start")
-            payload = {
-                "format_version": ckpt_mod.FORMAT_VERSION,
-                "step": state.step,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "loop": state.to_dict(),
-                "data_position": {"samples_seen": state.step * window * dist.world, "order_seed": rt.seed},
-                "world_size": dist.world,
-                "rng": rng,
-                "config": config.to_dict(),
-                "config_sha256": config.sha256(),
-                "config_sources": dict(resolved.sources),
-                "tokenizer": corpus.tokenizer.to_state(),
-                "labels": list(LABELS),
-                "meta": json.loads(json.dumps(facts, default=str)),  # plain types only (weights_only)
-            }
-            if precision.name == "fp16":
-                payload["scaler"] = scaler.state_dict()
-            ckpt_mod.save_checkpoint(payload, ckpt_dir, keep_last=rt.keep_last)
-            metrics.log("checkpoint", step=state.step, path=str(path), phase="done")
-        barrier(dist)
-        return path
 
-    order = Order(len(corpus.train), rt.seed)
-    window = o.batch_size * o.accumulation_steps
-    reason = "max_steps"
-    last_ckpt: Path | None = None
-    losses: list[float] = []
-    t_last = time.perf_counter()
-    train_model.train()
-    with _StopFlag() as stop:
-        while state.step < rt.max_steps:
-            step = state.step
-            torch.manual_seed(step_seed(rt.seed, step, dist.world, dist.rank))
-            micro = [
-                collate(
-                    corpus.train,
-                    micro_batch_indices(
-                        order,
-                        step=step,
-                        micro=m,
-                        rank=dist.rank,
-                        world=dist.world,
-                        batch_size=o.batch_size,
-                        accumulation=o.accumulation_steps,
-                    ),
-                ).to(device)
-                for m in range(o.accumulation_steps)
-            ]
-            # Normalise by the labelled tokens of the whole window on all ranks: the update then equals
-            # one big batch's, however the rows are split into micro-batches and processes.
-            tokens = all_reduce(
-                torch.tensor(float(sum(int((b.labels != IGNORE).sum()) for b in micro))), dist
-            )
-            scale = dist.world / max(float(tokens), 1.0)  # DDP averages grads over ranks; undo that
-            loss_sum = torch.zeros((), device=device)
-            for m, batch in enumerate(micro):
-                last = m == len(micro) - 1
-                # no_sync on all micro-batches but the last: one all-reduce per optimizer step.
-                sync = train_model.no_sync() if dist.enabled and not last else contextlib.nullcontext()
-                with sync:
-                    with autocast(device, precision), sdpa_context(rt.sdpa_backend):
-                        logits = train_model(batch.input_ids, batch.attention_mask)
-                    loss = F.cross_entropy(
-                        logits.float().flatten(0, 1),
-                        batch.labels.flatten(),
-                        ignore_index=IGNORE,
-                        reduction="sum",
-                        label_smoothing=o.label_smoothing,
+def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
+    config = s.resolved.config
+    rt, dist, state = config.runtime, s.dist, s.state
+    producer = s.corpus.producer()
+    reader = Prefetcher(
+        producer,
+        start=state.step,
+        stop=rt.max_steps,
+        depth=config.data.prefetch_steps,
+        pin=s.trainer.device.type == "cuda",
+    )
+    reason, last_ckpt, losses = "max_steps", None, []
+    waited_total, t_start = 0.0, time.perf_counter()
+    t_last = t_start
+    s.trainer.train_model.train()
+    try:
+        with _StopFlag() as stop:
+            while state.step < rt.max_steps:
+                step = state.step
+                data, waited = reader.get(step)
+                waited_total += waited
+                torch.manual_seed(step_seed(rt.seed, step, dist.world, dist.rank))
+                out = s.trainer.step(data.micro, lambda: stop.requested)
+                s.counts.merge(data.counts)
+                state.step = step + 1
+                losses.append(out.loss)
+                now = time.perf_counter()
+                _log_step(s, out, waited, now - t_last)
+                t_last = now
+                if not out.finite:
+                    state.skipped_steps += 1
+                    state.consecutive_nonfinite += 1
+                    why = f"non-finite {'loss' if not math.isfinite(out.loss) else 'gradient norm'}"
+                    s.metrics.log("skipped_step", step=state.step, reason=why)
+                    s.say(
+                        f"step {state.step}: {why}; update skipped ({state.consecutive_nonfinite} in a row)"
                     )
-                    scaler.scale(loss * scale).backward()
-                loss_sum += loss.detach()
-            scaler.unscale_(optimizer)
-            max_norm = o.grad_clip if o.grad_clip > 0 else math.inf
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            all_reduce(loss_sum, dist)
-            # Finite check before the update, agreed by all ranks: a bad step changes no weight.
-            finite = torch.isfinite(loss_sum) & torch.isfinite(grad_norm.to(loss_sum.device))
-            finite = bool(all_reduce(finite.to(torch.float32), dist, "min") > 0)
-            lr = optimizer.param_groups[0]["lr"]  # the rate this step uses (read before the schedule moves)
-            if finite:
-                scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
-            state.step = step + 1
-            loss_value = float(loss_sum) / max(float(tokens), 1.0)
-            losses.append(loss_value)
-            now = time.perf_counter()
-            tokens_per_s = float(tokens) / max(now - t_last, 1e-9)
-            t_last = now
-            metrics.log(
-                "step",
-                step=state.step,
-                loss=loss_value,
-                lr=lr,
-                grad_norm=float(grad_norm),
-                tokens_per_s=tokens_per_s,
-            )
-            if state.step % rt.log_every == 0 or state.step == 1:
-                say(
-                    f"step {state.step:>6}  loss {loss_value:.4f}  lr {lr:.2e}  grad_norm {float(grad_norm):.3f}  "
-                    f"tok/s {tokens_per_s:,.0f}"
-                )
-            if not finite:
-                state.skipped_steps += 1
-                state.consecutive_nonfinite += 1
-                why = f"non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'}"
-                metrics.log("skipped_step", step=state.step, reason=why)
-                say(f"step {state.step}: {why}; update skipped ({state.consecutive_nonfinite} in a row)")
-                if state.consecutive_nonfinite >= rt.max_nonfinite:
-                    reason = "nonfinite"
+                    if state.consecutive_nonfinite >= rt.max_nonfinite:
+                        reason = "nonfinite"
+                        break
+                else:
+                    state.consecutive_nonfinite = 0
+                # A skipped step left the weights as they were, so checkpointing after it is still sound.
+                early_stop = False
+                if out.finite and (state.step % rt.eval_every == 0 or state.step == rt.max_steps):
+                    t = s.trainer
+                    early_stop = evaluate_and_decide(
+                        t.model,
+                        s.corpus,
+                        state,
+                        rt,
+                        config.optim,
+                        t.device,
+                        t.precision,
+                        s.metrics,
+                        s.say,
+                        dist,
+                    )
+                stop_now = out.stop  # agreed by all ranks inside the step's one synchronisation
+                if (
+                    early_stop
+                    or stop_now
+                    or state.step % rt.checkpoint_every == 0
+                    or state.step == rt.max_steps
+                ):
+                    last_ckpt = s.save()
+                if early_stop or stop_now:
+                    reason = "early_stop" if early_stop else "stopped"
                     break
-            else:
-                state.consecutive_nonfinite = 0
+    finally:
+        reader.close()
+        producer.close()
+    loop_s = time.perf_counter() - t_start
+    s.metrics.log("data_wait", step=state.step, seconds=waited_total, share=waited_total / max(loop_s, 1e-9))
+    return reason, last_ckpt, losses
 
-            # A skipped step left the weights as they were, so checkpointing after it is still sound.
-            early_stop = False
-            if finite and (state.step % rt.eval_every == 0 or state.step == rt.max_steps):
-                early_stop = evaluate_and_decide(
-                    model, corpus, state, rt, o, device, precision, metrics, say, dist
-                )
-            stop_now = all_reduce(torch.tensor(float(stop.requested)), dist, "max") > 0
-            if early_stop or stop_now or state.step % rt.checkpoint_every == 0 or state.step == rt.max_steps:
-                last_ckpt = save()
-            if early_stop:
-                reason = "early_stop"
-                break
-            if stop_now:
-                reason = "stopped"
-                break
-    last_ckpt = last_ckpt or ckpt_mod.latest_valid_checkpoint(ckpt_dir)
-    metrics.log("finished", step=state.step, reason=reason)
-    metrics.close()
-    if dist.main:
+
+def _finish(
+    s: Session, reason: str, last_ckpt: Path | None, losses: list[float], doctor_json: Path | None
+) -> RunResult:
+    rt, state = s.resolved.config.runtime, s.state
+    parts = gather_objects({"counts": s.counts.to_dict(), "position": s.position()}, s.dist)
+    last_ckpt = last_ckpt or ckpt_mod.latest_valid_checkpoint(s.ckpt_dir)
+    s.metrics.log("finished", step=state.step, reason=reason)
+    s.metrics.close()
+    if s.dist.main:
         from mw_env.trainer.report import write_report
 
+        total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
+        card = s.corpus.card(total, [p["position"] for p in parts])
+        if s.hasher is not None:
+            card["sources"] = s.hasher.annotate(card["sources"])
         report = write_report(
-            out_dir, resolved=resolved, card=corpus.card, facts=facts, doctor_json=doctor_json
+            s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json
         )
-        say(f"report: {report}")
+        s.say(f"report: {report}")
     if reason == "nonfinite":
         raise StepFailed(
             f"stopped at step {state.step}: {rt.max_nonfinite} optimizer steps in a row had a non-finite "
@@ -379,14 +382,14 @@ def _run(
             hint=f"the last good checkpoint is {last_ckpt}; lower optim.lr or raise optim.warmup_steps, "
             "and check the data; then resume",
         )
-    say(f"finished at step {state.step} ({reason})")
+    s.say(f"finished at step {state.step} ({reason})")
     return RunResult(
-        out_dir,
+        s.out_dir,
         state.step,
         reason,
         last_ckpt,
         state.best_f1,
         state.skipped_steps,
-        precision.name,
+        s.trainer.precision.name,
         tuple(losses),
     )

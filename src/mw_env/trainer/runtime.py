@@ -105,6 +105,16 @@ def step_seed(seed: int, step: int, world: int, rank: int) -> int:
     return seed * 1_000_003 + step * world + rank
 
 
+def seed_host_rngs(seed: int, rank: int) -> None:
+    """Seed Python's and numpy's global generators per (seed, rank), so an uninterrupted and a resumed
+    run hold (and checkpoint) the same states; user code that draws from them is reproducible too."""
+    import numpy as np
+
+    value = (seed * 1_000_003 + rank) % 2**32
+    random.seed(value)
+    np.random.seed(value)
+
+
 def rng_states() -> dict[str, Any]:
     """RNG states as tensors and plain containers (weights_only-loadable)."""
     import numpy as np

@@ -17,6 +17,7 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 SdpaBackend = Literal["auto", "math", "flash", "efficient"]
 Tracking = Literal["none", "tensorboard", "mlflow"]
 Tokenizer = Literal["byte", "sentencepiece"]
+UnknownTags = Literal["error", "ignore"]
 DataSource = Literal["synthetic", "files"]
 DistBackend = Literal["auto", "gloo", "nccl"]
 
@@ -25,6 +26,7 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
 TRACKING: tuple[str, ...] = get_args(Tracking)
 TOKENIZERS: tuple[str, ...] = get_args(Tokenizer)
+UNKNOWN_TAGS: tuple[str, ...] = get_args(UnknownTags)
 SOURCES: tuple[str, ...] = get_args(DataSource)
 DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
 
@@ -52,6 +54,16 @@ class DataConfig:
     seed: int = 1234  # data generation and split seed (order is runtime.seed's)
     tokenizer: Tokenizer = "byte"
     spm_model: str | None = None  # SentencePiece .model file for tokenizer: sentencepiece
+    tokens_column: str = "tokens"  # files: the list<string> column (JSONL: key) of words
+    tags_column: str = "tags"  # files: the list<string> column (JSONL: key) of BIO tags, one per word
+    labels: tuple[str, ...] = ()  # files: the label set; empty = discovered from each shard's first row group
+    unknown_tags: UnknownTags = (
+        "error"  # a tag outside the label set: "error" | "ignore" (word kept, not a target)
+    )
+    shuffle_window: int = 4  # files: blocks (row groups) whose rows are shuffled together; memory ~2x this
+    prefetch_steps: int = 4  # steps of batches the background reader prepares ahead
+    allow_changed_corpus: bool = False  # resume even though the shards or the data order changed
+    hash_shards: bool = False  # files: full-file sha256 of each shard, once, in the background (data card)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ def summarize(config: TrainConfig) -> dict[str, Any]:
     """A plain dict: model, data, schedule (the `summary` command renders it)."""
     m, d, o, r = config.model, config.data, config.optim, config.runtime
     vocab = tokenizer_vocab_size(config)
-    rows = parameter_counts(config, vocab_size=vocab)
+    n_labels = len(d.labels) if d.labels else len(LABELS)
+    rows = parameter_counts(config, vocab_size=vocab, n_labels=n_labels)
     total = sum(n for _, n in rows)
     window = o.batch_size * o.accumulation_steps
     if d.source == "synthetic":
@@ -59,14 +60,26 @@ def summarize(config: TrainConfig) -> dict[str, Any]:
             "source": "files",
             "train_files": list(d.train_files),
             "val_files": list(d.val_files),
+            # held out: whole row groups, chosen by a hash of (data.seed, shard name, row group)
             "val_fraction": None if d.val_files else d.val_fraction,
+            "columns": {"tokens": d.tokens_column, "tags": d.tags_column},
+            "streaming": {
+                "shuffle_window_row_groups": d.shuffle_window,
+                "prefetch_steps": d.prefetch_steps,
+                "unknown_tags": d.unknown_tags,
+            },
         }
-    data.update({"tokenizer": d.tokenizer, "max_len": m.max_len, "labels": list(LABELS)})
+    if d.source == "files" and not d.labels:
+        labels: Any = "discovered at start (tags of each shard's first row group)"
+    else:
+        labels = list(d.labels or LABELS)
+    data.update({"tokenizer": d.tokenizer, "max_len": m.max_len, "labels": labels})
     checkpoints = [s for s in (250, 500, 1000) if s < r.max_steps]
     return {
         "model": {
             "architecture": f"{m.n_layers}-layer pre-LN transformer encoder, d_model {m.d_model}, "
-            f"{m.n_heads} heads, ff {m.d_ff}, vocab {vocab:,} ({d.tokenizer}), {len(LABELS)} BIO labels",
+            f"{m.n_heads} heads, ff {m.d_ff}, vocab {vocab:,} ({d.tokenizer}), "
+            + (f"{n_labels} BIO labels" if d.source != "files" or d.labels else "BIO labels of the corpus"),
             "vocab_size": vocab,
             "parameters": [{"part": name, "parameters": n} for name, n in rows],
             "total_parameters": total,

@@ -15,6 +15,7 @@ from mw_env.trainspec.schema import (
     SOURCES,
     TOKENIZERS,
     TRACKING,
+    UNKNOWN_TAGS,
     TrainConfig,
 )
 
@@ -108,6 +109,22 @@ def validate(config: TrainConfig) -> None:
     _check(bool(d.countries) and not bad, "data.countries", list(d.countries), ", ".join(FORMATS))
     if d.source == "files" and not d.train_files:
         raise InputError("config: data.source is 'files' but data.train_files is empty", hint="list shards")
+    _check(d.unknown_tags in UNKNOWN_TAGS, "data.unknown_tags", d.unknown_tags, ", ".join(UNKNOWN_TAGS))
+    _check(d.shuffle_window >= 1, "data.shuffle_window", d.shuffle_window, "an integer >= 1 (blocks)")
+    _check(d.prefetch_steps >= 1, "data.prefetch_steps", d.prefetch_steps, "an integer >= 1 (steps)")
+    for key, col in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
+        _check(bool(col), key, col, "a column name")
+    _check(
+        d.tokens_column != d.tags_column,
+        "data.tags_column",
+        d.tags_column,
+        "a column other than tokens_column",
+    )
+    if d.labels and d.source != "files":
+        raise InputError(
+            "config: data.labels is set but data.source is 'synthetic' (its labels are the bundled 15)",
+            hint="data.labels applies to data.source=files",
+        )
     if d.tokenizer == "sentencepiece" and not d.spm_model:
         raise InputError("config: data.tokenizer is 'sentencepiece' but data.spm_model is not set")
     _check(o.schedule in SCHEDULES, "optim.schedule", o.schedule, ", ".join(SCHEDULES))

@@ -1,0 +1,85 @@
+"""Counts of what was actually read, for the data card: rows, tokens, labels, lengths, BIO problems.
+
+Counted when a step consumes its rows (not when the reader prefetches them), kept per rank in the
+checkpoint and summed over ranks for the card, so a resumed run's card equals an uninterrupted one's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LENGTH_BIN = 8  # token-length histogram: bin k counts rows of [8k, 8k + 8) input tokens
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class Counts:
+    n_labels: int
+    rows: int = 0
+    tokens: int = 0  # input tokens, CLS/SEP included
+    words: int = 0  # words kept after max_len truncation, i.e. labelled positions (+ unknown tags)
+    truncated_words: int = 0
+    unknown_tag_words: int = 0
+    bio_errors: int = 0
+    labels: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    bio_examples: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.labels:
+            self.labels = [0] * self.n_labels
+
+    def add_row(self, n_tokens: int, label_ids: list[int], *, truncated: int, unknown: int) -> None:
+        self.rows += 1
+        self.tokens += n_tokens
+        self.words += len(label_ids) + unknown
+        self.truncated_words += truncated
+        self.unknown_tag_words += unknown
+        for k in label_ids:
+            self.labels[k] += 1
+        b = n_tokens // LENGTH_BIN
+        if b >= len(self.lengths):
+            self.lengths.extend([0] * (b + 1 - len(self.lengths)))
+        self.lengths[b] += 1
+
+    def add_bio(self, n: int, where: str) -> None:
+        self.bio_errors += n
+        if n and len(self.bio_examples) < MAX_EXAMPLES:
+            self.bio_examples.append(where)
+
+    def merge(self, other: Counts) -> None:
+        for name in ("rows", "tokens", "words", "truncated_words", "unknown_tag_words", "bio_errors"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.labels = [a + b for a, b in zip(self.labels, other.labels, strict=True)]
+        n = max(len(self.lengths), len(other.lengths))
+        pad = lambda xs: xs + [0] * (n - len(xs))  # noqa: E731
+        self.lengths = [a + b for a, b in zip(pad(self.lengths), pad(other.lengths), strict=True)]
+        room = MAX_EXAMPLES - len(self.bio_examples)
+        self.bio_examples += other.bio_examples[: max(room, 0)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Counts:
+        return cls(**{k: (list(v) if isinstance(v, list) else v) for k, v in d.items()})
+
+
+def sum_counts(parts: list[dict[str, Any]], n_labels: int) -> Counts:
+    total = Counts(n_labels)
+    for p in parts:
+        total.merge(Counts.from_dict(p))
+    return total
+
+
+def length_distribution(c: Counts) -> dict[str, Any]:
+    return {
+        "bin_width": LENGTH_BIN,
+        "counts": list(c.lengths),  # counts[k]: rows with 8k..8k+7 input tokens
+        "mean": c.tokens / c.rows if c.rows else 0.0,
+    }
+
+
+def tag_distribution(c: Counts, names: tuple[str, ...]) -> dict[str, int]:
+    return {n: c.labels[i] for i, n in enumerate(names) if c.labels[i]}

@@ -1,0 +1,130 @@
+"""The data order: which row every (step, micro-batch, rank) reads, as a pure function of the step.
+
+Streamed corpora (`data.source: files`):
+- Blocks (row groups) are assigned to ranks once: in a permutation seeded by runtime.seed, each block
+  goes to the rank with the fewest rows so far. Rank r only ever reads its own blocks.
+- Epoch e of rank r: its blocks in a permutation keyed by (seed, e, r), cut into windows of
+  `data.shuffle_window` consecutive blocks; the rows of window w are permuted jointly, keyed by
+  (seed, e, r, w). A window is the shuffle's memory: its blocks are held while it is read.
+- Rank r's micro-batch m of step s is rows [(s*A + m)*B, +B) of its endless stream of epochs, so
+  the position of any step is computed from row counts (footers), never replayed.
+
+In-memory corpora (synthetic): position p is `randperm(seed + p // n)[p % n]` over the whole split,
+and micro-batch m of rank r is slice m*world + r of the step's window (world ranks x A micro-batches
+see exactly the rows of 1 rank x world*A).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+from mw_env.trainer.data.shards import Block
+
+if TYPE_CHECKING:
+    import numpy as np
+
+_ASSIGN, _EPOCH, _WINDOW = 0xA551, 0xE90C, 0x3D0
+
+
+def _rng(*key: int) -> np.random.Generator:
+    import numpy as np  # lazily: the torch-free test venv imports this package without numpy
+
+    # SeedSequence over a tuple of integers: independent streams per key, same on every rank/host.
+    return np.random.default_rng([k & 0xFFFFFFFF for k in key])
+
+
+def assign_blocks(blocks: Sequence[Block], world: int, seed: int) -> list[list[int]]:
+    """Block indices per rank, balanced by rows; fixed for the whole run."""
+    loads = [0] * world
+    owned: list[list[int]] = [[] for _ in range(world)]
+    for b in _rng(seed, _ASSIGN).permutation(len(blocks)).tolist():
+        r = min(range(world), key=lambda k: (loads[k], k))
+        owned[r].append(b)
+        loads[r] += blocks[b].rows
+    return [sorted(o) for o in owned]
+
+
+@dataclass(frozen=True)
+class Window:
+    epoch: int
+    number: int  # window number within the epoch
+    blocks: tuple[int, ...]  # block indices, in the order their rows are concatenated
+    rows: int
+    seed: tuple[int, ...]
+
+    def permutation(self) -> np.ndarray:
+        return _rng(*self.seed).permutation(self.rows)
+
+
+class RankOrder:
+    """Rank r's endless stream: stream row p -> (window, row inside the window's permutation)."""
+
+    def __init__(self, blocks: Sequence[Block], owned: Sequence[int], *, seed: int, rank: int, window: int):
+        self.blocks, self.owned = blocks, list(owned)
+        self.seed, self.rank, self.window = seed, rank, window
+        self.epoch_rows = sum(blocks[b].rows for b in self.owned)
+        self._epoch = -1
+        self._windows: list[Window] = []
+        self._ends: list[int] = []
+
+    def windows(self, epoch: int) -> list[Window]:
+        if epoch != self._epoch:
+            perm = _rng(self.seed, _EPOCH, epoch, self.rank).permutation(len(self.owned)).tolist()
+            order = [self.owned[i] for i in perm]
+            self._windows = []
+            for w, i in enumerate(range(0, len(order), self.window)):
+                group = tuple(order[i : i + self.window])
+                rows = sum(self.blocks[b].rows for b in group)
+                self._windows.append(Window(epoch, w, group, rows, (self.seed, _WINDOW, epoch, self.rank, w)))
+            self._ends = list(accumulate(w.rows for w in self._windows))
+            self._epoch = epoch
+        return self._windows
+
+    def locate(self, p: int) -> tuple[Window, int]:
+        """Stream row p -> (its window, its index in the window's permutation)."""
+        epoch, q = divmod(p, self.epoch_rows)
+        windows = self.windows(epoch)
+        w = bisect.bisect_right(self._ends, q)
+        return windows[w], q - (self._ends[w - 1] if w else 0)
+
+    def position(self, p: int) -> dict[str, int]:
+        window, offset = self.locate(p)
+        return {"epoch": window.epoch, "window": window.number, "row_in_window": offset, "stream_row": p}
+
+
+def stream_rows_of(*, step: int, micro: int, batch_size: int, accumulation: int) -> range:
+    start = (step * accumulation + micro) * batch_size
+    return range(start, start + batch_size)
+
+
+class Order:
+    """The in-memory training order: position p -> example index, a pure function of (seed, p)."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed = n, seed
+        self._epoch = -1
+        self._perm: list[int] = []
+
+    def index(self, position: int) -> int:
+        epoch = position // self.n
+        if epoch != self._epoch:
+            import torch
+
+            gen = torch.Generator().manual_seed(self.seed + epoch)
+            self._perm = torch.randperm(self.n, generator=gen).tolist()
+            self._epoch = epoch
+        return self._perm[position % self.n]
+
+
+def micro_batch_indices(
+    order: Order, *, step: int, micro: int, rank: int, world: int, batch_size: int, accumulation: int
+) -> list[int]:
+    """Rows of (step, micro, rank) of an in-memory split. Micro m of rank r is slice m*world + r of the
+    step's window, so `world` ranks x A micro-batches see exactly the rows of 1 rank x world*A."""
+    window = batch_size * accumulation * world
+    start = step * window + (micro * world + rank) * batch_size
+    return [order.index(p) for p in range(start, start + batch_size)]

@@ -1,0 +1,109 @@
+"""One optimizer step: accumulate micro-batches, clip, agree on finiteness, update.
+
+Host synchronisation: none until the end of the step, where one small tensor (finite flag, loss sum,
+gradient norm, token counts) comes to the host in a single copy: the finite-check decision needs it,
+and the metrics ride along. Token counts are counted by the reader on the host and all-reduced as a
+device tensor, so normalising the loss never waits for the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from mw_env.trainer.data import IGNORE, Batch
+from mw_env.trainer.distributed import DistInfo, all_reduce
+from mw_env.trainer.model import sdpa_context
+from mw_env.trainer.runtime import Precision, autocast
+from mw_env.trainspec.config import OptimConfig
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    finite: bool
+    loss: float  # mean per labelled word over the whole window, all ranks
+    grad_norm: float
+    words: int  # labelled words in the window, all ranks
+    tokens: int  # input tokens in the window, all ranks
+    lr: float
+    stop: bool = False  # some rank was asked to stop (SIGTERM): all ranks stop after this step
+
+
+@dataclass
+class Trainer:
+    """What a step needs; built once by the loop."""
+
+    model: torch.nn.Module  # the unwrapped module (clipping, state)
+    train_model: torch.nn.Module  # DDP / compiled wrapper that runs forward/backward
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    optim: OptimConfig
+    sdpa_backend: str
+    device: torch.device
+    precision: Precision
+    dist: DistInfo
+
+    def step(self, micro: list[Batch], stop_requested: Callable[[], bool] = lambda: False) -> StepOutcome:
+        o, dist, device = self.optim, self.dist, self.device
+        counts = torch.tensor(
+            [float(sum(b.n_labelled for b in micro)), float(sum(b.n_tokens for b in micro))],
+            dtype=torch.float64,
+        ).to(device)
+        # Normalise by the labelled tokens of the whole window on all ranks: the update then equals
+        # one big batch's, however the rows are split into micro-batches and processes.
+        all_reduce(counts, dist)
+        scale = (dist.world / counts[0].clamp(min=1.0)).float()  # DDP averages grads over ranks; undo that
+        loss_sum = torch.zeros((), device=device)
+        for m, cpu_batch in enumerate(micro):
+            batch = cpu_batch.to(device, non_blocking=device.type == "cuda")
+            last = m == len(micro) - 1
+            # no_sync on all micro-batches but the last: one all-reduce per optimizer step.
+            sync = self.train_model.no_sync() if dist.enabled and not last else contextlib.nullcontext()
+            with sync:
+                with autocast(device, self.precision), sdpa_context(self.sdpa_backend):
+                    logits = self.train_model(batch.input_ids, batch.attention_mask)
+                loss = F.cross_entropy(
+                    logits.float().flatten(0, 1),
+                    batch.labels.flatten(),
+                    ignore_index=IGNORE,
+                    reduction="sum",
+                    label_smoothing=o.label_smoothing,
+                )
+                self.scaler.scale(loss * scale).backward()
+            loss_sum += loss.detach()
+        self.scaler.unscale_(self.optimizer)
+        max_norm = o.grad_clip if o.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        all_reduce(loss_sum, dist)
+        # Finite check before the update, agreed by all ranks: a bad step changes no weight. The stop
+        # request rides in the same MIN all-reduce (1 - stop: min over ranks = 1 - any rank's stop).
+        finite = (torch.isfinite(loss_sum) & torch.isfinite(grad_norm.to(loss_sum.device))).to(torch.float32)
+        keep_going = torch.tensor(0.0 if stop_requested() else 1.0, dtype=torch.float32).to(device)
+        flags = torch.stack([finite, keep_going])
+        all_reduce(flags, dist, "min")
+        stats = torch.cat(
+            [flags.double(), torch.stack([loss_sum.double(), grad_norm.to(loss_sum.device).double()]), counts]
+        )
+        ok, go_on, loss_total, norm, words, tokens = stats.tolist()  # the step's one host synchronisation
+        lr = self.optimizer.param_groups[0]["lr"]  # the rate this step uses (read before the schedule moves)
+        if ok > 0:
+            self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return StepOutcome(
+            finite=ok > 0,
+            loss=loss_total / max(words, 1.0),
+            grad_norm=norm,
+            words=int(words),
+            tokens=int(tokens),
+            lr=lr,
+            stop=go_on < 1,
+        )
