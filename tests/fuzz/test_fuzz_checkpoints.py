@@ -46,14 +46,14 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _trainer_objects(run: Path) -> tuple[Any, Any, Any, Any]:
     import torch
 
-    from mw_env.trainer.data import load_corpus
+    from mw_env.trainer.data import open_corpus
     from mw_env.trainer.loop import _optimizer
     from mw_env.trainer.model import build_model
     from mw_env.trainspec.schedule import lr_factor
     from mw_env.trainspec.synthetic import LABELS
 
     resolved = tiny_config(run)
-    corpus = load_corpus(resolved.config)
+    corpus = open_corpus(resolved.config, rank=0, world=1)
     model = build_model(resolved.config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(LABELS))
     opt = _optimizer(model, resolved)
     o, rt = resolved.config.optim, resolved.config.runtime

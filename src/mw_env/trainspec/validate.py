@@ -37,6 +37,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "data.synthetic_rows": (1, 100_000_000),
     "data.synthetic_val_rows": (1, 10_000_000),
     "data.seed": (0, MAX_SEED),
+    "data.shuffle_window": (1, 4_096),  # row groups decoded together: ~2x this many in memory per process
+    "data.prefetch_steps": (1, 1_024),  # steps of batches the background reader holds ahead
     "optim.batch_size": (1, 1_048_576),
     "optim.accumulation_steps": (1, 65_536),
     "optim.warmup_steps": (0, MAX_STEPS),
@@ -110,8 +112,6 @@ def validate(config: TrainConfig) -> None:
     if d.source == "files" and not d.train_files:
         raise InputError("config: data.source is 'files' but data.train_files is empty", hint="list shards")
     _check(d.unknown_tags in UNKNOWN_TAGS, "data.unknown_tags", d.unknown_tags, ", ".join(UNKNOWN_TAGS))
-    _check(d.shuffle_window >= 1, "data.shuffle_window", d.shuffle_window, "an integer >= 1 (blocks)")
-    _check(d.prefetch_steps >= 1, "data.prefetch_steps", d.prefetch_steps, "an integer >= 1 (steps)")
     for key, col in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
         _check(bool(col), key, col, "a column name")
     _check(
