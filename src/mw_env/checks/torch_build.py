@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
+from mw_env.profiles.model import has_local_tag
 
 AREA = "torch"
 _LABEL = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
@@ -84,7 +85,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
         )
         return result("torch.build", AREA, "torch build", "warn", cause, fix)
     tag = ctx.selection.torch.local_tag
-    note = () if not tag or version.endswith(tag) else (f"the profile's source is {tag}; this one works too",)
+    note = () if has_local_tag(version, tag) else (f"the profile's source is {tag}; this one works too",)
     if wanted is None and ctx.gpu is not None:
         # A CPU profile on a machine with a GPU is a choice (or the GPU has no wheel): say so, once.
         why = (

@@ -6,6 +6,7 @@ Fields may be added (with defaults); never renamed or removed without updating e
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +22,29 @@ Build = Literal["rocm", "cuda", "cpu"]
 SdpaBackend = Literal["math", "flash", "efficient", "auto"]
 Precision = Literal["fp32", "bf16", "fp16"]
 Runtime = Literal["incus", "docker", "podman"]
+
+
+def has_local_tag(installed_version: str, local_tag: str) -> bool:
+    """Whether a torch version carries a source's local tag: the one rule bootstrap, verify and doctor share.
+
+    "+rocm7.2" accepts "2.9.1+rocm7.2" and AMD's own spellings of the same stack, "2.9.1+rocm7.2.0" and
+    "2.9.1+rocm7.2.0.lw.git1234" (the tag followed by more dot-separated parts), but not "+rocm7.20" or
+    "+rocm7.21": a plain suffix or prefix test gets one or the other wrong. An empty tag accepts any version.
+    The comparison is on PEP 440's normalised local part, so "+ROCM7.2-0" reads as "rocm7.2.0".
+    """
+    tag = local_tag.lstrip("+").lower()
+    if not tag:
+        return True
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        local = Version(installed_version).local or ""
+    except InvalidVersion:
+        return False
+    # The tag is normalised the same way ("cu126" stays "cu126", "rocm7.2-0" becomes "rocm7.2.0").
+    with contextlib.suppress(InvalidVersion):
+        tag = Version(f"0+{tag}").local or tag
+    return local == tag or local.startswith(tag + ".")
 
 
 @dataclass(frozen=True)
@@ -56,10 +80,7 @@ class TorchSource:
             v = Version(installed_version)
         except InvalidVersion:
             return False
-        tag = self.local_tag.lstrip("+")
-        # "+rocm7.2" also accepts AMD's "+rocm7.2.0" / "+rocm7.2.0.lw.git…" spellings of the same stack.
-        local = v.local or ""
-        if not (local == tag or local.startswith(tag + ".")):
+        if not has_local_tag(installed_version, self.local_tag):
             return False
         from packaging.specifiers import SpecifierSet
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mw_env.errors import InputError
+from mw_env.profiles.model import has_local_tag
 from mw_env.provision import uv as uvmod
 from mw_env.provision.choose import (
     AdoptCandidate,
@@ -114,7 +115,9 @@ def plan(
     adoptable: AdoptCandidate | None = None
     adopted: AdoptCandidate | None = None
     choice: Choice
-    torch_ok = bool(installed) and installed.endswith(local_tag) and version_fits(installed, torch.version)
+    torch_ok = (
+        bool(installed) and has_local_tag(installed, local_tag) and version_fits(installed, torch.version)
+    )
     if existing and (build_venv / "bin" / "python").exists():
         _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
         foreign = not state.steps and not (build_venv / "mw-env.json").exists() and not adopted_from

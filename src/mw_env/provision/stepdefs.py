@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from mw_env.profiles.model import has_local_tag
 from mw_env.provision import pin as pinmod
 from mw_env.provision import uv as uvmod
 from mw_env.provision.choose import exact_requirement, version_fits
@@ -108,7 +109,11 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
             args += ["--reinstall-package", "torch"]  # a killed install may have left torch half-written
         torch_cmd = (*args, req, *p.companions)
         # The state says the step finished; the dist-info says the build is still the profile's.
-        fits = bool(installed) and installed.endswith(p.local_tag) and version_fits(installed, p.version_spec)
+        fits = (
+            bool(installed)
+            and has_local_tag(installed, p.local_tag)
+            and version_fits(installed, p.version_spec)
+        )
         torch_done = fits and state.is_done("torch", tkey)
         torch_detail = f"{req} from {p.torch.origin} {p.torch.location}" if p.torch else req
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 
 from mw_env.errors import StepFailed
+from mw_env.profiles.model import has_local_tag
 
 # Runs inside the venv's python; stdlib + torch only.
 VERIFY_SCRIPT = (
@@ -53,7 +54,7 @@ def check(found: TorchBuild, *, build: str, local_tag: str, adopted: bool = Fals
     problems = []
     if found.build != build:
         problems.append(f"it is a {found.build} build (hip={found.hip}, cuda={found.cuda}), not {build}")
-    if local_tag and not adopted and not found.version.endswith(local_tag):
+    if local_tag and not adopted and not has_local_tag(found.version, local_tag):
         problems.append(f"its version {found.version} lacks the local tag {local_tag}")
     if problems:
         raise StepFailed(

@@ -23,6 +23,8 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from mw_env.profiles.model import has_local_tag
+
 _WHEEL_RE = re.compile(
     r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
 )
@@ -243,7 +245,7 @@ def matching_torch(
     good: list[WheelFile] = []
     other: list[WheelFile] = []
     for w in wheels:
-        if local_tag and w.local != local_tag:
+        if local_tag and not has_local_tag(w.version, local_tag):
             continue
         if not local_tag and w.local:
             continue
