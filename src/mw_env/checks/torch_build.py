@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 from mw_env.profiles.model import has_local_tag
@@ -45,6 +47,9 @@ def check_torch(ctx: DoctorContext) -> list[CheckResult]:
         )
     info = ctx.torch_info()
     out.append(_build(ctx, info))
+    swapped = _installed(ctx)
+    if swapped is not None:
+        out.append(swapped)
     triton = set(st.get("triton_dists") or [])
     if "triton" in triton and "pytorch-triton-rocm" in triton:
         cause, fix = ctx.fix(
@@ -95,3 +100,86 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
         )
         detail += f"; profile {ctx.profile.name} ({why}) trains on the CPU, the {ctx.gpu.name} stays unused"
     return result("torch.build", AREA, "torch build", "pass", detail, info=note)
+
+
+def installed_torch_versions(venv: Path) -> list[str]:
+    """The versions in the venv's torch dist-info METADATA (the image's, for an adopted torch), read as files.
+
+    This is what pip and uv see as installed, without importing torch: the quick doctor (and so every
+    `mw-env train`) compares it with the record. Usually one entry; two mean a torn or overlapping install.
+    """
+    sites = sorted(Path(venv).glob("lib/python3*/site-packages"))
+    for site in list(sites):
+        try:  # an adopted torch lives in the image's site-packages, named by bootstrap's .pth file
+            extra = (site / "_mw_env_adopted_torch.pth").read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if extra:
+            sites.append(Path(extra))
+    versions: list[str] = []
+    for site in sites:
+        for meta in sorted(site.glob("torch-*.dist-info/METADATA")):
+            version = _metadata_version(meta)
+            if version and version not in versions:
+                versions.append(version)
+    return versions
+
+
+def _metadata_version(path: Path) -> str | None:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for _ in range(64):  # the headers come first; never read a whole (large) file for one field
+                line = fh.readline()
+                if not line or not line.strip():
+                    break
+                if line.lower().startswith("version:"):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        return None
+    return None
+
+
+def _same(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def _installed(ctx: DoctorContext) -> CheckResult | None:
+    """Fail when the torch pip/uv see is not the one bootstrap recorded, or not the profile's build.
+
+    Only for a venv bootstrap made (its record names what it installed); a venv without a record, or a torch
+    without dist-info, is judged by the build check alone.
+    """
+    rec = ctx.record
+    if rec is None:
+        return None
+    versions = installed_torch_versions(ctx.venv)
+    if not versions:
+        return None
+    title = "installed torch"
+    src = ctx.selection.torch
+    problems: list[str] = []
+    if len(versions) > 1:
+        problems.append(f"torch is installed twice ({', '.join(versions)}), a torn or overlapping install")
+    version = versions[0]
+    recorded = getattr(rec, "torch_version", "") or ""
+    if recorded and not any(_same(v, recorded) for v in versions):
+        problems.append(f"torch {version} is installed, but bootstrap installed {recorded} (mw-env.json)")
+    same_profile = rec.profile == ctx.profile.name
+    if same_profile and not getattr(rec, "adopted", False) and not any(src.accepts(v) for v in versions):
+        problems.append(
+            f"torch {version} is not profile {ctx.profile.name}'s torch ({src.requirement}, {src.local_tag} build)"
+        )
+    if not problems:
+        return result("torch.installed", AREA, title, "pass", f"{version} (as recorded by bootstrap)")
+    cause, fix = ctx.fix(
+        "torch.swapped",
+        problem="; ".join(problems),
+        python=ctx.python,
+        bootstrap=ctx.bootstrap_command(),
+    )
+    return result("torch.installed", AREA, title, "fail", cause, fix)

@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from mw_env.errors import InputError
-from mw_env.profiles.model import has_local_tag
 from mw_env.provision import uv as uvmod
 from mw_env.provision.choose import (
     AdoptCandidate,
@@ -38,6 +37,7 @@ from mw_env.provision.stepdefs import (
     env_key,
     env_text,
     extras_key,
+    torch_fits,
     verify_key,
 )
 from mw_env.provision.venvinfo import (
@@ -115,9 +115,7 @@ def plan(
     adoptable: AdoptCandidate | None = None
     adopted: AdoptCandidate | None = None
     choice: Choice
-    torch_ok = (
-        bool(installed) and has_local_tag(installed, local_tag) and version_fits(installed, torch.version)
-    )
+    torch_ok = torch_fits(build_venv, installed, local_tag, torch.version)
     if existing and (build_venv / "bin" / "python").exists():
         _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
         foreign = not state.steps and not (build_venv / "mw-env.json").exists() and not adopted_from

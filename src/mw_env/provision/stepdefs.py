@@ -4,6 +4,7 @@ record (in the state file) which inputs a finished step was done for."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from mw_env.profiles.model import has_local_tag
 from mw_env.provision import pin as pinmod
@@ -12,6 +13,28 @@ from mw_env.provision.choose import exact_requirement, version_fits
 from mw_env.provision.model import GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
 from mw_env.provision.venvinfo import adopted_site, installed_version, short_hash
+
+
+def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: str) -> bool:
+    """Whether the venv's torch (its dist-info version) is the profile's build and range, and the very one
+    bootstrap recorded: a torch swapped behind bootstrap's back (`uv pip install --python ...`) is redone."""
+    if not installed or not has_local_tag(installed, local_tag) or not version_fits(installed, version_spec):
+        return False
+    from mw_env.errors import InputError
+    from mw_env.provision.record import read_record
+
+    try:
+        rec = read_record(venv)
+    except InputError:
+        return True  # a corrupt record: the env step rewrites it
+    if rec is None or rec.adopted or not rec.torch_version:
+        return True
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(installed) == Version(rec.torch_version)
+    except InvalidVersion:
+        return installed == rec.torch_version
 
 
 def _torch_key(torch: TorchSourceLike, local_tag: str) -> str:
@@ -105,15 +128,15 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
             # comes from the torch index even when another index lists a newer (CUDA) torch in the range.
             args += ["--index", index, "--index-strategy", "first-index"]
         args += p.sources.uv_args()
-        if state.was_started("torch"):
-            args += ["--reinstall-package", "torch"]  # a killed install may have left torch half-written
+        if state.was_started("torch") or (
+            installed and not torch_fits(bv, installed, p.local_tag, p.version_spec)
+        ):
+            # A killed install may have left torch half-written; a swapped one may still satisfy a range
+            # requirement, which uv would then leave in place.
+            args += ["--reinstall-package", "torch"]
         torch_cmd = (*args, req, *p.companions)
         # The state says the step finished; the dist-info says the build is still the profile's.
-        fits = (
-            bool(installed)
-            and has_local_tag(installed, p.local_tag)
-            and version_fits(installed, p.version_spec)
-        )
+        fits = torch_fits(bv, installed, p.local_tag, p.version_spec)
         torch_done = fits and state.is_done("torch", tkey)
         torch_detail = f"{req} from {p.torch.origin} {p.torch.location}" if p.torch else req
 
