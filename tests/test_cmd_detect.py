@@ -154,3 +154,17 @@ def test_a_root_that_is_not_a_folder_is_bad_input(tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("MW_ENV_ROOT", str(tmp_path / "nope"))
     assert main(["detect"]) == 2
     assert "MW_ENV_ROOT" in capsys.readouterr().err
+
+
+def test_forced_gfx1103_with_no_gpu_shows_the_override_in_detect_and_dry_run(tmp_path, capsys):
+    root = MACHINES / "cpu-only"
+    data = _run_json(capsys, "--root", str(root), "--profile", "gfx1103")
+    assert data["env"] == {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}
+    args = ["bootstrap", "--dry-run", "--json", "--offline", "--root", str(root), "--profile", "gfx1103"]
+    code = main([*args, "--venv", str(tmp_path / "v")])
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    plan = json.loads(out)
+    assert plan["env"] == {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}
+    assert main([*args, "--venv", str(tmp_path / "v"), "--source", "therock-gfx110x"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["env"] == {}

@@ -221,3 +221,29 @@ def test_selection_to_dict_is_json(profiles):
     assert (
         data["torch"]["index_url"].endswith("rocm6.4") and data["env"]["HSA_OVERRIDE_GFX_VERSION"] == "11.0.0"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "env"),
+    [
+        ("gfx1103", None, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}),  # the default wheel lacks gfx1103
+        ("gfx1103", "therock-gfx110x", {}),  # native gfx1103 kernels: no override
+        ("gfx1151", None, {}),  # native kernels: never an override
+    ],
+)
+def test_forced_profile_without_a_gpu_gets_its_targets_env(profiles, name, source, env):
+    # `docker build` sees no GPU: the image must still carry the env its target GPU needs.
+    s = select(Hardware(selection_reason="no GPU detected"), profiles, name=name, source=source)
+    assert dict(s.env) == env
+    assert f"no AMD GPU visible: the env is derived for the profile's target {name}" in s.reason
+    assert not any("gfx target is unknown" in w for w in s.warnings)
+
+
+def test_forced_wildcard_profile_without_a_gpu_derives_nothing(profiles):
+    s = select(Hardware(), profiles, name="rocm")
+    assert s.env == {} and s.required_arch is None and "derived" not in s.reason
+
+
+def test_forced_profile_on_another_amd_gpu_keeps_that_gpus_arch(profiles):
+    s = select(hw(amd("gfx1100", "AMD Radeon RX 7900 XTX")), profiles, name="gfx1103")
+    assert "HSA_OVERRIDE_GFX_VERSION" not in s.env and s.required_arch == "gfx1100"

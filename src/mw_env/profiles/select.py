@@ -282,9 +282,16 @@ def _rocm_source(
         # Matched by PCI id while KFD could not say the gfx: a single-arch profile knows it.
         named = [g for g in profile.match.gfx if g != "*"]
         gfx = named[0] if len(named) == 1 else None
-    default = profile.default_source
     notes: list[str] = []
     warns: list[str] = []
+    if gfx is None and (gpu is None or gpu.vendor != "amd"):
+        # A forced profile with no AMD GPU in sight (a `docker build`, a CI runner): the env must still be
+        # the one the image will need on its target, so a single-arch profile speaks for its GPU.
+        named = [g for g in profile.match.gfx if g != "*"]
+        if len(named) == 1:
+            gfx = named[0]
+            notes.append(f"no AMD GPU visible: the env is derived for the profile's target {gfx}")
+    default = profile.default_source
     if source is not None:
         src = _explicit_source(profile, source)
         notes.append(f"torch source {src.id!r} chosen with --source")

@@ -106,6 +106,7 @@ class Plan:
             if self.torch
             else None,
             "torch_source": self.torch_source,
+            "env": dict(self.runtime_env),  # what the env step writes to mw-env.env
             "warnings": list(self.warnings),
             "problem": self.problem,
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
