@@ -40,6 +40,15 @@ def detect(machine: Machine, *, gpu: int | None = None, interpreters: bool = Tru
     nvidia, driver = _guard(probe, "NVIDIA GPUs", lambda: nvidia_gpus(probe, pci), ([], None))
     gpus = _numbered([*found, *nvidia])
     selected, reason = select_gpu(gpus, gpu=gpu)
+    if not gpus and driver:
+        # The kernel module is the host's (one kernel for every container): it has an NVIDIA GPU, this
+        # container was just not given it. Say so, instead of a bare "no GPU".
+        reason = (
+            f"no GPU visible, but the NVIDIA kernel driver {driver} is loaded (/proc/driver/nvidia/version): "
+            "the host has an NVIDIA GPU that was not passed into this container (docker/podman: `--gpus all` "
+            "with the NVIDIA Container Toolkit; incus: a gpu device and nvidia.runtime=true; `mw-env "
+            "host-commands` prints the commands): CPU only until then"
+        )
     uv = _guard(probe, "uv", lambda: uv_info(probe), None)
     cpu = _guard(probe, "CPU", lambda: cpu_info(probe), CpuInfo())
     memory = _guard(probe, "memory", lambda: memory_total(probe), None)

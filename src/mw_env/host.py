@@ -185,6 +185,8 @@ def _vendor(hardware: Hardware, selection: Selection) -> str:
     gpu = hardware.gpu or next((g for g in hardware.gpus if g.vendor in ("amd", "nvidia")), None)
     if gpu is not None and gpu.vendor in ("amd", "nvidia"):
         return gpu.vendor
+    if hardware.nvidia_driver:
+        return "nvidia"  # the host's NVIDIA module is loaded, its GPU just not passed in (see detect)
     raise InputError(
         f"nothing to pass through: profile {selection.profile.name!r} uses no GPU and none was detected",
         hint="to prepare a container for a GPU the host has, name its profile: --profile gfx1103 / gfx1151 / rocm / cuda",

@@ -72,6 +72,13 @@ def _no_gpu(ctx: DoctorContext) -> CheckResult:
     """No GPU selected: fine for a CPU profile, a failure when the profile installs a GPU build."""
     title = "GPU device nodes"
     build = ctx.selection.torch.build
+    driver = ctx.hardware.nvidia_driver
+    if driver and not ctx.hardware.gpus:
+        where = f"this {ctx.container_kind} container" if ctx.in_container else "this machine"
+        cause, fix = ctx.fix(
+            "devices.driver_without_gpu", driver=driver, where=where, host_fix=ctx.host_fix()
+        )
+        return result("devices.gpu", AREA, title, "warn" if build == "cpu" else "fail", cause, fix)
     if build == "cpu":
         return result("devices.gpu", AREA, title, "skip", "no GPU selected: nothing to pass through")
     gpus = ", ".join(f"{g.name} ({g.vendor})" for g in ctx.hardware.gpus) or "none"

@@ -79,6 +79,11 @@ def kfd_gpu_nodes(probe: Probe) -> tuple[list[KfdNode], bool]:
         if props is None:
             continue  # unreadable; Probe noted why
         if "simd_count" not in props and "gfx_target_version" not in props:
+            if props.get("vendor_id") == int(VENDOR_AMD, 16) and props.get("device_id"):
+                # A filtered or partial view: the ids still say it is an AMD GPU; _gpu_from_kfd names it
+                # from the PCI id table and says what was missing.
+                nodes.append(KfdNode(node=int(name), props=props))
+                continue
             probe.note(f"/{rel}: has neither simd_count nor gfx_target_version; node skipped")
             continue
         if props.get("simd_count", 0) == 0 and props.get("gfx_target_version", 0) == 0:
@@ -128,10 +133,23 @@ def _gpu_from_kfd(probe: Probe, node: KfdNode, dev: PciDevice | None) -> Gpu:
     chip = tables.amd_chips().get(device_id or "")
     if gfx is None:
         fallback = chip.gfx if chip else None
-        notes.append(
-            f"KFD node {node.node}: gfx_target_version {version!r} is not a valid gfx target"
-            + (f"; using {fallback} from the PCI id table" if fallback else "")
-        )
+        if "gfx_target_version" not in props:
+            lacking = ["gfx_target_version"] + (["simd_count"] if "simd_count" not in props else [])
+            pci_id = f"1002:{device_id}" if device_id else "unknown"
+            found = (
+                f"identified as {fallback} ({chip.name}) from its device id {pci_id} (PCI id table)"
+                if chip and fallback
+                else f"its device id {pci_id} is not in the PCI id table, so the gfx target is unknown"
+            )
+            notes.append(
+                f"KFD node {node.node}: its properties lack {' and '.join(lacking)} (a filtered or partial "
+                f"sysfs view); {found}"
+            )
+        else:
+            notes.append(
+                f"KFD node {node.node}: gfx_target_version {version!r} is not a valid gfx target"
+                + (f"; using {fallback} from the PCI id table" if fallback else "")
+            )
         gfx = fallback
         version = None
     vendor = props.get("vendor_id")
