@@ -41,7 +41,8 @@ def test_json_is_only_json(capsys):
     assert code == 0
     data = json.loads(out)
     assert data["runtime"] == "docker" and data["container"] == "trainbox"
-    run = data["commands"][0]
+    assert data["commands"][0] == "docker commit trainbox trainbox-mw-env:gpu"
+    run = data["commands"][1]
     for flag in ("--device=/dev/kfd", "--device=/dev/dri", "--ipc=host", "--group-add 992"):
         assert flag in run
     assert "--ipc=host" in " ".join(data["notes"])
@@ -63,8 +64,13 @@ def test_bad_input_is_error_and_hint_exit_2(capsys, args, message):
 def test_nvidia_pascal_in_incus(capsys):
     code, out, _ = _run(capsys, "--root", str(MACHINES / "nvidia-pascal-1080ti-535"))
     assert code == 0
-    assert "incus config set pascal-train nvidia.runtime=true" in out.splitlines()
-    assert "incus config device add pascal-train gpu gpu gputype=physical mode=0666" in out.splitlines()
+    # The GPU already works there: only the check is a command; the recipe is a note for a new container.
+    lines = out.splitlines()
+    assert "# this container can already open the GPU's device nodes: nothing to change for it" in lines
+    assert [ln for ln in lines if not ln.startswith("#")] == ["incus exec pascal-train -- nvidia-smi"]
+    recipe = next(ln for ln in lines if ln.startswith("# for a new container: "))
+    assert "incus config set pascal-train nvidia.runtime=true" in recipe
+    assert "incus config device add pascal-train gpu gpu gputype=physical mode=0666" in recipe
 
 
 def test_no_gpu_says_so_first(tmp_path, capsys):

@@ -110,12 +110,14 @@ def test_docker_amd_flags(profiles):
         [DeviceNode("/dev/kfd", True, True, False, False, "0660", 0, 109)], kind="docker", name="trainer_1"
     )
     plan = host_plan(runtime=None, container=None, hardware=hw, selection=select(hw, profiles))
-    run = plan.commands[0]
+    assert plan.commands[0] == "docker commit trainer_1 trainer-1-mw-env:gpu"  # keeps the venv built inside
+    run = plan.commands[1]
     assert run.startswith("docker run -dit --name trainer_1-gpu ")
     for flag in ("--device=/dev/kfd", "--device=/dev/dri", "--group-add 109", "--ipc=host"):
         assert flag in run
     assert '--group-add "$(getent group video | cut -d: -f3)"' in run  # numbers, not names
-    assert "\"$(docker inspect --format '{{.Config.Image}}' trainer_1)\"" in run
+    assert run.endswith(" trainer-1-mw-env:gpu")
+    assert any("the training venv" in n and "commit" in n for n in plan.notes)
     assert plan.to_dict()["runtime"] == "docker"
 
 
@@ -143,10 +145,12 @@ def test_nvidia_incus_docker_podman(profiles):
     assert "incus config set train-box nvidia.runtime=true" in incus
     assert any(c.startswith("incus config device add train-box gpu gpu") for c in incus)
     docker = host_plan(runtime="docker", container="box2", hardware=hw, selection=sel)
-    assert "--gpus all" in docker.commands[0] and "--ipc=host" in docker.commands[0]
+    assert docker.commands[0] == "docker commit box2 box2-mw-env:gpu"
+    assert "--gpus all" in docker.commands[1] and "--ipc=host" in docker.commands[1]
     podman = host_plan(runtime="podman", container="box2", hardware=hw, selection=sel)
     assert podman.commands[0] == "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
-    assert "--device nvidia.com/gpu=all" in podman.commands[1]
+    assert podman.commands[1] == "podman commit box2 box2-mw-env:gpu"
+    assert "--device nvidia.com/gpu=all" in podman.commands[2]
 
 
 @pytest.mark.parametrize(
@@ -241,7 +245,7 @@ def test_docker_without_a_visible_name_uses_the_container_id(profiles):
     )
     plan = host_plan(runtime=None, container=None, hardware=hw, selection=select(hw, profiles))
     assert plan.container == "9c1e5b7f2a3d"
-    assert "inspect --format '{{.Config.Image}}' 9c1e5b7f2a3d" in plan.commands[0]
+    assert plan.commands[0] == "docker commit 9c1e5b7f2a3d 9c1e5b7f2a3d-mw-env:gpu"
     assert any("container's id" in n for n in plan.notes)
     # incus has no such id: there the name must be given.
     with pytest.raises(InputError, match="not an incus one"):

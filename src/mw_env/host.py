@@ -99,6 +99,7 @@ def host_plan(
     image: str | None = None,
 ) -> HostPlan:
     """The host-side commands for this container, runtime and profile (see the module doc)."""
+    explicit_runtime = runtime
     runtime = runtime or default_runtime(hardware)
     if runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}", hint=f"allowed: {', '.join(RUNTIMES)}")
@@ -110,28 +111,118 @@ def host_plan(
         )
     # No GPU to pass is the first thing to say: without one, naming the container would not help.
     vendor = _vendor(hardware, selection)
+    if container is None and explicit_runtime is None and hardware.container.kind == "none":
+        return _bare_metal(hardware, vendor, machine)
     id_note = None
+    detected = container is None
     if container is None:
         container, id_note = _detected_container(runtime, hardware)
         validate_container_name(runtime, container)
+    # Facts read here (device nodes, group numbers, the user) describe the container only when mw-env runs
+    # inside it; from the host, or from another runtime, they describe something else and are not used.
+    info = hardware.container
+    inside = (info.kind == runtime or (runtime == "incus" and info.kind == "lxc")) and (
+        detected or container == info.name or bool(info.id and info.id.startswith(container))
+    )
+    venv = _venv_path(machine if inside else None)
 
     if runtime == "kubernetes":
         plan = _kubernetes(container, vendor)
     elif vendor == "amd":
         plan = (
-            _incus_amd(container, hardware, machine)
+            _incus_amd(
+                container, hardware if inside else _without_nodes(hardware), machine if inside else None
+            )
             if runtime == "incus"
-            else _oci_amd(runtime, container, hardware, image)
+            else _oci_amd(runtime, container, hardware, image, in_docker=info.kind == "docker", venv=venv)
         )
     else:
-        plan = _incus_nvidia(container) if runtime == "incus" else _oci_nvidia(runtime, container, image)
+        plan = (
+            _incus_nvidia(container)
+            if runtime == "incus"
+            else _oci_nvidia(runtime, container, image, venv=venv)
+        )
     if id_note:
         plan = replace(plan, notes=(id_note, *plan.notes))
     gpu = hardware.gpu
-    if gpu is not None and gpu.vendor == vendor and gpu.device_nodes_ok:
-        note = "this container can already open the GPU's device nodes: nothing to change for it"
-        plan = replace(plan, notes=(note, *plan.notes))
+    if inside and gpu is not None and gpu.vendor == vendor and gpu.device_nodes_ok:
+        plan = _nothing_to_change(plan, runtime, container)
     return plan
+
+
+def _nothing_to_change(plan: HostPlan, runtime: str, container: str) -> HostPlan:
+    """The nodes already work: only a check is left to run; the recipe stays as a note for a new container."""
+    if runtime in ("docker", "podman"):
+        what = "nvidia-smi" if plan.vendor == "nvidia" else "ls -ln /dev/kfd /dev/dri"
+        checks: tuple[str, ...] = (f"{runtime} exec {_q(container)} {what}",)  # this container, not a new one
+    else:
+        checks = plan.checks
+    notes = ["this container can already open the GPU's device nodes: nothing to change for it"]
+    recipe = [c for c in plan.commands if c not in plan.checks]
+    if recipe and not any(n.startswith("for a new container") for n in plan.notes):
+        notes.append("for a new container: " + " && ".join(recipe))
+    notes += [n for n in plan.notes if n.startswith(("for a new container", "gid=")) or " id " in n]
+    return replace(plan, commands=checks, notes=tuple(notes), checks=checks)
+
+
+def _without_nodes(hardware: Hardware) -> Hardware:
+    """The hardware with its GPU's device nodes unknown (they were read outside the target container)."""
+    gpu = hardware.gpu
+    if gpu is None:
+        return hardware
+    gpus = tuple(replace(g, device_nodes=()) if g is gpu else g for g in hardware.gpus)
+    return replace(hardware, gpus=gpus)
+
+
+def _venv_path(machine: Machine | None) -> str:
+    """Where bootstrap puts the venv in the container ($MW_ENV_VENV or ~/training-venv), for the notes."""
+    if machine is None:
+        return "~/training-venv"
+    from mw_env.provision.record import default_venv
+
+    return str(default_venv(machine.env))
+
+
+def _bare_metal(hardware: Hardware, vendor: str, machine: Machine | None) -> HostPlan:
+    """mw-env runs on the host itself: there is no container to pass anything into."""
+    gpu = hardware.gpu if hardware.gpu is not None and hardware.gpu.vendor == vendor else None
+    notes = ["mw-env runs on the host itself (no container): there is nothing to pass through"]
+    commands: list[str] = []
+    nodes = gpu.device_nodes if gpu is not None else ()
+    missing = [n.path for n in nodes if not n.exists]
+    denied = [n.path for n in nodes if n.exists and not n.ok]
+    if gpu is None or missing:
+        what = ", ".join(missing) if missing else "no device node"
+        if vendor == "amd":
+            notes.append(
+                f"{what}: the amdgpu driver has not created the GPU's nodes; load it (`sudo modprobe amdgpu`, "
+                "then `sudo dmesg | grep -i amdgpu` for why it failed) and check that the kernel has KFD"
+            )
+            commands.append("ls -ln /dev/kfd /dev/dri")
+        else:
+            notes.append(
+                f"{what}: the NVIDIA driver is not loaded or not installed; install it for this kernel "
+                "(`ubuntu-drivers install` on Ubuntu), then `nvidia-smi` lists the GPU"
+            )
+            commands.append("nvidia-smi")
+    elif denied:
+        user = machine.user() if machine is not None else None
+        name = user.name if user is not None and user.name and _USER_NAME.match(user.name) else "$USER"
+        groups = "render,video" if vendor == "amd" else "video"
+        notes.append(
+            f"{', '.join(denied)} exist but this user cannot open them: join the owning groups, then log in "
+            f"again (or `newgrp {groups.split(',')[0]}`)"
+        )
+        commands.append(f"sudo usermod -aG {groups} {name if name == '$USER' else _q(name)}")
+    else:
+        notes.append("the GPU's device nodes are usable here: nothing to change")
+    notes.append(
+        "to pass the GPU into a container on this host instead, name it: --runtime incus|docker|podman "
+        "--container NAME"
+    )
+    return HostPlan(
+        "none", "(none)", tuple(commands), tuple(notes), vendor=vendor, checks=tuple(commands[-1:])
+    )
 
 
 def _detected_container(runtime: str, hardware: Hardware) -> tuple[str, str | None]:
@@ -225,7 +316,17 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
     commands: list[str] = []
     notes: list[str] = []
     gid = _render_gid(hardware, machine)
-    if gid is None:
+    if gid is None and machine is None:
+        # Not run inside the container: its render group (and whether it exists) is only known there.
+        commands.append(
+            f"incus exec {c} -- sh -c 'getent group render >/dev/null || groupadd --system render'"
+        )
+        g = f'"$(incus exec {c} -- getent group render | cut -d: -f3)"'
+        notes.append(
+            f"the render group's number inside {container} is read with `incus exec` (mw-env does not run in "
+            "it, so it cannot know it); the first command creates the group if the image lacks it"
+        )
+    elif gid is None:
         # The image has no render group yet: create one and read its number back on the host.
         commands.append(f"incus exec {c} -- groupadd --system render")
         g = f'"$(incus exec {c} -- getent group render | cut -d: -f3)"'
@@ -260,7 +361,11 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
             notes.append(f"{node.path} is already passed through and usable")
 
     user = machine.user() if machine is not None else None
-    if user is not None and user.uid != 0 and (gid is None or gid not in user.groups):
+    if machine is None:
+        notes.append(
+            f"add the training user to 'render' inside {container}: incus exec {c} -- usermod -aG render USER"
+        )
+    elif user is not None and user.uid != 0 and (gid is None or gid not in user.groups):
         if user.name and _USER_NAME.match(user.name):
             commands.append(f"incus exec {c} -- usermod -aG render {_q(user.name)}")
             notes.append(
@@ -278,10 +383,44 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
     return HostPlan("incus", container, tuple(commands), tuple(notes), vendor="amd", checks=(check,))
 
 
-def _image_expr(runtime: str, container: str, image: str | None) -> str:
+def _committed_image(container: str) -> str:
+    """An image name for `docker commit` of the container: repository names are lower-case, [a-z0-9._-]."""
+    base = re.sub(r"[^a-z0-9]+", "-", container.lower()).strip("-") or "container"
+    return f"{base[:100]}-mw-env:gpu"
+
+
+def _recreate(runtime: str, container: str, image: str | None, venv: str) -> tuple[list[str], str, list[str]]:
+    """(commands before the run, the image expression to run, notes) for a container started anew.
+
+    docker/podman cannot add devices to a running container, so the GPU comes with a new one. Started from
+    the original image, it would lack everything made inside the old container since (the training venv
+    first): so by default the old container is committed and the new one starts from that.
+    """
+    new = _gpu_name(container)
+    keep_volume = (
+        f"-v mw-env-venv:{venv}"
+        if venv.startswith("/")
+        else "-v mw-env-venv:<the venv's absolute path inside it>"
+    )
     if image is not None:
-        return _q(image)
-    return f"\"$({runtime} inspect --format '{{{{.Config.Image}}}}' {_q(container)})\""
+        notes = [
+            f"{runtime} cannot add devices to a running container: this starts {new} from {image} with the GPU. "
+            f"Anything made inside {container} is NOT in it, the training venv ({venv}) included: bootstrap "
+            f"again in {new}, or drop --image to `{runtime} commit` {container} first; to keep the venv across "
+            f"recreations, put it on a volume ({keep_volume})",
+            f"repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",
+        ]
+        return [], _q(image), notes
+    committed = _committed_image(container)
+    notes = [
+        f"{runtime} cannot add devices to a running container: {runtime} commit saves {container} (the "
+        f"training venv {venv} and everything else made inside it) as {committed}, and {new} starts from that "
+        "with the GPU. Without the commit, a container from the original image would not have the venv",
+        f"volumes are not in a commit: repeat your own -v mounts, ports "
+        f"and env (see `{runtime} inspect {container}`); to keep the venv across recreations without a commit, "
+        f"put it on a volume ({keep_volume})",
+    ]
+    return [f"{runtime} commit {_q(container)} {committed}"], committed, notes
 
 
 def _gpu_name(container: str) -> str:
@@ -289,16 +428,16 @@ def _gpu_name(container: str) -> str:
     return f"{container[:124]}-gpu"
 
 
-def _oci_amd(runtime: str, container: str, hardware: Hardware, image: str | None) -> HostPlan:
+def _oci_amd(
+    runtime: str, container: str, hardware: Hardware, image: str | None, *, in_docker: bool, venv: str
+) -> HostPlan:
     new = _gpu_name(container)
-    notes = [
-        f"{runtime} cannot add devices to a running container: this starts {new} from {container}'s image with "
-        f"the GPU; repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",
-    ]
+    before, image_expr, notes = _recreate(runtime, container, image, venv)
     flags = ["--device=/dev/kfd", "--device=/dev/dri"]
     if runtime == "docker":
-        kfd = _node(hardware, "/dev/kfd")
-        # Inside docker (no user namespace) a passed node shows the HOST's gid, which is what --group-add needs.
+        kfd = _node(hardware, "/dev/kfd") if in_docker else None
+        # Inside docker (no user namespace) a passed node shows the HOST's gid, which is what --group-add needs;
+        # read anywhere else (an incus container's own gid, the host's view) the number means something else.
         render = str(kfd.gid) if kfd is not None and kfd.exists and kfd.gid not in (None, 0) else None
         flags += [
             "--group-add",
@@ -308,6 +447,11 @@ def _oci_amd(runtime: str, container: str, hardware: Hardware, image: str | None
         ]
         notes.append(
             "--group-add uses the host's video and render group numbers (names differ between host and image)"
+            + (
+                f"; {render} is /dev/kfd's group as this container sees it, which is the host's"
+                if render
+                else ""
+            )
         )
     else:
         flags += ["--group-add", "keep-groups", "--security-opt", "label=disable"]
@@ -324,11 +468,9 @@ def _oci_amd(runtime: str, container: str, hardware: Hardware, image: str | None
     notes.append(
         "--ipc=host: without it ROCm allocations fail with 'Memory critical error ... Memory in use'"
     )
-    run = " ".join(
-        [runtime, "run", "-dit", "--name", _q(new), *flags, _image_expr(runtime, container, image)]
-    )
+    run = " ".join([runtime, "run", "-dit", "--name", _q(new), *flags, image_expr])
     check = f"{runtime} exec {_q(new)} ls -ln /dev/kfd /dev/dri"
-    return HostPlan(runtime, container, (run, check), tuple(notes), vendor="amd", checks=(check,))
+    return HostPlan(runtime, container, (*before, run, check), tuple(notes), vendor="amd", checks=(check,))
 
 
 def _incus_nvidia(container: str) -> HostPlan:
@@ -348,12 +490,9 @@ def _incus_nvidia(container: str) -> HostPlan:
     return HostPlan("incus", container, commands, notes, vendor="nvidia", checks=(check,))
 
 
-def _oci_nvidia(runtime: str, container: str, image: str | None) -> HostPlan:
+def _oci_nvidia(runtime: str, container: str, image: str | None, *, venv: str) -> HostPlan:
     new = _gpu_name(container)
-    notes = [
-        f"{runtime} cannot add devices to a running container: this starts {new} from {container}'s image with "
-        f"the GPU; repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",
-    ]
+    before, image_expr, notes = _recreate(runtime, container, image, venv)
     commands: list[str] = []
     if runtime == "docker":
         notes.append(
@@ -363,12 +502,13 @@ def _oci_nvidia(runtime: str, container: str, image: str | None) -> HostPlan:
         flags = ["--gpus", "all"]
     else:
         commands.append("sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
-        notes.append("podman uses CDI: the first command writes the device spec (NVIDIA container toolkit)")
+        notes.append(
+            "podman uses CDI: `nvidia-ctk cdi generate` writes the device spec (NVIDIA container toolkit)"
+        )
         flags = ["--device", "nvidia.com/gpu=all", "--security-opt", "label=disable"]
     flags.append("--ipc=host")
-    commands.append(
-        " ".join([runtime, "run", "-dit", "--name", _q(new), *flags, _image_expr(runtime, container, image)])
-    )
+    commands += before
+    commands.append(" ".join([runtime, "run", "-dit", "--name", _q(new), *flags, image_expr]))
     check = f"{runtime} exec {_q(new)} nvidia-smi"
     commands.append(check)
     return HostPlan(runtime, container, tuple(commands), tuple(notes), vendor="nvidia", checks=(check,))

@@ -166,7 +166,7 @@ def test_docker_without_a_visible_name_uses_the_container_id(tmp_path):
     kfd = by_id(report)["devices.kfd"]
     assert kfd.status == "fail"
     assert "docker run -dit --name 9c1e5b7f2a3d-gpu --device=/dev/kfd --device=/dev/dri" in kfd.fix
-    assert "docker inspect" in kfd.fix and "podman" not in kfd.fix
+    assert "docker commit 9c1e5b7f2a3d" in kfd.fix and "podman" not in kfd.fix
 
 
 def test_kubernetes_fix_is_the_pod_spec_not_incus(tmp_path):
