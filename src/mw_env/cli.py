@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bootstrap",
         "Create the training venv with the right torch for this hardware.",
     ),
-    "env": ("mw_env.commands.bootstrap", "env_cmd", "Print the profile's runtime environment (eval-able)."),
+    "env": ("mw_env.commands.env", "env_cmd", "Print the profile's runtime environment (eval-able)."),
     "doctor": (
         "mw_env.commands.doctor",
         "doctor",
@@ -74,10 +74,36 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+def split_debug(args: list[str]) -> tuple[list[str], bool]:
+    """`--debug` taken from anywhere before a `--` (before or after the subcommand), and the rest."""
+    end = args.index("--") if "--" in args else len(args)
+    head = [a for a in args[:end] if a != "--debug"]
+    return head + args[end:], len(head) != end
+
+
+# `mw-env train`'s subcommands (tests/test_cli_errors.py keeps this in step with the train group).
+_TRAIN_SUBCOMMANDS = ("config", "summary", "verify", "start", "status", "stop", "watch", "export")
+
+
+def _command_path(args: list[str]) -> str:
+    """`mw-env train start` for the words of `args` that name commands (some usage errors carry no context)."""
+    words = ["mw-env"]
+    for arg in (a for a in args if not a.startswith("-")):
+        if (len(words) == 1 and arg in COMMANDS) or (
+            len(words) == 2 and words[1] == "train" and arg in _TRAIN_SUBCOMMANDS
+        ):
+            words.append(arg)
+        else:
+            break
+    return " ".join(words)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turn MwEnvError into `error:`/`hint:` lines and an exit code."""
-    args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args or bool(os.environ.get("MW_ENV_DEBUG"))
+    args, debug_flag = split_debug(list(sys.argv[1:] if argv is None else argv))
+    debug = debug_flag or bool(os.environ.get("MW_ENV_DEBUG"))
+    if debug_flag:
+        args = ["--debug", *args]  # the group's own option, wherever it was written
     try:
         result = cli.main(args=args, prog_name="mw-env", standalone_mode=False)
     except MwEnvError as exc:
@@ -96,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
-        # Usage errors speak the same two lines as every other error (plus the usage line for context).
+        # Usage errors speak the same two lines as every other error; the usage goes into the hint.
         ctx = getattr(exc, "ctx", None)
-        if isinstance(exc, click.UsageError) and ctx is not None:
-            click.echo(ctx.get_usage(), err=True)
-        click.echo(f"error: {exc.format_message()}", err=True)
-        click.echo(f"hint: see `{ctx.command_path if ctx else 'mw-env'} --help`", err=True)
+        path = ctx.command_path if ctx is not None else _command_path(args)
+        message = " ".join(exc.format_message().split())
+        usage = " ".join(ctx.get_usage().split()) if ctx is not None else ""
+        usage = usage[0].lower() + usage[1:] if usage else ""
+        click.echo(f"error: {message}", err=True)
+        click.echo(f"hint: {usage + '; ' if usage else ''}see `{path} --help`", err=True)
         return exc.exit_code if exc.exit_code else EXIT_USAGE
     return result if isinstance(result, int) else 0

@@ -164,6 +164,7 @@ def test_ctrl_c_in_the_cli_exits_130_and_stops_uv(tmp_path, hermetic_env, indexe
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert "re-run" in out and "resume" in out
+    assert f"--venv {venv}" in out  # the resume command keeps the venv it was given
     state = json.loads((venv / ".mw-env-state.json").read_text())
     assert state["steps"]["torch"]["status"] == "interrupted"
     assert (venv / "pyvenv.cfg").exists()  # the venv step's work is kept

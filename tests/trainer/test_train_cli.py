@@ -137,7 +137,7 @@ def test_bad_input_is_exit_2_without_traceback(tmp_path: Path, capsys: pytest.Ca
     assert "must be an integer" in capsys.readouterr().err
     assert main([*base, "--config", "nope"]) == 2
     assert "no shipped config" in capsys.readouterr().err
-    assert main(["train", "--venv", str(tmp_path / "none"), "--skip-doctor", "--config", "smoke"]) == 1
+    assert main(["train", "--venv", str(tmp_path / "none"), "--skip-doctor", "--config", "smoke"]) == 2
     assert "no training venv" in capsys.readouterr().err
 
 

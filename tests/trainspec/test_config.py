@@ -65,8 +65,9 @@ def test_unknown_key_names_closest(tmp_path: Path) -> None:
         resolve_config(path=cfg)
     assert str(cfg) in exc.value.message and "runtime.max_steps" in (exc.value.hint or "")
     cfg.write_text("optimizer:\n  lr: 1\n")
-    with pytest.raises(InputError, match="unknown config key 'optimizer'"):
+    with pytest.raises(InputError, match="unknown config section 'optimizer'") as exc:
         resolve_config(path=cfg)
+    assert "did you mean section 'optim'?" in (exc.value.hint or "")
 
 
 @pytest.mark.parametrize(

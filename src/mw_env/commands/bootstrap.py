@@ -147,7 +147,13 @@ def bootstrap(
         result = execute(the_plan, events=events, doctor=_doctor_hook(resolved, out), argv=sys.argv)
     except KeyboardInterrupt:
         events.stop()
-        out.print("[red]interrupted[/]: everything done so far is kept; re-run `mw-env bootstrap` to resume")
+        from rich.markup import escape
+
+        again = rerun_command(click.get_current_context(), the_plan.venv)
+        out.print(
+            f"[red]interrupted[/]: everything done so far is kept; re-run `{escape(again)}` to resume",
+            soft_wrap=True,
+        )
         return EXIT_INTERRUPTED
     finally:
         events.stop()
@@ -164,11 +170,11 @@ def bootstrap(
         return err.exit_code if err else EXIT_FAILED
     verb = "ready" if result.changed else "already complete, nothing changed"
     out.print(f"[green]{the_plan.venv} {verb}[/] (torch {result.torch_version}) in {result.total_s:.1f}s")
-    env_cmd_line = "mw-env env" if venv is None else f"mw-env env --venv {the_plan.venv}"
-    out.print(
-        f'next: [bold]source {the_plan.venv}/bin/activate[/] (or eval "$({env_cmd_line})"), then '
-        "[bold]mw-env train[/]"
-    )
+    from rich.markup import escape
+
+    from mw_env.commands.env import next_line
+
+    out.print(f"next: {escape(next_line(the_plan.venv))}", soft_wrap=True)
     return 0
 
 
@@ -276,35 +282,28 @@ class _RichEvents:
             self.status = None
 
 
-@click.command("env")
-@root_option
-@profile_options
-@_venv_option("read")
-def env_cmd(
-    root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None, venv: Path | None
-) -> int:
-    """Print the venv's runtime environment as export lines: eval "$(mw-env env)".
+def rerun_command(ctx: click.Context, venv: Path) -> str:
+    """The bootstrap command that resumes this one: the options given on the command line, and the venv."""
+    import shlex
 
-    Without a bootstrapped venv, prints the detected profile's variables (and says so on stderr).
-    Exit codes: 0 ok, 2 bad input (unknown profile, invalid profile file, --root not a folder).
-    """
-    import os
+    from click.core import ParameterSource
 
-    from mw_env.provision.record import default_venv, env_path, export_lines
-
-    target = venv or default_venv(os.environ)
-    path = env_path(target)
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-        sys.stdout.write("".join(line + "\n" for line in text.splitlines() if line.startswith("export ")))
-        return 0
-    from mw_env.profiles import resolve
-
-    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
-    click.echo(
-        f"# no bootstrapped venv at {target}: the {resolved.selection.profile.name} profile's environment "
-        "(the torch pin appears after `mw-env bootstrap`)",
-        err=True,
-    )
-    sys.stdout.write(export_lines(resolved.selection.env))
-    return 0
+    words = ["mw-env", "bootstrap"]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params.get(param.name)
+        opt = max(param.opts, key=len)
+        if param.is_flag:
+            flag = opt if value else (param.secondary_opts[0] if param.secondary_opts else None)
+            words += [flag] if flag else []
+        elif param.multiple:
+            for item in value or ():
+                words += [opt, str(item)]
+        elif value is not None:
+            words += [opt, str(value)]
+    if "--venv" not in words:
+        words += ["--venv", str(venv)]
+    return shlex.join(words)

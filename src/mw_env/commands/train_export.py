@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from mw_env.commands.common import echo_json, json_option
-from mw_env.errors import MwEnvError
+from mw_env.errors import InputError, MwEnvError
 
 
 @click.command(
@@ -116,9 +116,9 @@ def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
     venv_path = Path(venv).expanduser() if venv else default_venv(os.environ)
     python = venv_path / "bin" / "python"
     if not python.exists():
-        raise MwEnvError(
+        raise InputError(
             f"no training venv at {venv_path} (no {python})",
-            hint="create it with `mw-env bootstrap`, or point --venv at one",
+            hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
         )
     env = dict(os.environ)
     record = read_record(venv_path)

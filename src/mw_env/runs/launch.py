@@ -94,9 +94,9 @@ def prepare(
     venv_path = Path(venv).expanduser() if venv else default_venv(env_in)
     python = venv_path / "bin" / "python"
     if not python.exists():
-        raise MwEnvError(
+        raise InputError(
             f"no training venv at {venv_path} (no {python})",
-            hint="create it with `mw-env bootstrap`, or point --venv at one",
+            hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
         )
     config_path = find_config(config)
     record = read_record(venv_path)

@@ -143,6 +143,11 @@ def _coerce(key: str, tp: Any, value: Any, origin_label: str) -> Any:
 
 
 def _unknown(key: str, origin_label: str) -> InputError:
+    if "." not in key:  # a section name ("modle:"): suggest sections, not the keys inside them
+        close = difflib.get_close_matches(key, SECTIONS, n=1, cutoff=0.5)
+        hint = f"did you mean section {close[0]!r}? " if close else ""
+        hint += f"(valid sections: {', '.join(SECTIONS)})"
+        return InputError(f"{origin_label}: unknown config section {key!r}", hint=hint)
     close = difflib.get_close_matches(key, all_keys(), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else f"valid sections: {', '.join(SECTIONS)}"
     return InputError(f"{origin_label}: unknown config key {key!r}", hint=hint)
@@ -158,7 +163,12 @@ def _flatten(data: Mapping[str, Any], origin_label: str) -> dict[str, Any]:
         if not isinstance(body, Mapping):
             raise InputError(
                 f"{origin_label}: section {section!r} must be a mapping of keys, got {type(body).__name__}",
-                hint=f"write it as '{section}:' followed by indented 'key: value' lines (see `mw-env train config`)",
+                hint=(
+                    f"write it as a [{section}] table followed by 'key = value' lines"
+                    if origin_label.lower().endswith(".toml")
+                    else f"write it as '{section}:' followed by indented 'key: value' lines"
+                )
+                + " (see `mw-env train config`)",
             )
         for key, value in body.items():
             flat[f"{section}.{key}"] = value
@@ -206,7 +216,9 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise InputError(
             f"{path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})",
-            hint="e.g. 'runtime:' then indented 'max_steps: 100'",
+            hint="e.g. a [runtime] table then 'max_steps = 100'"
+            if suffix == ".toml"
+            else "e.g. 'runtime:' then indented 'max_steps: 100'",
         )
     return dict(data)
 

@@ -1,0 +1,158 @@
+"""`mw-env env`: the venv's runtime environment as export lines (or JSON), and bootstrap's `next:` line.
+
+Both must leave the user able to run what they name in a FRESH shell, where `mw-env` itself may not be on
+PATH (bootstrap often runs from `make bootstrap`, i.e. a tools venv): so `next:` names the activate script,
+which puts the training venv's own `mw-env` on PATH, or mw-env by its absolute path; and `env` prepends the
+venv's bin folder to PATH when it holds an `mw-env` and PATH lacks it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.errors import InputError
+
+
+def self_command() -> list[str]:
+    """How to run this very mw-env from any shell: its absolute path, else `python -m mw_env`."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 and Path(argv0).name == "mw-env":
+        found = argv0 if os.sep in argv0 else shutil.which(argv0)
+        if found and os.access(found, os.X_OK):
+            return [str(Path(found).absolute())]
+    return [sys.executable, "-m", "mw_env"]
+
+
+def venv_mw_env(venv: Path) -> Path | None:
+    """The venv's own mw-env script, when bootstrap installed mw-env into it."""
+    script = Path(venv) / "bin" / "mw-env"
+    return script if script.is_file() and os.access(script, os.X_OK) else None
+
+
+def next_line(venv: Path) -> str:
+    """What to run after bootstrap, runnable as written in a fresh shell."""
+    venv = Path(venv).absolute()
+    activate = shlex.quote(str(venv / "bin" / "activate"))
+    if venv_mw_env(venv) is not None:
+        return f"source {activate} && mw-env train (the venv's bin, with mw-env, is then on PATH)"
+    me = shlex.join([*self_command(), "train", "--venv", str(venv)])
+    return f"{me} (or `source {activate}` for the venv's python and its env)"
+
+
+def _read_exports(path: Path) -> dict[str, str]:
+    """`export K=V` lines of an env file, values unquoted the way the shell would."""
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("export "):
+            continue
+        try:
+            words = shlex.split(line[len("export ") :])
+        except ValueError:
+            continue
+        for word in words:
+            key, sep, value = word.partition("=")
+            if sep and key.isidentifier():
+                out[key] = value
+    return out
+
+
+def _looks_like_venv(path: Path) -> bool:
+    return (
+        (path / "pyvenv.cfg").is_file()
+        or (path / "bin" / "python").exists()
+        or (path / "mw-env.env").is_file()
+    )
+
+
+@click.command("env")
+@root_option
+@profile_options
+@click.option(
+    "--venv",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The venv to read (default: $MW_ENV_VENV or ~/training-venv).",
+)
+@json_option
+def env_cmd(
+    root: str | None,
+    profile: str | None,
+    profiles_dirs: tuple[str, ...],
+    gpu: int | None,
+    venv: Path | None,
+    as_json: bool,
+) -> int:
+    """Print the venv's runtime environment as export lines: eval "$(mw-env env)".
+
+    Without a bootstrapped venv, prints the detected profile's variables (and says so on stderr).
+    With --json: {"venv", "bootstrapped", "profile", "env", "path_prepend"} on stdout.
+    Exit codes: 0 ok, 2 bad input (--venv that is not a venv, unknown profile, invalid profile file,
+    --root not a folder).
+    """
+    from mw_env.provision.record import default_venv, env_path, export_lines, read_record
+
+    if root is not None:  # a bad --root is named first, as by every command that reads the machine
+        from mw_env.profiles.resolve import _check_root
+
+        _check_root(Path(root), given_as="--root")
+    target = (venv or default_venv(os.environ)).expanduser().absolute()
+    if venv is not None and not _looks_like_venv(target):
+        what = "does not exist" if not target.exists() else "is not a venv (no pyvenv.cfg, no bin/python)"
+        raise InputError(
+            f"--venv {target} {what}",
+            hint=f"pass the venv bootstrap made, or create it: `mw-env bootstrap --venv {target}`",
+        )
+    path = env_path(target)
+    bin_dir = target / "bin"
+    on_path = str(bin_dir) in os.environ.get("PATH", "").split(os.pathsep)
+    if path.is_file():
+        env = _read_exports(path)
+        try:
+            record = read_record(target)
+        except InputError:
+            record = None  # the env file is what is printed; `mw-env doctor` reports a torn record
+        prepend = str(bin_dir) if venv_mw_env(target) is not None and not on_path else None
+        if as_json:
+            echo_json(
+                {
+                    "venv": str(target),
+                    "bootstrapped": True,
+                    "profile": record.profile if record else None,
+                    "env": env,
+                    "path_prepend": prepend,
+                }
+            )
+            return 0
+        sys.stdout.write(export_lines(env))
+        if prepend:
+            # "$PATH" stays for the shell to expand at eval time.
+            sys.stdout.write(f'export PATH={shlex.quote(prepend)}:"$PATH"\n')
+        return 0
+    from mw_env.profiles import resolve
+
+    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
+    click.echo(
+        f"# no bootstrapped venv at {target}: the {resolved.selection.profile.name} profile's environment "
+        "(the torch pin appears after `mw-env bootstrap`)",
+        err=True,
+    )
+    if as_json:
+        echo_json(
+            {
+                "venv": str(target),
+                "bootstrapped": False,
+                "profile": resolved.selection.profile.name,
+                "env": dict(resolved.selection.env),
+                "path_prepend": None,
+            }
+        )
+        return 0
+    sys.stdout.write(export_lines(resolved.selection.env))
+    return 0
