@@ -40,6 +40,11 @@ def test_real_cpu_bootstrap_from_wheelhouse_then_doctor(tmp_path):
     first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "Run the doctor" in first.stdout
+    # The wheelhouse satisfies the profile: no index lookup, so no warning about download.pytorch.org.
+    assert "warning:" not in first.stdout and "download.pytorch.org" not in first.stdout, first.stdout
+    # The closing line is runnable as written: the venv has its own mw-env.
+    assert f"next: source {venv}/bin/activate && mw-env train" in first.stdout
+    assert (venv / "bin" / "mw-env").is_file()
     record = json.loads((venv / "mw-env.json").read_text())
     assert record["torch_version"] == wheel.version and record["torch_build"] == "cpu"
     # The venv's own python runs the real torch and mw-env (editable from this checkout).

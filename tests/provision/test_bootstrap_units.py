@@ -302,7 +302,42 @@ def test_wheel_for_another_python_wins_when_the_index_is_unreachable(tmp_path, u
     )
     assert got.torch is not None and got.torch.origin == "wheelhouse", got
     assert got.python.version.startswith(mine + ".")
-    assert any(f"fits only Python {mine}" in w and "unreachable" in w for w in got.warnings), got.warnings
+    # The wheelhouse decides: a one-line note, no warning, and the index is never asked.
+    assert got.warnings == () and got.reach is None, got.warnings
+    assert len(got.notes) == 1 and f"fits Python {mine}" in got.notes[0]
+
+
+def test_wheelhouse_that_fits_picks_the_python_with_no_network(tmp_path, uv_bin, monkeypatch):
+    """The default Python (3.12) is missing, the wheelhouse's torch fits this one: no index lookup at all."""
+    import socket
+
+    import mw_env.provision.choose as choose_mod
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"network contacted: {args}")
+
+    monkeypatch.setattr(choose_mod, "probe_index", no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    fake_torch(tmp_path, "2.13.0+cpu", python_tag=f"cp3{sys.version_info[1]}", abi_tag="none")
+    from mw_env.provision.wheelhouse import Sources
+
+    got = choose(
+        uv=uv_bin,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        request="3.99",
+        explicit=False,
+        build="cpu",
+        version_spec=">=2.9",
+        local_tag="+cpu",
+        index_url="https://download.pytorch.org/whl/cpu",
+        offline=False,
+        requires_python=">=3.10",
+        sources=Sources(find_links=(str(tmp_path),)),
+    )
+    assert got.torch is not None and got.torch.origin == "wheelhouse" and got.python.version.startswith(mine)
+    assert got.warnings == () and got.notes and "Python 3.99 is not available" in got.notes[0]
 
 
 def test_no_index_settings_mean_find_links_only(tmp_path):

@@ -141,6 +141,8 @@ def bootstrap(
 
     for w in the_plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
+    for n in the_plan.notes:
+        out.print(f"note: {n}", soft_wrap=True, markup=False)
     out.print(f"[bold]mw-env bootstrap[/] profile [cyan]{the_plan.profile}[/] -> {the_plan.venv}")
     events = _RichEvents(out, verbose=verbose)
     try:
@@ -222,6 +224,8 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
     out.print(f"[bold]env[/] {escape(env_line)}")
     for w in the_plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
+    for n in the_plan.notes:
+        out.print(f"note: {n}", soft_wrap=True, markup=False)
     if the_plan.adoptable is not None:
         cand = the_plan.adoptable
         out.print(

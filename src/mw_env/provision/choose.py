@@ -105,6 +105,7 @@ class Choice:
     # The problem is the user's input (an explicit --python that cannot be used): exit 2, not a failed step.
     problem_is_input: bool = False
     reach: Reach | None = None
+    notes: tuple[str, ...] = ()  # choices worth a line, not a warning (the wheelhouse decided the Python)
 
 
 def choose(
@@ -143,6 +144,26 @@ def choose(
 
     if wanted is not None and (w := wheel_for(wanted, good)):
         return Choice(wanted, TorchChoice(f"torch=={w.version}", "wheelhouse", str(w.path), wheel=w))
+    if not explicit and good:
+        # The operator's wheelhouse satisfies the profile: take a Python it fits, found one request at a time
+        # (not every Python on PATH), and never ask the torch index to decide (no network at all).
+        for minor in dict.fromkeys(p for w in good for p in w.pythons()):
+            if wanted is not None and minor == wanted.minor:
+                continue
+            py = find_interpreter(uv, minor, env)
+            if py is None or not supported(py.version, requires_python):
+                continue
+            w = wheel_for(py, good)
+            if w is None:
+                continue
+            why = "is not available" if wanted is None else f"({wanted.version}) has no wheel there"
+            note = (
+                f"Python {py.version} ({py.path}) for the venv: the wheelhouse's torch {w.version} fits Python "
+                f"{', '.join(w.pythons())}, and Python {request} {why} (--python chooses another)"
+            )
+            return Choice(
+                py, TorchChoice(f"torch=={w.version}", "wheelhouse", str(w.path), wheel=w), notes=(note,)
+            )
 
     reach: Reach | None = None
     index_ok = False

@@ -70,6 +70,7 @@ class Plan:
     project_args: tuple[str, ...]  # ("-e", "/src/mw-env[train]") or ("mw-env[train]==0.1.0",)
     companions: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # one-line facts about the choices (no action needed)
     problem: str | None = None  # a preflight problem found while planning (the preflight step raises it)
     problem_hint: str | None = None
     # The index torch comes from when no wheelhouse holds it (--torch-index wins over the profile's).
@@ -108,6 +109,7 @@ class Plan:
             "torch_source": self.torch_source,
             "env": dict(self.runtime_env),  # what the env step writes to mw-env.env
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
             "problem": self.problem,
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
             if self.adoptable

@@ -215,6 +215,7 @@ def plan(
         project_args=proj_args,
         companions=companions,
         warnings=tuple(warnings),
+        notes=choice.notes,
         problem=choice.problem,
         problem_hint=choice.problem_hint,
         torch_index=index_url,
