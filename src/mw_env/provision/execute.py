@@ -19,7 +19,7 @@ from mw_env.provision.events import DoctorHook, Events, NoEvents, StepOutcome
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
-from mw_env.provision.steps import HANDLERS, Run, recover_swap
+from mw_env.provision.steps import HANDLERS, BackgroundVerify, Run, recover_swap, verify_finish
 
 
 @dataclass(frozen=True)
@@ -72,47 +72,89 @@ def execute(
         # our locking is merely redone (uv finds it satisfied).
         run = Run(plan=plan, state=State.load(plan.build_venv), events=events, uv=plan.uv, doctor=doctor)
         changed = False
-        for step in plan.steps:
-            if step.done:
-                outcome = StepOutcome(step.id, "skipped", 0.0, "already done")
-                events.step_finished(step, outcome)
-                outcomes.append(outcome)
-                continue
-            events.step_started(step)
-            t0 = time.monotonic()
-            try:
-                try:
-                    detail = HANDLERS[step.id](run, step) or ""
-                except OSError as exc:  # writing a file, renaming the venv: name the path and the cause
-                    raise _os_failure(step, exc) from exc
-            except KeyboardInterrupt:
-                run.state.mark(step.id, "interrupted")
-                events.step_finished(step, StepOutcome(step.id, "interrupted", time.monotonic() - t0))
-                raise
-            except MwEnvError as exc:
-                outcome = StepOutcome(
-                    step.id, "failed", time.monotonic() - t0, exc.message, _tail(run.outputs.get(step.id, ""))
-                )
-                events.step_finished(step, outcome)
-                outcomes.append(outcome)
-                return BootstrapResult(
-                    plan,
-                    tuple(outcomes),
-                    False,
-                    time.monotonic() - start,
-                    stepdefs.current_torch(_final(plan, step.id)),
-                    exc,
-                    step.id,
-                    run.doctor_report,
-                    changed=True,
-                )
-            changed = changed or step.id != "preflight"
-            status = "warn" if detail.startswith("warn:") else "done"
+        # The verify step's `import torch` overlaps the pin and the extras install (see BackgroundVerify); its
+        # verdict is taken before anything later (the env file, the record) is written.
+        pending: tuple[Step, BackgroundVerify, int] | None = None
+
+        def fail(step: Step, exc: MwEnvError, t0: float, at: int | None = None) -> BootstrapResult:
             outcome = StepOutcome(
-                step.id, status, time.monotonic() - t0, detail.removeprefix("warn:").strip()
+                step.id, "failed", time.monotonic() - t0, exc.message, _tail(run.outputs.get(step.id, ""))
             )
             events.step_finished(step, outcome)
-            outcomes.append(outcome)
+            outcomes.insert(len(outcomes) if at is None else at, outcome)
+            return BootstrapResult(
+                plan,
+                tuple(outcomes),
+                False,
+                time.monotonic() - start,
+                stepdefs.current_torch(_final(plan, step.id)),
+                exc,
+                step.id,
+                run.doctor_report,
+                changed=True,
+            )
+
+        def join() -> BootstrapResult | None:
+            nonlocal pending
+            if pending is None:
+                return None
+            vstep, bg, at = pending
+            pending = None
+            events.step_started(vstep)
+            try:
+                detail = verify_finish(run, bg.output())
+            except MwEnvError as exc:
+                return fail(vstep, exc, bg.started, at)
+            outcome = StepOutcome(vstep.id, "done", time.monotonic() - bg.started, detail)
+            events.step_finished(vstep, outcome)
+            outcomes.insert(at, outcome)
+            return None
+
+        try:
+            for i, step in enumerate(plan.steps):
+                if step.done:
+                    outcome = StepOutcome(step.id, "skipped", 0.0, "already done")
+                    events.step_finished(step, outcome)
+                    outcomes.append(outcome)
+                    continue
+                if step.id == "verify-torch" and _overlaps(plan.steps[i + 1 : i + 3]) and step.command:
+                    pending = (step, BackgroundVerify(run, step), len(outcomes))
+                    changed = True
+                    continue
+                if pending is not None and step.id not in ("pin-torch", "extras"):
+                    failed = join()
+                    if failed is not None:
+                        return failed
+                events.step_started(step)
+                t0 = time.monotonic()
+                try:
+                    try:
+                        detail = HANDLERS[step.id](run, step) or ""
+                    except OSError as exc:  # writing a file, renaming the venv: name the path and the cause
+                        raise _os_failure(step, exc) from exc
+                except KeyboardInterrupt:
+                    run.state.mark(step.id, "interrupted")
+                    events.step_finished(step, StepOutcome(step.id, "interrupted", time.monotonic() - t0))
+                    raise
+                except MwEnvError as exc:
+                    if pending is not None:
+                        failed = join()  # a wrong torch build explains a failing extras install best
+                        if failed is not None:
+                            return failed
+                    return fail(step, exc, t0)
+                changed = changed or step.id != "preflight"
+                status = "warn" if detail.startswith("warn:") else "done"
+                outcome = StepOutcome(
+                    step.id, status, time.monotonic() - t0, detail.removeprefix("warn:").strip()
+                )
+                events.step_finished(step, outcome)
+                outcomes.append(outcome)
+            failed = join()
+            if failed is not None:
+                return failed
+        finally:
+            if pending is not None:  # interrupted, or an unexpected error: leave no child behind
+                pending[1].stop()
         final = _final(plan, "doctor")
         return BootstrapResult(
             plan,
@@ -126,6 +168,11 @@ def execute(
             read_record(plan.venv),
             changed,
         )
+
+
+def _overlaps(following: tuple[Step, ...]) -> bool:
+    """Whether the verify step can run alongside the steps after it: the pin and the extras, both to do."""
+    return [s.id for s in following] == ["pin-torch", "extras"] and not any(s.done for s in following)
 
 
 def _final(plan: Plan, step_id: str) -> Plan:

@@ -6,6 +6,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,10 +114,56 @@ def _torch(run: Run, step: Step) -> str:
 
 
 def _verify(run: Run, step: Step) -> str:
-    p = run.plan
     res = run.command(step, step.command or (), timeout=300)
+    return verify_finish(run, res.output)
+
+
+class BackgroundVerify:
+    """The verify step's `import torch` in a child process while the extras install (it takes seconds, mostly
+    importing torch; uv's resolver and linker in the meantime are mostly I/O). `finish()` waits for it."""
+
+    def __init__(self, run: Run, step: Step) -> None:
+        import subprocess
+        import tempfile
+
+        self.step = step
+        self.started = time.monotonic()
+        # Open across the extras install, closed by output() or stop().
+        self._out = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            list(step.command or ()),
+            env=uvmod.uv_env(run.plan.env),
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def output(self, timeout: float = 300) -> str:
+        import subprocess
+
+        try:
+            self.proc.wait(timeout=max(1.0, timeout - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.seek(0)
+        text = self._out.read()
+        self._out.close()
+        return text
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
+
+
+def verify_finish(run: Run, output: str) -> str:
+    """Judge the verify command's output (raises StepFailed for a wrong build) and record the step."""
+    p = run.plan
+    run.outputs["verify-torch"] = output
     try:
-        found = verify.parse(res.output)
+        found = verify.parse(output)
         verify.check(found, build=p.build, local_tag=p.local_tag, adopted=bool(p.adopted))
     except StepFailed:
         if not p.adopted:
