@@ -74,3 +74,32 @@ def test_plan_imports_in_verify_only_without_the_doctor(tmp_path, hermetic_env, 
         p = plan(profile="gfx1103", torch=src, runtime_env={}, options=options, env=hermetic_env)
         script = p.step("verify-torch").command[-1]
         assert f"if {expected}:" in script
+
+
+def test_the_import_waits_for_the_extras_while_the_build_check_overlaps(
+    tmp_path, hermetic_env, indexes, monkeypatch
+):
+    """`import torch` during the extras install reads a half-written numpy: only the build check overlaps."""
+    from dataclasses import replace
+
+    from mw_env.provision import steps as steps_mod
+    from mw_env.provision.execute import execute
+    from mw_env.provision.plan import plan
+
+    from .provision_support import ROCM, offline_options
+
+    order: list[tuple[str, bool]] = []
+    real_command = steps_mod.Run.command
+
+    def spy(self, step, argv, **kw):
+        order.append((step.id, "import torch" in " ".join(argv)))
+        return real_command(self, step, argv, **kw)
+
+    monkeypatch.setattr(steps_mod.Run, "command", spy)
+    src = replace(ROCM, index_url=indexes.rocm.as_uri())
+    options = replace(offline_options(tmp_path / "venv", indexes.project), doctor=False)
+    result = execute(plan(profile="gfx1103", torch=src, runtime_env={}, options=options, env=hermetic_env))
+    assert result.ok, result.to_dict()
+    ids = [step for step, _ in order]
+    assert ids.index("extras") < ids.index("verify-torch")  # the import ran after the extras
+    assert ("verify-torch", True) in order

@@ -19,7 +19,7 @@ from mw_env.provision.events import DoctorHook, Events, NoEvents, StepOutcome
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
-from mw_env.provision.steps import HANDLERS, BackgroundVerify, Run, recover_swap, verify_finish
+from mw_env.provision.steps import HANDLERS, BackgroundVerify, Run, recover_swap, verify_after_extras
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ def execute(
         # our locking is merely redone (uv finds it satisfied).
         run = Run(plan=plan, state=State.load(plan.build_venv), events=events, uv=plan.uv, doctor=doctor)
         changed = False
-        # The verify step's `import torch` overlaps the pin and the extras install (see BackgroundVerify); its
-        # verdict is taken before anything later (the env file, the record) is written.
+        # The verify step's build check overlaps the pin and the extras install (see BackgroundVerify); its
+        # verdict (and an `import torch`, which must wait for the extras) comes before the env file and record.
         pending: tuple[Step, BackgroundVerify, int] | None = None
 
         def fail(step: Step, exc: MwEnvError, t0: float, at: int | None = None) -> BootstrapResult:
@@ -102,7 +102,7 @@ def execute(
             pending = None
             events.step_started(vstep)
             try:
-                detail = verify_finish(run, bg.output())
+                detail = verify_after_extras(run, vstep, bg.output())
             except MwEnvError as exc:
                 return fail(vstep, exc, bg.started, at)
             outcome = StepOutcome(vstep.id, "done", time.monotonic() - bg.started, detail)

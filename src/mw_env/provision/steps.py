@@ -119,8 +119,10 @@ def _verify(run: Run, step: Step) -> str:
 
 
 class BackgroundVerify:
-    """The verify step's `import torch` in a child process while the extras install (it takes seconds, mostly
-    importing torch; uv's resolver and linker in the meantime are mostly I/O). `finish()` waits for it."""
+    """The verify step's build check (torch/version.py, read without importing torch) in a child process while
+    the pin and the extras install. Only that part may overlap: `import torch` loads numpy and friends, which
+    the extras install is writing at that moment (a half-written numpy fails the import), so an import the
+    step asks for runs after the extras (`verify_after_extras`)."""
 
     def __init__(self, run: Run, step: Step) -> None:
         import subprocess
@@ -128,10 +130,11 @@ class BackgroundVerify:
 
         self.step = step
         self.started = time.monotonic()
+        python = (step.command or (sys.executable,))[0]
         # Open across the extras install, closed by output() or stop().
         self._out = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            list(step.command or ()),
+            list(verify.verify_command(python, import_torch=False)),
             env=uvmod.uv_env(run.plan.env),
             stdout=self._out,
             stderr=subprocess.STDOUT,
@@ -156,6 +159,16 @@ class BackgroundVerify:
             self.proc.kill()
             self.proc.wait()
         self._out.close()
+
+
+def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
+    """Judge the overlapped build check, then run the step's own command (with `import torch`) when it has one."""
+    detail = verify_finish(run, static_output)
+    python = (step.command or (sys.executable,))[0]
+    if step.command and tuple(step.command) != verify.verify_command(python, import_torch=False):
+        res = run.command(step, step.command, timeout=300)
+        detail = verify_finish(run, res.output)
+    return detail
 
 
 def verify_finish(run: Run, output: str) -> str:
