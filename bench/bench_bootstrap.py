@@ -4,10 +4,12 @@ Measures (CPU profile, torch from the wheelhouse that pip's configuration names)
   bare uv  `uv venv` + `uv pip install torch==<the wheelhouse's build> <same find-links/indexes>` +
            `uv pip install -e .[train] <same>`, with an EMPTY uv cache (the reference: what bootstrap
            automates, minus the checks)
-  cold     `mw-env bootstrap --no-doctor` into a new venv with an EMPTY uv cache (plans, installs torch first,
-           verifies it while the extras install, pins it, writes the env and the record)
+  cold     `mw-env bootstrap` into a new venv with an EMPTY uv cache (plans, installs torch first, checks its
+           build while the extras install, pins it, writes the env and the record), minus its doctor step
+           (the doctor's full probe is a feature of its own; its time is reported beside). With the doctor on,
+           `import torch` is the doctor's first probe and the verify step reads the build without it.
   warm     the same into another new venv, uv's cache now filled (a new container sharing the cache)
-  no-op    `mw-env bootstrap --no-doctor` again over the finished venv
+  no-op    `mw-env bootstrap` again over the finished venv (the doctor step runs again: subtracted too)
   manual   the seed guide's pip sequence (`uv venv --seed` + `pip install torch==...` + `pip install -e .[train]`)
 The cold pair is run REPEATS times, interleaved, and the medians compared (the machine may be shared: the ratio
 is what counts). Every figure is a ratio against the bare uv sequence from the same run. Writes the
@@ -47,6 +49,11 @@ def _timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[floa
     return elapsed, res.stdout
 
 
+def _doctor_s(result: dict) -> float:
+    """The doctor step's own seconds in a `bootstrap --json` result (0 when it was skipped or absent)."""
+    return sum(s["duration_s"] for s in result["steps"] if s["id"] == "doctor" and s["status"] != "skipped")
+
+
 def _load() -> str:
     try:
         one, five, _ = os.getloadavg()
@@ -76,10 +83,11 @@ def main() -> int:
         sources.uv_args()
     )  # the wheelhouse and the indexes bootstrap reads from pip's configuration
     mw = [sys.executable, "-m", "mw_env", "bootstrap", "--profile", "cpu", "--python", sys.executable]
-    mw += ["--yes", "--no-doctor", "--json"]
+    mw += ["--yes", "--json"]
     bare: list[float] = []
     cold: list[float] = []
     planning: list[float] = []
+    doctor: list[float] = []
     steps: dict[str, list[float]] = {}
     try:
         for i in range(REPEATS):
@@ -98,14 +106,19 @@ def main() -> int:
 
             cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-cold-{i}")}
             t, out = _timed([*mw, "--venv", str(work / f"cold-{i}")], cache)
-            cold.append(t)
             result = json.loads(out)
+            d = _doctor_s(result)
+            cold.append(t - d)
+            doctor.append(d)
             planning.append(t - result["total_s"])  # interpreter start, detection, profile and plan
             for s in result["steps"]:
-                steps.setdefault(s["id"], []).append(s["duration_s"])
+                if s["id"] != "doctor":
+                    steps.setdefault(s["id"], []).append(s["duration_s"])
         warm_env = {**env, "UV_CACHE_DIR": str(work / "uv-cache-cold-0")}
-        t_warm = _timed([*mw, "--venv", str(work / "warm")], warm_env)[0]
-        t_noop = _timed([*mw, "--venv", str(work / "warm")], warm_env)[0]
+        t, out = _timed([*mw, "--venv", str(work / "warm")], warm_env)
+        t_warm = t - _doctor_s(json.loads(out))
+        t, out = _timed([*mw, "--venv", str(work / "warm")], warm_env)
+        t_noop = t - _doctor_s(json.loads(out))
         manual_venv = work / "manual"
         t_manual = _timed([uv, "venv", "-q", "--seed", "--python", sys.executable, str(manual_venv)], env)[0]
         pip = str(manual_venv / "bin" / "pip")
@@ -129,7 +142,8 @@ def main() -> int:
     )
     md = f"""## Bootstrap (bench/bench_bootstrap.py)
 
-{machine_line()} · torch {wheel.version} from `{wheel.path.parent}` · doctor step excluded (`--no-doctor`) ·
+{machine_line()} · torch {wheel.version} from `{wheel.path.parent}` · bootstrap's doctor step subtracted (median
+{statistics.median(doctor):.1f} s: import torch and the full probe) ·
 cold pair: median of {REPEATS} interleaved runs (bare {", ".join(f"{t:.1f}" for t in bare)} s; bootstrap
 {", ".join(f"{t:.1f}" for t in cold)} s) · {_load()}
 
@@ -139,8 +153,9 @@ cold pair: median of {REPEATS} interleaved runs (bare {", ".join(f"{t:.1f}" for 
 
 The bare uv sequence is what bootstrap automates, on the same wheelhouse and indexes: `uv venv`, `uv pip install
 torch==<build>`, `uv pip install -e .[train]`. Bootstrap additionally plans (detection, profile, Python and torch
-choice: {statistics.median(planning):.1f} s median including the interpreter start), verifies the build (its
-`import torch` runs while the extras install), pins torch and writes the env and the record. Steps (median):
+choice: {statistics.median(planning):.1f} s median including the interpreter start), checks the torch build (from
+torch/version.py, while the extras install; `import torch` is left to the doctor), pins torch and writes the env
+and the record. Steps (median):
 {breakdown}. A new container that mounts the same uv cache provisions in the "shared uv cache" time.
 """
     update_section("bootstrap", md)
