@@ -57,6 +57,8 @@ def test_rerun_restores_the_recorded_torch(tmp_path, hermetic_env, indexes):
     assert installed_version(venv, "torch") == "2.11.0+cpu"
     third = plan(profile="cpu", torch=cpu, runtime_env={}, options=options, env=hermetic_env)
     assert all(s.done for s in third.steps), [s.id for s in third.steps if not s.done]
+    # --python given as the very interpreter the venv was made from is no reason to warn.
+    assert not any("keeping it" in w for w in third.warnings), third.warnings
 
 
 def test_verify_overlaps_the_extras_and_still_stops_a_wrong_build(
