@@ -40,7 +40,8 @@ def load_profile_file(path: Path, *, shipped: bool = False) -> Profile:
             f"profile {path}: cannot read it ({exc})", hint="check the path and permissions"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        # libyaml's safe loader when present (pyyaml wheels bundle it): 10x faster, the same safe subset.
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)

@@ -302,14 +302,19 @@ print(json.dumps(out))
 def find_image_torch(pythons: Sequence[str], env: Mapping[str, str]) -> list[AdoptCandidate]:
     """Interpreters among `pythons` whose site-packages already hold torch (read without importing it)."""
     out: list[AdoptCandidate] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, ...]] = set()
     unique: list[str] = []
     for path in pythons:
-        real = os.path.realpath(path) if path else ""
-        if not path or real in seen or not os.path.isfile(path):
+        if not path or not os.path.isfile(path):
+            continue
+        dirs = _site_dirs(path, env)
+        key = tuple(sorted(str(d) for d in dirs))
+        if key in seen:
             continue  # python3 and /usr/bin/python3 are often one interpreter: ask it once
-        seen.add(real)
-        unique.append(path)
+        seen.add(key)
+        # Starting an interpreter costs 0.1-0.4 s; one whose site folders hold no torch cannot offer one.
+        if any((d / "torch").is_dir() for d in dirs):
+            unique.append(path)
     from concurrent.futures import ThreadPoolExecutor
 
     probe_env = {**env, "PYTHONNOUSERSITE": "1"}
@@ -334,6 +339,35 @@ def find_image_torch(pythons: Sequence[str], env: Mapping[str, str]) -> list[Ado
                 )
             )
     return out
+
+
+def _site_dirs(python: str, env: Mapping[str, str]) -> list[Path]:
+    """Where `python` looks for packages, from the file system alone: its venv's and its installation's
+    site-/dist-packages (Debian's /usr/lib/python3/dist-packages, /usr/local/...), and PYTHONPATH."""
+    exe = Path(python)
+    prefixes: list[Path] = []
+    if (exe.parent.parent / "pyvenv.cfg").is_file():
+        prefixes.append(exe.parent.parent)  # a venv: its own site-packages (and maybe the base's)
+    prefixes.append(Path(os.path.realpath(exe)).parent.parent)
+    dirs: list[Path] = []
+    for prefix in dict.fromkeys(prefixes):
+        for pattern in (
+            "lib/python3*/site-packages",
+            "lib/python3*/dist-packages",
+            "lib/python3/dist-packages",
+            "local/lib/python3*/dist-packages",
+        ):
+            dirs += sorted(prefix.glob(pattern))
+    # .pth files add folders too (mw-env's own adopted-torch file among them): path lines, not `import` lines.
+    for site in list(dirs):
+        for pth in sorted(site.glob("*.pth")):
+            try:
+                lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()[:50]
+            except OSError:
+                continue
+            dirs += [Path(x.strip()) for x in lines if x.strip().startswith("/") and Path(x.strip()).is_dir()]
+    dirs += [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dirs
 
 
 def image_pythons(env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
