@@ -127,3 +127,14 @@ def test_explain_says_what_to_check_on_this_machine(tmp_path, capsys):
 def test_first_match_is_cheap_for_lines_no_entry_knows():
     # One combined regex call rejects an ordinary line (the screen), so watching a long log stays cheap.
     assert CATALOGUE.first_match("step 4000 loss 1.234 lr 3e-4 tokens/s 51234") is None
+
+
+def test_explain_reads_dev_shm_here_for_the_nccl_shared_memory_messages(tmp_path, capsys):
+    from conftest import MACHINES
+
+    log = tmp_path / "train.log"
+    line = next(e for m in MESSAGES if m.id == "nccl-shm-segment" for e in m.examples)
+    log.write_text(line + "\n")
+    main(["doctor", "--explain", str(log), "--json", "--root", str(MACHINES / "doctor-cpu-docker-shm64m")])
+    msg = json.loads(capsys.readouterr().out)["messages"][0]
+    assert msg["id"] == "nccl-shm-segment" and "64 MiB" in msg["here"] and "--ipc=host" in msg["here"]
