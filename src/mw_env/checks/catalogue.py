@@ -142,7 +142,10 @@ def _compile(pattern: str) -> re.Pattern[str]:
 @lru_cache(maxsize=8)
 def _screen(patterns: tuple[str, ...]) -> re.Pattern[str]:
     """One alternation of every pattern: a line that matches none of them is rejected in one call."""
-    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+    try:
+        return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+    except re.error:  # a pattern that cannot be embedded (an inline global flag): let every line through
+        return re.compile("")
 
 
 def _message(entry: Any, where: str) -> Message:

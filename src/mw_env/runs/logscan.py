@@ -50,6 +50,12 @@ def known_message(line: str) -> Message | None:
     return _catalogue().first_match(line)
 
 
+def _candidates(lines: list[str]) -> list[int]:
+    from mw_env.checks.screen import candidate_lines
+
+    return candidate_lines(lines, [m.pattern for m in _catalogue().messages]) if lines else []
+
+
 @lru_cache(maxsize=1)
 def _catalogue() -> Catalogue:
     from mw_env.checks.catalogue import load_catalogue
@@ -72,13 +78,17 @@ class LogScanner:
 
     def feed(self, lines: Iterable[str]) -> list[LogFinding]:
         new_from = len(self.findings)
-        for raw in lines:
+        raws = list(lines)
+        cleaned = [_RANK_PREFIX.sub("", raw.rstrip("\r\n")) for raw in raws]
+        # Only the lines a catalogue keyword occurs in can match (checks/screen.py): the rest of a long log
+        # costs a substring search, not ~80 regexes per line.
+        maybe = set(_candidates([c.strip() for c in cleaned]))
+        for i, (raw, line) in enumerate(zip(raws, cleaned, strict=True)):
             self.line_no += 1
             if raw.startswith(RUN_HEADER):
                 continue  # mw-env's own line: its command line may quote anything
-            line = _RANK_PREFIX.sub("", raw.rstrip("\r\n"))
             stripped = line.strip()
-            kind = classify_line(stripped)
+            kind = classify_line(stripped) if i in maybe else None
             if kind:
                 self.findings.append(LogFinding(kind, self.line_no, stripped[:500]))
             elif not self._in_traceback and line.startswith(USER_ERROR_PREFIXES):
