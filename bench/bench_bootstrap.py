@@ -1,19 +1,27 @@
-"""Bootstrap vs the seed's manual sequence, on the same wheelhouse, side by side in one run.
+"""Bootstrap's own overhead: a cold `mw-env bootstrap` vs the bare uv sequence, on the same wheelhouse, in one run.
 
 Measures (CPU profile, torch from the wheelhouse that pip's configuration names):
-  manual   `uv venv --seed` + `pip install torch==<the wheelhouse's build>` + `pip install -e .[train]`
-           (the seed guide's sequence, with the right torch named by hand; pip's cache as it is)
-  cold     `mw-env bootstrap --no-doctor` into a new venv with an EMPTY uv cache
+  bare uv  `uv venv` + `uv pip install torch==<the wheelhouse's build> <same find-links/indexes>` +
+           `uv pip install -e .[train] <same>`, with an EMPTY uv cache (the reference: what bootstrap
+           automates, minus the checks)
+  cold     `mw-env bootstrap` into a new venv with an EMPTY uv cache (plans, installs torch first, checks its
+           build while the extras install, pins it, writes the env and the record), minus its doctor step
+           (the doctor's full probe is a feature of its own; its time is reported beside). With the doctor on,
+           `import torch` is the doctor's first probe and the verify step reads the build without it.
   warm     the same into another new venv, uv's cache now filled (a new container sharing the cache)
-  no-op    `mw-env bootstrap --no-doctor` again over the finished venv
-Every figure is a ratio against `manual` from the same run. Writes the `bootstrap` section of
-docs/benchmarks.md. Skips (exit 0) where no wheelhouse holds a CPU torch.
+  no-op    `mw-env bootstrap` again over the finished venv (the doctor step runs again: subtracted too)
+  manual   the seed guide's pip sequence (`uv venv --seed` + `pip install torch==...` + `pip install -e .[train]`)
+The cold pair is run REPEATS times, interleaved, and the medians compared (the machine may be shared: the ratio
+is what counts). Every figure is a ratio against the bare uv sequence from the same run. Writes the
+`bootstrap` section of docs/benchmarks.md. Skips (exit 0) where no wheelhouse holds a CPU torch.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,6 +29,8 @@ import time
 from pathlib import Path
 
 from common import REPO, machine_line, update_section
+
+REPEATS = int(os.environ.get("MW_ENV_BENCH_REPEATS", "3"))
 
 
 def _uv() -> str | None:
@@ -30,13 +40,26 @@ def _uv() -> str | None:
     return None
 
 
-def _timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> float:
+def _timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, str]:
     start = time.perf_counter()
     res = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - start
     if res.returncode != 0:
         raise SystemExit(f"failed: {' '.join(argv)}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
-    return elapsed
+    return elapsed, res.stdout
+
+
+def _doctor_s(result: dict) -> float:
+    """The doctor step's own seconds in a `bootstrap --json` result (0 when it was skipped or absent)."""
+    return sum(s["duration_s"] for s in result["steps"] if s["id"] == "doctor" and s["status"] != "skipped")
+
+
+def _load() -> str:
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:
+        return "load unknown"
+    return f"load average {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} CPUs"
 
 
 def main() -> int:
@@ -44,8 +67,9 @@ def main() -> int:
     from mw_env.provision.wheelhouse import discover, matching_torch, wheels_in
 
     uv = _uv()
+    sources = discover(env=os.environ)
     good, _ = matching_torch(
-        wheels_in(discover(env=os.environ).find_links, "torch"), local_tag="+cpu", specifier=">=2.9,<2.15"
+        wheels_in(sources.find_links, "torch"), local_tag="+cpu", specifier=">=2.9,<2.15"
     )
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     wheel = next((w for w in good if w.fits_python(minor + ".0")), None)
@@ -55,51 +79,84 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mw-env-bench-"))
     env = {**os.environ, "UV": uv, "PYTHONPATH": str(REPO / "src")}
     env.pop("VIRTUAL_ENV", None)
-    mw = [
-        sys.executable,
-        "-m",
-        "mw_env",
-        "bootstrap",
-        "--profile",
-        "cpu",
-        "--python",
-        sys.executable,
-        "--yes",
-        "--no-doctor",
-    ]
+    same_sources = (
+        sources.uv_args()
+    )  # the wheelhouse and the indexes bootstrap reads from pip's configuration
+    mw = [sys.executable, "-m", "mw_env", "bootstrap", "--profile", "cpu", "--python", sys.executable]
+    mw += ["--yes", "--json"]
+    bare: list[float] = []
+    cold: list[float] = []
+    planning: list[float] = []
+    doctor: list[float] = []
+    steps: dict[str, list[float]] = {}
     try:
-        manual_venv = work / "manual"
-        t_manual = _timed([uv, "venv", "-q", "--seed", "--python", sys.executable, str(manual_venv)], env)
-        t_manual += _timed(
-            [str(manual_venv / "bin" / "pip"), "install", "-q", f"torch=={wheel.version}"], env
-        )
-        t_manual += _timed([str(manual_venv / "bin" / "pip"), "install", "-q", "-e", f"{REPO}[train]"], env)
+        for i in range(REPEATS):
+            cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-bare-{i}")}
+            venv = work / f"bare-{i}"
+            python = str(venv / "bin" / "python")
+            t = _timed([uv, "venv", "-q", "--python", sys.executable, str(venv)], cache)[0]
+            t += _timed(
+                [uv, "pip", "install", "-q", "--python", python, *same_sources, f"torch=={wheel.version}"],
+                cache,
+            )[0]
+            t += _timed(
+                [uv, "pip", "install", "-q", "--python", python, *same_sources, "-e", f"{REPO}[train]"], cache
+            )[0]
+            bare.append(t)
 
-        cold_env = {**env, "UV_CACHE_DIR": str(work / "uv-cache")}
-        t_cold = _timed([*mw, "--venv", str(work / "cold")], cold_env)
-        t_warm = _timed([*mw, "--venv", str(work / "warm")], cold_env)
-        t_noop = _timed([*mw, "--venv", str(work / "warm")], cold_env)
+            cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-cold-{i}")}
+            t, out = _timed([*mw, "--venv", str(work / f"cold-{i}")], cache)
+            result = json.loads(out)
+            d = _doctor_s(result)
+            cold.append(t - d)
+            doctor.append(d)
+            planning.append(t - result["total_s"])  # interpreter start, detection, profile and plan
+            for s in result["steps"]:
+                if s["id"] != "doctor":
+                    steps.setdefault(s["id"], []).append(s["duration_s"])
+        warm_env = {**env, "UV_CACHE_DIR": str(work / "uv-cache-cold-0")}
+        t, out = _timed([*mw, "--venv", str(work / "warm")], warm_env)
+        t_warm = t - _doctor_s(json.loads(out))
+        t, out = _timed([*mw, "--venv", str(work / "warm")], warm_env)
+        t_noop = t - _doctor_s(json.loads(out))
+        manual_venv = work / "manual"
+        t_manual = _timed([uv, "venv", "-q", "--seed", "--python", sys.executable, str(manual_venv)], env)[0]
+        pip = str(manual_venv / "bin" / "pip")
+        t_manual += _timed([pip, "install", "-q", f"torch=={wheel.version}"], env)[0]
+        t_manual += _timed([pip, "install", "-q", "-e", f"{REPO}[train]"], env)[0]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+    ref = statistics.median(bare)
+    med = statistics.median(cold)
     rows = [
-        ("seed's manual sequence (reference)", t_manual),
-        ("`mw-env bootstrap`, empty uv cache", t_cold),
+        ("bare uv sequence, empty uv cache (reference)", ref),
+        ("**`mw-env bootstrap`, empty uv cache**", med),
         ("`mw-env bootstrap`, new venv, shared uv cache", t_warm),
         ("`mw-env bootstrap` re-run (no-op)", t_noop),
+        ("seed guide's pip sequence (`pip install`, pip's own cache)", t_manual),
     ]
-    table = "\n".join(f"| {name} | {t:.1f} s | {t / t_manual:.2f} |" for name, t in rows)
+    table = "\n".join(f"| {name} | {t:.1f} s | {t / ref:.2f} |" for name, t in rows)
+    breakdown = ", ".join(
+        f"{sid} {statistics.median(v):.1f} s" for sid, v in steps.items() if statistics.median(v) >= 0.05
+    )
     md = f"""## Bootstrap (bench/bench_bootstrap.py)
 
-{machine_line()} · torch {wheel.version} from `{wheel.path.parent}` · doctor step excluded (`--no-doctor`)
+{machine_line()} · torch {wheel.version} from `{wheel.path.parent}` · bootstrap's doctor step subtracted (median
+{statistics.median(doctor):.1f} s: import torch and the full probe) ·
+cold pair: median of {REPEATS} interleaved runs (bare {", ".join(f"{t:.1f}" for t in bare)} s; bootstrap
+{", ".join(f"{t:.1f}" for t in cold)} s) · {_load()}
 
-| run | wall time | ratio to manual |
+| run | wall time | ratio to bare uv |
 |---|---|---|
 {table}
 
-The manual sequence is the seed guide's (`uv venv` + `pip install torch` + `pip install -e .[train]`), given the
-right torch build by hand; bootstrap additionally verifies the build, pins it and writes the env. A new
-container that mounts the same uv cache provisions in the "shared uv cache" time.
+The bare uv sequence is what bootstrap automates, on the same wheelhouse and indexes: `uv venv`, `uv pip install
+torch==<build>`, `uv pip install -e .[train]`. Bootstrap additionally plans (detection, profile, Python and torch
+choice: {statistics.median(planning):.1f} s median including the interpreter start), checks the torch build (from
+torch/version.py, while the extras install; `import torch` is left to the doctor), pins torch and writes the env
+and the record. Steps (median):
+{breakdown}. A new container that mounts the same uv cache provisions in the "shared uv cache" time.
 """
     update_section("bootstrap", md)
     print(md)

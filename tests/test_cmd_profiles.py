@@ -104,7 +104,6 @@ def test_host_commands_human_is_a_shell_script(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--profile", "gfx1103"], "--container"),  # no container detected under an empty root
         (["--profile", "gfx1103", "--container", "bad name;"], "invalid incus container name"),
         (["--container", "box1"], "nothing to pass through"),  # cpu profile, no GPU
         (["--profile", "gfx1103", "--container", "box1", "--runtime", "lxd"], "lxd"),
@@ -114,3 +113,10 @@ def test_host_commands_bad_input(tmp_path, capsys, args, needle):
     assert main(["host-commands", "--root", str(tmp_path), *args]) == 2
     captured = capsys.readouterr()
     assert needle in captured.err and captured.out == ""
+
+
+def test_host_commands_on_bare_metal_says_there_is_nothing_to_pass(tmp_path, capsys):
+    # An empty root is no container: the advice is for the host itself, not "pass --container".
+    assert main(["host-commands", "--root", str(tmp_path), "--profile", "gfx1103"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to pass through" in out and "pass --container NAME (the name" not in out

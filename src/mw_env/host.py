@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from mw_env.errors import InputError
-from mw_env.hardware import DeviceNode, Hardware
+from mw_env.hardware import Hardware
+from mw_env.host_oci import HostPlan
+from mw_env.host_oci import node_of as _node
+from mw_env.host_oci import oci_amd as _oci_amd
+from mw_env.host_oci import oci_nvidia as _oci_nvidia
+from mw_env.host_oci import quote as _q
 
 if TYPE_CHECKING:
     from mw_env.machine import Machine
@@ -36,26 +41,6 @@ _LIST = {
 # kubernetes pod names: a DNS-1123 subdomain.
 _K8S_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-
-
-@dataclass(frozen=True)
-class HostPlan:
-    """What the operator runs on the host, in order, and what they should know."""
-
-    runtime: str
-    container: str
-    commands: tuple[str, ...]
-    notes: tuple[str, ...] = ()
-    vendor: str = "amd"
-    checks: tuple[str, ...] = field(default=())  # commands that verify the result (also in `commands`)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "runtime": self.runtime,
-            "container": self.container,
-            "commands": list(self.commands),
-            "notes": list(self.notes),
-        }
 
 
 def default_runtime(hardware: Hardware) -> str:
@@ -284,12 +269,6 @@ def _vendor(hardware: Hardware, selection: Selection) -> str:
     )
 
 
-def _node(hardware: Hardware, prefix: str) -> DeviceNode | None:
-    gpu = hardware.gpu
-    nodes = gpu.device_nodes if gpu is not None else ()
-    return next((n for n in nodes if n.path == prefix or n.path.startswith(prefix)), None)
-
-
 def _render_gid(hardware: Hardware, machine: Machine | None) -> int | None:
     """The render group's number in THIS container: its /etc/group, else a device node owned by `render`."""
     if machine is not None:
@@ -305,10 +284,6 @@ def _render_gid(hardware: Hardware, machine: Machine | None) -> int | None:
 def _a(word: str) -> str:
     """The article for a runtime name as it is spoken: an incus, an lxc, a docker."""
     return "an" if word[:1] in "aeiou" or word == "lxc" else "a"
-
-
-def _q(value: str) -> str:
-    return shlex.quote(value)
 
 
 def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> HostPlan:
@@ -383,96 +358,6 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
     return HostPlan("incus", container, tuple(commands), tuple(notes), vendor="amd", checks=(check,))
 
 
-def _committed_image(container: str) -> str:
-    """An image name for `docker commit` of the container: repository names are lower-case, [a-z0-9._-]."""
-    base = re.sub(r"[^a-z0-9]+", "-", container.lower()).strip("-") or "container"
-    return f"{base[:100]}-mw-env:gpu"
-
-
-def _recreate(runtime: str, container: str, image: str | None, venv: str) -> tuple[list[str], str, list[str]]:
-    """(commands before the run, the image expression to run, notes) for a container started anew.
-
-    docker/podman cannot add devices to a running container, so the GPU comes with a new one. Started from
-    the original image, it would lack everything made inside the old container since (the training venv
-    first): so by default the old container is committed and the new one starts from that.
-    """
-    new = _gpu_name(container)
-    keep_volume = (
-        f"-v mw-env-venv:{venv}"
-        if venv.startswith("/")
-        else "-v mw-env-venv:<the venv's absolute path inside it>"
-    )
-    if image is not None:
-        notes = [
-            f"{runtime} cannot add devices to a running container: this starts {new} from {image} with the GPU. "
-            f"Anything made inside {container} is NOT in it, the training venv ({venv}) included: bootstrap "
-            f"again in {new}, or drop --image to `{runtime} commit` {container} first; to keep the venv across "
-            f"recreations, put it on a volume ({keep_volume})",
-            f"repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",
-        ]
-        return [], _q(image), notes
-    committed = _committed_image(container)
-    notes = [
-        f"{runtime} cannot add devices to a running container: {runtime} commit saves {container} (the "
-        f"training venv {venv} and everything else made inside it) as {committed}, and {new} starts from that "
-        "with the GPU. Without the commit, a container from the original image would not have the venv",
-        f"volumes are not in a commit: repeat your own -v mounts, ports "
-        f"and env (see `{runtime} inspect {container}`); to keep the venv across recreations without a commit, "
-        f"put it on a volume ({keep_volume})",
-    ]
-    return [f"{runtime} commit {_q(container)} {committed}"], committed, notes
-
-
-def _gpu_name(container: str) -> str:
-    # docker cannot add devices to a running container: the GPU copy is a new container next to it.
-    return f"{container[:124]}-gpu"
-
-
-def _oci_amd(
-    runtime: str, container: str, hardware: Hardware, image: str | None, *, in_docker: bool, venv: str
-) -> HostPlan:
-    new = _gpu_name(container)
-    before, image_expr, notes = _recreate(runtime, container, image, venv)
-    flags = ["--device=/dev/kfd", "--device=/dev/dri"]
-    if runtime == "docker":
-        kfd = _node(hardware, "/dev/kfd") if in_docker else None
-        # Inside docker (no user namespace) a passed node shows the HOST's gid, which is what --group-add needs;
-        # read anywhere else (an incus container's own gid, the host's view) the number means something else.
-        render = str(kfd.gid) if kfd is not None and kfd.exists and kfd.gid not in (None, 0) else None
-        flags += [
-            "--group-add",
-            '"$(getent group video | cut -d: -f3)"',
-            "--group-add",
-            render or '"$(getent group render | cut -d: -f3)"',
-        ]
-        notes.append(
-            "--group-add uses the host's video and render group numbers (names differ between host and image)"
-            + (
-                f"; {render} is /dev/kfd's group as this container sees it, which is the host's"
-                if render
-                else ""
-            )
-        )
-    else:
-        flags += ["--group-add", "keep-groups", "--security-opt", "label=disable"]
-        notes.append(
-            "rootless podman: keep-groups hands the container your host groups, so your host user must be in "
-            "render and video (`sudo usermod -aG render,video $USER`); rootful podman: use "
-            '--group-add "$(getent group render | cut -d: -f3)" instead'
-        )
-        notes.append(
-            "label=disable: SELinux otherwise denies mmap of /dev/kfd ('Memory critical error ... Memory in use'); "
-            "alternative: sudo setsebool -P container_use_devices true"
-        )
-    flags.append("--ipc=host")
-    notes.append(
-        "--ipc=host: without it ROCm allocations fail with 'Memory critical error ... Memory in use'"
-    )
-    run = " ".join([runtime, "run", "-dit", "--name", _q(new), *flags, image_expr])
-    check = f"{runtime} exec {_q(new)} ls -ln /dev/kfd /dev/dri"
-    return HostPlan(runtime, container, (*before, run, check), tuple(notes), vendor="amd", checks=(check,))
-
-
 def _incus_nvidia(container: str) -> HostPlan:
     c = _q(container)
     check = f"incus exec {c} -- nvidia-smi"
@@ -488,30 +373,6 @@ def _incus_nvidia(container: str) -> HostPlan:
         "mode=0666 matches the host's /dev/nvidia* permissions; incus would otherwise create them root-only (0660)",
     )
     return HostPlan("incus", container, commands, notes, vendor="nvidia", checks=(check,))
-
-
-def _oci_nvidia(runtime: str, container: str, image: str | None, *, venv: str) -> HostPlan:
-    new = _gpu_name(container)
-    before, image_expr, notes = _recreate(runtime, container, image, venv)
-    commands: list[str] = []
-    if runtime == "docker":
-        notes.append(
-            "needs the NVIDIA container toolkit: sudo nvidia-ctk runtime configure --runtime=docker && "
-            "sudo systemctl restart docker"
-        )
-        flags = ["--gpus", "all"]
-    else:
-        commands.append("sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
-        notes.append(
-            "podman uses CDI: `nvidia-ctk cdi generate` writes the device spec (NVIDIA container toolkit)"
-        )
-        flags = ["--device", "nvidia.com/gpu=all", "--security-opt", "label=disable"]
-    flags.append("--ipc=host")
-    commands += before
-    commands.append(" ".join([runtime, "run", "-dit", "--name", _q(new), *flags, image_expr]))
-    check = f"{runtime} exec {_q(new)} nvidia-smi"
-    commands.append(check)
-    return HostPlan(runtime, container, tuple(commands), tuple(notes), vendor="nvidia", checks=(check,))
 
 
 def _kubernetes(pod: str, vendor: str) -> HostPlan:

@@ -59,19 +59,19 @@ def multinode_manifest(
         raise InputError(f"--nodes {nodes}: a multi-node manifest needs 2 or more", hint="e.g. --nodes 2")
     if gpus_per_node < 1:
         raise InputError(f"--gpus-per-node {gpus_per_node}: must be >= 1")
-    if not image or not _IMAGE.match(image):
+    if not image or not _IMAGE.fullmatch(image):
         raise InputError(
             f"--image {image!r}: the manifest needs the image every pod runs"
             if image
             else "--nodes needs --image",
             hint="an image holding mw-env and its bootstrapped venv, e.g. ghcr.io/org/trainer:1.0",
         )
-    if not _JOB_NAME.match(name):
+    if not _JOB_NAME.fullmatch(name):
         raise InputError(
             f"--name {name!r} is not a valid Job name",
             hint="1-42 lower-case letters, digits and '-', starting with a letter, not ending with '-'",
         )
-    if not _CONFIG.match(config):
+    if not _CONFIG.fullmatch(config):
         raise InputError(f"--config {config!r}: a shipped config name or a path inside the image")
     from mw_env.host import _vendor
 

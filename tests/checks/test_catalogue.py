@@ -36,7 +36,7 @@ SEED_LINES = [
     ),
     ("curl: (6) Could not resolve host: download.pytorch.org", "dns-failure"),
     ("UserWarning: Flash attention kernel not used because: (Triggered internally ...)", "sdpa-no-kernel"),
-    ("RuntimeError: No available kernel.  Aborting execution.", "sdpa-no-kernel"),
+    ("RuntimeError: No available kernel.  Aborting execution.", "sdpa-no-available-kernel"),
     ("Unable to open /dev/kfd read-write: Permission denied", "kfd-permission"),
     ('agent is not member of "render" group, the default DRM access group.', "kfd-permission"),
     (

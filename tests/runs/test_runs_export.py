@@ -155,9 +155,7 @@ def test_bad_inputs_are_clear(tmp_path, capsys, monkeypatch):
     (tmp_path / "empty").mkdir()
     assert main(["train", "export", "--venv", str(VENV), str(tmp_path / "empty")]) == 2
     assert "no valid checkpoint" in capsys.readouterr().err
-    assert (
-        main(["train", "export", "--venv", str(tmp_path / "no-venv"), str(tmp_path)]) == 2
-    )  # a wrong --venv is bad input (README)
+    assert main(["train", "export", "--venv", str(tmp_path / "no-venv"), str(tmp_path)]) == 2  # bad input
     assert "no training venv" in capsys.readouterr().err
     assert main(["train", "export"]) == 2
     monkeypatch.setitem(sys.modules, "onnxruntime", None)

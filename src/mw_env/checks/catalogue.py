@@ -20,7 +20,22 @@ from mw_env.errors import InputError
 CATALOGUE_FILE = Path(__file__).with_name("catalogue.yaml")
 Severity = Literal["harmless", "warning", "fatal"]
 SEVERITIES: tuple[str, ...] = ("harmless", "warning", "fatal")
-_MESSAGE_KEYS = ("id", "pattern", "severity", "title", "cause", "fix", "source", "doctor_fix")
+_MESSAGE_KEYS = (
+    "id",
+    "pattern",
+    "severity",
+    "title",
+    "cause",
+    "fix",
+    "source",
+    "doctor_fix",
+    "examples",
+    "here",
+    "kind",
+    "family",
+)
+# The anomaly kinds of `mw-env train status/watch` a known message can stand for (mw_env.runs.anomalies.KINDS).
+KINDS: tuple[str, ...] = ("oom", "gpu_fault", "comms")
 _FIX_KEYS = ("title", "cause", "fix")
 
 
@@ -38,10 +53,18 @@ class Message:
     # The fix as the doctor's own report gives it, where `fix` says "run mw-env doctor": there the staged
     # checks have already run and their findings name the cause for this machine.
     doctor_fix: str = ""
+    examples: tuple[str, ...] = ()  # verbatim lines from the sources (the tests match each one)
+    here: str = ""  # what on this machine confirms or rules the cause out
+    kind: str = ""  # "oom" | "gpu_fault" | "comms": what `train status` calls a run that printed it
+    family: bool = False  # a catch-all behind specific entries of the same kind
 
     @property
     def regex(self) -> re.Pattern[str]:
         return _compile(self.pattern)
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(u for u in re.findall(r"https?://\S+", self.source))
 
 
 @dataclass(frozen=True)
@@ -90,6 +113,12 @@ class Catalogue:
                     break
         return hits
 
+    def first_match(self, line: str) -> Message | None:
+        """The entry that explains one line (the first that matches), as `scan` would pick it."""
+        if not _screen(tuple(m.pattern for m in self.messages)).search(line):
+            return None  # the common case, one regex call for the whole catalogue
+        return next((m for m in self.messages if m.regex.search(line)), None)
+
     def extended(self, extra: Iterable[Message]) -> Catalogue:
         """Profile entries first, so a profile can re-classify a shipped message."""
         return Catalogue(messages=(*extra, *self.messages), fixes=self.fixes)
@@ -110,6 +139,15 @@ def _compile(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
 
 
+@lru_cache(maxsize=8)
+def _screen(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One alternation of every pattern: a line that matches none of them is rejected in one call."""
+    try:
+        return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+    except re.error:  # a pattern that cannot be embedded (an inline global flag): let every line through
+        return re.compile("")
+
+
 def _message(entry: Any, where: str) -> Message:
     if not isinstance(entry, Mapping):
         raise InputError(f"{where}: each message must be a mapping with keys {', '.join(_MESSAGE_KEYS)}")
@@ -128,6 +166,12 @@ def _message(entry: Any, where: str) -> Message:
         re.compile(entry["pattern"])
     except re.error as exc:
         raise InputError(f"{where}: pattern {entry['pattern']!r} is not a valid regex ({exc})") from exc
+    examples = entry.get("examples") or []
+    if not isinstance(examples, list) or not all(isinstance(e, str) and e.strip() for e in examples):
+        raise InputError(f"{where}: 'examples' must be a list of non-empty strings (verbatim log lines)")
+    kind = entry.get("kind") or ""
+    if kind not in ("", *KINDS):
+        raise InputError(f"{where}: kind {kind!r} is not allowed", hint=f"allowed: {', '.join(KINDS)}")
     return Message(
         id=entry["id"],
         pattern=entry["pattern"],
@@ -137,6 +181,10 @@ def _message(entry: Any, where: str) -> Message:
         fix=" ".join(entry["fix"].split()),
         source=str(entry.get("source") or ""),
         doctor_fix=" ".join(str(entry.get("doctor_fix") or "").split()),
+        examples=tuple(examples),
+        here=" ".join(str(entry.get("here") or "").split()),
+        kind=kind,
+        family=bool(entry.get("family")),
     )
 
 
@@ -237,6 +285,12 @@ def render_troubleshooting(cat: Catalogue | None = None) -> str:
             f"- cause: {msg.cause}",
             f"- fix: {msg.fix}",
         ]
+        if msg.here:
+            out.append(f"- on this machine: {msg.here}")
+        if msg.kind:
+            out.append(f"- `mw-env train status` reports it as `{msg.kind}`")
+        for example in msg.examples[:3]:
+            out.append(f"- seen as: `{example}`")
         if msg.source:
             out.append(f"- source: {msg.source}")
         out.append("")

@@ -25,19 +25,23 @@ def selinux_enforcing(ctx: DoctorContext) -> bool:
     return (ctx.machine.read("sys/fs/selinux/enforce") or "").strip() == "1"
 
 
+# Known messages whose usual cause is /dev/shm (docker's private 64 MiB): DataLoader workers and NCCL/RCCL.
+_SHM_MESSAGES = ("shm-bus-error", "shm-object-open", "nccl-shm-segment", "nccl-unhandled-system")
+
+
 def explain_here(machine: Machine, message_id: str) -> str | None:
     """For `--explain`: what THIS machine says about a logged message that has IPC/SELinux causes, or None.
 
     'Memory critical error ... Memory in use' has three causes; two of them are facts of the container the
     log most likely came from, readable without torch.
     """
-    if message_id not in ("memory-critical-in-use", "shm-bus-error"):
+    if message_id not in ("memory-critical-in-use", *_SHM_MESSAGES):
         return None
     du = machine.disk_usage("/dev/shm")
     private = du is not None and du.total <= DOCKER_DEFAULT_SHM
     enforcing = (machine.read("sys/fs/selinux/enforce") or "").strip() == "1"
     size = human_bytes(du.total) if du is not None else "missing"
-    if message_id == "shm-bus-error":
+    if message_id in _SHM_MESSAGES:
         if private:
             return f"/dev/shm here is {size} (private IPC namespace): this is the cause; restart with `--ipc=host`."
         return f"/dev/shm here is {size}: if the log is from this machine, the workers filled it (lower num_workers)."

@@ -120,6 +120,8 @@ def render_hits(
         con.print(f"    fix: {escape(msg.fix)}")
         if here and here.get(msg.id):
             con.print(f"    [bold]here:[/] {escape(here[msg.id])}")
+        elif msg.here:
+            con.print(f"    check here: {escape(msg.here)}")
     counts = {sev: len({h.message.id for h in hits if h.message.severity == sev}) for sev in HIT_MARKS}
     summary = ", ".join(f"{n} {sev}" for sev, n in reversed(counts.items()) if n)
     con.print(f"{len(seen)} known message(s) in {escape(source)}: {summary}.")
@@ -195,6 +197,8 @@ def _explain(
                         "cause": h.message.cause,
                         "fix": h.message.fix,
                         "here": here.get(h.message.id),
+                        "check": h.message.here,  # what on this machine confirms or rules the cause out
+                        "source": h.message.source,
                     }
                     for h in hits
                 ],

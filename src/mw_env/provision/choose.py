@@ -127,7 +127,13 @@ def choose(
     warnings: list[str] = []
     wheels = wheels_in(sources.find_links, "torch")
     good, other_versions = matching_torch(wheels, local_tag=local_tag or None, specifier=version_spec)
-    wanted = find_interpreter(uv, request, env)
+    # A wheelhouse whose torch names its Pythons (cp311) and not the default one answers the question
+    # alone: looking the default up (a second or more behind pyenv shims) would only be thrown away.
+    wheel_pythons = [p for w in good for p in w.pythons()]
+    skip_wanted = (
+        not explicit and bool(good) and all(w.pythons() for w in good) and request not in wheel_pythons
+    )
+    wanted = None if skip_wanted else find_interpreter(uv, request, env)
     if wanted is not None and not supported(wanted.version, requires_python):
         if explicit:
             return Choice(
@@ -148,7 +154,7 @@ def choose(
     if not explicit and good:
         # The operator's wheelhouse satisfies the profile: take a Python it fits, found one request at a time
         # (not every Python on PATH), and never ask the torch index to decide (no network at all).
-        for minor in dict.fromkeys(p for w in good for p in w.pythons()):
+        for minor in dict.fromkeys(wheel_pythons):
             if wanted is not None and minor == wanted.minor:
                 continue
             py = find_interpreter(uv, minor, env)
@@ -157,10 +163,10 @@ def choose(
             w = wheel_for(py, good)
             if w is None:
                 continue
-            why = "is not available" if wanted is None else f"({wanted.version}) has no wheel there"
+            why = "has no wheel there" if skip_wanted or wanted is not None else "is not available"
             note = (
                 f"Python {py.version} ({py.path}) for the venv: the wheelhouse's torch {w.version} fits Python "
-                f"{', '.join(w.pythons())}, and Python {request} {why} (--python chooses another)"
+                f"{', '.join(w.pythons())}, and the default Python {request} {why} (--python chooses another)"
             )
             return Choice(
                 py, TorchChoice(f"torch=={w.version}", "wheelhouse", str(w.path), wheel=w), notes=(note,)
@@ -297,12 +303,26 @@ print(json.dumps(out))
 def find_image_torch(pythons: Sequence[str], env: Mapping[str, str]) -> list[AdoptCandidate]:
     """Interpreters among `pythons` whose site-packages already hold torch (read without importing it)."""
     out: list[AdoptCandidate] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, ...]] = set()
+    unique: list[str] = []
     for path in pythons:
-        if not path or path in seen or not os.path.isfile(path):
+        if not path or not os.path.isfile(path):
             continue
-        seen.add(path)
-        res = uvmod._run_quiet([path, "-c", _ADOPT_PROBE], {**env, "PYTHONNOUSERSITE": "1"}, 20.0)
+        dirs = _site_dirs(path, env)
+        key = tuple(sorted(str(d) for d in dirs))
+        if key in seen:
+            continue  # python3 and /usr/bin/python3 are often one interpreter: ask it once
+        seen.add(key)
+        # Starting an interpreter costs 0.1-0.4 s; one whose site folders hold no torch cannot offer one.
+        if any((d / "torch").is_dir() for d in dirs):
+            unique.append(path)
+    from concurrent.futures import ThreadPoolExecutor
+
+    probe_env = {**env, "PYTHONNOUSERSITE": "1"}
+    # Side by side: each is an interpreter start (~0.1-0.2 s), and bootstrap waits for all before planning.
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(unique)))) as pool:
+        results = list(pool.map(lambda p: uvmod._run_quiet([p, "-c", _ADOPT_PROBE], probe_env, 20.0), unique))
+    for path, res in zip(unique, results, strict=True):
         if not res.ok:
             continue
         try:
@@ -320,6 +340,35 @@ def find_image_torch(pythons: Sequence[str], env: Mapping[str, str]) -> list[Ado
                 )
             )
     return out
+
+
+def _site_dirs(python: str, env: Mapping[str, str]) -> list[Path]:
+    """Where `python` looks for packages, from the file system alone: its venv's and its installation's
+    site-/dist-packages (Debian's /usr/lib/python3/dist-packages, /usr/local/...), and PYTHONPATH."""
+    exe = Path(python)
+    prefixes: list[Path] = []
+    if (exe.parent.parent / "pyvenv.cfg").is_file():
+        prefixes.append(exe.parent.parent)  # a venv: its own site-packages (and maybe the base's)
+    prefixes.append(Path(os.path.realpath(exe)).parent.parent)
+    dirs: list[Path] = []
+    for prefix in dict.fromkeys(prefixes):
+        for pattern in (
+            "lib/python3*/site-packages",
+            "lib/python3*/dist-packages",
+            "lib/python3/dist-packages",
+            "local/lib/python3*/dist-packages",
+        ):
+            dirs += sorted(prefix.glob(pattern))
+    # .pth files add folders too (mw-env's own adopted-torch file among them): path lines, not `import` lines.
+    for site in list(dirs):
+        for pth in sorted(site.glob("*.pth")):
+            try:
+                lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()[:50]
+            except OSError:
+                continue
+            dirs += [Path(x.strip()) for x in lines if x.strip().startswith("/") and Path(x.strip()).is_dir()]
+    dirs += [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dirs
 
 
 def image_pythons(env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:

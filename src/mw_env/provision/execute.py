@@ -19,7 +19,7 @@ from mw_env.provision.events import DoctorHook, Events, NoEvents, StepOutcome, S
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
-from mw_env.provision.steps import HANDLERS, Run, recover_swap
+from mw_env.provision.steps import HANDLERS, BackgroundVerify, Run, recover_swap, verify_after_extras
 from mw_env.textsafe import redact
 
 
@@ -78,55 +78,101 @@ def execute(
         # our locking is merely redone (uv finds it satisfied).
         run = Run(plan=plan, state=State.load(plan.build_venv), events=events, uv=plan.uv, doctor=doctor)
         changed = False
-        for step in plan.steps:
-            if step.done:
-                outcome = StepOutcome(id=step.id, status="skipped", detail="already done")
-                events.step_finished(step, outcome)
-                outcomes.append(outcome)
-                continue
-            events.step_started(step)
-            t0 = time.monotonic()
-            try:
-                try:
-                    returned = HANDLERS[step.id](run, step)
-                except OSError as exc:  # writing a file, renaming the venv: name the path and the cause
-                    raise _os_failure(step, exc) from exc
-            except KeyboardInterrupt:
-                run.state.mark(step.id, "interrupted")
-                interrupted = StepOutcome(id=step.id, status="interrupted", duration_s=time.monotonic() - t0)
-                events.step_finished(step, interrupted)
-                raise
-            except MwEnvError as exc:
-                outcome = StepOutcome(
-                    id=step.id,
-                    status="failed",
-                    duration_s=time.monotonic() - t0,
-                    detail=exc.message,
-                    output_tail=_tail(run.outputs.get(step.id, "")),
-                )
-                events.step_finished(step, outcome)
-                outcomes.append(outcome)
-                return BootstrapResult(
-                    plan=plan,
-                    outcomes=tuple(outcomes),
-                    ok=False,
-                    total_s=time.monotonic() - start,
-                    torch_version=stepdefs.current_torch(_final(plan, step.id)),
-                    error=exc,
-                    failed_step=step.id,
-                    doctor_report=run.doctor_report,
-                    changed=True,
-                )
-            changed = changed or step.id != "preflight"
-            warned = isinstance(returned, StepWarning)
+        # The verify step's build check overlaps the pin and the extras install (see BackgroundVerify); its
+        # verdict (and an `import torch`, which must wait for the extras) comes before the env file and record.
+        pending: tuple[Step, BackgroundVerify, int] | None = None
+
+        def fail(step: Step, exc: MwEnvError, t0: float, at: int | None = None) -> BootstrapResult:
             outcome = StepOutcome(
                 id=step.id,
-                status="warn" if warned else "done",
+                status="failed",
                 duration_s=time.monotonic() - t0,
-                detail=returned.message if isinstance(returned, StepWarning) else (returned or ""),
+                detail=exc.message,
+                output_tail=_tail(run.outputs.get(step.id, "")),
             )
             events.step_finished(step, outcome)
-            outcomes.append(outcome)
+            outcomes.insert(len(outcomes) if at is None else at, outcome)
+            return BootstrapResult(
+                plan=plan,
+                outcomes=tuple(outcomes),
+                ok=False,
+                total_s=time.monotonic() - start,
+                torch_version=stepdefs.current_torch(_final(plan, step.id)),
+                error=exc,
+                failed_step=step.id,
+                doctor_report=run.doctor_report,
+                changed=True,
+            )
+
+        def join() -> BootstrapResult | None:
+            nonlocal pending
+            if pending is None:
+                return None
+            vstep, bg, at = pending
+            pending = None
+            events.step_started(vstep)
+            try:
+                detail = verify_after_extras(run, vstep, bg.output())
+            except MwEnvError as exc:
+                return fail(vstep, exc, bg.started, at)
+            outcome = StepOutcome(
+                id=vstep.id, status="done", duration_s=time.monotonic() - bg.started, detail=detail
+            )
+            events.step_finished(vstep, outcome)
+            outcomes.insert(at, outcome)
+            return None
+
+        try:
+            for i, step in enumerate(plan.steps):
+                if step.done:
+                    outcome = StepOutcome(id=step.id, status="skipped", detail="already done")
+                    events.step_finished(step, outcome)
+                    outcomes.append(outcome)
+                    continue
+                if step.id == "verify-torch" and _overlaps(plan.steps[i + 1 : i + 3]) and step.command:
+                    pending = (step, BackgroundVerify(run, step), len(outcomes))
+                    changed = True
+                    continue
+                if pending is not None and step.id not in ("pin-torch", "extras"):
+                    failed = join()
+                    if failed is not None:
+                        return failed
+                events.step_started(step)
+                t0 = time.monotonic()
+                try:
+                    try:
+                        returned = HANDLERS[step.id](run, step)
+                    except OSError as exc:  # writing a file, renaming the venv: name the path and the cause
+                        raise _os_failure(step, exc) from exc
+                except KeyboardInterrupt:
+                    run.state.mark(step.id, "interrupted")
+                    interrupted = StepOutcome(
+                        id=step.id, status="interrupted", duration_s=time.monotonic() - t0
+                    )
+                    events.step_finished(step, interrupted)
+                    raise
+                except MwEnvError as exc:
+                    if pending is not None:
+                        failed = join()  # a wrong torch build explains a failing extras install best
+                        if failed is not None:
+                            return failed
+                    return fail(step, exc, t0)
+                changed = changed or step.id != "preflight"
+                warned = isinstance(returned, StepWarning)
+                outcome = StepOutcome(
+                    id=step.id,
+                    status="warn" if warned else "done",
+                    duration_s=time.monotonic() - t0,
+                    detail=returned.message if isinstance(returned, StepWarning) else (returned or ""),
+                )
+                events.step_finished(step, outcome)
+                outcomes.append(outcome)
+            failed = join()
+            if failed is not None:
+                return failed
+        finally:
+            if pending is not None:  # interrupted, or an unexpected error: leave no child behind
+                pending[1].stop()
         final = _final(plan, "doctor")
         return BootstrapResult(
             plan=plan,
@@ -138,6 +184,11 @@ def execute(
             record=read_record(plan.venv),
             changed=changed,
         )
+
+
+def _overlaps(following: tuple[Step, ...]) -> bool:
+    """Whether the verify step can run alongside the steps after it: the pin and the extras, both to do."""
+    return [s.id for s in following] == ["pin-torch", "extras"] and not any(s.done for s in following)
 
 
 def _final(plan: Plan, step_id: str) -> Plan:

@@ -146,7 +146,9 @@ def plan(
                 "another --venv",
             )
         py = Interpreter(path=str(build_venv / "bin" / "python"), version=existing)
-        if options.python_explicit and not _same_python(options.python, existing):
+        if options.python_explicit and not _same_python(
+            options.python, existing, build_venv / "bin" / "python"
+        ):
             warnings.append(
                 f"{build_venv} has Python {existing}, not {options.python}: keeping it "
                 "(--recreate builds a new venv with the requested one)"
@@ -270,8 +272,12 @@ def _check_python_request(request: str, requires_python: str | None) -> None:
         )
 
 
-def _same_python(request: str, version: str) -> bool:
-    return (os.sep not in request and version.startswith(request.rstrip(".") + ".")) or version == request
+def _same_python(request: str, version: str, venv_python: Path | None = None) -> bool:
+    """Whether the venv's interpreter is the one `--python` asks for: a version prefix, or a path that resolves
+    to the same executable as the venv's bin/python (a path never equals a version string)."""
+    if os.sep in request:
+        return venv_python is not None and os.path.realpath(request) == os.path.realpath(venv_python)
+    return version.startswith(request.rstrip(".") + ".") or version == request
 
 
 def _adopted_from_venv(venv: Path, installed: str | None) -> AdoptCandidate | None:

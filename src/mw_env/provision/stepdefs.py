@@ -210,7 +210,8 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
         Step(
             "verify-torch",
             f"Verify torch reports the {p.build} build",
-            verify_command(py),
+            # The doctor step imports torch itself: then the verify reads the build without importing it.
+            verify_command(py, import_torch=not (p.options.doctor if p.options else True)),
             bool(installed) and state.is_done("verify-torch", verify_key(p, installed)),
         )
     )

@@ -6,6 +6,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,10 +123,69 @@ def _torch(run: Run, step: Step) -> str:
 
 
 def _verify(run: Run, step: Step) -> str:
-    p = run.plan
     res = run.command(step, step.command or (), timeout=300)
+    return verify_finish(run, res.output)
+
+
+class BackgroundVerify:
+    """The verify step's build check (torch/version.py, read without importing torch) in a child process while
+    the pin and the extras install. Only that part may overlap: `import torch` loads numpy and friends, which
+    the extras install is writing at that moment (a half-written numpy fails the import), so an import the
+    step asks for runs after the extras (`verify_after_extras`)."""
+
+    def __init__(self, run: Run, step: Step) -> None:
+        import subprocess
+        import tempfile
+
+        self.step = step
+        self.started = time.monotonic()
+        python = (step.command or (sys.executable,))[0]
+        # Open across the extras install, closed by output() or stop().
+        self._out = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            list(verify.verify_command(python, import_torch=False)),
+            env=uvmod.uv_env(run.plan.env),
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def output(self, timeout: float = 300) -> str:
+        import subprocess
+
+        try:
+            self.proc.wait(timeout=max(1.0, timeout - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.seek(0)
+        text = self._out.read()
+        self._out.close()
+        return text
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
+
+
+def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
+    """Judge the overlapped build check, then run the step's own command (with `import torch`) when it has one."""
+    detail = verify_finish(run, static_output)
+    python = (step.command or (sys.executable,))[0]
+    if step.command and tuple(step.command) != verify.verify_command(python, import_torch=False):
+        res = run.command(step, step.command, timeout=300)
+        detail = verify_finish(run, res.output)
+    return detail
+
+
+def verify_finish(run: Run, output: str) -> str:
+    """Judge the verify command's output (raises StepFailed for a wrong build) and record the step."""
+    p = run.plan
+    run.outputs["verify-torch"] = output
     try:
-        found = verify.parse(res.output)
+        found = verify.parse(output)
         verify.check(found, build=p.build, local_tag=p.local_tag, adopted=bool(p.adopted))
     except StepFailed:
         if not p.adopted:

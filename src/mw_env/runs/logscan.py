@@ -1,11 +1,16 @@
-"""Log lines that show a failure: verbatim signatures of OOMs, GPU faults, collective timeouts, and
-Python tracebacks, found by an incremental scanner (`watch` feeds it lines as they arrive)."""
+"""Log lines that show a failure: the known messages of OOMs, GPU faults and collective failures (the
+doctor's catalogue), and Python tracebacks, found by an incremental scanner (`watch` feeds it lines)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mw_env.checks.catalogue import Catalogue, Message
 
 from mw_env.textsafe import safe
 
@@ -17,34 +22,9 @@ class LogFinding:
     text: str
 
 
-# Verbatim signatures from real failures (shared/research/doctor-anchors.md, trainer-anchors.md §3).
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "oom",
-        re.compile(
-            r"(CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory|hipErrorOutOfMemory"
-            r"|out of memory on device|^MemoryError\b|Out of memory: Killed process|oom-kill:|^Killed$"
-        ),
-    ),
-    (
-        "gpu_fault",
-        re.compile(
-            r"Memory access fault by GPU node|illegal memory access|HSA_STATUS_ERROR|HW Exception by GPU node"
-            r"|device-side assert triggered|unspecified launch failure|Memory critical error by agent"
-            r"|HIP error: |hipError[A-Z]\w*|no kernel image is available|invalid device function"
-            r"|GPU Hang|Xid \d+"
-        ),
-    ),
-    (
-        "comms",
-        re.compile(
-            r"Watchdog caught collective operation timeout|collective operation timeout"
-            r"|NCCL error|RCCL error|nccl(System|Internal|Remote|Unhandled(Cuda)?)Error"
-            r"|ProcessGroupNCCL.*[Tt]imeout|NCCL (communicator|watchdog).*(abort|timeout)"
-            r"|DistNetworkError|DistStoreError"
-        ),
-    ),
-)
+# The signatures of OOMs, GPU faults and collective failures are the doctor's catalogue of known messages
+# (mw_env/checks/catalogue.yaml, each entry's `kind`): `train status`, `train watch` and `doctor --explain`
+# classify a line the same way, from one list.
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 RUN_HEADER = "=== mw-env train start "
 _TRACEBACK = "Traceback (most recent call last):"
@@ -62,11 +42,27 @@ _STOP_EXCEPTION = re.compile(
 
 
 def classify_line(line: str) -> str | None:
-    """The anomaly kind a single log line shows, or None."""
-    for kind, pattern in _PATTERNS:
-        if pattern.search(line):
-            return kind
-    return None
+    """The anomaly kind a single log line shows (its catalogue entry's `kind`), or None."""
+    msg = known_message(line)
+    return msg.kind or None if msg is not None else None
+
+
+def known_message(line: str) -> Message | None:
+    """The catalogue entry that explains the line, exactly as `mw-env doctor --explain` picks it."""
+    return _catalogue().first_match(line)
+
+
+def _candidates(lines: list[str]) -> list[int]:
+    from mw_env.checks.screen import candidate_lines
+
+    return candidate_lines(lines, [m.pattern for m in _catalogue().messages]) if lines else []
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> Catalogue:
+    from mw_env.checks.catalogue import load_catalogue
+
+    return load_catalogue()
 
 
 @dataclass
@@ -84,13 +80,17 @@ class LogScanner:
 
     def feed(self, lines: Iterable[str]) -> list[LogFinding]:
         new_from = len(self.findings)
-        for raw in lines:
+        raws = list(lines)
+        cleaned = [_RANK_PREFIX.sub("", raw.rstrip("\r\n")) for raw in raws]
+        # Only the lines a catalogue keyword occurs in can match (checks/screen.py): the rest of a long log
+        # costs a substring search, not ~80 regexes per line.
+        maybe = set(_candidates([c.strip() for c in cleaned]))
+        for i, (raw, line) in enumerate(zip(raws, cleaned, strict=True)):
             self.line_no += 1
             if raw.startswith(RUN_HEADER):
                 continue  # mw-env's own line: its command line may quote anything
-            line = _RANK_PREFIX.sub("", raw.rstrip("\r\n"))
             stripped = line.strip()
-            kind = classify_line(stripped)
+            kind = classify_line(stripped) if i in maybe else None
             if kind:
                 self.findings.append(LogFinding(kind, self.line_no, safe(stripped)))
             elif not self._in_traceback and line.startswith(USER_ERROR_PREFIXES):
