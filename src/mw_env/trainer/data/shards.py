@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import stat
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,19 @@ def expand_files(patterns: Sequence[str], key: str) -> list[Path]:
             if path.suffix not in (".jsonl", ".parquet"):
                 raise InputError(
                     f"{key}: {path} is neither .jsonl nor .parquet", hint="data files are .jsonl or .parquet"
+                )
+            # A FIFO or a device named as a shard would block the footer read forever (or stream /dev/zero):
+            # only regular files are shards.
+            try:
+                regular = stat.S_ISREG(path.stat().st_mode)
+            except OSError as exc:
+                raise InputError(
+                    f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check the path and permissions"
+                ) from None
+            if not regular:
+                raise InputError(
+                    f"{key}: {path} is not a regular file (a FIFO, device or folder)",
+                    hint="data files are regular .jsonl or .parquet files",
                 )
             out.append(path)
     return out
