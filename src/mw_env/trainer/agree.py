@@ -26,6 +26,7 @@ from typing import Any
 
 from mw_env.errors import InputError, MwEnvError
 from mw_env.runs import runlock
+from mw_env.runs.manifest import sha256_file
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.distributed import DistInfo, gather_objects
 
@@ -71,11 +72,6 @@ def config_fingerprint(config: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
 def _node_label(dist: DistInfo) -> str:
     """The node as the user numbered it (--node-rank), else torchrun's group rank."""
     node = os.environ.get("MW_ENV_NODE_RANK") or os.environ.get("GROUP_RANK") or "0"
@@ -118,7 +114,7 @@ def _describe_found(found: Found | None) -> dict[str, Any] | None:
         "step": int(found[1]["step"]),
         "path": str(path),
         "size": path.stat().st_size,
-        "sha256": _sha256(path),
+        "sha256": sha256_file(path),
     }
 
 

@@ -15,7 +15,6 @@ CheckpointError; `find_latest` turns it into "unreadable: falling back to the pr
 from __future__ import annotations
 
 import errno
-import hashlib
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 from mw_env.atomic import atomic_open, write_text_atomic
 from mw_env.errors import InputError, StepFailed
+from mw_env.runs.manifest import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
 from mw_env.trainer.checkpoint_schema import (
     CHECKS,
     CKPT_RE,
@@ -67,14 +67,6 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
                 p.unlink(missing_ok=True)
                 removed.append(p)
     return removed
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def save_checkpoint(payload: dict[str, Any], directory: Path, *, keep_last: int) -> Path:

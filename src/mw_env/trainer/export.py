@@ -30,6 +30,7 @@ from typing import Any
 
 from mw_env.atomic import atomic_path, write_json_atomic
 from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed
+from mw_env.runs.manifest import sha256_file
 from mw_env.trainer.export_bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
 from mw_env.trainer.export_verify import OUTPUT_NAME
 
@@ -173,12 +174,6 @@ def _export(
     return "torchscript"
 
 
-def _sha256(path: Path) -> str:
-    from mw_env.runs.manifest import sha256_file
-
-    return sha256_file(path)
-
-
 def export_onnx(
     *,
     checkpoint: Path,
@@ -243,7 +238,7 @@ def export_onnx(
                 f"{max_diff:g} ({per_case})",
                 hint="nothing was kept; try the other --exporter or another --opset, and report the model/torch versions",
             )
-        digest = _sha256(tmp)
+        digest = sha256_file(tmp)
         for kind in wanted:
             path = out.with_name(f"{stem}.{kind}.onnx")
             vtmp = stack.enter_context(atomic_path(path, suffix=".onnx"))
@@ -252,7 +247,7 @@ def export_onnx(
             bundle.judge_variant(kind, figures, min_agreement=min_agreement)
             variants[kind] = {
                 "onnx": path.name,
-                "sha256": _sha256(vtmp),
+                "sha256": sha256_file(vtmp),
                 "bytes": vtmp.stat().st_size,
                 "verification": {
                     "max_abs_diff": figures["max_abs_diff"],
@@ -270,7 +265,7 @@ def export_onnx(
         from mw_env.atomic import write_bytes_atomic
 
         write_bytes_atomic(out.parent / tok["model"], bytes(tokenizer.proto))
-        tok["sha256"] = _sha256(out.parent / tok["model"])
+        tok["sha256"] = sha256_file(out.parent / tok["model"])
         files.append(out.parent / tok["model"])
     meta_path = out.with_suffix(".json")
     metadata = {
@@ -289,7 +284,7 @@ def export_onnx(
         },
         "runtime_helper": bundle.RUNTIME_HELPER,
         "checkpoint": str(ckpt_path),
-        "checkpoint_sha256": _sha256(ckpt_path),
+        "checkpoint_sha256": sha256_file(ckpt_path),
         "step": step,
         "config_sha256": ckpt.get("config_sha256"),
         "exporter": used,

@@ -155,12 +155,13 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
     return corpus, trainer
 
 
-def _restore(session: Session, path: Path, ckpt: dict[str, Any]) -> None:
-    """Load a compatible checkpoint into the session (raises InputError when it is not)."""
+def _restore(session: Session, path: Path, ckpt: dict[str, Any], accepted_changes: list[str]) -> None:
+    """Load a checkpoint that passed the resume checks into the session (`accepted_changes`: the corpus
+    changes data.allow_changed_corpus let through, said once here)."""
     s, t = session, session.trainer
-    s.accepted_changes = check_compatible(
-        path, ckpt, config=s.resolved.config, dist=s.dist, corpus=s.corpus, say=s.say
-    )
+    s.accepted_changes = accepted_changes
+    for line in accepted_changes:
+        s.say(f"warning: corpus changed ({line}); continuing because data.allow_changed_corpus is true")
     try:  # validated when it was picked; a failure here is still a clean error, never a traceback
         t.model.load_state_dict(ckpt["model"])
         t.optimizer.load_state_dict(ckpt["optimizer"])
@@ -212,11 +213,13 @@ def _run(
     barrier(dist)
     corpus, trainer = _build(resolved, dist, say)
 
+    accepted: dict[Path, list[str]] = {}  # per checked checkpoint: the corpus changes allowed through
+
     def usable(path: Path, ckpt: dict[str, Any]) -> None:
         # A changed config, world size, label set or corpus is the user's change, not a damaged file: an
         # InputError that stops the search (every older checkpoint would differ the same way). A checkpoint
         # this trainer's objects cannot take is damaged: CheckpointError, the previous one is tried.
-        check_compatible(path, ckpt, config=resolved.config, dist=dist, corpus=corpus, say=lambda _msg: None)
+        accepted[path] = check_compatible(path, ckpt, config=resolved.config, dist=dist, corpus=corpus)
         ckpt_mod.check_for_run(
             path,
             ckpt,
@@ -238,7 +241,7 @@ def _run(
     session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
     if found is not None:
         resumed_from = found[0]
-        _restore(session, *found)
+        _restore(session, *found, accepted_changes=accepted.get(resumed_from, []))
         del found  # do not keep a second copy of the weights alive (nanoGPT #158)
         metrics.log("resumed", step=session.state.step, path=str(resumed_from))
         if session.accepted_changes:

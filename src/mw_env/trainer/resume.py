@@ -57,9 +57,10 @@ def corpus_changes(saved: dict[str, Any] | None, corpus: Corpus) -> list[str]:
 
 
 def check_compatible(
-    path: Path, ckpt: dict[str, Any], *, config: TrainConfig, dist: DistInfo, corpus: Corpus, say: Echo
+    path: Path, ckpt: dict[str, Any], *, config: TrainConfig, dist: DistInfo, corpus: Corpus
 ) -> list[str]:
-    """Raise InputError when this run must not continue `ckpt`; return accepted corpus changes."""
+    """Raise InputError when this run must not continue `ckpt`; return the corpus changes that
+    data.allow_changed_corpus accepts (the caller says them)."""
     diff = architecture_diff(config_from_dict(ckpt["config"]), config)
     if diff:
         raise InputError(
@@ -88,6 +89,4 @@ def check_compatible(
             hint="restore the shards, or --set data.allow_changed_corpus=true to continue on this corpus "
             "(the data order from here on is this corpus's, not a continuation), or start over with --fresh",
         )
-    for line in changes:
-        say(f"warning: corpus changed ({line}); continuing because data.allow_changed_corpus is true")
     return changes
