@@ -126,7 +126,10 @@ def validate(config: TrainConfig) -> None:
             hint="data.labels applies to data.source=files",
         )
     if d.tokenizer == "sentencepiece" and not d.spm_model:
-        raise InputError("config: data.tokenizer is 'sentencepiece' but data.spm_model is not set")
+        raise InputError(
+            "config: data.tokenizer is 'sentencepiece' but data.spm_model is not set",
+            hint="--set data.spm_model=PATH/TO/tokenizer.model, or data.tokenizer=byte",
+        )
     _check(o.schedule in SCHEDULES, "optim.schedule", o.schedule, ", ".join(SCHEDULES))
     _check(r.precision in PRECISIONS, "runtime.precision", r.precision, ", ".join(PRECISIONS))
     _check(r.sdpa_backend in SDPA_BACKENDS, "runtime.sdpa_backend", r.sdpa_backend, ", ".join(SDPA_BACKENDS))
