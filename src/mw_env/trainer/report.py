@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import write_json_atomic, write_text_atomic
+from mw_env.errors import os_error_in
 from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
 from mw_env.trainer.metrics import latest_by_step, read_metrics
 from mw_env.trainer.report_card import card_blocks
@@ -174,12 +175,18 @@ def _draw_figures(
             return rf.histogram_figure(
                 name, title, counts, bin_width=width, xlabel="input tokens per row", out_dir=out
             )
-        except Exception:  # an odd histogram is shown as a table instead
+        except (
+            Exception
+        ) as exc:  # an odd histogram is shown as a table instead; a full disk is no odd histogram
+            if os_error_in(exc) is not None:
+                raise
             return None
 
     try:
         return rf.run_figures(events, out, grad_clip=resolved.config.optim.grad_clip), draw, None
-    except Exception as exc:  # a plotting failure must not cost the rest of the report
+    except Exception as exc:  # a plotting failure must not cost the rest of the report (a disk fault does)
+        if os_error_in(exc) is not None:
+            raise
         return [], draw, f"Figures failed: {type(exc).__name__}: {exc} (metrics.jsonl has every value)."
 
 
