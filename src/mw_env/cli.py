@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bootstrap",
         "Create the training venv with the right torch for this hardware.",
     ),
+    "lock": (
+        "mw_env.commands.lock",
+        "lock",
+        "Write the venv's lock: exact packages and hashes, for this hardware.",
+    ),
     "env": ("mw_env.commands.env", "env_cmd", "Print the profile's runtime environment (eval-able)."),
     "doctor": (
         "mw_env.commands.doctor",

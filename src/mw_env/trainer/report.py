@@ -145,6 +145,11 @@ def summary_pairs(
             f"sha256 {resolved.config.sha256()[:12]}",
         ),
     ]
+    lock = facts.get("env_lock")
+    if isinstance(lock, dict) and lock.get("sha256"):
+        pairs.append(("Environment lock", Code(f"{lock.get('file')} sha256 {lock['sha256']}")))
+    else:
+        pairs.append(("Environment lock", "none (the venv has no lock; `mw-env lock` writes one)"))
     ckpt = final_checkpoint(run_dir)
     pairs.append(("Final checkpoint", Code(ckpt.relative_to(run_dir).as_posix()) if ckpt else "none"))
     return pairs
@@ -233,6 +238,8 @@ def build_blocks(
             (
                 "environment.json: the doctor's JSON report and the run's facts",
                 "packages.txt: the exact version of every package in the training venv",
+                "pylock.mw-env.toml (run folder, when the venv has a lock): every package's file and sha256, "
+                "for this hardware; `mw-env bootstrap --lock RUN/pylock.mw-env.toml` rebuilds the venv",
                 "hyperparameters.json, data_card.json: the tables above as data",
                 f"{MANIFEST} (run folder): sha256 of every artifact; `mw-env train verify RUN` checks it",
             )
