@@ -12,7 +12,7 @@ from mw_env.provision import uv as uvmod
 from mw_env.provision.choose import exact_requirement, version_fits
 from mw_env.provision.model import GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
-from mw_env.provision.venvinfo import adopted_site, installed_version, short_hash
+from mw_env.provision.venvinfo import adopted_site, installed_fingerprint, installed_version, short_hash
 
 
 def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: str) -> bool:
@@ -61,7 +61,9 @@ def extras_key(p: Plan, torch_version: str) -> str:
 
 
 def verify_key(p: Plan, torch_version: str | None) -> str:
-    return short_hash(torch_version, p.build, p.local_tag)
+    # The installed files' fingerprint: a file lost since the verify (a full disk during an install, an
+    # `rm`) makes the next bootstrap verify again rather than call a broken venv complete.
+    return short_hash(torch_version, p.build, p.local_tag, installed_fingerprint(p.build_venv))
 
 
 def env_text(p: Plan) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
+from mw_env.userjson import json_refusal, loads
 
 JSONL_BLOCK_BYTES = 4 << 20
 HINT_DAMAGED = (
@@ -70,7 +71,18 @@ def expand_files(patterns: Sequence[str], key: str) -> list[Path]:
         if not matches:
             raise InputError(f"{key}: no file matches {pattern!r}", hint="check the path (globs are allowed)")
         for m in matches:
-            path = Path(m).resolve()
+            try:
+                # strict: a link loop (or a self-link) is a fault of the file list, said as one; Python 3.11
+                # raises RuntimeError for a loop, later versions OSError(ELOOP).
+                path = Path(m).resolve(strict=True)
+            except (OSError, RuntimeError) as exc:
+                reason = getattr(exc, "strerror", None) or (
+                    "a symbolic link loop" if isinstance(exc, RuntimeError) else str(exc)
+                )
+                raise InputError(
+                    f"{key}: cannot read {m}: {reason}",
+                    hint="point the glob at real .jsonl/.parquet files (a link must lead to one)",
+                ) from None
             if path.suffix not in (".jsonl", ".parquet"):
                 raise InputError(
                     f"{key}: {path} is neither .jsonl nor .parquet", hint="data files are .jsonl or .parquet"
@@ -228,8 +240,16 @@ class RowBlock:
             import pyarrow as pa
 
             idx = pa.array(local, type=pa.int64())
-            toks = self._tokens.take(idx).to_pylist()
-            tags = self._tags.take(idx).to_pylist()
+            try:
+                toks = self._tokens.take(idx).to_pylist()
+                tags = self._tags.take(idx).to_pylist()
+            except (UnicodeDecodeError, pa.ArrowException) as exc:
+                # A writer that skipped validation can leave bytes that are not UTF-8 in a string column.
+                raise InputError(
+                    f"{self.shard.path} row group {self.block.part}: unreadable text "
+                    f"({type(exc).__name__}: {exc})",
+                    hint="string columns must hold UTF-8; " + HINT_DAMAGED,
+                ) from None
         out = []
         for i, a, b in zip(local, toks, tags, strict=True):
             out.append(check_row(self.where(i), a, b))
@@ -293,10 +313,16 @@ def _read_jsonl_block(shard: Shard, block: Block, columns: tuple[str, str]) -> R
         if not text.strip():
             continue
         try:
-            obj = json.loads(text)
+            obj = loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(
                 f"{shard.path} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})", hint=hint
+            ) from None
+        except (ValueError, RecursionError) as exc:
+            # Valid JSON that Python refuses (nesting past the recursion limit, an integer of more than
+            # 4300 digits), or a key written twice in one row.
+            raise InputError(
+                f"{shard.path} line {lineno}: not a usable JSON row ({json_refusal(exc)})", hint=hint
             ) from None
         if not isinstance(obj, dict) or tcol not in obj or gcol not in obj:
             raise InputError(
