@@ -62,6 +62,11 @@ def _venv_option(verb: str) -> Any:
     default=None,
     help="Reuse a torch of the profile's build that the base image ships (asked when not given).",
 )
+@click.option(
+    "--all-devices",
+    is_flag=True,
+    help="Install every GPU's kernels (device-all) instead of only the selected GPU's (AMD multi-arch sources).",
+)
 @click.option("--no-doctor", is_flag=True, help="Skip the final doctor run.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (the exact commands) and change nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Answer yes to questions (adopt an image's torch).")
@@ -95,6 +100,7 @@ class BootstrapArgs:
     offline: bool
     recreate: bool
     adopt: bool | None
+    all_devices: bool
     no_doctor: bool
     dry_run: bool
     yes: bool
@@ -143,6 +149,8 @@ def _bootstrap(args: BootstrapArgs) -> int:
             runtime_env=dict(sel.env),
             env=resolved.machine.env,
             companions=sel.torch.companions,
+            torch_extras=sel.torch_extras(all_devices=args.all_devices),
+            device_packages=() if args.all_devices else sel.device_packages,
         )
 
     the_plan = plan_for(options)
