@@ -98,7 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         from mw_env.trainer import stopping
 
-        if stopping.pending() is not None and os.environ.get("RANK", "0") in ("", "0"):
+        main_rank = os.environ.get("RANK", "0") in ("", "0")
+        if result.reason == "stopped" and main_rank:
+            _say(
+                f"stopped at step {result.step} with checkpoint {result.last_checkpoint}: "
+                "to resume, run the same command"
+            )
+        elif stopping.pending() is not None and main_rank:
             _say(
                 "a stop was asked for while the report was written: the run had finished; its report is complete"
             )
