@@ -69,7 +69,7 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
         f"run folder {launch.out_dir}",
         err=True,
     )
-    return run_foreground(launch, write=lambda line: click.echo(line, err=True))
+    return run_foreground(launch, write=lambda line: click.echo(line, err=True), early=stopped)
 
 
 @train.command("config")

@@ -34,22 +34,24 @@ class _StopBeforeLaunch(BaseException):
 @contextlib.contextmanager
 def stoppable_start(stopped: list[int]) -> Iterator[None]:
     """Around `mw-env train`'s own start (config, doctor): SIGTERM/SIGHUP end it cleanly, `stopped` gets the
-    signal; the caller then says so and exits 0 (nothing ran, nothing to keep)."""
+    signal; the caller then says so and exits 0 (nothing ran, nothing to keep). After the block a signal is
+    only recorded in `stopped` until run_foreground takes over (no instant where it would kill us)."""
 
     def stop(signum: int, _frame: Any) -> None:
         raise _StopBeforeLaunch(signum)
 
-    old = {}
+    installed = []
     for signum in FORWARDED:
         with contextlib.suppress(ValueError):  # not the main thread (tests)
-            old[signum] = signal.signal(signum, stop)
+            signal.signal(signum, stop)
+            installed.append(signum)
     try:
         yield
     except _StopBeforeLaunch as exc:
         stopped.append(exc.signum)
     finally:
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
+        for signum in installed:
+            signal.signal(signum, lambda s, _f: stopped.append(s))
 
 
 def stopped_before_launch(signum: int) -> str:
@@ -59,8 +61,13 @@ def stopped_before_launch(signum: int) -> str:
     )
 
 
-def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
-    """Run `launch` (a runs.launch.Launch) to its end; `write` receives each relayed stderr line."""
+def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int] | None = None) -> int:
+    """Run `launch` (a runs.launch.Launch) to its end; `write` receives each relayed stderr line. `early`:
+    signals recorded before (stoppable_start): they stop the run before or right after its start."""
+    early = early if early is not None else []
+    if early:
+        write(stopped_before_launch(early[0]))
+        return 0
     torchrun = Path(launch.argv[0]).name == "torchrun"
     nodes = getattr(launch, "nodes", None)
     multi = bool(nodes is not None and nodes.multi)
@@ -70,21 +77,35 @@ def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
         started.unlink(missing_ok=True)
         launch.env[rendezvous.STARTED_ENV] = str(started)
     oom_before = oom_kills()
-    # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
-    proc = subprocess.Popen(
-        launch.argv,
-        env=launch.env,
-        cwd=launch.cwd,
-        stderr=subprocess.PIPE if torchrun else None,
-        text=True if torchrun else None,
-        errors="replace" if torchrun else None,
-        preexec_fn=preexec(signal.SIGKILL),
-    )
-    filt = None
     forwarded: list[int] = []
+    box: list[subprocess.Popen[Any]] = []
+    handlers = (
+        contextlib.ExitStack()
+    )  # from before the start: a SIGTERM in between is passed on, never our death
+    handlers.enter_context(_forwarding(box, forwarded, workers=torchrun))
+    # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
+    try:
+        proc = subprocess.Popen(
+            launch.argv,
+            env=launch.env,
+            cwd=launch.cwd,
+            stderr=subprocess.PIPE if torchrun else None,
+            text=True if torchrun else None,
+            errors="replace" if torchrun else None,
+            preexec_fn=preexec(signal.SIGKILL),
+        )
+    except BaseException:
+        handlers.close()
+        raise
+    box.append(proc)
+    if early or forwarded:  # a signal came while the process started: pass it on now
+        forwarded.extend(early)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    filt = None
     announcer = rendezvous.Announcer(nodes, started, write) if multi else contextlib.nullcontext()
     try:
-        with _forwarding(proc, forwarded, workers=torchrun), announcer:
+        with handlers, announcer:
             if torchrun:
                 filt = relay_torchrun_stderr(proc, write=write)
             code = proc.wait()
@@ -200,7 +221,7 @@ def _ended_cleanly(out_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def _forwarding(
-    proc: subprocess.Popen[Any], forwarded: list[int], *, workers: bool = False
+    box: list[subprocess.Popen[Any]], forwarded: list[int], *, workers: bool = False
 ) -> Iterator[None]:
     """While the child runs, SIGTERM/SIGHUP of this process become a SIGTERM of the child (not our death).
 
@@ -211,6 +232,9 @@ def _forwarding(
 
     def forward(signum: int, _frame: Any) -> None:
         forwarded.append(signum)
+        if not box:
+            return  # not started yet: run_foreground passes it on once the process exists
+        proc = box[0]
         targets = children(proc.pid) if workers else []
         for pid in targets or [proc.pid]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
