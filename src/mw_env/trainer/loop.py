@@ -235,9 +235,19 @@ def _run(
         ckpt_dir, dist, resume=resume, fresh=fresh, config=resolved.config, warn=say, check=usable
     )
     facts = environment_facts(trainer.device, trainer.precision, dist.world)
-    metrics = MetricsWriter(
-        out_dir, tracking=rt.tracking, hparams=resolved.config.to_dict(), enabled=dist.main
-    )
+    hparams = resolved.config.to_dict()
+    if dist.main:
+        # The run carries the venv's lock (copied once; a resume keeps the first): its hash goes to the
+        # report and MLflow's params, and `mw-env bootstrap --lock RUN/pylock.mw-env.toml` rebuilds the venv.
+        import sys
+
+        from mw_env.envlock import carry
+
+        carried = carry(Path(sys.prefix), out_dir)
+        if carried is not None:
+            facts["env_lock"] = {"file": carried[0].name, "sha256": carried[1]}
+            hparams["env"] = {"lock": carried[0].name, "lock_sha256": carried[1]}
+    metrics = MetricsWriter(out_dir, tracking=rt.tracking, hparams=hparams, enabled=dist.main)
     session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
     if found is not None:
         resumed_from = found[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -154,3 +155,24 @@ def validate(config: TrainConfig) -> None:
     ):
         for path in paths:
             _check("\x00" not in path, key, path, "a path without NUL characters")
+            _check_path_length(key, path)
+
+
+# Linux's NAME_MAX and PATH_MAX (and those of every filesystem mw-env runs on): a longer name fails with
+# ENAMETOOLONG at the first stat, deep in a lock or a mkdir; said here, naming the key.
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def _check_path_length(key: str, path: str) -> None:
+    raw = os.fsencode(os.path.expanduser(path))
+    long_names = [n for n in raw.split(b"/") if len(n) > NAME_MAX]
+    if long_names or len(raw) > PATH_MAX:
+        what = (
+            f"a name of {len(long_names[0])} bytes ({long_names[0][:40].decode(errors='replace')}…)"
+            if long_names
+            else f"{len(raw)} bytes in all"
+        )
+        raise InputError(
+            f"config: {key}: the path is too long: {what}",
+            hint=f"names in a path are at most {NAME_MAX} bytes each, the whole path at most {PATH_MAX}",
+        )

@@ -227,11 +227,12 @@ class VectorEncoder:
             tag_words = tag_words.filter(pa.array(tag_good))
         pool, start, n_ids, bad_word = self._pieces(words)
         bad_word |= _invalid_utf8(words)
+        bad_tag = _invalid_utf8(tag_words)
         label = pc.index_in(tag_words, value_set=pa.array(self.label_names, type=pa.string()))
         label_id = label.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         row = np.repeat(np.arange(n_rows), count)
-        if bad_word.any():
-            problem[np.unique(row[bad_word])] = BAD_TEXT
+        if bad_word.any() or bad_tag.any():
+            problem[np.unique(np.concatenate([row[bad_word], row[bad_tag]]))] = BAD_TEXT
         first = np.zeros(len(row), dtype=bool)
         word_start = _excl_cumsum(count)
         first[word_start[count > 0]] = True

@@ -20,6 +20,7 @@ import numpy as np
 
 from mw_env.errors import InputError
 from mw_env.trainer.data.shards import HINT_DAMAGED, Block, Shard
+from mw_env.userjson import json_refusal, loads
 
 BATCH_ROWS = 8192  # rows decoded at a time inside a row group
 OPEN_FILES = 8  # Parquet files kept open per process
@@ -85,10 +86,17 @@ def parse_jsonl(
         if not text.strip():
             continue
         try:
-            obj = json.loads(text)
-        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-            msg = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "too deep"
-            raise InputError(f"{shard.path} line {lineno}: not valid JSON ({msg})", hint=hint) from None
+            obj = loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"{shard.path} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})", hint=hint
+            ) from None
+        except (ValueError, RecursionError) as exc:
+            # Valid JSON that Python refuses (nesting past the recursion limit, an integer of more than
+            # 4300 digits), or a key written twice in one row.
+            raise InputError(
+                f"{shard.path} line {lineno}: not a usable JSON row ({json_refusal(exc)})", hint=hint
+            ) from None
         if not isinstance(obj, dict) or tcol not in obj or gcol not in obj:
             raise InputError(
                 f"{shard.path} line {lineno}: expected an object with {tcol!r} and {gcol!r}", hint=hint

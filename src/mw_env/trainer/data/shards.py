@@ -70,7 +70,18 @@ def expand_files(patterns: Sequence[str], key: str) -> list[Path]:
         if not matches:
             raise InputError(f"{key}: no file matches {pattern!r}", hint="check the path (globs are allowed)")
         for m in matches:
-            path = Path(m).resolve()
+            try:
+                # strict: a link loop (or a self-link) is a fault of the file list, said as one; Python 3.11
+                # raises RuntimeError for a loop, later versions OSError(ELOOP).
+                path = Path(m).resolve(strict=True)
+            except (OSError, RuntimeError) as exc:
+                reason = getattr(exc, "strerror", None) or (
+                    "a symbolic link loop" if isinstance(exc, RuntimeError) else str(exc)
+                )
+                raise InputError(
+                    f"{key}: cannot read {m}: {reason}",
+                    hint="point the glob at real .jsonl/.parquet files (a link must lead to one)",
+                ) from None
             if path.suffix not in (".jsonl", ".parquet"):
                 raise InputError(
                     f"{key}: {path} is neither .jsonl nor .parquet", hint="data files are .jsonl or .parquet"

@@ -27,7 +27,7 @@ import numpy as np
 from mw_env.errors import InputError
 from mw_env.trainer.data.batches import Batch, Split, collate, pad_flat
 from mw_env.trainer.data.card import Counts
-from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, Encoded, VectorEncoder
+from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, BAD_TEXT, Encoded, VectorEncoder
 from mw_env.trainer.data.labels import LabelSet
 from mw_env.trainer.data.order import Order, Piece, RankOrder, Window, micro_batch_indices, stream_rows_of
 from mw_env.trainer.data.reader import Chunk, PieceReader, check_row, where
@@ -52,7 +52,12 @@ class Rows:
         self.shard, self.part, self.local = chunk.shard, chunk.part, chunk.local
         self.src = (chunk.tokens, chunk.tags) if enc.problem.any() else None
         # The words of the first `head` rows (printed evaluation samples); nothing else keeps words.
-        self.head: list[list[str]] = chunk.tokens.slice(0, head).to_pylist() if head else []
+        self.head: list[list[str]] = []
+        if head:
+            try:
+                self.head = chunk.tokens.slice(0, head).to_pylist()
+            except UnicodeDecodeError:  # such a row is an error when it is reached; no samples from it
+                self.head = []
 
     def where(self, i: int) -> str:
         return where(self.shards, int(self.shard[i]), int(self.part[i]), int(self.local[i]))
@@ -64,6 +69,11 @@ class Rows:
             return
         i = int(idx[int(np.argmax(bad != 0))])
         code, here = int(self.enc.problem[i]), self.where(i)
+        if code == BAD_TEXT:
+            raise InputError(
+                f"{here}: a word or tag is not valid UTF-8",
+                hint="string columns must hold UTF-8 text; re-export the shard",
+            )
         tokens, tags = self.src[0][i].as_py(), self.src[1][i].as_py()  # type: ignore[index]
         if code == BAD_ROW:
             check_row(here, tokens, tags)
@@ -77,7 +87,7 @@ class Rows:
                 hint="list every tag of the corpus in data.labels, or --set data.unknown_tags=ignore "
                 "to train on those words without a label (they are counted in the data card)",
             )
-        raise InputError(f"{here}: a word is not valid UTF-8", hint="re-export the shard as UTF-8 text")
+        raise AssertionError(f"unknown row problem {code}")
 
 
 def gather(parts: Sequence[tuple[Rows, np.ndarray]], counts: Counts | None) -> Batch:
