@@ -277,9 +277,16 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
         val_from = val_shards
     else:
         if len(all_blocks) < 2:
+            jsonl = all(s.kind == "jsonl" for s in train_shards)
+            unit = "~4 MiB blocks of lines" if jsonl else "row groups"
             raise InputError(
-                f"data.val_fraction holds out whole row groups, but the training shards have {len(all_blocks)}",
-                hint="write the shards with smaller row groups, or name validation shards in data.val_files",
+                f"data.val_fraction holds out whole {unit}, but the training shards have {len(all_blocks)}",
+                hint="name validation shards in data.val_files, or "
+                + (
+                    "split the JSONL file in two or more files"
+                    if jsonl
+                    else "write the shards with smaller row groups"
+                ),
             )
         score = {b: _in_val(data.seed, train_shards[b.shard], b, data.val_fraction) for b in all_blocks}
         held = [b for b in all_blocks if score[b] < data.val_fraction] or [
