@@ -15,6 +15,7 @@ import click
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option
 from mw_env.commands.train_options import config_options, launch_options, prepare_launch, resolve_train_config
 from mw_env.errors import EXIT_FAILED
+from mw_env.textsafe import safe
 
 RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
 
@@ -139,9 +140,11 @@ def verify_cmd(run_dir: Path, as_json: bool) -> int:
             ("missing", check.missing),
             ("not in the manifest", check.unlisted),
             ("malformed line", check.malformed),
+            ("outside the run folder (not read)", check.outside),
+            ("unreadable", check.unreadable),
         ):
-            for item in items:
-                click.echo(f"{label}: {item}")
+            for item in items:  # the manifest is data: its paths may hold escapes
+                click.echo(f"{label}: {safe(item)}")
         click.echo(
             f"{'ok' if check.ok else 'FAILED'}: {check.checked} files listed in {run_dir / 'MANIFEST.sha256'}"
         )
