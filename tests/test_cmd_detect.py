@@ -13,12 +13,6 @@ MACHINES = Path(__file__).parent / "fixtures" / "machines"
 BAD = Path(__file__).parent / "fixtures" / "profiles" / "bad"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for var in ("MW_ENV_PROFILES", "MW_ENV_PROFILE", "MW_ENV_ROOT", "MW_ENV_DEBUG", "MW_ENV_TORCH_SOURCE"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def _run_json(capsys, *args: str) -> dict:
     assert main(["detect", "--json", *args]) == 0
     out = capsys.readouterr().out
