@@ -80,9 +80,12 @@ def test_split_debug_leaves_passthrough_arguments_alone():
     assert split_debug(["detect"]) == (["detect"], False)
 
 
-def test_debug_shows_the_traceback(tmp_path):
-    with pytest.raises(InputError):
-        main(["env", "--venv", str(tmp_path / "typo"), "--debug"])
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path, capsys):
+    # Issue 20 #9: --debug used to re-raise, turning a bad-input exit 2 into Python's 1.
+    assert main(["env", "--venv", str(tmp_path / "typo"), "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "InputError" in err
+    assert "error: --venv" in err and "hint:" in err
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,13 @@ from typing import Any
 import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option
-from mw_env.commands.train_options import config_options, launch_options, prepare_launch, resolve_train_config
+from mw_env.commands.train_options import (
+    config_options,
+    launch_options,
+    prepare_launch,
+    resolve_train_config,
+    run_folder_options,
+)
 from mw_env.errors import EXIT_FAILED
 
 RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
@@ -123,14 +129,20 @@ def summary_cmd(as_json: bool, **selection: Any) -> None:
     console.print("lr at step: " + ", ".join(f"{k}: {v:.3g}" for k, v in s["lr_at"].items()))
 
 
-@train.command("verify")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@train.command(
+    "verify",
+    epilog="Exit codes: 0 every file matches, 1 a file changed, is missing or is not listed, "
+    "2 no manifest or the run has not finished (still running, or killed).",
+)
+@run_folder_options
 @json_option
-def verify_cmd(run_dir: Path, as_json: bool) -> int:
-    """Check a run folder against its MANIFEST.sha256 (exit 1 on any difference)."""
+def verify_cmd(out_dir: Path, as_json: bool) -> int:
+    """Check a finished run folder against its MANIFEST.sha256."""
     from mw_env.runs.manifest import verify_manifest
+    from mw_env.runs.runstatus import check_verifiable
 
-    check = verify_manifest(run_dir)
+    check_verifiable(out_dir)
+    check = verify_manifest(out_dir)
     if as_json:
         echo_json(check.to_dict())
     else:
@@ -142,7 +154,5 @@ def verify_cmd(run_dir: Path, as_json: bool) -> int:
         ):
             for item in items:
                 click.echo(f"{label}: {item}")
-        click.echo(
-            f"{'ok' if check.ok else 'FAILED'}: {check.checked} files listed in {run_dir / 'MANIFEST.sha256'}"
-        )
+        click.echo(check.summary(out_dir))
     return 0 if check.ok else EXIT_FAILED

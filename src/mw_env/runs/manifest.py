@@ -30,6 +30,23 @@ class ManifestCheck:
     unlisted: tuple[str, ...] = ()
     malformed: tuple[str, ...] = ()
 
+    def summary(self, run_dir: Path) -> str:
+        """`ok: 20 files ...`, or what failed counted by kind (not the number of files listed)."""
+        where = Path(run_dir) / MANIFEST
+        if self.ok:
+            return f"ok: {self.checked} files listed in {where} match"
+        kinds = [
+            f"{len(items)} {label}"
+            for label, items in (
+                ("changed", self.mismatched),
+                ("missing", self.missing),
+                ("not listed", self.unlisted),
+                ("malformed", self.malformed),
+            )
+            if items
+        ]
+        return f"FAILED: {', '.join(kinds)} (of {self.checked} files listed in {where})"
+
     def to_dict(self) -> dict[str, object]:
         return {
             "ok": self.ok,

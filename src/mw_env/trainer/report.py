@@ -38,6 +38,7 @@ from mw_env.trainer.report_doc import (
 )
 from mw_env.trainer.report_figures import Figure
 from mw_env.trainspec.config import ResolvedConfig
+from mw_env.trainspec.extras import bootstrap_hint
 
 
 def package_list() -> list[str]:
@@ -159,8 +160,8 @@ def _draw_figures(
         from mw_env.trainer import report_figures as rf
     except ImportError as exc:
         note = (
-            f"Figures skipped: matplotlib is not installed in this venv ({exc}); install mw-env[train] "
-            f"(`uv pip install --python {sys.prefix}/bin/python matplotlib`) for figures in the next report."
+            f"Figures skipped: matplotlib is not installed in this venv ({exc}); add the `train` extra "
+            f"({bootstrap_hint(sys.prefix, 'train')}) for figures in the next report."
         )
         return [], lambda *_a: None, note
 
@@ -278,6 +279,8 @@ def write_report(
     title = f"Training run report: {run_dir.name}"
     write_text_atomic(out / "report.md", to_markdown(title, blocks, base=out))
     write_text_atomic(out / "report.html", to_html(title, blocks))
+    # A forced stop's note (runs/stop.py) was about an attempt this complete report supersedes.
+    (out / "stop.md").unlink(missing_ok=True)
     write_manifest(run_dir)
     if resolved.config.runtime.tracking == "mlflow":
         _log_to_mlflow(run_dir)
