@@ -34,6 +34,8 @@ def resume_warnings(old: dict[str, Any], config: TrainConfig, step: int) -> list
     """A resume under another schedule: the rate jumps between two steps. `old` is the checkpoint's config."""
     from mw_env.trainspec.config import config_from_dict
 
+    if not isinstance(old, dict) or not {"optim", "runtime"} <= set(old):
+        return []  # a checkpoint without its config: nothing to compare against
     try:
         before = config_from_dict(old)
     except Exception:  # an older checkpoint's config: nothing to compare against
