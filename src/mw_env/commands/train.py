@@ -91,7 +91,7 @@ def summary_cmd(as_json: bool, **selection: Any) -> None:
     """The model (parameters per block, total), the data and the schedule."""
     from mw_env.trainspec.summary import summarize
 
-    info = summarize(resolve_train_config(**selection).config)
+    info = summarize(resolve_train_config(**selection).config, venv=_default_venv())
     if as_json:
         echo_json(info)
         return
@@ -116,9 +116,12 @@ def summary_cmd(as_json: bool, **selection: Any) -> None:
     else:
         val = ", ".join(d["val_files"]) if d["val_files"] else f"{d['val_fraction']:g} of the train rows"
         where = f"shards {', '.join(d['train_files'])}; validation: {val}"
-    console.print(
-        f"[bold]Data[/bold]: {where}; {d['tokenizer']} tokenizer, max_len {d['max_len']}, {len(d['labels'])} labels"
+    labels = (
+        f"{len(d['labels'])} labels ({d['labels_from']})"
+        if isinstance(d["labels"], list)
+        else f"labels {d['labels']}"
     )
+    console.print(f"[bold]Data[/bold]: {where}; {d['tokenizer']} tokenizer, max_len {d['max_len']}, {labels}")
     s = info["schedule"]
     console.print(
         f"[bold]Schedule[/bold]: {s['optimizer']}; lr {s['lr']:g}, {s['schedule']} after {s['warmup_steps']} "
@@ -127,6 +130,18 @@ def summary_cmd(as_json: bool, **selection: Any) -> None:
         f"label smoothing {s['label_smoothing']:g}"
     )
     console.print("lr at step: " + ", ".join(f"{k}: {v:.3g}" for k, v in s["lr_at"].items()))
+    for line in info["warnings"]:
+        console.print(f"[yellow]warning[/yellow]: {line}", markup=True, highlight=False)
+
+
+def _default_venv() -> Path | None:
+    """The venv bootstrap made (for reading Parquet labels when mw-env's own python has no pyarrow)."""
+    import os
+
+    from mw_env.provision.record import default_venv
+
+    venv = default_venv(dict(os.environ))
+    return venv if (venv / "bin" / "python").exists() else None
 
 
 @train.command(
