@@ -160,20 +160,18 @@ def test_next_line_runs_in_a_fresh_shell_with_the_venvs_mw_env(tmp_path):
     from mw_env.commands.env import next_line
 
     venv = _fake_bootstrapped_venv(tmp_path / "v", with_mw_env=True)
-    line = next_line(venv)
-    runnable = line.split(" (")[0]
-    res = _fresh_shell(runnable)
+    res = _fresh_shell(next_line(venv))  # the whole line, as pasted (issue 20 #3: its note broke the paste)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "venv mw-env train"
+    assert res.stdout.strip() == "venv mw-env train --config smoke"
 
 
 def test_next_line_without_mw_env_in_the_venv_names_mw_env_by_path(tmp_path):
     from mw_env.commands.env import next_line
 
     venv = _fake_bootstrapped_venv(tmp_path / "v", with_mw_env=False)
-    words = shlex.split(next_line(venv).split(" (")[0])
-    assert words[-3:] == ["train", "--venv", str(venv)]
-    res = _fresh_shell(shlex.join([*words[:-3], "--version"]))
+    words = shlex.split(next_line(venv), comments=True)
+    assert words[-5:] == ["train", "--venv", str(venv), "--config", "smoke"]
+    res = _fresh_shell(shlex.join([*words[:-5], "--version"]))
     assert res.returncode == 0 and "mw-env" in res.stdout, res.stderr
 
 
