@@ -18,7 +18,6 @@ import pytest
 
 from mw_env import cli as cli_module
 from mw_env.cli import COMMANDS, main, split_debug
-from mw_env.errors import InputError
 
 
 def _all_command_paths() -> list[list[str]]:

@@ -5,17 +5,69 @@ the stale-temporary sweeps of checkpoints and manifests), flushed and fsynced, r
 os.replace (atomic on POSIX), and then the folder is fsynced so the rename itself survives a power cut. On any
 failure, Ctrl-C included, the temporary file is removed and the old file is untouched. Stdlib only: both
 mw-env's own interpreter and the trainer in the venv use it.
+
+Being the one writer makes it the one fault seam: `MW_ENV_FAULTS` (tests only, like a full disk that the
+test machine cannot make) fails chosen writes with a chosen errno, e.g. `ENOSPC:report.html` or
+`EIO:step-*.pt#2` (from the 2nd matching write on, as a disk that filled up stays full). The fault is
+raised from inside the write, after some bytes went out, so the caller sees what a real disk does: torch's
+zip writer wraps it in its RuntimeError, a text writer gets the OSError mid-file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno as errno_mod
+import fnmatch
 import json
 import os
 import secrets
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
+
+_in_open = threading.local()
+
+
+FAULTS_ENV = "MW_ENV_FAULTS"
+_fault_counts: dict[str, int] = {}
+
+
+def fault_for(path: str | Path) -> OSError | None:
+    """The OSError `MW_ENV_FAULTS` arms for a write of `path` (matched on its name), or None."""
+    spec = os.environ.get(FAULTS_ENV)
+    if not spec:
+        return None
+    name = Path(path).name
+    for entry in spec.split(","):
+        code, _, rest = entry.strip().partition(":")
+        pattern, _, nth = rest.partition("#")
+        if not pattern or not fnmatch.fnmatchcase(name, pattern):
+            continue
+        _fault_counts[entry] = _fault_counts.get(entry, 0) + 1
+        if _fault_counts[entry] >= int(nth or 1):
+            num = getattr(errno_mod, code.upper(), errno_mod.EIO)
+            return OSError(num, os.strerror(num), str(path))
+    return None
+
+
+class _FailingWriter:
+    """A file object that writes `allow` bytes, then raises `fault`: a disk that fills during the write."""
+
+    def __init__(self, fh: IO[Any], fault: OSError, allow: int = 4096) -> None:
+        self._fh, self._fault, self._left = fh, fault, allow
+
+    def write(self, data: Any) -> int:
+        if len(data) > self._left:
+            if self._left:
+                self._fh.write(data[: self._left])
+                self._left = 0
+            raise self._fault
+        self._left -= len(data)
+        return self._fh.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
 
 
 def temporary_name(path: Path, suffix: str = "") -> Path:
@@ -46,7 +98,9 @@ def _fsync_file(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path, *, mode: int | None = None, suffix: str = "") -> Iterator[Path]:
+def atomic_path(
+    path: str | Path, *, mode: int | None = None, suffix: str = "", _faults: bool = True
+) -> Iterator[Path]:
     """Yield a temporary path to write (by any library: torch.save, an ONNX exporter); commit it on exit.
 
     The caller's writer may close the file itself; the commit fsyncs it again by name before the rename.
@@ -57,6 +111,9 @@ def atomic_path(path: str | Path, *, mode: int | None = None, suffix: str = "") 
     tmp = temporary_name(final, suffix)
     try:
         yield tmp
+        fault = fault_for(final) if _faults else None  # atomic_open raises its own inside the write
+        if fault is not None:
+            raise fault
         _fsync_file(tmp)
         if mode is not None:
             os.chmod(tmp, mode)
@@ -73,12 +130,15 @@ def atomic_open(path: str | Path, mode: str = "w", *, file_mode: int | None = No
     """`open()` for writing, atomically: text ("w", UTF-8) or binary ("wb")."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode must be 'w' or 'wb', not {mode!r}")
-    with atomic_path(path, mode=file_mode) as tmp:
+    fault = fault_for(path)
+    with atomic_path(path, mode=file_mode, _faults=False) as tmp:
         kwargs: dict[str, Any] = {"encoding": "utf-8"} if mode == "w" else {}
         # O_EXCL: a leftover temporary of the same name is never written through.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if file_mode is not None else 0o666)
         with os.fdopen(fd, mode, **kwargs) as fh:
-            yield fh
+            yield fh if fault is None else cast(IO[Any], _FailingWriter(fh, fault))
+            if fault is not None:  # a writer that wrote less than `allow` bytes still meets the full disk
+                raise fault
             fh.flush()
             os.fsync(fh.fileno())
 

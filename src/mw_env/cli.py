@@ -16,7 +16,7 @@ import sys
 import click
 
 from mw_env import __version__
-from mw_env.errors import EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError
+from mw_env.errors import EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError, os_fault
 from mw_env.textsafe import safe_message
 
 # name -> (module, attribute, one-line help). Order is the order of `mw-env --help`.
@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "mw_env.commands.bootstrap",
         "bootstrap",
         "Create the training venv with the right torch for this hardware.",
+    ),
+    "lock": (
+        "mw_env.commands.lock",
+        "lock",
+        "Write the venv's lock: exact packages and hashes, for this hardware.",
     ),
     "env": ("mw_env.commands.env", "env_cmd", "Print the profile's runtime environment (eval-able)."),
     "doctor": (
@@ -129,6 +134,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except OSError as exc:
+        if debug:
+            raise
+        # The net under every command: a fault of the machine or of a path (a full disk, EIO, a name too
+        # long) that no narrower handler caught is still one sentence with the documented exit code.
+        err = os_fault(exc, "use")
+        click.echo(f"error: {safe_message(err.message)}", err=True)
+        click.echo(f"hint: {safe_message(err.hint)}", err=True)
+        return err.exit_code
     except click.ClickException as exc:
         # Usage errors speak the same two lines as every other error; the usage goes into the hint.
         ctx = getattr(exc, "ctx", None)

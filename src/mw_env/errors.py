@@ -41,3 +41,76 @@ class StepFailed(MwEnvError):
     """A provisioning step or a training run failed. Exit code 1."""
 
     exit_code = EXIT_FAILED
+
+
+# errno -> (what it means in words, what to do, exit code). A fault of the machine (a full disk, an I/O
+# error) is a failed run, exit 1; a path the user named that cannot work (too long, a link loop) is bad
+# input, exit 2. Stdlib errno only: the trainer in the venv uses this too.
+def _os_words() -> dict[int, tuple[str, str, int]]:
+    import errno
+
+    full = (
+        "the disk is full",
+        "free space on that filesystem, then run the same command again",
+    )
+    return {
+        errno.ENOSPC: (*full, EXIT_FAILED),
+        errno.EDQUOT: ("the disk quota is exceeded", full[1], EXIT_FAILED),
+        errno.EIO: (
+            "an I/O error (the disk or the filesystem failed)",
+            "check the disk (dmesg, smartctl), then run the same command again",
+            EXIT_FAILED,
+        ),
+        errno.EROFS: ("the filesystem is read-only", "choose a writable folder", EXIT_FAILED),
+        errno.EACCES: ("permission denied", "check the owner and mode of the path (ls -ld)", EXIT_USAGE),
+        errno.EPERM: ("operation not permitted", "check the owner and mode of the path (ls -ld)", EXIT_USAGE),
+        errno.ENAMETOOLONG: (
+            "a name in the path is too long",
+            "use a path whose names are at most 255 bytes each (4095 bytes in all)",
+            EXIT_USAGE,
+        ),
+        errno.ELOOP: (
+            "a symbolic link loop",
+            "fix the links so they lead to a real file or folder",
+            EXIT_USAGE,
+        ),
+        errno.ENOENT: ("no such file or folder", "check the path", EXIT_USAGE),
+        errno.ENOTDIR: ("a part of the path is not a folder", "check the path", EXIT_USAGE),
+        errno.EISDIR: ("it is a folder", "name a file", EXIT_USAGE),
+    }
+
+
+def os_fault(exc: OSError, action: str, path: object = None) -> MwEnvError:
+    """`exc` as one sentence: `cannot ACTION PATH: the disk is full` with a hint and the documented code."""
+    where = path if path is not None else (exc.filename if exc.filename is not None else "")
+    shown = f" {where}" if where != "" else ""
+    words = _os_words().get(exc.errno or 0)
+    if words is None:
+        return MwEnvError(
+            f"cannot {action}{shown}: {exc.strerror or type(exc).__name__}",
+            hint="check the path and the disk, then run the same command again",
+            exit_code=EXIT_FAILED,
+        )
+    what, hint, code = words
+    cls = InputError if code == EXIT_USAGE else MwEnvError
+    return cls(f"cannot {action}{shown}: {what}", hint=hint, exit_code=code)
+
+
+def os_error_in(exc: BaseException) -> OSError | None:
+    """The OSError behind `exc`: itself, or one in its cause/context chain. torch's zip writer turns an
+    ENOSPC from its write callback into `RuntimeError: [enforce fail at inline_container.cc] unexpected pos`
+    with the OSError as its context; the OSError is the fault to name."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, OSError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def os_words(exc: OSError) -> str:
+    """What an OSError means, in words ("the disk is full", "an I/O error (…)")."""
+    words = _os_words().get(exc.errno or 0)
+    return words[0] if words else (exc.strerror or type(exc).__name__)

@@ -205,6 +205,36 @@ def _yaml_classes() -> tuple[Any, type[Exception]]:
             finally:
                 self._depth -= 1
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            # SafeLoader keeps the last of two equal keys silently: `model:` twice would drop the first
+            # section. A repeated key is bad input, named with both lines. (`<<` merge keys are flattened
+            # by SafeLoader before this runs, so an override through a merge is still allowed.)
+            if isinstance(node, yaml.MappingNode):
+                own = {id(k) for k, _ in node.value}  # keys written here, not merged in by `<<`
+                self.flatten_mapping(node)
+                seen: dict[Any, Any] = {}
+                for key_node, _value in node.value:
+                    if id(key_node) not in own:
+                        continue
+                    try:
+                        key = self.construct_object(key_node, deep=True)
+                        hash(key)
+                    except Exception:
+                        continue  # an unhashable key: SafeLoader's own error says it
+                    if key in seen:
+                        raise Duplicate(seen[key].start_mark, key_node.start_mark, key)
+                    seen[key] = key_node
+            return super().construct_mapping(node, deep=deep)
+
+    class Duplicate(yaml.constructor.ConstructorError):
+        def __init__(self, first: Any, second: Any, key: Any) -> None:
+            super().__init__(
+                None,
+                None,
+                f"the key {key!r} appears twice (lines {first.line + 1} and {second.line + 1})",
+                second,
+            )
+
     return BoundedLoader, TooDeep
 
 
@@ -226,7 +256,10 @@ def load_yaml(text: str, *, source: str, syntax_fallback: Any = _RAISE) -> Any:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = exc.problem or exc.context or str(exc).splitlines()[0]
-        raise InputError(f"{source}: invalid YAML{where}: {problem}", hint="fix the YAML syntax") from None
+        hint = "keep one of them: a repeated key drops the first" if "appears twice" in problem else None
+        raise InputError(
+            f"{source}: invalid YAML{where}: {problem}", hint=hint or "fix the YAML syntax"
+        ) from None
     except RecursionError:
         raise InputError(f"{source}: YAML nested too deeply", hint="flatten the structure") from None
     except Exception as exc:

@@ -38,6 +38,9 @@ def check_venv(ctx: DoctorContext) -> list[CheckResult]:
     st = static.stage("static") or {}
     out.append(result("venv.python", AREA, "venv python runs", "pass", f"Python {st.get('python')} ({py})"))
     out.append(_record(ctx))
+    lock_check = _lock(ctx)
+    if lock_check is not None:
+        out.append(lock_check)
     env_check = _env_file(ctx)
     if env_check is not None:
         out.append(env_check)
@@ -91,6 +94,49 @@ def _record(ctx: DoctorContext) -> CheckResult:
         )
         return result("venv.record", AREA, title, "warn", cause, fix)
     return result("venv.record", AREA, title, "pass", f"profile {rec.profile}, {rec.torch_requirement}")
+
+
+def _lock(ctx: DoctorContext) -> CheckResult | None:
+    """The venv still holds what its lock says: a later `pip install` that added, removed or changed a
+    package is drift, named with both versions."""
+    if ctx.record is None:
+        return None
+    from mw_env.envlock import LOCK_FILE
+    from mw_env.envlock.drift import compare, installed
+    from mw_env.envlock.lockfile import read_lock
+    from mw_env.errors import InputError
+
+    title = "venv matches its lock"
+    path = ctx.venv / LOCK_FILE
+    if not os.path.lexists(path):
+        return result(
+            "venv.lock",
+            AREA,
+            title,
+            "skip",
+            f"no {LOCK_FILE} (made before locks, or by hand); `mw-env lock --venv {ctx.venv}` writes one",
+        )
+    try:
+        lock = read_lock(path)
+    except InputError as exc:
+        cause, fix = ctx.fix("venv.lock_invalid", lock=path, error=exc.message, venv=ctx.venv)
+        return result("venv.lock", AREA, title, "warn", cause, fix)
+    drift = compare(lock, installed(ctx.venv))
+    if drift.any:
+        cause, fix = ctx.fix(
+            "venv.lock_drift",
+            lock=path,
+            changes="; ".join(drift.lines()),
+            venv=ctx.venv,
+        )
+        return result("venv.lock", AREA, title, "warn", cause, fix)
+    return result(
+        "venv.lock",
+        AREA,
+        title,
+        "pass",
+        f"{len(lock.packages)} packages as locked (sha256 {lock.sha256[:12]}, {lock.meta.hardware()})",
+    )
 
 
 def _env_file(ctx: DoctorContext) -> CheckResult | None:

@@ -62,6 +62,11 @@ def _venv_option(verb: str) -> Any:
     default=None,
     help="Reuse a torch of the profile's build that the base image ships (asked when not given).",
 )
+@click.option(
+    "--all-devices",
+    is_flag=True,
+    help="Install every GPU's kernels (device-all) instead of only the selected GPU's (AMD multi-arch sources).",
+)
 @click.option("--no-doctor", is_flag=True, help="Skip the final doctor run.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (the exact commands) and change nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Answer yes to questions (adopt an image's torch).")
@@ -95,6 +100,7 @@ class BootstrapArgs:
     offline: bool
     recreate: bool
     adopt: bool | None
+    all_devices: bool
     no_doctor: bool
     dry_run: bool
     yes: bool
@@ -143,6 +149,8 @@ def _bootstrap(args: BootstrapArgs) -> int:
             runtime_env=dict(sel.env),
             env=resolved.machine.env,
             companions=sel.torch.companions,
+            torch_extras=sel.torch_extras(all_devices=args.all_devices),
+            device_packages=() if args.all_devices else sel.device_packages,
         )
 
     the_plan = plan_for(options)
@@ -191,11 +199,14 @@ def _bootstrap(args: BootstrapArgs) -> int:
         echo_json(result.to_dict())
     if not result.ok:
         err = result.error
+        # soft_wrap: one line each, as every other error:/hint: (rich would break a long hint at the
+        # terminal's width, leaving a word alone on a third line).
         out.print(
-            f"[red]error:[/] step {result.failed_step}: {escape(safe_message(err.message if err else 'failed'))}"
+            f"[red]error:[/] step {result.failed_step}: {escape(safe_message(err.message if err else 'failed'))}",
+            soft_wrap=True,
         )
         if err and err.hint:
-            out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}")
+            out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}", soft_wrap=True)
         out.print(f"state kept: re-run to resume at '{result.failed_step}' ({result.total_s:.1f}s)")
         return err.exit_code if err else EXIT_FAILED
     verb = "ready" if result.changed else "already complete, nothing changed"
@@ -255,9 +266,9 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
             "--adopt-torch reuses it instead of downloading"
         )
     if the_plan.problem:
-        out.print(f"[red]problem:[/] {the_plan.problem}")
+        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem))}", soft_wrap=True)
         if the_plan.problem_hint:
-            out.print(f"[yellow]hint:[/] {the_plan.problem_hint}")
+            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem_hint))}", soft_wrap=True)
     for i, step in enumerate(the_plan.steps, 1):
         mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
         out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")

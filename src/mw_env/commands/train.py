@@ -21,6 +21,7 @@ from mw_env.commands.train_options import (
     run_folder_options,
 )
 from mw_env.errors import EXIT_FAILED
+from mw_env.textsafe import safe
 
 RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
 
@@ -166,8 +167,10 @@ def verify_cmd(out_dir: Path, as_json: bool) -> int:
             ("missing", check.missing),
             ("not in the manifest", check.unlisted),
             ("malformed line", check.malformed),
+            ("outside the run folder (not read)", check.outside),
+            ("unreadable", check.unreadable),
         ):
-            for item in items:
-                click.echo(f"{label}: {item}")
+            for item in items:  # the manifest is data: its paths may hold escapes
+                click.echo(f"{label}: {safe(item)}")
         click.echo(check.summary(out_dir))
     return 0 if check.ok else EXIT_FAILED

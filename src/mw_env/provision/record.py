@@ -73,19 +73,13 @@ def env_path(venv: Path) -> Path:
 
 def read_record(venv: Path) -> VenvRecord | None:
     """The record of a bootstrapped venv, None when there is none; InputError when it is corrupt."""
-    from mw_env import userfile
+    from mw_env import userfile, userjson
 
     path = record_path(venv)
     if not os.path.lexists(path):
         return None
     text = userfile.read_text(path, what="venv record")  # bounded, non-blocking, UTF-8 checked
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
-            hint="re-run `mw-env bootstrap` to rewrite it",
-        ) from exc
+    data = userjson.load_json(text, source=str(path), hint="re-run `mw-env bootstrap` to rewrite it")
     if not isinstance(data, dict):
         raise InputError(f"{path} must hold a JSON object", hint="re-run `mw-env bootstrap` to rewrite it")
     required = ("profile", "torch_requirement", "torch_version", "torch_build", "python")

@@ -172,26 +172,44 @@ class BackgroundVerify:
 
 def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
     """Judge the overlapped build check, then run the step's own command (with `import torch`) when it has one."""
-    detail = verify_finish(run, static_output)
     python = (step.command or (sys.executable,))[0]
-    if step.command and tuple(step.command) != verify.verify_command(python, import_torch=False):
-        res = run.command(step, step.command, timeout=300)
+    imports = bool(step.command) and tuple(step.command) != verify.verify_command(python, import_torch=False)
+    # The step is recorded done only by the last check it owns: with an `import torch` check to come, the
+    # static check alone must not mark it (a venv whose torch does not import was later called "ready").
+    detail = verify_finish(run, static_output, record=not imports)
+    if imports:
+        res = run.command(step, step.command or (), timeout=300)
         detail = verify_finish(run, res.output)
     return detail
 
 
-def verify_finish(run: Run, output: str) -> str:
-    """Judge the verify command's output (raises StepFailed for a wrong build) and record the step."""
+# Less free space than this after an install whose verify failed: the full disk is named as the likely cause.
+LOW_DISK = 1 << 30
+
+
+def verify_finish(run: Run, output: str, *, record: bool = True) -> str:
+    """Judge the verify command's output (raises StepFailed for a wrong build) and, with `record`, record
+    the step done."""
     p = run.plan
     run.outputs["verify-torch"] = output
     try:
         found = verify.parse(output)
         verify.check(found, build=p.build, local_tag=p.local_tag, adopted=bool(p.adopted))
-    except StepFailed:
+    except StepFailed as exc:
+        run.state.mark("verify-torch", "started")  # never "done" over a failed check, whatever came before
         if not p.adopted:
             run.state.mark("torch", "started")  # the next run reinstalls torch instead of trusting it
+        free = venvinfo.free_bytes(p.build_venv)
+        if free is not None and free < LOW_DISK:
+            # uv can report success over a disk that filled mid-install (a package left without a file):
+            # the import then fails for a reason that only the free space explains.
+            exc.hint = (
+                f"the disk of {p.build_venv} has only {free / GiB:.2f} GiB free: an install that ran out of "
+                "space leaves packages half-written; free space, then run bootstrap again with --recreate"
+            )
         raise
-    run.state.mark("verify-torch", "done", stepdefs.verify_key(p, stepdefs.current_torch(p)))
+    if record:
+        run.state.mark("verify-torch", "done", stepdefs.verify_key(p, stepdefs.current_torch(p)))
     return f"torch {found.version} ({found.build}{', hip ' + found.hip if found.hip else ''}" + (
         f", cuda {found.cuda})" if found.cuda else ")"
     )

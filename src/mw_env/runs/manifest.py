@@ -17,7 +17,7 @@ from pathlib import Path
 from mw_env.atomic import write_text_atomic
 
 MANIFEST = "MANIFEST.sha256"
-EXCLUDED_NAMES = {MANIFEST, "train.log", "run.json", "state.json"}
+EXCLUDED_NAMES = {MANIFEST, "train.log", "run.json", "state.json", "torchrun.log"}
 EXCLUDED_DIRS = {"mlruns"}  # only at the top of the run folder
 
 
@@ -29,6 +29,8 @@ class ManifestCheck:
     missing: tuple[str, ...] = ()
     unlisted: tuple[str, ...] = ()
     malformed: tuple[str, ...] = ()
+    outside: tuple[str, ...] = ()  # listed paths that leave the run folder: never opened
+    unreadable: tuple[str, ...] = ()  # "path (reason)": permission denied, a name too long, an I/O error
 
     def summary(self, run_dir: Path) -> str:
         """`ok: 20 files ...`, or what failed counted by kind (not the number of files listed)."""
@@ -42,6 +44,8 @@ class ManifestCheck:
                 ("missing", self.missing),
                 ("not listed", self.unlisted),
                 ("malformed", self.malformed),
+                ("outside the run folder", self.outside),
+                ("unreadable", self.unreadable),
             )
             if items
         ]
@@ -55,6 +59,8 @@ class ManifestCheck:
             "missing": list(self.missing),
             "unlisted": list(self.unlisted),
             "malformed": list(self.malformed),
+            "outside": list(self.outside),
+            "unreadable": list(self.unreadable),
         }
 
 
@@ -84,10 +90,18 @@ def _write(run_dir: Path, entries: dict[str, str]) -> Path:
     return path
 
 
+# A manifest lists one line per file of a run; 64 MiB is ~500 000 files, far past any run folder.
+MANIFEST_MAX_BYTES = 64 << 20
+
+
 def read_manifest(run_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """(path -> digest, malformed lines); InputError when the manifest is not a readable UTF-8 file."""
+    from mw_env import userfile
+
     entries: dict[str, str] = {}
     malformed: list[str] = []
-    for line in (run_dir / MANIFEST).read_text().splitlines():
+    text = userfile.read_text(run_dir / MANIFEST, what="manifest", max_bytes=MANIFEST_MAX_BYTES)
+    for line in text.splitlines():
         digest, sep, rel = line.partition("  ")
         if not sep or len(digest) != 64 or not rel:
             malformed.append(line)
@@ -113,23 +127,54 @@ def add_to_manifest(run_dir: Path, paths: Iterable[Path]) -> Path:
     return _write(run_dir, entries)
 
 
+def _inside(root: Path, rel: str) -> Path | None:
+    """The file `rel` names under `root`, or None when it leaves the run folder (an absolute path, a `..`
+    component, a NUL, or a link inside that leads out). A manifest is data of the run folder: it may only
+    make verify read files of that folder, never `/etc/shadow`."""
+    if "\0" in rel or rel.startswith("/") or ".." in rel.split("/"):
+        return None
+    path = root / rel
+    target = path.resolve()  # not strict: a missing file is reported as missing, not as outside
+    if target != root and root not in target.parents:
+        return None
+    return path
+
+
 def verify_manifest(run_dir: Path) -> ManifestCheck:
-    """Re-hash every listed file; report changed, missing and unlisted artifacts."""
+    """Re-hash every listed file inside the run folder; report changed, missing, unlisted, unreadable
+    artifacts and listed paths outside the folder (never opened)."""
+    import stat
+
     from mw_env.errors import InputError
 
     run_dir = Path(run_dir)
     if not (run_dir / MANIFEST).is_file():
         raise InputError(f"{run_dir}: no {MANIFEST}", hint="is this a finished run folder?")
     entries, malformed = read_manifest(run_dir)
-    mismatched, missing = [], []
+    root = run_dir.resolve()
+    mismatched, missing, outside, unreadable = [], [], [], []
     for rel, digest in entries.items():
-        path = run_dir / rel
-        if not path.is_file():
-            missing.append(rel)
-        elif sha256_file(path) != digest:
-            mismatched.append(rel)
+        try:
+            path = _inside(root, rel)
+            if path is None:
+                outside.append(rel)
+            elif not os.path.lexists(path):
+                missing.append(rel)
+            elif not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device is never opened
+                unreadable.append(f"{rel} (not a regular file)")
+            elif sha256_file(path) != digest:
+                mismatched.append(rel)
+        except (OSError, RuntimeError) as exc:  # a name too long, a link loop, permission denied, EIO
+            unreadable.append(f"{rel} ({getattr(exc, 'strerror', None) or type(exc).__name__})")
     unlisted = [rel for rel in _artifacts(run_dir) if rel not in entries]
-    ok = not (mismatched or missing or unlisted or malformed)
+    ok = not (mismatched or missing or unlisted or malformed or outside or unreadable)
     return ManifestCheck(
-        ok, len(entries), tuple(mismatched), tuple(missing), tuple(unlisted), tuple(malformed)
+        ok,
+        len(entries),
+        tuple(mismatched),
+        tuple(missing),
+        tuple(unlisted),
+        tuple(malformed),
+        tuple(outside),
+        tuple(unreadable),
     )

@@ -141,13 +141,13 @@ def _trainer_alive(record: RunRecord, *, proc: Path = PROC) -> bool:
 
 def read_run(out_dir: Path) -> RunRecord | None:
     """The run record in `out_dir`, None when there is none; InputError when it is unreadable."""
-    from mw_env import userfile
+    from mw_env import userfile, userjson
 
     path = Path(out_dir) / RUN_FILE
     if not os.path.lexists(path):
         return None
     try:  # bounded and non-blocking: a FIFO or a binary file here is an error, not a hang
-        data = json.loads(userfile.read_text(path, what="run record"))
+        data = userjson.load_json(userfile.read_text(path, what="run record"), source="the run record")
     except (InputError, ValueError, RecursionError) as exc:
         why = exc.message if isinstance(exc, InputError) else str(exc)
         raise InputError(f"cannot read {path}: {why}", hint="delete it if no run is alive there") from None

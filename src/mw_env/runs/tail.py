@@ -66,7 +66,7 @@ class MetricsTail:
                 continue
             try:
                 event = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # torn JSON, nesting past the stack, a 5000-digit number
                 self.bad_lines += 1
                 continue
             if isinstance(event, dict) and isinstance(event.get("event"), str):

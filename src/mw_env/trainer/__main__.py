@@ -7,12 +7,14 @@ torchrun for several processes. Errors print as `error:` / `hint:` lines with th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.errors import EXIT_INTERRUPTED, MwEnvError
+from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, MwEnvError, os_error_in
 
 if TYPE_CHECKING:
     from mw_env.trainspec.config import ResolvedConfig
@@ -50,7 +52,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
-        import os
         import signal
 
         from mw_env.lifeline import die_with_torchrun
@@ -61,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         # stop like SIGTERM, not a death without a checkpoint: the loop's SIGTERM handler takes it from here.
         signal.signal(signal.SIGHUP, lambda _s, _f: os.kill(os.getpid(), signal.SIGTERM))
     args = _parser().parse_args(argv)
+    started = os.environ.get("MW_ENV_STARTED_FILE")  # runs/rendezvous.py: the nodes met, the trainer runs
+    if started and args.command == "run":
+        with contextlib.suppress(OSError):
+            Path(started).touch()
     try:
         if args.command == "verify":
             from mw_env.runs.manifest import verify_manifest
@@ -86,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             resume=args.resume,
             fresh=args.fresh,
             doctor_json=args.doctor_json,
-            echo=lambda msg: print(msg, flush=True),
+            echo=_say,
         )
         return 0
     except MwEnvError as exc:
@@ -99,6 +104,35 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (OSError, RuntimeError) as exc:
+        # A fault of the machine at any write (metrics, data card, report, manifest, export): one sentence
+        # naming the fault and the file, exit 1; torch's RuntimeError that wraps an OSError counts as it.
+        cause = os_error_in(exc)
+        if cause is None:
+            raise
+        return _fault(cause)
+
+
+def _fault(exc: OSError) -> int:
+    import errno
+
+    from mw_env.errors import os_fault
+    from mw_env.textsafe import safe_message
+
+    writing = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+    err = os_fault(exc, "write" if writing else "use")
+    hint = f"{err.hint}: it resumes from the newest checkpoint (all are kept)"
+    print(f"error: {safe_message(err.message)}", file=sys.stderr, flush=True)
+    print(f"hint: {safe_message(hint)}", file=sys.stderr, flush=True)
+    return EXIT_FAILED  # a fault of the machine during a run: the run failed (exit 1), whatever the errno
+
+
+def _say(msg: str) -> None:
+    # Everything the trainer prints may quote the corpus (eval samples, labels, paths): terminal escapes in
+    # a token are shown escaped, never executed by the terminal.
+    from mw_env.textsafe import safe
+
+    print(safe(msg, limit=None, newlines=True), flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import atomic_open, write_text_atomic
-from mw_env.errors import InputError, StepFailed
+from mw_env.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault, os_words
 from mw_env.runs.manifest import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
 from mw_env.trainer.checkpoint_schema import (
     CHECKS,
@@ -48,24 +48,36 @@ def sidecar_path(path: Path) -> Path:
 
 def list_checkpoints(directory: Path) -> list[Path]:
     """Complete checkpoints (by name), oldest first; temporaries and sidecars are never listed."""
-    if not directory.is_dir():
-        return []
-    found = [p for p in directory.iterdir() if CKPT_RE.fullmatch(p.name)]
+    try:
+        if not directory.is_dir():
+            return []
+        found = [p for p in directory.iterdir() if CKPT_RE.fullmatch(p.name)]
+    except OSError as exc:  # mode 000, EIO: a sentence naming the folder, never a traceback
+        raise _unreadable_folder(directory, exc) from None
     return sorted(found, key=lambda p: p.name)
+
+
+def _unreadable_folder(directory: Path, exc: OSError) -> MwEnvError:
+    err = os_fault(exc, "read the checkpoints folder", directory)
+    err.hint = f"{err.hint}; the checkpoints in it are kept, then run the same command again to resume"
+    return err
 
 
 def remove_stale_temporaries(directory: Path) -> list[Path]:
     """Delete `*.tmp-*` left by a process killed mid-write, and sidecars whose checkpoint is gone."""
     removed = []
-    if directory.is_dir():
-        for p in directory.iterdir():
-            orphan = (
-                p.name.endswith(".pt" + SIDECAR_SUFFIX)
-                and not p.with_name(p.name[: -len(SIDECAR_SUFFIX)]).exists()
-            )
-            if ".pt.tmp-" in p.name or ".pt.sha256.tmp-" in p.name or orphan:
-                p.unlink(missing_ok=True)
-                removed.append(p)
+    try:
+        if directory.is_dir():
+            for p in directory.iterdir():
+                orphan = (
+                    p.name.endswith(".pt" + SIDECAR_SUFFIX)
+                    and not p.with_name(p.name[: -len(SIDECAR_SUFFIX)]).exists()
+                )
+                if ".pt.tmp-" in p.name or ".pt.sha256.tmp-" in p.name or orphan:
+                    p.unlink(missing_ok=True)
+                    removed.append(p)
+    except OSError as exc:
+        raise _unreadable_folder(directory, exc) from None
     return removed
 
 
@@ -82,25 +94,35 @@ def save_checkpoint(payload: dict[str, Any], directory: Path, *, keep_last: int)
         with atomic_open(final, "wb") as fh:
             torch.save(payload, fh)
         write_text_atomic(sidecar_path(final), f"{sha256_of(final)}  {final.name}\n")
+    except (OSError, RuntimeError) as exc:
+        cause = os_error_in(exc)  # torch's zip writer wraps the OSError in a RuntimeError
+        if cause is None:
+            raise
+        raise _write_failed(final, cause) from None
+    try:
+        for old in list_checkpoints(directory)[: -max(keep_last, 2)]:
+            old.unlink(missing_ok=True)
+            sidecar_path(old).unlink(missing_ok=True)
     except OSError as exc:
-        raise _write_failed(final, exc) from None
-    for old in list_checkpoints(directory)[: -max(keep_last, 2)]:
-        old.unlink(missing_ok=True)
-        sidecar_path(old).unlink(missing_ok=True)
+        raise _write_failed(final, exc, written=True) from None
     return final
 
 
-def _write_failed(final: Path, exc: OSError) -> StepFailed:
-    kept = list_checkpoints(final.parent)
+def _write_failed(final: Path, exc: OSError, *, written: bool = False) -> StepFailed:
+    try:
+        kept = list_checkpoints(final.parent)
+    except MwEnvError:
+        kept = []
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    what = "the disk is full" if full else (exc.strerror or str(exc))
+    what = os_words(exc)
     keeps = (
         f"the checkpoints on disk are kept (newest: {kept[-1].name})"
         if kept
         else "no checkpoint is on disk yet"
     )
+    action = f"remove old checkpoints beside {final}" if written else f"write checkpoint {final}"
     return StepFailed(
-        f"cannot write checkpoint {final}: {what}; {keeps}",
+        f"cannot {action}: {what}; {keeps}",
         hint=(
             f"free space on the disk of {final.parent} (or lower runtime.keep_last), then run the same command "
             "again: training resumes from the newest checkpoint"
@@ -150,9 +172,26 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except InputError as exc:
         raise unreadable(path, exc.message) from None
     except Exception as exc:  # truncated zip, bad pickle, foreign object, 0 bytes: all "unreadable"
-        raise unreadable(path, first_line(exc)) from None
+        raise unreadable(path, _why_unloadable(exc)) from None
     validate_checkpoint(ckpt, source=path)
     return ckpt
+
+
+def _why_unloadable(exc: Exception) -> str:
+    """torch's reason in mw-env's words. A weights-only refusal is not cut into torch's advice to re-run
+    with weights_only=False (whose "only if you trust the source" half got lost): mw-env never does."""
+    text = str(exc)
+    if "Weights only load failed" in text:
+        found = re.search(
+            r"(Unsupported global: GLOBAL [^\s]+|Unsupported operand \d+|[A-Za-z_.]+ is not an allowed global)",
+            text,
+        )
+        what = f" ({found.group(1)})" if found else ""
+        return (
+            f"it holds objects other than tensors and plain values{what}; mw-env loads checkpoints with "
+            "weights_only=True and never runs code from one"
+        )
+    return first_line(exc)
 
 
 def find_latest(

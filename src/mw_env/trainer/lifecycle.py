@@ -14,7 +14,9 @@ slow machine, without sleeps).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -49,4 +51,24 @@ def hold(point: str) -> None:
                 time.sleep(0.02)  # the SIGTERM handler runs between these waits, as between kernels
 
 
-__all__ = ["HOLD_ENV", "hold", "mark"]
+class StopFlag:
+    """SIGTERM: finish the current step, checkpoint, log `finished` reason "stopped", exit 0."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old: Any = None
+
+    def __enter__(self) -> StopFlag:
+        with contextlib.suppress(ValueError):  # not the main thread (tests): no handler
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+__all__ = ["HOLD_ENV", "StopFlag", "hold", "mark"]

@@ -10,9 +10,7 @@ The checkpoint's payload is written by session.py (its docstring lists the keys)
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,9 +31,10 @@ from mw_env.trainer.distributed import (
     shutdown,
 )
 from mw_env.trainer.evaluate import evaluate_and_decide
-from mw_env.trainer.lifecycle import hold, mark
+from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import build_model
+from mw_env.trainer.peers import lost_peer
 from mw_env.trainer.resume import check_compatible, pick_checkpoint
 from mw_env.trainer.runtime import (
     environment_facts,
@@ -66,26 +65,6 @@ class RunResult:
     skipped_steps: int
     precision: str
     losses: tuple[float, ...] = field(default=())
-
-
-class _StopFlag:
-    """SIGTERM: finish the current step, checkpoint, log `finished` reason "stopped", exit 0."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._old: Any = None
-
-    def __enter__(self) -> _StopFlag:
-        with contextlib.suppress(ValueError):  # not the main thread (tests): no handler
-            self._old = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
 
 
 def _optimizer(model: torch.nn.Module, resolved: ResolvedConfig) -> torch.optim.AdamW:
@@ -128,6 +107,11 @@ def train(
     try:
         with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
             return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
+    except RuntimeError as exc:  # a node or process that died shows here as a transport error
+        lost = lost_peer(exc, dist, out_dir / "checkpoints")
+        if lost is None:
+            raise
+        raise lost from None
     finally:
         shutdown(dist)
 
@@ -241,9 +225,19 @@ def _run(
         ckpt_dir, dist, resume=resume, fresh=fresh, config=resolved.config, warn=say, check=usable
     )
     facts = environment_facts(trainer.device, trainer.precision, dist.world)
-    metrics = MetricsWriter(
-        out_dir, tracking=rt.tracking, hparams=resolved.config.to_dict(), enabled=dist.main
-    )
+    hparams = resolved.config.to_dict()
+    if dist.main:
+        # The run carries the venv's lock (copied once; a resume keeps the first): its hash goes to the
+        # report and MLflow's params, and `mw-env bootstrap --lock RUN/pylock.mw-env.toml` rebuilds the venv.
+        import sys
+
+        from mw_env.envlock import carry
+
+        carried = carry(Path(sys.prefix), out_dir)
+        if carried is not None:
+            facts["env_lock"] = {"file": carried[0].name, "sha256": carried[1]}
+            hparams["env"] = {"lock": carried[0].name, "lock_sha256": carried[1]}
+    metrics = MetricsWriter(out_dir, tracking=rt.tracking, hparams=hparams, enabled=dist.main)
     session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
     if found is not None:
         resumed_from = found[0]
@@ -313,15 +307,21 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
         pin=s.trainer.device.type == "cuda",
     )
     reason, last_ckpt, losses = "max_steps", None, []
-    waited_total, t_start = 0.0, time.perf_counter()
+    # Data wait in two figures: the first fill (the first window read and encoded before step 1 can run)
+    # and the steady state (every later step), so a slow start does not hide in, or inflate, the share.
+    waited_total, first_fill, t_start = 0.0, None, time.perf_counter()
+    t_first = t_start
     t_last = t_start
     s.trainer.train_model.train()
     try:
-        with _StopFlag() as stop:
+        with StopFlag() as stop:
             while state.step < rt.max_steps:
                 step = state.step
                 data, waited = reader.get(step)
-                waited_total += waited
+                if first_fill is None:
+                    first_fill, t_first = waited, time.perf_counter()
+                else:
+                    waited_total += waited
                 hold(f"step-{step}")
                 torch.manual_seed(step_seed(rt.seed, step, dist.world, dist.rank))
                 out = s.trainer.step(data.micro, lambda: stop.requested)
@@ -378,8 +378,14 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     finally:
         reader.close()
         producer.close()
-    loop_s = time.perf_counter() - t_start
-    s.metrics.log("data_wait", step=state.step, seconds=waited_total, share=waited_total / max(loop_s, 1e-9))
+    steady_s = time.perf_counter() - t_first
+    s.metrics.log(
+        "data_wait",
+        step=state.step,
+        first_fill_s=first_fill or 0.0,
+        seconds=waited_total,  # steady state: every step after the first
+        share=waited_total / max(steady_s, 1e-9),
+    )
     return reason, last_ckpt, losses
 
 

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mw_env.atomic import fault_for
+
 METRICS = "metrics.jsonl"
 
 
@@ -48,6 +50,9 @@ class MetricsWriter:
             clean = {
                 k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()
             }
+            fault = fault_for(self.path)  # the tests' fault seam (mw_env.atomic): a disk full at this line
+            if fault is not None:
+                raise fault
             self._fh.write(json.dumps(clean) + "\n")
             self._fh.flush()
         if self._tracker is not None:
@@ -72,7 +77,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             out.append(json.loads(line))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # torn by a kill, or valid JSON Python refuses (depth, digits)
             continue
     return out
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import write_json_atomic, write_text_atomic
+from mw_env.errors import os_error_in
 from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
 from mw_env.trainer.metrics import latest_by_step, read_metrics
 from mw_env.trainer.report_card import card_blocks
@@ -145,6 +146,11 @@ def summary_pairs(
             f"sha256 {resolved.config.sha256()[:12]}",
         ),
     ]
+    lock = facts.get("env_lock")
+    if isinstance(lock, dict) and lock.get("sha256"):
+        pairs.append(("Environment lock", Code(f"{lock.get('file')} sha256 {lock['sha256']}")))
+    else:
+        pairs.append(("Environment lock", "none (the venv has no lock; `mw-env lock` writes one)"))
     ckpt = final_checkpoint(run_dir)
     pairs.append(("Final checkpoint", Code(ckpt.relative_to(run_dir).as_posix()) if ckpt else "none"))
     return pairs
@@ -170,12 +176,18 @@ def _draw_figures(
             return rf.histogram_figure(
                 name, title, counts, bin_width=width, xlabel="input tokens per row", out_dir=out
             )
-        except Exception:  # an odd histogram is shown as a table instead
+        except (
+            Exception
+        ) as exc:  # an odd histogram is shown as a table instead; a full disk is no odd histogram
+            if os_error_in(exc) is not None:
+                raise
             return None
 
     try:
         return rf.run_figures(events, out, grad_clip=resolved.config.optim.grad_clip), draw, None
-    except Exception as exc:  # a plotting failure must not cost the rest of the report
+    except Exception as exc:  # a plotting failure must not cost the rest of the report (a disk fault does)
+        if os_error_in(exc) is not None:
+            raise
         return [], draw, f"Figures failed: {type(exc).__name__}: {exc} (metrics.jsonl has every value)."
 
 
@@ -227,6 +239,8 @@ def build_blocks(
             (
                 "environment.json: the doctor's JSON report and the run's facts",
                 "packages.txt: the exact version of every package in the training venv",
+                "pylock.mw-env.toml (run folder, when the venv has a lock): every package's file and sha256, "
+                "for this hardware; `mw-env bootstrap --lock RUN/pylock.mw-env.toml` rebuilds the venv",
                 "hyperparameters.json, data_card.json: the tables above as data",
                 f"{MANIFEST} (run folder): sha256 of every artifact; `mw-env train verify RUN` checks it",
             )

@@ -1,7 +1,9 @@
 """The report as a list of blocks, rendered twice: Markdown (report.md) and a styled HTML page (report.html).
 
 The content is built once (report.py, report_card.py) so the two files can never say different things;
-each renderer escapes for its own format (Markdown table pipes, HTML entities).
+each renderer escapes for its own format (Markdown table pipes, HTML entities), and both show control
+characters from the data (a token holding `\x1b]0;…`) escaped by `mw_env.textsafe`: a report opened with
+`cat` or `less` must not drive the terminal.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mw_env.textsafe import safe
 from mw_env.trainer.report_figures import Figure
+
+
+def _t(text: str) -> str:
+    """Text fit for either file: control characters escaped, never cut (the report is a record)."""
+    return safe(text, limit=None)
 
 
 @dataclass(frozen=True)
@@ -64,27 +72,27 @@ def kv_table(pairs: Sequence[tuple[str, Cell]], css: str = "kv") -> Table:
 
 
 def _md_cell(cell: Cell) -> str:
-    text = cell.text if isinstance(cell, Code) else cell
-    text = text.replace("\n", " ").replace("|", "\\|")
+    text = _t(cell.text if isinstance(cell, Code) else cell)
+    text = text.replace("|", "\\|")
     if isinstance(cell, Code):
         return "`" + text.replace("`", "'") + "`" if text else ""
     return text
 
 
 def to_markdown(title: str, blocks: Sequence[Block], *, base: Path) -> str:
-    lines = [f"# {title}", ""]
+    lines = [f"# {_t(title)}", ""]
     for block in blocks:
         if isinstance(block, Heading):
-            lines += ["#" * block.level + " " + block.text, ""]
+            lines += ["#" * block.level + " " + _t(block.text), ""]
         elif isinstance(block, Para):
-            lines += [block.text, ""]
+            lines += [_t(block.text), ""]
         elif isinstance(block, Bullets):
             lines += [f"- {_md_cell(item)}" for item in block.items] + [""]
         elif isinstance(block, Table):
             if block.css.startswith("kv"):
-                lines += [f"- {key}: {_md_cell(value)}" for key, value in block.rows] + [""]
+                lines += [f"- {_md_cell(key)}: {_md_cell(value)}" for key, value in block.rows] + [""]
                 continue
-            lines.append("| " + " | ".join(block.header) + " |")
+            lines.append("| " + " | ".join(_md_cell(h) for h in block.header) + " |")
             lines.append(
                 "|"
                 + "|".join("---:" if i in block.numeric else "---" for i in range(len(block.header)))
@@ -94,7 +102,7 @@ def to_markdown(title: str, blocks: Sequence[Block], *, base: Path) -> str:
             lines.append("")
         elif isinstance(block, Fig):
             rel = block.figure.png.relative_to(base).as_posix()
-            lines += [f"![{block.figure.title}]({rel})", ""]
+            lines += [f"![{_t(block.figure.title)}]({rel})", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -125,15 +133,19 @@ ul { padding-left: 1.4em; }
 
 def _html_cell(cell: Cell) -> str:
     if isinstance(cell, Code):
-        return f"<code>{html.escape(cell.text)}</code>"
-    return html.escape(cell)
+        return f"<code>{_h(cell.text)}</code>"
+    return _h(cell)
+
+
+def _h(text: str) -> str:
+    return html.escape(_t(text))
 
 
 def _html_table(block: Table) -> str:
-    cls = f' class="{html.escape(block.css)}"' if block.css else ""
+    cls = f' class="{_h(block.css)}"' if block.css else ""
     head = ""
     if any(block.header):
-        head = "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in block.header) + "</tr></thead>"
+        head = "<thead><tr>" + "".join(f"<th>{_h(h)}</th>" for h in block.header) + "</tr></thead>"
     num = ' class="num"'
     body = "".join(
         "<tr>"
@@ -148,22 +160,22 @@ def to_html(title: str, blocks: Sequence[Block]) -> str:
     parts = []
     for block in blocks:
         if isinstance(block, Heading):
-            parts.append(f"<h{block.level}>{html.escape(block.text)}</h{block.level}>")
+            parts.append(f"<h{block.level}>{_h(block.text)}</h{block.level}>")
         elif isinstance(block, Para):
-            parts.append(f"<p>{html.escape(block.text)}</p>")
+            parts.append(f"<p>{_h(block.text)}</p>")
         elif isinstance(block, Bullets):
             parts.append("<ul>" + "".join(f"<li>{_html_cell(i)}</li>" for i in block.items) + "</ul>")
         elif isinstance(block, Table):
             parts.append(_html_table(block))
         elif isinstance(block, Fig):
             parts.append(
-                f'<figure id="fig-{html.escape(block.figure.name)}">{block.figure.svg}'
-                f"<figcaption>{html.escape(block.figure.title)} "
-                f"({html.escape(block.figure.png.name)})</figcaption></figure>"
+                f'<figure id="fig-{_h(block.figure.name)}">{block.figure.svg}'
+                f"<figcaption>{_h(block.figure.title)} "
+                f"({_h(block.figure.png.name)})</figcaption></figure>"
             )
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
-        f"<h1>{html.escape(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n"
+        f"<title>{_h(title)}</title><style>{CSS}</style></head>\n<body>\n"
+        f"<h1>{_h(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -37,7 +38,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "data.synthetic_rows": (1, 100_000_000),
     "data.synthetic_val_rows": (1, 10_000_000),
     "data.seed": (0, MAX_SEED),
-    "data.shuffle_window": (1, 4_096),  # row groups decoded together: ~2x this many in memory per process
+    "data.shuffle_rows": (1, 1 << 28),  # rows shuffled together: ~2 windows encoded in memory per process
+    "data.workers": (-1, 256),
     "data.prefetch_steps": (1, 1_024),  # steps of batches the background reader holds ahead
     "optim.batch_size": (1, 1_048_576),
     "optim.accumulation_steps": (1, 65_536),
@@ -153,3 +155,24 @@ def validate(config: TrainConfig) -> None:
     ):
         for path in paths:
             _check("\x00" not in path, key, path, "a path without NUL characters")
+            _check_path_length(key, path)
+
+
+# Linux's NAME_MAX and PATH_MAX (and those of every filesystem mw-env runs on): a longer name fails with
+# ENAMETOOLONG at the first stat, deep in a lock or a mkdir; said here, naming the key.
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def _check_path_length(key: str, path: str) -> None:
+    raw = os.fsencode(os.path.expanduser(path))
+    long_names = [n for n in raw.split(b"/") if len(n) > NAME_MAX]
+    if long_names or len(raw) > PATH_MAX:
+        what = (
+            f"a name of {len(long_names[0])} bytes ({long_names[0][:40].decode(errors='replace')}…)"
+            if long_names
+            else f"{len(raw)} bytes in all"
+        )
+        raise InputError(
+            f"config: {key}: the path is too long: {what}",
+            hint=f"names in a path are at most {NAME_MAX} bytes each, the whole path at most {PATH_MAX}",
+        )

@@ -1,0 +1,88 @@
+"""`mw-env lock`: write the lock of an existing venv (PEP 751 pylock.toml by uv, plus [tool.mw-env])."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
+
+
+@click.command("lock")
+@root_option
+@profile_options
+@source_option
+@click.option(
+    "--venv",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The venv to lock (default: $MW_ENV_VENV or ~/training-venv).",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Where to write the lock (default: VENV/pylock.mw-env.toml, the one the doctor and runs use).",
+)
+@click.option("--find-links", "find_links", multiple=True, help="Wheelhouse folder/URL uv may look in.")
+@click.option("--offline", is_flag=True, help="Only uv's cache and the wheelhouse: never contact an index.")
+@json_option
+def lock(**params: Any) -> int:
+    """Lock a venv: every package with its version, source and sha256, plus the hardware it is for.
+
+    `mw-env bootstrap --lock FILE` rebuilds exactly that venv on a machine of the same hardware.
+    Exit codes: 0 written, 1 uv could not lock a package, 2 bad input.
+    """
+    from mw_env.envlock import LOCK_FILE
+    from mw_env.envlock.make import lock_venv, write_lock
+    from mw_env.profiles import resolve_for_venv
+    from mw_env.provision.record import default_venv, read_record
+
+    venv_arg = params["venv"]
+    resolved = resolve_for_venv(
+        record=None,
+        root=params["root"],
+        profile=params["profile"],
+        profiles_dirs=params["profiles_dirs"],
+        gpu=params["gpu"],
+        source=params["source"],
+    )
+    env = resolved.machine.env
+    venv = Path(venv_arg).expanduser() if venv_arg else default_venv(env)
+    if (venv / "bin" / "python").exists():  # the torch source the venv was built with, as doctor/train do
+        resolved = resolve_for_venv(
+            record=read_record(venv),
+            root=params["root"],
+            profile=params["profile"],
+            profiles_dirs=params["profiles_dirs"],
+            gpu=params["gpu"],
+            source=params["source"],
+        )
+    the_lock = lock_venv(
+        venv=venv,
+        selection=resolved.selection,
+        env=env,
+        find_links=params["find_links"],
+        offline=params["offline"],
+    )
+    output = write_lock(the_lock, params["output"] or venv / LOCK_FILE)
+    if params["as_json"]:
+        echo_json(
+            {
+                "lock": str(output),
+                "sha256": the_lock.sha256,
+                "packages": len(the_lock.packages),
+                "hardware": the_lock.meta.hardware(),
+                "torch": the_lock.meta.torch,
+            }
+        )
+    else:
+        click.echo(
+            f"wrote {output}: {len(the_lock.packages)} packages, torch {the_lock.meta.torch}, "
+            f"for {the_lock.meta.hardware()} (sha256 {the_lock.sha256[:16]})"
+        )
+        click.echo(f"rebuild with: mw-env bootstrap --lock {output}")
+    return 0

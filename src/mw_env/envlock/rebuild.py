@@ -1,0 +1,130 @@
+"""`mw-env bootstrap --lock FILE`: what is checked before anything is installed, and how uv installs it.
+
+Before the plan: the lock is read whole and validated (lockfile), its local wheels must lie in a wheelhouse
+or local index of this machine's sources, and its hardware must be this machine's (`--force` overrides);
+the venv's Python is the lock's. The install itself is one `uv pip install -r pylock.mw-env.toml`: uv
+downloads (or takes from the wheelhouse / its cache) and checks every file's sha256 before it installs any,
+so a changed hash leaves the venv empty; nothing is resolved, so no index can swap torch. The project itself
+follows with `--no-deps` under the torch pin.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from mw_env.envlock.lockfile import Lock, read_lock
+from mw_env.envlock.match import hardware_problem, machine_hardware
+from mw_env.errors import InputError, StepFailed
+
+
+def local_roots(sources: Any) -> list[Path]:
+    """The folders a lock's local wheels may come from: the wheelhouses (find-links) and local indexes (a
+    `…/simple` index with its files beside it: its parent folder)."""
+    from mw_env.provision.wheelhouse import local_dir
+
+    roots: list[Path] = []
+    for link in sources.find_links:
+        d = local_dir(link)
+        if d is not None:
+            roots.append(d)
+    for url in (sources.index_url, *sources.extra_index_urls):
+        d = local_dir(url) if url else None
+        if d is not None:
+            roots.append(d.parent if d.name == "simple" else d)
+    return [r.expanduser().absolute() for r in roots]
+
+
+def load_for_bootstrap(path: Path, *, selection: Any, sources: Any, force: bool) -> Lock:
+    """The lock, validated and checked against this machine; InputError before anything is installed."""
+    roots = local_roots(sources)
+    lock = read_lock(path, wheelhouses=roots)
+    problem = hardware_problem(lock.meta, selection)
+    if problem and not force:
+        raise InputError(
+            f"lock {path} was made for {lock.meta.hardware()}; this machine is {machine_hardware(selection)} "
+            f"(the lock wants {problem})",
+            hint="make a lock here: `mw-env bootstrap` writes VENV/pylock.mw-env.toml (or `mw-env lock --venv "
+            "VENV` for an existing venv); or pass --force to install this lock anyway",
+        )
+    missing = [
+        (p.name, w.local)
+        for p in lock.packages
+        for w in p.wheels[:1]
+        if w.local is not None and not w.local.is_file()
+    ]
+    if missing:
+        name, where = missing[0]
+        raise InputError(
+            f"lock {path}: the wheel of {name} is missing: {where} does not exist"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+            hint="put the wheel back into that wheelhouse, or make a new lock here",
+        )
+    return lock
+
+
+def python_request(lock: Lock, given: str | None) -> str:
+    """The Python the rebuilt venv uses: the lock's major.minor (wheels are tagged cp311 ...)."""
+    m = re.match(r"(\d+)\.(\d+)", lock.meta.python)
+    wanted = f"{m.group(1)}.{m.group(2)}" if m else lock.meta.python
+    if given is None:
+        return wanted
+    if re.fullmatch(r"\d+\.\d+(\.\d+)?", given) and not (given + ".").startswith(wanted + "."):
+        raise InputError(
+            f"--python {given}: the lock was made with Python {lock.meta.python}, its wheels need {wanted}",
+            hint=f"omit --python (the lock's {wanted} is used) or pass --python {wanted}",
+        )
+    return given
+
+
+def install_command(uv: str, python: str, lock_path: Path, *, offline: bool) -> tuple[str, ...]:
+    """The one uv call that installs a lock exactly (the preview flag silences uv's 'experimental' note)."""
+    return (
+        uv,
+        "pip",
+        "install",
+        "--python",
+        python,
+        *(["--offline"] if offline else []),
+        "--preview-features",
+        "pylock",
+        "-r",
+        str(lock_path),
+    )
+
+
+def install_failure(output: str, lock: Lock, *, returncode: int) -> StepFailed:
+    """uv's refusal in the lock's words: the package whose hash differs, the wheel that is not there."""
+    text = output.replace("\r", "")
+    m = re.search(r"Hash mismatch for `([^`]+)`", text)
+    if m:
+        want = re.search(r"Expected:\s*(sha256:[0-9a-f]+)", text)
+        got = re.search(r"Computed:\s*(sha256:[0-9a-f]+)", text)
+        return StepFailed(
+            f"the wheel of {m.group(1)} does not match the lock: the lock says "
+            f"{want.group(1) if want else '?'}, the file is {got.group(1) if got else '?'}; nothing was installed",
+            hint="the lock or the file was changed: make a new lock on a trusted machine, or fetch the file "
+            "again from its source",
+        )
+    m = re.search(r"wasn't found in the cache: (\S+)", text) or re.search(
+        r"Failed to download `([^`]+)`", text
+    )
+    if m:
+        return StepFailed(
+            f"a wheel of the lock is not available offline: {m.group(1)} (looked in uv's cache, UV_CACHE_DIR, "
+            "and the lock's own URL); nothing was installed",
+            hint="run once without --offline to fetch it, or put the wheel into a wheelhouse and make the lock "
+            "there",
+        )
+    m = re.search(r"(?:No such file or directory|not found)[^\n]*", text)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    detail = m.group(0) if m else (lines[-1] if lines else "no output")
+    return StepFailed(
+        f"installing the lock {lock.source} failed (exit {returncode}): {detail}",
+        hint="see uv's output above; nothing of a failed install is kept",
+    )
+
+
+def describe(lock: Lock) -> str:
+    return f"{len(lock.packages)} packages, torch {lock.meta.torch} (lock sha256 {lock.sha256[:12]})"

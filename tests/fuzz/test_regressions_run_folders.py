@@ -1,0 +1,196 @@
+"""Issue 22's reproducers on run folders, manifests, path options, duplicate keys and shown text, run as the
+real command (a subprocess with a timeout: a hang fails here). Cases 4-8, 17 and 18 of the issue; the corpus
+shards (1-3) are in test_fuzz_shards.py, full disks and signals in tests/faults/."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from tests.fuzz.test_regressions import mw
+
+DEEP = "[" * 100_000 + "]" * 100_000
+BIG = "9" * 5000
+
+
+# -- case 4: train status on a metrics.jsonl with lines Python refuses -----------------------------------
+
+
+@pytest.mark.parametrize("value", [DEEP, BIG, '1, "step": 2'], ids=["deep", "bigint", "duplicate"])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_status_on_metrics_lines_python_refuses(tmp_path: Path, value: str, as_json: bool) -> None:
+    run = tmp_path / "st"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"event": "start", "step": 0, "max_steps": 10}\n' + '{"event": "step", "step": ' + value + "}\n"
+    )
+    rc, out, err = mw(["train", "status", "--out-dir", str(run), *(["--json"] if as_json else [])])
+    assert rc in (0, 1, 2) and "Traceback" not in err, err
+    if as_json:
+        json.loads(out)
+
+
+# -- case 5: verify hashes only files inside the run folder -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "listed",
+    ["../" * 2000 + "x", "/etc/passwd", "../outside.txt", "sub/../../outside.txt", "link-out", "a" * 300],
+    ids=["long", "absolute", "dotdot", "dotdot-nested", "symlink-out", "long-name"],
+)
+def test_verify_never_reads_outside_the_run_folder(tmp_path: Path, listed: str) -> None:
+    run = tmp_path / "vf"
+    run.mkdir()
+    (tmp_path / "outside.txt").write_text("secret\n")
+    os.symlink(tmp_path / "outside.txt", run / "link-out")
+    (run / "MANIFEST.sha256").write_text("0" * 64 + "  " + listed + "\n")
+    rc, out, err = mw(["train", "verify", str(run), "--json"])
+    assert rc == 1, (rc, err)
+    report = json.loads(out)
+    assert not report["ok"]
+    if listed.startswith("a" * 10):
+        assert report["missing"] == [listed] or report["unreadable"], report
+    else:
+        assert listed in report["outside"], report
+        assert report["mismatched"] == []  # never hashed
+
+
+def test_verify_text_escapes_manifest_paths(tmp_path: Path) -> None:
+    run = tmp_path / "vf"
+    run.mkdir()
+    (run / "MANIFEST.sha256").write_text("0" * 64 + "  evil\x1b]0;pwned\x07.txt\n")
+    rc, out, _ = mw(["train", "verify", str(run)])
+    assert rc == 1 and "\x1b" not in out and "\\x1b" in out
+
+
+# -- case 6: out_dir (and every path option) with a name longer than the filesystem allows ------------------
+
+
+@pytest.mark.parametrize("key", ["runtime.out_dir", "data.spm_model", "data.train_files", "data.val_files"])
+@pytest.mark.parametrize("shape", ["name", "total"])
+def test_path_options_too_long(tmp_path: Path, key: str, shape: str) -> None:
+    path = f"{tmp_path}/{'b' * 300}/run" if shape == "name" else f"{tmp_path}/" + "c/" * 3000
+    value = f"[{path}]" if key.endswith("_files") else path
+    extra = ["--set", "data.source=files"] if key.endswith("_files") else []
+    if key == "data.val_files":
+        extra += ["--set", f"data.train_files=[{tmp_path}/x.jsonl]"]
+    rc, _, err = mw(["train", "config", "--config", "smoke", *extra, "--set", f"{key}={value}"])
+    assert rc == 2 and f"{key}: the path is too long" in err and "hint:" in err, err
+    assert len(err) < 1000  # the 100 000-character value is not echoed back
+
+
+def test_status_with_an_out_dir_too_long(tmp_path: Path) -> None:
+    rc, _, err = mw(["train", "status", "--out-dir", f"{tmp_path}/{'b' * 300}"])
+    assert rc == 2 and err.startswith("error:") and "hint:" in err, err
+
+
+# -- case 8 and JSON: duplicate keys are an error naming the key and both lines ---------------------------
+
+
+def test_duplicate_yaml_sections(tmp_path: Path) -> None:
+    cfg = tmp_path / "dup.yaml"
+    cfg.write_text("model:\n  d_model: 32\nmodel:\n  n_layers: 3\n")
+    rc, _, err = mw(["train", "config", "--config", str(cfg)])
+    assert rc == 2 and "'model' appears twice (lines 1 and 3)" in err and str(cfg) in err, err
+
+
+def test_duplicate_yaml_keys_in_a_profile_and_a_set_value(tmp_path: Path) -> None:
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (d / "p.yaml").write_text("name: p\nname: q\n")
+    rc, _, err = mw(["profiles", "--profiles-dir", str(d)])
+    assert rc == 2 and "'name' appears twice (lines 1 and 2)" in err, err
+    rc, _, err = mw(["train", "config", "--config", "smoke", "--set", "data.labels={a: 1, a: 2}"])
+    assert rc == 2 and "appears twice" in err, err
+
+
+def test_a_yaml_merge_key_may_still_override(tmp_path: Path) -> None:
+    cfg = tmp_path / "merge.yaml"
+    cfg.write_text("base: &b {d_model: 32}\nmodel:\n  <<: *b\n  d_model: 64\n")
+    from mw_env.userfile import load_yaml
+
+    assert load_yaml(cfg.read_text(), source="x")["model"] == {"d_model": 64}
+
+
+def test_duplicate_json_keys_in_a_run_record(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "run.json").write_text('{\n  "pid": 1,\n  "out_dir": "x",\n  "pid": 2\n}\n')
+    rc, _, err = mw(["train", "status", "--out-dir", str(run)])
+    assert rc == 2 and "'pid' appears twice (lines 2 and 4)" in err, err
+
+
+def test_userjson_names_both_lines_and_refusals() -> None:
+    from mw_env.errors import InputError
+    from mw_env.userjson import load_json
+
+    with pytest.raises(InputError, match=r"'a' appears twice \(lines 1 and 3\)"):
+        load_json('{"a": 1,\n "b": {"a": 5},\n "a": 2}', source="f")
+    for text, words in ((DEEP, "nested too deeply"), (BIG, "4300 digits"), ("{", "Expecting")):
+        with pytest.raises(InputError, match=words):
+            load_json(text, source="f")
+
+
+# -- case 17: corpus text in the report is escaped ---------------------------------------------------------
+
+
+def test_report_renderers_escape_control_characters(tmp_path: Path) -> None:
+    from mw_env.trainer.report_doc import Bullets, Code, Heading, Para, Table, kv_table, to_html, to_markdown
+
+    evil = "\x1b]0;pwned\x07\x1b[2J<b>"
+    blocks = [
+        Heading(evil),
+        Para(evil),
+        Bullets((Code(evil), evil)),
+        Table(header=("label", evil), rows=((evil, Code(evil)),)),
+        kv_table([(evil, Code(evil))]),
+    ]
+    md = to_markdown(evil, blocks, base=tmp_path)
+    page = to_html(evil, blocks)
+    for text in (md, page):
+        assert "\x1b" not in text and "\x07" not in text and "\\x1b]0;pwned\\x07" in text
+    assert "<b>" not in page
+
+
+# -- case 18: query-string secrets are redacted wherever a URL is shown ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "token=S3CR3T",
+        "sig=S3CR3T",
+        "X-Amz-Signature=S3CR3T&X-Amz-Credential=S3CR3T",
+        "api_key=S3CR3T",
+        "password=S3CR3T",
+        "a=1&access_token=S3CR3T",
+    ],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_dry_run_redacts_query_secrets(tmp_path: Path, query: str, as_json: bool) -> None:
+    url = f"https://download.example.invalid/whl/cpu?{query}"
+    _rc, out, err = mw(
+        [
+            "bootstrap",
+            "--dry-run",
+            "--profile",
+            "cpu",
+            "--venv",
+            str(tmp_path / "v"),
+            "--torch-index",
+            url,
+            *(["--json"] if as_json else []),
+        ],
+        env={"MW_ENV_VENV": ""},
+    )
+    assert "S3CR3T" not in out + err, (out, err)
+    assert "download.example.invalid" in out + err
+
+
+def test_redact_keeps_harmless_parameters() -> None:
+    from mw_env.textsafe import redact
+
+    assert redact("https://h/x?page=2&token=t") == "https://h/x?page=2&token=***"
+    assert redact("--set runtime.key=1") == "--set runtime.key=1"  # not a URL query
