@@ -121,7 +121,11 @@ class BootstrapArgs:
             find_links=self.find_links,
             offline=self.offline,
             recreate=self.recreate,
-            adopt=True if (self.adopt is None and self.yes) else self.adopt,  # --yes answers the question
+            # --yes answers the question, unless a wheel source was named: then that is the answer
+            # (--find-links / --offline are honoured; --adopt-torch still adopts on request).
+            adopt=True
+            if (self.adopt is None and self.yes and not (self.find_links or self.offline))
+            else self.adopt,
             doctor=not self.no_doctor,
         )
 
