@@ -304,9 +304,9 @@ def test_a_slow_interpreter_is_asked_again_alone_and_never_called_broken(tmp_pat
     class Busy(Machine):
         def run(self, argv, *, timeout=None, **kwargs):
             name = Path(argv[0]).name
-            Busy.calls.append((name, timeout))
+            calls.append((name, timeout))
             if name == "python3.13" or (
-                name == "python3.11" and len([c for c in Busy.calls if c[0] == name]) == 1
+                name == "python3.11" and len([c for c in calls if c[0] == name]) == 1
             ):
                 return CommandResult(tuple(argv), None, timed_out=True, duration_s=timeout or 0)
             return super().run(argv, timeout=timeout, **kwargs)
