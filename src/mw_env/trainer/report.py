@@ -38,6 +38,7 @@ from mw_env.trainer.report_doc import (
     to_markdown,
 )
 from mw_env.trainer.report_figures import Figure
+from mw_env.trainspec.advice import inapplicable
 from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.extras import bootstrap_hint
 
@@ -216,6 +217,7 @@ def build_blocks(
             Bullets(tuple(Code(str(s)) for s in samples)),
         ]
     cfg = resolved.config.to_dict()
+    hidden = inapplicable(resolved.config)  # a files corpus has no synthetic settings, and vice versa
     rows: list[tuple[Cell, ...]] = [
         (
             f"{section}.{key}",
@@ -224,12 +226,14 @@ def build_blocks(
         )
         for section, body in cfg.items()
         for key, value in body.items()
+        if f"{section}.{key}" not in hidden
     ]
     blocks += [
         Heading("Hyperparameters"),
         Para(
-            "Resolved values and where each came from (default < profile < file < --set); the full record, "
-            "absolute paths included, is in hyperparameters.json."
+            "Resolved values and where each came from (default < profile < file < --set); settings that do "
+            "not apply to this data source are left out. The full record, absolute paths included, is in "
+            "hyperparameters.json."
         ),
         Table(header=("key", "value", "source"), rows=tuple(rows)),
         Heading("Data card"),

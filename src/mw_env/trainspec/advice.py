@@ -74,4 +74,31 @@ def cpu_warning(*, device: str, parameters: int, step_s: float, steps_left: int)
     )
 
 
-__all__ = ["config_warnings", "cpu_warning", "resume_warnings"]
+SYNTHETIC_ONLY = ("synthetic_rows", "synthetic_val_rows", "countries", "noise")
+FILES_ONLY = (
+    "train_files",
+    "val_files",
+    "val_fraction",
+    "tokens_column",
+    "tags_column",
+    "labels",
+    "unknown_tags",
+    "shuffle_rows",
+    "workers",
+    "allow_changed_corpus",
+    "hash_shards",
+)
+
+
+def inapplicable(config: TrainConfig) -> set[str]:
+    """Keys (`data.noise`) that do nothing for this config: a files corpus's report does not list the
+    synthetic generator's settings, nor a synthetic run the shard settings."""
+    d = config.data
+    keys = SYNTHETIC_ONLY if d.source == "files" else FILES_ONLY
+    out = {f"data.{k}" for k in keys}
+    if d.tokenizer != "sentencepiece":
+        out.add("data.spm_model")
+    return out
+
+
+__all__ = ["config_warnings", "cpu_warning", "inapplicable", "resume_warnings"]
