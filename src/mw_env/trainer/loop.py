@@ -23,6 +23,7 @@ import torch
 
 from mw_env.errors import StepFailed
 from mw_env.trainer import checkpoint as ckpt_mod
+from mw_env.trainer import stopping
 from mw_env.trainer.agree import run_lock
 from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts
 from mw_env.trainer.distributed import (
@@ -77,12 +78,14 @@ class _StopFlag:
     def __enter__(self) -> _StopFlag:
         with contextlib.suppress(ValueError):  # not the main thread (tests): no handler
             self._old = signal.signal(signal.SIGTERM, self._handle)
+        stopping.enter("steps")
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
 
     def __exit__(self, *exc: object) -> None:
+        stopping.enter("finishing")  # a SIGTERM from here on waits for the report (trainer/stopping.py)
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
 
