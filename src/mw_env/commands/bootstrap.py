@@ -271,9 +271,9 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
             "--adopt-torch reuses it instead of downloading"
         )
     if the_plan.problem:
-        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem))}", soft_wrap=True)
-        if the_plan.problem_hint:
-            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem_hint))}", soft_wrap=True)
+        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem.message))}", soft_wrap=True)
+        if the_plan.problem.hint:
+            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem.hint))}", soft_wrap=True)
     for i, step in enumerate(the_plan.steps, 1):
         mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
         out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")

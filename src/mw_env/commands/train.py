@@ -60,7 +60,14 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
     """
     if ctx.invoked_subcommand is not None:
         return None
-    launch = prepare_launch(config_name=config_name, **options)
+    from mw_env.runs.foreground import run_foreground, stoppable_start, stopped_before_launch
+
+    stopped: list[int] = []
+    with stoppable_start(stopped):  # SIGTERM during the config and the doctor: a clean stop, exit 0
+        launch = prepare_launch(config_name=config_name, **options)
+    if stopped:
+        click.echo(stopped_before_launch(stopped[0]), err=True)
+        return 0
     if launch.doctor is not None:
         click.echo("doctor: quick checks passed", err=True)
     click.echo(
@@ -68,9 +75,7 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
         f"run folder {launch.out_dir}",
         err=True,
     )
-    from mw_env.runs.foreground import run_foreground
-
-    return run_foreground(launch, write=lambda line: click.echo(line, err=True))
+    return run_foreground(launch, write=lambda line: click.echo(line, err=True), early=stopped)
 
 
 @train.command("config")

@@ -176,19 +176,9 @@ def uv_info(probe: Probe) -> UvInfo | None:
 def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
     """python3 and python3.X on PATH (each run once, in parallel, with a timeout) plus uv's interpreters."""
     m = probe.machine
-    candidates: list[str] = []
-    seen: set[str] = set()
-    for folder in (m.env.get("PATH") or "").split(os.pathsep):
-        try:
-            names = sorted(os.listdir(folder)) if folder else []
-        except OSError:
-            continue
-        for name in filter(_PYTHON_NAME.match, names):
-            path = os.path.join(folder, name)
-            real = os.path.realpath(path)  # python3 -> python3.12: one interpreter, listed once
-            if real not in seen and os.access(path, os.X_OK) and not os.path.isdir(path):
-                seen.add(real)
-                candidates.append(path)
+    # Listed by the machine: a fake root's own (fake) Pythons, never the host's.
+    candidates = m.programs(_PYTHON_NAME)
+    seen = {os.path.realpath(p) for p in candidates}
 
     # pyenv shims and the like take ~100 ms each to start: run them side by side, but no more at once than
     # there are cores - on a busy 2-core machine eight at once made a 2.5 s shim miss its 5 s budget.

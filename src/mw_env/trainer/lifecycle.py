@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.runs import runstate
+from mw_env.trainer import stopping
 
 HOLD_ENV = "MW_ENV_TEST_HOLD"
 
@@ -61,12 +62,14 @@ class StopFlag:
     def __enter__(self) -> StopFlag:
         with contextlib.suppress(ValueError):  # not the main thread (tests): no handler
             self._old = signal.signal(signal.SIGTERM, self._handle)
+        stopping.enter("steps")
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
 
     def __exit__(self, *exc: object) -> None:
+        stopping.enter("finishing")  # a SIGTERM from here on waits for the report (trainer/stopping.py)
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
 
