@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.resume and args.fresh:
             raise MwEnvError("--resume and --fresh exclude each other", exit_code=2)
+        from mw_env.trainer.lifecycle import hold
+
+        hold("startup")  # the fault harness's start-up phase: before torch, the process group, the corpus
         from mw_env.trainer.loop import train
 
         result = train(
