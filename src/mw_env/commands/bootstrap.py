@@ -136,8 +136,14 @@ def _bootstrap(args: BootstrapArgs) -> int:
     as_json, dry_run = args.as_json, args.dry_run
     out = Console(stderr=as_json, highlight=False)
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
-    where = {"root": args.root, "profile": args.profile, "profiles_dirs": args.profiles_dirs, "gpu": args.gpu}
-    resolved = resolve(**where, source=args.source, interpreters=False)
+    resolved = resolve(
+        root=args.root,
+        profile=args.profile,
+        profiles_dirs=args.profiles_dirs,
+        gpu=args.gpu,
+        source=args.source,
+        interpreters=False,
+    )
     sel = resolved.selection
     options = args.options(resolved.machine.env)
 

@@ -131,8 +131,8 @@ def supervise(report_fd: int) -> int:
     os.close(report_fd)
     state_file = Path(spec["run_dir"]) / STATE_FILE
     write_json_atomic(state_file, {"state": "running", "child_pid": child.pid, "time": time.time()})
-    for signum in pending:
-        forward(signum, None)
+    for early in pending:
+        forward(early, None)
     returncode = child.wait()
     oom_after = cgroup_oom_kills()
     oom = (oom_after - oom_before) if oom_before is not None and oom_after is not None else 0
