@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mw_env.errors import InputError
 from mw_env.provision import uv as uvmod
+from mw_env.provision.archtruth import ArchPolicy, env_with, judge
 from mw_env.provision.choose import (
     AdoptCandidate,
     Choice,
@@ -40,6 +41,7 @@ from mw_env.provision.stepdefs import (
     torch_fits,
     verify_key,
 )
+from mw_env.provision.torchpick import IndexPick, pick_from_index
 from mw_env.provision.venvinfo import (
     ADOPT_PTH,
     adopted_site,
@@ -50,6 +52,7 @@ from mw_env.provision.venvinfo import (
     site_packages,
     venv_python_version,
 )
+from mw_env.provision.wheelarch import read_wheel_archs
 from mw_env.provision.wheelhouse import Sources, discover, local_dir
 from mw_env.textsafe import redact
 
@@ -89,6 +92,7 @@ def plan(
     companions: tuple[str, ...] = (),
     torch_extras: tuple[str, ...] = (),
     device_packages: tuple[str, ...] = (),
+    arch_policy: ArchPolicy | None = None,
 ) -> Plan:
     """The ordered steps for this bootstrap; nothing is changed on disk."""
     env = dict(os.environ if env is None else env)
@@ -190,6 +194,12 @@ def plan(
     if choice.problem and choice.problem_is_input:
         raise InputError(choice.problem, hint=choice.problem_hint)
     warnings += choice.warnings
+    choice, pick = _pick_from_index(choice, torch, local_tag, device_packages, env)
+    verdict = None
+    if arch_policy is not None and installed and torch_ok:
+        # A re-run: the installed wheel decides the override, as it did when it was installed.
+        verdict = judge(arch_policy, read_wheel_archs(build_venv))
+        runtime_env = env_with(runtime_env, verdict.override)
     if options.torch_index and choice.torch and choice.torch.origin == "wheelhouse" and choice.reach is None:
         warnings.append(
             f"--torch-index {options.torch_index} is not contacted: {_wheelhouse_of(choice.torch, sources)} "
@@ -213,6 +223,9 @@ def plan(
         companions=companions,
         torch_extras=torch_extras,
         device_packages=device_packages,
+        arch_policy=arch_policy,
+        wheel=verdict,
+        index_pick=pick,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
         notes=tuple(redact(n) for n in choice.notes),
@@ -228,6 +241,32 @@ def plan(
     )
     plan_ = replace(plan_, disk_need=_disk_need(plan_, torch_ok))
     return replace(plan_, steps=tuple(build_steps(plan_, state, torch)))
+
+
+def _pick_from_index(
+    choice: Choice,
+    torch: TorchSourceLike,
+    local_tag: str,
+    device_packages: tuple[str, ...],
+    env: Mapping[str, str],
+) -> tuple[Choice, IndexPick | None]:
+    """Truth from the index: the exact torch it serves in the profile's range (and the download it states);
+    an index that lists none, or answers garbage, is the plan's problem, said before anything is built."""
+    t = choice.torch
+    if t is None or t.origin != "index" or not t.location or choice.problem:
+        return choice, None
+    pick = pick_from_index(
+        t.location,
+        version_spec=torch.version,
+        local_tag=local_tag,
+        python=choice.python.minor if choice.python else None,
+        device_packages=device_packages,
+        env=env,
+    )
+    if pick.version is None:
+        return replace(choice, problem=pick.problem, problem_hint=pick.hint), pick
+    notes = (*choice.notes, pick.note) if pick.note else choice.notes
+    return replace(choice, torch=replace(t, requirement=f"torch=={pick.version}"), notes=notes), pick
 
 
 def _refuse_other_profile(

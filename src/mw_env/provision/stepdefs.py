@@ -219,6 +219,17 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
             torch_detail,
         )
     )
+    if p.arch_policy is not None:
+        # Truth from the wheel: the archs the installed torch carries decide the override, before the pin.
+        steps.append(
+            Step(
+                "wheel-archs",
+                f"Read the installed wheel's GPU archs ({p.arch_policy.gfx})",
+                None,
+                all_done and p.wheel is not None,
+                p.arch_policy.reason,
+            )
+        )
     from mw_env.provision.verify import verify_command
 
     steps.append(

@@ -122,6 +122,20 @@ def _torch(run: Run, step: Step) -> str:
     return venvinfo.installed_version(p.build_venv, "torch") or ""
 
 
+def _wheel_archs(run: Run, step: Step) -> str | StepWarning:
+    """Judge the installed wheel's own GPU archs; the wheel's decision replaces the table's in the env file."""
+    from mw_env.provision.archtruth import env_with, judge
+    from mw_env.provision.wheelarch import read_wheel_archs
+
+    p = run.plan
+    verdict = judge(p.arch_policy, read_wheel_archs(p.build_venv))
+    run.plan = dataclasses.replace(p, wheel=verdict, runtime_env=env_with(p.runtime_env, verdict.override))
+    shown = f"{', '.join(verdict.archs) or 'unknown'} ({verdict.how}); {verdict.decision}"
+    if verdict.warnings:
+        return StepWarning(f"{shown}. " + " ".join(verdict.warnings))
+    return shown
+
+
 def _verify(run: Run, step: Step) -> str:
     res = run.command(step, step.command or (), timeout=300)
     return verify_finish(run, res.output)
@@ -276,6 +290,10 @@ def _env(run: Run, step: Step) -> str:
         updated=now(),
         mw_env_version=mw_env.__version__,
         torch_source=p.torch_source,
+        wheel_archs=p.wheel.archs if p.wheel else (),
+        wheel_archs_how=p.wheel.how if p.wheel else "",
+        arch_decision=p.wheel.decision if p.wheel else "",
+        device_packages=tuple(d for d in p.device_packages if venvinfo.installed_version(bv, d)),
     )
     write_record(bv, record)
     run.state.mark("env", "done", stepdefs.env_key(p, version))
@@ -327,6 +345,7 @@ HANDLERS: dict[str, Callable[[Run, Step], str | StepWarning]] = {
     "uv": _uv,
     "venv": _venv,
     "torch": _torch,
+    "wheel-archs": _wheel_archs,
     "verify-torch": _verify,
     "pin-torch": _pin,
     "extras": _extras,
