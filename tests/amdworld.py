@@ -40,7 +40,7 @@ def _torch_714(dest: Path, flags: Sequence[str]) -> Path:
         "2.14.0+rocm7.14",
         hip="7.14.0",
         requires=["rocm[libraries,device-all]==7.14.*"],
-        extra_files={"torch/lib/libtorch_hip.so": "\0ELF\0" + ";".join(flags) + "\0"},
+        extra_files={"torch/lib/libtorch_python.so": "\0ELF\0" + " ".join(flags) + "\0"},
     )
 
 
