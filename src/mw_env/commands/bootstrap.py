@@ -121,7 +121,11 @@ class BootstrapArgs:
             find_links=self.find_links,
             offline=self.offline,
             recreate=self.recreate,
-            adopt=True if (self.adopt is None and self.yes) else self.adopt,  # --yes answers the question
+            # --yes answers the question, unless a wheel source was named: then that is the answer
+            # (--find-links / --offline are honoured; --adopt-torch still adopts on request).
+            adopt=True
+            if (self.adopt is None and self.yes and not (self.find_links or self.offline))
+            else self.adopt,
             doctor=not self.no_doctor,
         )
 
@@ -135,7 +139,8 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from mw_env.provision.plan import plan
 
     as_json, dry_run = args.as_json, args.dry_run
-    out = Console(stderr=as_json, highlight=False)
+    # soft_wrap: a long line (a path, a command) is wrapped by the terminal, never broken mid-phrase by rich
+    out = Console(stderr=as_json, highlight=False, soft_wrap=True)
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
     where = {"root": args.root, "profile": args.profile, "profiles_dirs": args.profiles_dirs, "gpu": args.gpu}
     resolved = resolve(**where, source=args.source, interpreters=False)
@@ -208,11 +213,14 @@ def _bootstrap(args: BootstrapArgs) -> int:
         echo_json(result.to_dict())
     if not result.ok:
         err = result.error
+        # soft_wrap: one line each, as every other error:/hint: (rich would break a long hint at the
+        # terminal's width, leaving a word alone on a third line).
         out.print(
-            f"[red]error:[/] step {result.failed_step}: {escape(safe_message(err.message if err else 'failed'))}"
+            f"[red]error:[/] step {result.failed_step}: {escape(safe_message(err.message if err else 'failed'))}",
+            soft_wrap=True,
         )
         if err and err.hint:
-            out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}")
+            out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}", soft_wrap=True)
         out.print(f"state kept: re-run to resume at '{result.failed_step}' ({result.total_s:.1f}s)")
         return err.exit_code if err else EXIT_FAILED
     verb = "ready" if result.changed else "already complete, nothing changed"
@@ -288,9 +296,9 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
             "--adopt-torch reuses it instead of downloading"
         )
     if the_plan.problem:
-        out.print(f"[red]problem:[/] {the_plan.problem}")
-        if the_plan.problem_hint:
-            out.print(f"[yellow]hint:[/] {the_plan.problem_hint}")
+        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem.message))}", soft_wrap=True)
+        if the_plan.problem.hint:
+            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem.hint))}", soft_wrap=True)
     for i, step in enumerate(the_plan.steps, 1):
         mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
         out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mw_env.provision.choose import AdoptCandidate, Interpreter, TorchChoice
+from mw_env.provision.choose import AdoptCandidate, Interpreter, Problem, TorchChoice
 from mw_env.provision.wheelhouse import Sources
 from mw_env.textsafe import redact
 
@@ -81,8 +81,8 @@ class Plan:
     reason: str = ""  # the selection's reason: the profile, and why its torch source won
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # one-line facts about the choices (no action needed)
-    problem: str | None = None  # a preflight problem found while planning (the preflight step raises it)
-    problem_hint: str | None = None
+    # Found while planning: the dry run shows it, the preflight step stops on it.
+    problem: Problem | None = None
     # The index torch comes from when no wheelhouse holds it (--torch-index wins over the profile's).
     torch_index: str | None = None
     torch_source: str | None = None  # the profile's source id ("rocm6.4"), recorded for doctor/train
@@ -139,7 +139,7 @@ class Plan:
             "env": dict(self.runtime_env),  # what the env step writes to mw-env.env
             "warnings": list(self.warnings),
             "notes": list(self.notes),
-            "problem": self.problem,
+            "problem": self.problem.message if self.problem else None,
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
             if self.adoptable
             else None,
