@@ -135,7 +135,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from rich.markup import escape
 
     from mw_env.profiles import resolve
-    from mw_env.provision.archtruth import policy_for
+    from mw_env.provision.archtruth import GpuKernels, policy_for
     from mw_env.provision.plan import plan
 
     as_json, dry_run = args.as_json, args.dry_run
@@ -162,9 +162,11 @@ def _bootstrap(args: BootstrapArgs) -> int:
             runtime_env=dict(sel.env),
             env=resolved.machine.env,
             companions=sel.torch.companions,
-            torch_extras=sel.torch_extras(all_devices=args.all_devices),
-            device_packages=() if args.all_devices else sel.device_packages,
-            arch_policy=policy_for(sel),
+            kernels=GpuKernels(
+                extras=sel.torch_extras(all_devices=args.all_devices),
+                packages=() if args.all_devices else sel.device_packages,
+                policy=policy_for(sel),
+            ),
         )
 
     the_plan = plan_for(options)

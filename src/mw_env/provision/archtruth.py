@@ -102,3 +102,15 @@ def env_with(env: Mapping[str, str], override: str | None) -> dict[str, str]:
     if override is not None:
         out[HSA_OVERRIDE] = override
     return out
+
+
+@dataclass(frozen=True)
+class GpuKernels:
+    """What a bootstrap installs for the GPU and how it judges the result (plan()'s one parameter for it)."""
+
+    extras: tuple[str, ...] = ()  # torch's extras, ("device-gfx1103",) on AMD's multi-arch index
+    packages: tuple[str, ...] = ()  # the per-GPU kernel packages they install
+    policy: ArchPolicy | None = None  # the GPU target and the table's override, judged against the wheel
+
+
+NO_KERNELS = GpuKernels()

@@ -15,10 +15,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from mw_env.errors import InputError
 from mw_env.provision import uv as uvmod
-from mw_env.provision.archtruth import ArchPolicy, env_with, judge
+from mw_env.provision.archtruth import NO_KERNELS, GpuKernels, env_with, judge
 from mw_env.provision.choose import (
     AdoptCandidate,
     Choice,
@@ -94,9 +95,7 @@ def plan(
     options: BootstrapOptions,
     env: Mapping[str, str] | None = None,
     companions: tuple[str, ...] = (),
-    torch_extras: tuple[str, ...] = (),
-    device_packages: tuple[str, ...] = (),
-    arch_policy: ArchPolicy | None = None,
+    kernels: GpuKernels = NO_KERNELS,
 ) -> Plan:
     """The ordered steps for this bootstrap; nothing is changed on disk. Bad input raises InputError; any
     other problem found while planning is the plan's typed `problem` (the preflight step stops on it)."""
@@ -109,18 +108,13 @@ def plan(
     torch_ok = torch_fits(build_venv, installed, request.local_tag, torch.version)
     if venv_python_version(build_venv) and (build_venv / "bin" / "python").exists():
         _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
-        picked = _choose_in_venv(build_venv, request, state, installed, torch_ok, options, torch_extras)
+        picked = _choose_in_venv(build_venv, request, state, installed, torch_ok, options, kernels.extras)
     else:
         picked = _choose_fresh(request, options)
     choice = picked.choice
     if choice.problem and choice.problem.input:
         raise choice.problem.error()
-    choice, pick = _pick_from_index(choice, torch, request.local_tag, device_packages, env)
-    verdict = None
-    if arch_policy is not None and installed and torch_ok:
-        # A re-run: the installed wheel decides the override, as it did when it was installed.
-        verdict = judge(arch_policy, read_wheel_archs(build_venv))
-        runtime_env = env_with(runtime_env, verdict.override)
+    choice, truth = _truth(choice, torch, request, kernels, build_venv, torch_ok and installed, runtime_env)
     warnings = [*picked.warnings, *choice.warnings, *_index_not_contacted(options, choice, request.sources)]
     plan_ = Plan(
         profile=profile,
@@ -134,14 +128,10 @@ def plan(
         torch=choice.torch,
         uv=request.uv,
         sources=request.sources,
-        runtime_env=dict(runtime_env),
+        runtime_env=dict(truth.pop("runtime_env", runtime_env)),
         project_args=proj_args,
         companions=companions,
-        torch_extras=torch_extras,
-        device_packages=device_packages,
-        arch_policy=arch_policy,
-        wheel=verdict,
-        index_pick=pick,
+        **truth,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
         notes=tuple(redact(n) for n in choice.notes),
@@ -156,6 +146,31 @@ def plan(
     )
     plan_ = replace(plan_, disk_need=_disk_need(plan_, torch_ok))
     return replace(plan_, steps=tuple(build_steps(plan_, state)))
+
+
+def _truth(
+    choice: Choice,
+    torch: TorchSourceLike,
+    request: ChoiceRequest,
+    kernels: GpuKernels,
+    build_venv: Path,
+    installed: str | bool | None,  # the venv's torch, when it is already the profile's
+    runtime_env: Mapping[str, str],
+) -> tuple[Choice, dict[str, Any]]:
+    """The index's and the wheel's word (issue 17): the exact torch the index lists, and, on a re-run, the
+    installed wheel's own override decision (as when it was installed). The Plan fields they fill."""
+    choice, pick = _pick_from_index(choice, torch, request.local_tag, kernels.packages, request.env)
+    fields: dict[str, Any] = {
+        "torch_extras": kernels.extras,
+        "device_packages": kernels.packages,
+        "arch_policy": kernels.policy,
+        "index_pick": pick,
+    }
+    if kernels.policy is not None and installed:
+        verdict = judge(kernels.policy, read_wheel_archs(build_venv))
+        fields["wheel"] = verdict
+        fields["runtime_env"] = env_with(runtime_env, verdict.override)
+    return choice, fields
 
 
 def _pick_from_index(
