@@ -151,7 +151,11 @@ def _site_dirs(python: str, env: Mapping[str, str]) -> list[Path]:
 
 
 def image_pythons(env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
-    """Interpreters an image would ship torch in: python3 on PATH and the usual image venvs/conda."""
+    """Interpreters an image would ship torch in: python3 on PATH and the usual image venvs/conda.
+
+    Never the shell's active venv ($VIRTUAL_ENV, after `eval "$(mw-env env)"` or `source .../activate`) nor a
+    venv mw-env made (it has mw-env.json): their torch is another training venv's, and adopting it would make
+    the new venv depend on the old one through a .pth file. Only an image's own interpreter is offered."""
     import shutil
 
     found = [p for p in extra if p]
@@ -162,7 +166,15 @@ def image_pythons(env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str
     for p in ("/opt/venv/bin/python", "/opt/conda/bin/python", "/usr/bin/python3"):
         if os.path.isfile(p):
             found.append(p)
-    return list(dict.fromkeys(found))
+    return [p for p in dict.fromkeys(found) if not _another_training_venv(p, env)]
+
+
+def _another_training_venv(python: str, env: Mapping[str, str]) -> bool:
+    prefix = Path(python).parent.parent
+    active = env.get("VIRTUAL_ENV")
+    if active and os.path.realpath(prefix) == os.path.realpath(active):
+        return True
+    return (prefix / "mw-env.json").is_file()
 
 
 def read_project_meta(pyproject: Path) -> tuple[str | None, str | None, dict[str, list[str]] | None]:

@@ -3,7 +3,7 @@
 - start-up and data discovery (before the loop, nothing to checkpoint yet): StopRequested unwinds the
   start; the run says it stopped before its first step, logs `finished` "stopped" (so `status` says
   stopped, not dead), every checkpoint already on disk is kept, and the same command starts it again;
-- the steps, eval and checkpoint: the loop's own flag (loop._StopFlag): finish the step, checkpoint, exit 0;
+- the steps, eval and checkpoint: the loop's own flag (lifecycle.StopFlag): finish the step, checkpoint, exit 0;
 - the report and the manifest (the steps are over): the stop is noted and the report completed first; the
   run ends finished, its report complete, exit 0. A stop here cannot keep more work than finishing does.
 
