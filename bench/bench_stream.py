@@ -109,7 +109,7 @@ base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 c0, w0 = time.process_time(), time.perf_counter()
 tokens = words = rows = 0
 if mode == "pipeline":
-    producer = corpus.producer()
+    producer = corpus.producer(stop=-(-rows_wanted // batch))
     step = 0
     while rows < rows_wanted:
         data = producer(step)
