@@ -121,7 +121,11 @@ class BootstrapArgs:
             find_links=self.find_links,
             offline=self.offline,
             recreate=self.recreate,
-            adopt=True if (self.adopt is None and self.yes) else self.adopt,  # --yes answers the question
+            # --yes answers the question, unless a wheel source was named: then that is the answer
+            # (--find-links / --offline are honoured; --adopt-torch still adopts on request).
+            adopt=True
+            if (self.adopt is None and self.yes and not (self.find_links or self.offline))
+            else self.adopt,
             doctor=not self.no_doctor,
         )
 
@@ -131,10 +135,12 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from rich.markup import escape
 
     from mw_env.profiles import resolve
+    from mw_env.provision.archtruth import GpuKernels, policy_for
     from mw_env.provision.plan import plan
 
     as_json, dry_run = args.as_json, args.dry_run
-    out = Console(stderr=as_json, highlight=False)
+    # soft_wrap: a long line (a path, a command) is wrapped by the terminal, never broken mid-phrase by rich
+    out = Console(stderr=as_json, highlight=False, soft_wrap=True)
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
     where = {"root": args.root, "profile": args.profile, "profiles_dirs": args.profiles_dirs, "gpu": args.gpu}
     resolved = resolve(**where, source=args.source, interpreters=False)
@@ -142,6 +148,13 @@ def _bootstrap(args: BootstrapArgs) -> int:
     options = args.options(resolved.machine.env)
 
     def plan_for(options: BootstrapOptions) -> Any:
+        made = _plan(options)
+        # The selection's own warnings (the hang-prone override, a retired source) lead the plan's.
+        return replace(
+            made, warnings=tuple(dict.fromkeys((*sel.warnings, *made.warnings))), reason=redact(sel.reason)
+        )
+
+    def _plan(options: BootstrapOptions) -> Any:
         return plan(
             options=options,
             profile=sel.profile.name,
@@ -149,8 +162,11 @@ def _bootstrap(args: BootstrapArgs) -> int:
             runtime_env=dict(sel.env),
             env=resolved.machine.env,
             companions=sel.torch.companions,
-            torch_extras=sel.torch_extras(all_devices=args.all_devices),
-            device_packages=() if args.all_devices else sel.device_packages,
+            kernels=GpuKernels(
+                extras=sel.torch_extras(all_devices=args.all_devices),
+                packages=() if args.all_devices else sel.device_packages,
+                policy=policy_for(sel),
+            ),
         )
 
     the_plan = plan_for(options)
@@ -253,6 +269,22 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
         )
     from rich.markup import escape
 
+    data = the_plan.to_dict()
+    if data["device_packages"] or data["torch_extras"]:
+        size = data["download_bytes"]
+        shown = f"{size / 1e9:.2f} GB ({data['download_note']})" if size else (data["download_note"] or "")
+        out.print(
+            f"[bold]GPU kernels[/] {escape(', '.join(data['device_packages']) or 'every GPU (device-all)')}"
+            + (f"; download {shown}" if shown else ""),
+            soft_wrap=True,
+        )
+    if data["override"]:
+        o = data["override"]
+        value = f"HSA_OVERRIDE_GFX_VERSION={o['value']}" if o["set"] else "no HSA_OVERRIDE_GFX_VERSION"
+        out.print(
+            f"[bold]override[/] {value}: {escape(o['reason'] or '')} (decided by {o['decided_by']})",
+            soft_wrap=True,
+        )
     env_line = " ".join(f"{k}={v}" for k, v in the_plan.runtime_env.items()) or "(none)"
     out.print(f"[bold]env[/] {escape(env_line)}")
     for w in the_plan.warnings:
@@ -266,9 +298,9 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
             "--adopt-torch reuses it instead of downloading"
         )
     if the_plan.problem:
-        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem))}", soft_wrap=True)
-        if the_plan.problem_hint:
-            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem_hint))}", soft_wrap=True)
+        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem.message))}", soft_wrap=True)
+        if the_plan.problem.hint:
+            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem.hint))}", soft_wrap=True)
     for i, step in enumerate(the_plan.steps, 1):
         mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
         out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")
