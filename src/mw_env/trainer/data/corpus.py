@@ -25,7 +25,7 @@ from mw_env.trainer.data.memory import MemoryProducer, Split, collate, encode_sp
 from mw_env.trainer.data.order import RankOrder, assign_blocks
 from mw_env.trainer.data.reader import PieceReader
 from mw_env.trainer.data.shards import Block, Shard, expand_files
-from mw_env.trainer.data.stream import Encoding, FileProducer, gather, iter_val_rows
+from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding, FileProducer, gather, iter_val_rows
 from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.synthetic import check_countries, generate_row
@@ -91,7 +91,14 @@ class Corpus:
             window_rows=c.data.shuffle_rows,
         )
         reader = PieceReader(self.shards, self.blocks, _columns(c))
-        encoding = Encoding(reader, _encoder(self.tokenizer, self.labels, c), self.labels, self.workers)
+        auto = c.data.workers < 0  # the automatic count starts workers only for windows worth splitting
+        encoding = Encoding(
+            reader,
+            _encoder(self.tokenizer, self.labels, c),
+            self.labels,
+            self.workers,
+            min_rows=ENCODE_ROWS if auto else 0,
+        )
         return FileProducer(
             order=order,
             encoding=encoding,

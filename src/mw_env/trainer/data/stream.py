@@ -154,24 +154,37 @@ class Encoding:
     """Reads pieces and encodes them: in this process, or split across worker processes."""
 
     def __init__(
-        self, reader: PieceReader, encoder: VectorEncoder, labels: LabelSet, workers: int = 0
+        self,
+        reader: PieceReader,
+        encoder: VectorEncoder,
+        labels: LabelSet,
+        workers: int = 0,
+        *,
+        min_rows: int = 0,
     ) -> None:
         self.reader, self.encoder, self.labels = reader, encoder, labels
+        # The pool starts when a window first has `min_rows` rows to encode: with the automatic count
+        # (min_rows = ENCODE_ROWS) a small corpus never pays for starting processes it cannot use.
+        self.workers, self.min_rows = workers, min_rows
         self.pool: Any = None
-        if workers > 0:
+
+    def _pool(self, rows: int) -> Any:
+        if self.pool is None and self.workers > 0 and rows >= self.min_rows:
             from mw_env.trainer.data.workers import WorkerPool
 
-            self.pool = WorkerPool(workers, encoder.spec())
+            self.pool = WorkerPool(self.workers, self.encoder.spec())
+        return self.pool
 
     def rows(self, pieces: Sequence[Piece], head: int = 0) -> Rows:
         # Read and encode ENCODE_ROWS rows at a time (with workers: one such slice per worker): only that
         # many rows are ever held as Arrow words, and the encoder's temporaries stay bounded too.
-        step = ENCODE_ROWS * (len(self.pool) if self.pool is not None else 1)
+        pool = self._pool(sum(p.rows for p in pieces))
+        step = ENCODE_ROWS * (len(pool) if pool is not None else 1)
         parts = []
         for group in split_pieces(pieces, step):
             chunk = self.reader.read(group)
-            if self.pool is not None and len(chunk) >= 2 * len(self.pool):
-                enc = self.pool.encode(chunk.tokens, chunk.tags)
+            if pool is not None and len(chunk) >= 2 * len(pool):
+                enc = pool.encode(chunk.tokens, chunk.tags)
             else:
                 enc = self.encoder.encode(chunk.tokens, chunk.tags)
             parts.append((chunk, enc))
