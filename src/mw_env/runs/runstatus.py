@@ -370,7 +370,10 @@ class RunWatcher:
                 if life
                 else {}
             )
-            out += [json_safe({**item, **{k: v for k, v in extra.items() if v is not None}}) for item in self._held]
+            out += [
+                json_safe({**item, **{k: v for k, v in extra.items() if v is not None}})
+                for item in self._held
+            ]
             self._held = []
             self.done = True
         for anomaly in self.anomalies:
