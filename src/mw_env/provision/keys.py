@@ -52,7 +52,7 @@ def with_extras(requirement: str, extras: tuple[str, ...]) -> str:
     return f"torch[{','.join(extras)}]{rest}"
 
 
-def extras_key(p: Plan, torch_version: str) -> str:
+def extras_key(p: Plan, torch_version: str | None) -> str:
     return short_hash(p.project_args, p.proj_key, torch_version, p.sources.constraints, bool(p.adopted))
 
 
