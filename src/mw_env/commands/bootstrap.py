@@ -62,6 +62,15 @@ def _venv_option(verb: str) -> Any:
     default=None,
     help="Reuse a torch of the profile's build that the base image ships (asked when not given).",
 )
+@click.option(
+    "--lock",
+    "lock",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Rebuild exactly the venv this lock names (every wheel, hash checked); a lock for other hardware "
+    "is refused unless --force.",
+)
+@click.option("--force", is_flag=True, help="With --lock: install a lock made for other hardware anyway.")
 @click.option("--no-doctor", is_flag=True, help="Skip the final doctor run.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (the exact commands) and change nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Answer yes to questions (adopt an image's torch).")
@@ -95,28 +104,37 @@ class BootstrapArgs:
     offline: bool
     recreate: bool
     adopt: bool | None
+    lock: Path | None
+    force: bool
     no_doctor: bool
     dry_run: bool
     yes: bool
     verbose: bool
     as_json: bool
 
-    def options(self, env: Mapping[str, str]) -> BootstrapOptions:
+    def options(self, env: Mapping[str, str], lock: Any = None) -> BootstrapOptions:
         from mw_env.provision.model import BootstrapOptions
         from mw_env.provision.record import default_venv
 
+        python = self.python
+        if lock is not None:
+            from mw_env.envlock.rebuild import python_request
+
+            python = python_request(lock, self.python)  # the lock's wheels are for its Python
         return BootstrapOptions(
             venv=self.venv or default_venv(env),
-            python=self.python or "3.12",
-            python_explicit=self.python is not None,
+            python=python or "3.12",
+            python_explicit=python is not None,
             project=self.project,
             extras=tuple(e.strip() for e in self.extras.split(",") if e.strip()),
             torch_index=self.torch_index,
             find_links=self.find_links,
             offline=self.offline,
             recreate=self.recreate,
-            adopt=True if (self.adopt is None and self.yes) else self.adopt,  # --yes answers the question
+            # --yes answers the question; a lock names its torch, so an image's torch is never reused for one.
+            adopt=False if lock is not None else True if (self.adopt is None and self.yes) else self.adopt,
             doctor=not self.no_doctor,
+            lock=lock,
         )
 
 
@@ -133,16 +151,25 @@ def _bootstrap(args: BootstrapArgs) -> int:
     where = {"root": args.root, "profile": args.profile, "profiles_dirs": args.profiles_dirs, "gpu": args.gpu}
     resolved = resolve(**where, source=args.source, interpreters=False)
     sel = resolved.selection
-    options = args.options(resolved.machine.env)
+    lock = _read_lock(args, sel, resolved.machine.env) if args.lock else None
+    options = args.options(resolved.machine.env, lock)
+    from mw_env.envlock.match import target_of
+
+    torch = sel.torch
+    if lock is not None:
+        from mw_env.envlock.rebuild import torch_source_for
+
+        torch = torch_source_for(lock, sel.torch)
 
     def plan_for(options: BootstrapOptions) -> Any:
         return plan(
             options=options,
             profile=sel.profile.name,
-            torch=sel.torch,
+            torch=torch,
             runtime_env=dict(sel.env),
             env=resolved.machine.env,
             companions=sel.torch.companions,
+            lock_target=target_of(sel),
         )
 
     the_plan = plan_for(options)
@@ -208,6 +235,16 @@ def _bootstrap(args: BootstrapArgs) -> int:
     return 0
 
 
+def _read_lock(args: BootstrapArgs, sel: Any, env: Mapping[str, str]) -> Any:
+    """`--lock FILE` read, validated and matched to this machine before anything is planned or installed."""
+    from mw_env.envlock.rebuild import load_for_bootstrap
+    from mw_env.provision.wheelhouse import discover
+
+    assert args.lock is not None
+    sources = discover(env=env, find_links=args.find_links)
+    return load_for_bootstrap(args.lock, selection=sel, sources=sources, force=args.force)
+
+
 def _doctor_hook(resolved: Any, out: Any) -> Any:
     from mw_env.checks import run_doctor
 
@@ -234,7 +271,17 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
     )
     if the_plan.python:
         out.print(f"[bold]python[/] {the_plan.python.version} ({the_plan.python.path})")
-    if the_plan.torch:
+    if the_plan.lock is not None:
+        from rich.markup import escape as esc
+
+        from mw_env.envlock.rebuild import describe
+
+        lock = the_plan.lock
+        out.print(
+            f"[bold]lock[/] {esc(redact(lock.source))}: {describe(lock)}, made for {esc(lock.meta.hardware())}",
+            soft_wrap=True,
+        )
+    elif the_plan.torch:
         out.print(
             f"[bold]torch[/] {the_plan.torch.requirement} from {the_plan.torch.origin} "
             f"{redact(the_plan.torch.location or '')}"

@@ -35,6 +35,8 @@ class BootstrapOptions:
     recreate: bool = False
     adopt: bool | None = None  # reuse an image's torch: True, False, None = not decided (plan reports it)
     doctor: bool = True
+    # `bootstrap --lock FILE`: the validated lock (envlock.lockfile.Lock); its packages are installed exactly.
+    lock: Any = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,13 @@ class Plan:
     options: BootstrapOptions | None = None
     proj_key: str = ""
     env: dict[str, str] = field(default_factory=dict, repr=False)
+    # The hardware a lock written for this venv names (gpu, arch, required_arch, driver_floor).
+    lock_target: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def lock(self) -> Any:
+        """The lock this bootstrap installs from (`--lock`), or None."""
+        return self.options.lock if self.options else None
 
     @property
     def venv_python(self) -> Path:
@@ -115,5 +124,12 @@ class Plan:
             "problem": self.problem,
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
             if self.adoptable
+            else None,
+            "lock": {
+                "source": self.lock.source,
+                "sha256": self.lock.sha256,
+                "hardware": self.lock.meta.hardware(),
+            }
+            if self.lock
             else None,
         }

@@ -87,6 +87,7 @@ def plan(
     options: BootstrapOptions,
     env: Mapping[str, str] | None = None,
     companions: tuple[str, ...] = (),
+    lock_target: Mapping[str, str] | None = None,
 ) -> Plan:
     """The ordered steps for this bootstrap; nothing is changed on disk."""
     env = dict(os.environ if env is None else env)
@@ -185,6 +186,10 @@ def plan(
             )
         else:
             choice = choose_for(options.python, explicit=options.python_explicit)
+    if options.lock is not None and choice.python is not None and not choice.problem_is_input:
+        # The lock names every file: the profile's torch source is not consulted, so its problems
+        # (an unreachable index, no wheel in the wheelhouse) are not this bootstrap's.
+        choice = replace(choice, problem=None, problem_hint=None, warnings=())
     if choice.problem and choice.problem_is_input:
         raise InputError(choice.problem, hint=choice.problem_hint)
     warnings += choice.warnings
@@ -221,6 +226,7 @@ def plan(
         options=options,
         proj_key=proj_key,
         env=env,
+        lock_target=dict(lock_target or {}),
     )
     plan_ = replace(plan_, disk_need=_disk_need(plan_, torch_ok))
     return replace(plan_, steps=tuple(build_steps(plan_, state, torch)))

@@ -42,11 +42,18 @@ def _torch_key(torch: TorchSourceLike, local_tag: str) -> str:
 
 
 def _torch_key_for(p: Plan) -> str:
+    if p.lock is not None:
+        return short_hash("lock", p.lock.sha256)
     return short_hash(p.build, p.version_spec, p.local_tag)
 
 
 def extras_key(p: Plan, torch_version: str) -> str:
-    return short_hash(p.project_args, p.proj_key, torch_version, p.sources.constraints, bool(p.adopted))
+    lock = p.lock.sha256 if p.lock is not None else ""
+    return short_hash(p.project_args, p.proj_key, torch_version, p.sources.constraints, bool(p.adopted), lock)
+
+
+def lock_key(p: Plan, torch_version: str | None) -> str:
+    return short_hash(extras_key(p, torch_version or ""), p.lock_target, p.profile)
 
 
 def verify_key(p: Plan, torch_version: str | None) -> str:
@@ -106,8 +113,16 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
     steps: list[Step] = []
 
     # torch
-    tkey = _torch_key(torch, p.local_tag)
-    if p.adopted:
+    tkey = _torch_key(torch, p.local_tag) if p.lock is None else _torch_key_for(p)
+    if p.lock is not None:
+        from mw_env.envlock import LOCK_FILE
+        from mw_env.envlock.rebuild import describe, install_command
+
+        # The whole lock in one uv transaction: every file's sha256 is checked before any is installed.
+        torch_cmd = install_command(uv, py, bv / LOCK_FILE, offline=bool(offline))
+        torch_done = installed == p.lock.meta.torch and state.is_done("torch", tkey)
+        torch_detail = f"{describe(p.lock)} from {p.lock.source}"
+    elif p.adopted:
         torch_cmd = None
         torch_done = venv_ok and adopted_site(bv) == p.adopted.site
         torch_detail = f"reuse the image's torch {p.adopted.version} from {p.adopted.site}"
@@ -144,6 +159,7 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
     user_cons = p.sources.constraints
     pin_done = bool(installed) and pinmod.files_match(expected_pins(p, version_now or "?"))
     ekey = extras_key(p, installed or "")
+    locked = ("--no-deps",) if p.lock is not None else ()  # the lock installed every dependency, exactly
     pin_flag = (
         ["--override", str(bv / pinmod.OVERRIDES_FILE)]
         if p.adopted
@@ -159,8 +175,9 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
         *pin_flag,
         *(x for c in user_cons for x in ("--constraint", c)),
         *p.sources.uv_args(),
+        *locked,
         *p.project_args,
-        "pip",
+        *(() if p.lock is not None else ("pip",)),
     )
     env_done = (
         pinmod.files_match({bv / "mw-env.env": env_text(p)})
@@ -195,10 +212,15 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
         str(bv),
     )
     steps.append(Step("venv", f"Create the venv {bv}", venv_cmd, venv_ok))
+    torch_title = (
+        f"Install the lock's packages exactly, torch {p.lock.meta.torch} among them (hashes checked)"
+        if p.lock is not None
+        else f"Install torch ({p.build}{', ' + p.local_tag if p.local_tag else ''}) first"
+    )
     steps.append(
         Step(
             "torch",
-            f"Install torch ({p.build}{', ' + p.local_tag if p.local_tag else ''}) first",
+            torch_title,
             torch_cmd,
             torch_done,
             torch_detail,
@@ -226,6 +248,21 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
     )
     steps.append(
         Step("env", "Persist the runtime environment (activate, mw-env.env, mw-env.json)", None, env_done)
+    )
+    from mw_env.envlock import LOCK_FILE as LOCK_NAME
+
+    steps.append(
+        Step(
+            "lock",
+            f"Check the venv against its lock ({LOCK_NAME})"
+            if p.lock is not None
+            else f"Write the venv's lock ({LOCK_NAME}, by uv)",
+            None,
+            # An adopted torch lives outside the venv: no lock is written for it (the step says so once).
+            venv_ok
+            and ((bv / LOCK_NAME).is_file() or bool(p.adopted))
+            and state.is_done("lock", lock_key(p, installed)),
+        )
     )
     if p.options and p.options.recreate:
         steps.append(Step("swap", f"Replace {p.venv} with the new venv", None, False))

@@ -105,6 +105,8 @@ def _torch(run: Run, step: Step) -> str:
         run.state.mark("torch", "done", stepdefs._torch_key_for(p))
         return f"reusing torch {p.adopted.version} from {p.adopted.site}"
     run.state.mark("torch", "started")
+    if p.lock is not None:
+        return _install_lock(run, step)
     res = run.command(step, step.command or (), timeout=3600)
     if not res.ok:
         raise StepFailed(
@@ -120,6 +122,66 @@ def _torch(run: Run, step: Step) -> str:
         location=redact(p.torch.location or "") if p.torch else "",
     )
     return venvinfo.installed_version(p.build_venv, "torch") or ""
+
+
+def _install_lock(run: Run, step: Step) -> str:
+    """`bootstrap --lock`: the validated lock's text (never the file again: it may have changed since it was
+    checked) goes into the venv, and uv installs exactly that."""
+    from mw_env.envlock import LOCK_FILE
+    from mw_env.envlock.rebuild import install_failure
+
+    p = run.plan
+    write_atomic(p.build_venv / LOCK_FILE, p.lock.text)
+    res = run.command(step, step.command or (), timeout=3600)
+    if not res.ok:
+        raise install_failure(res.output, p.lock, returncode=res.returncode)
+    run.state.mark("torch", "done", stepdefs._torch_key_for(p), location=p.lock.meta.torch_from)
+    return venvinfo.installed_version(p.build_venv, "torch") or ""
+
+
+def _lock(run: Run, step: Step) -> str | StepWarning:
+    """Every finished venv gets its lock (or, rebuilt from one, is checked against it)."""
+    from mw_env.envlock import LOCK_FILE
+    from mw_env.envlock.drift import compare, installed
+
+    p = run.plan
+    bv = p.build_venv
+    version = stepdefs.current_torch(p)
+    if p.lock is not None:
+        drift = compare(p.lock, installed(bv))
+        if drift.any:
+            raise StepFailed(
+                "the venv differs from the lock after installing it: " + "; ".join(drift.lines()),
+                hint="the project's own install changed a package (it runs with --no-deps); report this",
+            )
+        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
+        return f"{len(p.lock.packages)} packages as locked"
+    if p.adopted:
+        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
+        return "no lock: torch lives in the base image, outside the venv (the image's Dockerfile pins it)"
+    from mw_env.envlock.make import lock_venv
+
+    torch_index = p.torch.location if p.torch and p.torch.origin == "index" else None
+    try:
+        lock = lock_venv(
+            venv=bv,
+            selection=None,
+            env=p.env,
+            uv=run.uv,
+            offline=bool(p.options and p.options.offline),
+            torch_index=torch_index,
+            target=p.lock_target,
+            companions=p.companions,
+            source_args=p.sources.uv_args(),
+        )
+    except MwEnvError as exc:
+        # The venv works; only its lock is missing. Say why, and how to write it later (a re-run does not
+        # retry: `mw-env lock` does, once the cause is fixed).
+        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
+        return StepWarning(f"no lock written: {exc.message} (later: `mw-env lock --venv {p.venv}`)")
+    write_atomic(bv / LOCK_FILE, lock.text)
+    run.state.mark("lock", "done", stepdefs.lock_key(p, version))
+    return f"{len(lock.packages)} packages, sha256 {lock.sha256[:12]}"
 
 
 def _verify(run: Run, step: Step) -> str:
@@ -257,7 +319,7 @@ def _env(run: Run, step: Step) -> str:
         created=old.created if old else now(),
         updated=now(),
         mw_env_version=mw_env.__version__,
-        torch_source=p.torch_source,
+        torch_source=p.lock.meta.torch_source or p.torch_source if p.lock is not None else p.torch_source,
     )
     write_record(bv, record)
     run.state.mark("env", "done", stepdefs.env_key(p, version))
@@ -267,6 +329,8 @@ def _env(run: Run, step: Step) -> str:
 def _torch_origin(run: Run, old: VenvRecord | None) -> str | None:
     """The wheel path or index URL torch was installed from (for the record and the doctor's network check)."""
     p = run.plan
+    if p.lock is not None:
+        return p.lock.meta.torch_from or None
     if p.torch and p.torch.origin != "installed":
         return p.torch.location
     if old and old.torch_index:
@@ -313,6 +377,7 @@ HANDLERS: dict[str, Callable[[Run, Step], str | StepWarning]] = {
     "pin-torch": _pin,
     "extras": _extras,
     "env": _env,
+    "lock": _lock,
     "swap": _swap,
     "doctor": _doctor,
 }
