@@ -89,18 +89,18 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, needle):
 # fixture root -> (profile, torch source, HSA override or None)
 EXPECTED = {
     "cpu-only": ("cpu", "cpu", None),
-    "incus-780m": ("gfx1103", "rocm6.4", "11.0.0"),
-    "incus-780m-no-kfd": ("gfx1103", "rocm6.4", "11.0.0"),
-    "strix-halo-8060s": ("gfx1151", "rocm7.2", None),
-    "rx7900xtx": ("rocm", "rocm7.2", None),
-    "igpu-780m-dgpu-7900xtx": ("rocm", "rocm7.2", None),
-    "mi300x-x4": ("rocm", "rocm7.2", None),
+    "incus-780m": ("gfx1103", "amd-multiarch", None),
+    "incus-780m-no-kfd": ("gfx1103", "amd-multiarch", None),
+    "strix-halo-8060s": ("gfx1151", "amd-multiarch", None),
+    "rx7900xtx": ("rocm", "amd-multiarch", None),
+    "igpu-780m-dgpu-7900xtx": ("rocm", "amd-multiarch", None),
+    "mi300x-x4": ("rocm", "amd-multiarch", None),
     "nvidia-pascal-1080ti-535": ("cuda", "cu126", None),
     "nvidia-ampere-3090x2-560": ("cuda", "cu126", None),
     "nvidia-a100x4-555": ("cuda", "cu126", None),
     "nvidia-h100x8-565": ("cuda", "cu126", None),
     "nvidia-l4-550": ("cuda", "cu126", None),
-    "nvidia-blackwell-5090-580": ("cuda", "cu130", None),
+    "nvidia-blackwell-5090-580": ("cuda", "cu132", None),
     "nvidia-old-driver-470": ("cuda", "cu118", None),
 }
 
@@ -165,13 +165,14 @@ def test_a_root_that_is_not_a_folder_is_bad_input(tmp_path, capsys, monkeypatch)
 
 def test_forced_gfx1103_with_no_gpu_shows_the_override_in_detect_and_dry_run(tmp_path, capsys):
     root = MACHINES / "cpu-only"
-    data = _run_json(capsys, "--root", str(root), "--profile", "gfx1103")
+    data = _run_json(capsys, "--root", str(root), "--profile", "gfx1103", "--source", "rocm6.4")
     assert data["env"] == {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}
     args = ["bootstrap", "--dry-run", "--json", "--offline", "--root", str(root), "--profile", "gfx1103"]
-    code = main([*args, "--venv", str(tmp_path / "v")])
+    code = main([*args, "--venv", str(tmp_path / "v"), "--source", "rocm6.4"])
     out = capsys.readouterr().out
     assert code in (0, 1), out
     plan = json.loads(out)
     assert plan["env"] == {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}
-    assert main([*args, "--venv", str(tmp_path / "v"), "--source", "therock-gfx110x"]) in (0, 1)
+    # The default source ships native gfx1103 kernels: no override for the image either.
+    assert main([*args, "--venv", str(tmp_path / "v")]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["env"] == {}

@@ -26,7 +26,7 @@ def test_list_json(capsys):
     assert set(names) == {"gfx1103", "gfx1151", "rocm", "cuda", "cpu"}
     assert names[-1] == "cpu"  # lowest priority last: the order matching tries them
     g = next(p for p in data["profiles"] if p["name"] == "gfx1103")
-    assert g["torch"]["index_url"] == "https://download.pytorch.org/whl/rocm6.4" and g["shipped"]
+    assert g["torch"]["index_url"] == "https://repo.amd.com/rocm/whl-multi-arch/" and g["shipped"]
 
 
 def test_list_human_includes_user_profiles(capsys):

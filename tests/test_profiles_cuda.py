@@ -52,7 +52,7 @@ def test_cuda_binary_compatibility_rules():
     [
         ("580.82.07", ["6.1"], "cu126"),  # Pascal: cu13x have no sm_6x, newest torch on cu126
         ("535.183.01", ["6.1"], "cu126"),
-        ("580.65.06", ["12.0"], "cu130"),  # Blackwell: cu126 lacks sm_120
+        ("580.65.06", ["12.0"], "cu132"),  # Blackwell: cu126 lacks sm_120; 580 runs every CUDA 13.x
         ("575.51.03", ["12.0"], "cu128"),  # below 580: cu128 is the newest that runs
         ("596.10", ["8.6"], "cu132"),  # equal torch: newest CUDA the driver runs
         ("560.35.03", ["8.6", "8.6"], "cu126"),  # captures/nvidia-rtx3090x2-560

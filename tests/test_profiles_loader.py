@@ -33,21 +33,38 @@ def test_shipped_profiles_load_and_are_the_five():
 def test_shipped_sources_have_the_documented_values():
     p = load_profiles(env={})
     g3 = p["gfx1103"].default_source
-    assert (g3.index_url, g3.version, g3.local_tag) == (
-        "https://download.pytorch.org/whl/rocm6.4",
-        "==2.9.1",
-        "+rocm6.4",
+    assert (g3.id, g3.index_url, g3.local_tag) == (
+        "amd-multiarch",
+        "https://repo.amd.com/rocm/whl-multi-arch/",
+        "+rocm7.14",
     )
-    assert "gfx1103" not in g3.arch_list and "gfx1100" in g3.arch_list
-    assert "gfx1103" in p["gfx1103"].source("therock-gfx110x").arch_list
-    g51 = p["gfx1151"].default_source
-    assert g51.index_url.endswith("/rocm7.2") and "gfx1151" in g51.arch_list
+    assert (
+        "gfx1103" in g3.arch_list
+        and g3.per_gpu
+        and g3.devices.package_for("gfx1103") == "amd-torch-device-gfx1103"
+    )
+    old = p["gfx1103"].source("rocm6.4")
+    assert "gfx1103" not in old.arch_list and "gfx1100" in old.arch_list
+    # The per-family indexes are retired, each naming its replacement (a venv built from one still resolves).
+    for name, sid in (("gfx1103", "therock-gfx110x"), ("gfx1151", "amd-gfx1151"), ("rocm", "amd-gfx1152")):
+        retired = p[name].source(sid)
+        assert retired.retired and retired.replaced_by == "amd-multiarch" and not retired.default
+    pt = p["gfx1151"].source("rocm7.14")
+    assert pt.index_url.endswith("/rocm7.14") and not pt.per_gpu and pt.devices.all_extra == "device-all"
+    assert p["gfx1151"].source("rocm7.2").version == ">=2.11,<2.14"
+    assert p["gfx1151"].source("amd-multiarch-nightly").channel == "nightly"
     cpu = p["cpu"].default_source
     assert cpu.index_url == "https://download.pytorch.org/whl/cpu" and cpu.local_tag == "+cpu"
     # This project's wheelhouse holds torch 2.13.0+cpu: the cpu profile must accept it.
     assert cpu.accepts("2.13.0+cpu")
     assert p["gfx1103"].trainer.sdpa_backend == "math"
     assert p["cpu"].trainer.device == "cpu" and p["cpu"].trainer.precision == "fp32"
+    cu = {s.id: s for s in p["cuda"].sources}
+    assert (
+        cu["cu132"].version == ">=2.12,<2.15"
+        and cu["cu132"].min_driver == cu["cu130"].min_driver == "580.65.06"
+    )
+    assert "sm_70" not in cu["cu128"].arch_list and "sm_70" in cu["cu126"].arch_list
 
 
 def test_no_shipped_profile_sets_the_hsa_override_in_env():
@@ -69,7 +86,7 @@ def test_no_shipped_profile_sets_the_hsa_override_in_env():
     ],
 )
 def test_source_accepts_only_its_build(version, ok):
-    src = load_profiles(env={})["gfx1103"].default_source
+    src = load_profiles(env={})["gfx1103"].source("rocm6.4")
     assert src.accepts(version) is ok
     assert isinstance(src, TorchSource) and src.requirement == "torch==2.9.1"
 

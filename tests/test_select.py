@@ -52,21 +52,29 @@ def test_cpu_only(profiles):
     assert "no GPU detected" in s.reason and s.required_arch is None
 
 
-def test_780m_default_source_gets_the_override_from_data(profiles):
+def test_780m_gets_the_newest_native_torch_from_the_smallest_install(profiles):
     s = select(hw(amd("gfx1103", "AMD Radeon 780M")), profiles)
     assert s.profile.name == "gfx1103"
-    assert s.torch.id == "rocm6.4" and s.torch.index_url == "https://download.pytorch.org/whl/rocm6.4"
-    assert s.env == {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"} and s.hsa_override == "11.0.0"
-    assert s.required_arch == "gfx1100"
-    assert "lacks gfx1103" in s.reason
-    assert any("hang" in w and "therock-gfx110x" in w for w in s.warnings)
+    assert s.torch.id == "amd-multiarch" and s.torch.index_url == "https://repo.amd.com/rocm/whl-multi-arch/"
+    assert s.env == {} and s.hsa_override is None and s.required_arch == "gfx1103" and not s.warnings
+    # Why it won, in the plan's own words: same torch as pytorch.org's rocm7.14, but one GPU's package.
+    assert "amd-multiarch won: the newest torch (2.14) with native gfx1103 kernels" in s.reason
+    assert "rocm7.14 has the same torch but installs every GPU's kernels" in s.reason
+    assert s.device_targets == ("gfx1103",)
     assert s.trainer.sdpa_backend == "math" and s.trainer.precision == "fp32"
 
 
-def test_780m_native_source_has_no_override(profiles):
+def test_780m_forced_onto_a_source_without_gfx1103_gets_the_override_and_the_hang_warning(profiles):
+    s = select(hw(amd("gfx1103", "AMD Radeon 780M")), profiles, source="rocm6.4")
+    assert s.torch.id == "rocm6.4" and s.env == {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}
+    assert s.hsa_override == "11.0.0" and s.required_arch == "gfx1100" and "lacks gfx1103" in s.reason
+    assert any("hang" in w and "--source amd-multiarch" in w for w in s.warnings)
+
+
+def test_a_retired_source_is_never_chosen_and_says_its_replacement_when_forced(profiles):
     s = select(hw(amd("gfx1103", "AMD Radeon 780M")), profiles, source="therock-gfx110x")
     assert s.torch.id == "therock-gfx110x" and "HSA_OVERRIDE_GFX_VERSION" not in s.env
-    assert s.required_arch == "gfx1103" and not s.warnings
+    assert any("retired" in w and "--source amd-multiarch" in w for w in s.warnings)
 
 
 def test_override_follows_the_wheel_not_the_profile_name(profiles):
@@ -80,7 +88,7 @@ def test_override_follows_the_wheel_not_the_profile_name(profiles):
 def test_780m_matched_by_pci_id_when_kfd_cannot_tell(profiles):
     s = select(hw(amd(None, "AMD Radeon 780M", pci="1002:15BF")), profiles)
     assert s.profile.name == "gfx1103" and "PCI id 1002:15bf" in s.reason
-    assert s.env.get("HSA_OVERRIDE_GFX_VERSION") == "11.0.0"
+    assert s.torch.id == "amd-multiarch" and "HSA_OVERRIDE_GFX_VERSION" not in s.env
 
 
 def test_780m_without_kfd_still_selects_gfx1103_and_says_so(profiles):
@@ -94,7 +102,7 @@ def test_780m_without_kfd_still_selects_gfx1103_and_says_so(profiles):
     assert "host-commands" in s.reason
 
 
-@pytest.mark.parametrize("source", [None, "rocm7.2", "amd-gfx1151"])
+@pytest.mark.parametrize("source", [None, "rocm7.14", "rocm7.2", "amd-gfx1151"])
 def test_gfx1151_never_gets_an_override(profiles, source):
     s = select(hw(amd("gfx1151", "AMD Radeon 8060S")), profiles, source=source)
     assert s.profile.name == "gfx1151" and "HSA_OVERRIDE_GFX_VERSION" not in s.env
@@ -105,7 +113,7 @@ def test_gfx1151_never_gets_an_override(profiles, source):
 def test_mi300x_x4_is_rocm_with_every_gpu_visible(profiles):
     gpus = tuple(amd("gfx942", "AMD Instinct MI300X", index=i, kfd_node=i + 2) for i in range(4))
     s = select(hw(*gpus), profiles)
-    assert s.profile.name == "rocm" and s.torch.id == "rocm7.2"
+    assert s.profile.name == "rocm" and s.torch.id == "amd-multiarch" and s.device_targets == ("gfx942",)
     assert s.env == {} and s.hsa_override is None  # captures/amd-mi300x-x4-gfx942/expect.yaml
     assert s.expected_tflops["bf16"] > 100
 
@@ -118,24 +126,26 @@ def test_igpu_next_to_dgpu_hides_the_other_arch(profiles):
     s = select(hw(*gpus, selected=1, reason="discrete over integrated"), profiles)
     assert s.profile.name == "rocm" and s.env == {"HIP_VISIBLE_DEVICES": "1"}
     assert s.reason.startswith("discrete over integrated; AMD Radeon RX 7900 XTX (gfx1100) matches")
-    # Choosing the iGPU instead hides the dGPU and brings the override.
+    assert s.device_targets == ("gfx1100",)  # only the visible GPU's kernels
+    # Choosing the iGPU instead (--gpu 0) hides the dGPU; its own kernels, still no override.
     s = select(hw(*gpus, selected=0), profiles)
-    assert s.profile.name == "gfx1103" and s.env == {
-        "HIP_VISIBLE_DEVICES": "0",
-        "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
-    }
+    assert s.profile.name == "gfx1103" and s.env == {"HIP_VISIBLE_DEVICES": "0"}
+    assert s.device_targets == ("gfx1103",)
 
 
-def test_rdna2_without_kernels_uses_the_known_override(profiles):
+def test_rdna2_gets_native_kernels_and_the_override_only_on_a_source_without_them(profiles):
     s = select(hw(amd("gfx1031", "AMD Radeon RX 6700 XT")), profiles)
-    assert s.profile.name == "rocm" and s.env["HSA_OVERRIDE_GFX_VERSION"] == "10.3.0"
-    assert s.required_arch == "gfx1030" and s.warnings
+    assert s.profile.name == "rocm" and s.torch.id == "amd-multiarch" and s.env == {}
+    assert s.required_arch == "gfx1031" and not s.warnings
     assert s.trainer.precision == "fp32"  # RDNA2 has no bf16 matrix units
+    forced = select(hw(amd("gfx1031", "AMD Radeon RX 6700 XT")), profiles, source="rocm7.2")
+    assert forced.env["HSA_OVERRIDE_GFX_VERSION"] == "10.3.0" and forced.required_arch == "gfx1030"
+    assert any("hang" in w for w in forced.warnings)
 
 
-def test_gfx1152_gets_the_amd_per_arch_wheel(profiles):
+def test_gfx1152_gets_the_multi_arch_wheel_not_the_retired_per_arch_one(profiles):
     s = select(hw(amd("gfx1152", "AMD Radeon 860M")), profiles)
-    assert s.profile.name == "rocm" and s.torch.id == "amd-gfx1152" and s.env == {}
+    assert s.profile.name == "rocm" and s.torch.id == "amd-multiarch" and s.env == {}
 
 
 def test_arch_without_wheel_or_safe_override_falls_back_to_cpu(profiles):
@@ -144,7 +154,8 @@ def test_arch_without_wheel_or_safe_override_falls_back_to_cpu(profiles):
     assert "gfx1033" in s.reason and "--profile rocm" in s.reason
     forced = select(hw(amd("gfx1033", "AMD Custom GPU 0405")), profiles, name="rocm")
     assert forced.profile.name == "rocm" and forced.explicit
-    assert any("invalid device function" in w for w in forced.warnings)
+    # AMD's multi-arch index has gfx1033 kernels, but the profile excludes it: forced, it says why.
+    assert any("excludes gfx1033" in w and "wrong results" in w for w in forced.warnings)
     assert "HSA_OVERRIDE_GFX_VERSION" not in forced.env
 
 
@@ -152,7 +163,7 @@ def test_arch_without_wheel_or_safe_override_falls_back_to_cpu(profiles):
     ("cc", "driver", "source", "precision"),
     [
         ("6.1", "580.82.07", "cu126", "fp32"),  # Pascal: no bf16, cu126 only
-        ("12.0", "580.65.06", "cu130", "bf16"),
+        ("12.0", "580.65.06", "cu132", "bf16"),  # CUDA 13.x: one driver floor (580) for 13.0 and 13.2
         ("8.6", "560.35.03", "cu126", "bf16"),
         ("7.5", "470.82.01", "cu118", "fp32"),
     ],
@@ -192,7 +203,9 @@ def test_intel_gpu_is_cpu(profiles):
 def test_unknown_names_are_input_errors_listing_choices(profiles):
     with pytest.raises(InputError, match="known profiles: cpu, cuda, gfx1103, gfx1151, rocm"):
         select(Hardware(), profiles, name="gfx9000")
-    with pytest.raises(InputError, match=r"its sources: rocm6\.4, therock-gfx110x"):
+    with pytest.raises(
+        InputError, match=r"its sources: amd-multiarch, rocm7\.14, amd-multiarch-nightly, rocm6"
+    ):
         select(hw(amd("gfx1103")), profiles, source="rocm7.2")
 
 
@@ -202,7 +215,7 @@ def test_user_cpu_profile_with_higher_priority_wins_on_cpu(profiles):
 
 
 def test_arch_supported_matches_what_torch_reports(profiles):
-    s = select(hw(amd("gfx1103", "AMD Radeon 780M")), profiles)
+    s = select(hw(amd("gfx1103", "AMD Radeon 780M")), profiles, source="rocm6.4")  # the override: gfx1100
     assert s.arch_supported(["gfx90a", "gfx1100"]) and not s.arch_supported(["gfx1030", "gfx1101"])
     n = select(hw(nv("6.1"), driver="580.82.07"), profiles)
     assert n.arch_supported(["sm_50", "sm_60", "sm_70"]) and not n.arch_supported(["sm_75", "sm_80"])
@@ -218,16 +231,17 @@ def test_expected_tflops_per_gpu_name(profiles):
 
 def test_selection_to_dict_is_json(profiles):
     data = json.loads(json.dumps(select(hw(amd("gfx1103")), profiles).to_dict()))
-    assert (
-        data["torch"]["index_url"].endswith("rocm6.4") and data["env"]["HSA_OVERRIDE_GFX_VERSION"] == "11.0.0"
-    )
+    assert data["torch"]["index_url"].endswith("whl-multi-arch/") and data["env"] == {}
+    assert data["device_targets"] == ["gfx1103"] and data["torch"]["device_packages"] == [
+        "amd-torch-device-gfx1103"
+    ]
 
 
 @pytest.mark.parametrize(
     ("name", "source", "env"),
     [
-        ("gfx1103", None, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}),  # the default wheel lacks gfx1103
-        ("gfx1103", "therock-gfx110x", {}),  # native gfx1103 kernels: no override
+        ("gfx1103", "rocm6.4", {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}),  # a forced wheel without gfx1103
+        ("gfx1103", None, {}),  # native gfx1103 kernels: no override
         ("gfx1151", None, {}),  # native kernels: never an override
     ],
 )

@@ -45,8 +45,11 @@ def build_wheel(
     abi_tag: str = "none",
     platform_tag: str = "any",
     requires_python: str | None = None,
+    extras: Mapping[str, Sequence[str]] | None = None,
 ) -> Path:
     """Write `<name>-<version>-<py>-<abi>-<plat>.whl` into `dest` and return its path.
+
+    `extras` maps an extra to its requirements (`torch[device-gfx1103]` -> `amd-torch-device-gfx1103`).
 
     `files` maps paths inside the wheel to their text; by default a package `<name>` with an
     `__init__.py` that sets `__version__`.
@@ -62,6 +65,9 @@ def build_wheel(
     if requires_python:
         metadata.append(f"Requires-Python: {requires_python}")
     metadata += [f"Requires-Dist: {r}" for r in requires]
+    for extra, reqs in (extras or {}).items():
+        metadata.append(f"Provides-Extra: {extra}")
+        metadata += [f'Requires-Dist: {r} ; extra == "{extra}"' for r in reqs]
     wheel_meta = (
         "Wheel-Version: 1.0\nGenerator: mw-env-tests\nRoot-Is-Purelib: true\n"
         f"Tag: {python_tag}-{abi_tag}-{platform_tag}\n"
@@ -86,6 +92,7 @@ def fake_torch(
     cuda: str | None = None,
     requires: Sequence[str] = (),
     extra_files: Mapping[str, str] | None = None,
+    extras: Mapping[str, Sequence[str]] | None = None,
     **tags: str,
 ) -> Path:
     """A tiny `torch` wheel that reports `version` and the given HIP/CUDA runtime (None = CPU build)."""
@@ -95,7 +102,7 @@ def fake_torch(
         "torch/cuda.py": "def is_available():\n    return False\n\ndef device_count():\n    return 0\n",
     }
     files.update(extra_files or {})
-    return build_wheel(dest, "torch", version, files=files, requires=requires, **tags)
+    return build_wheel(dest, "torch", version, files=files, requires=requires, extras=extras, **tags)
 
 
 def simple_index(root: Path, wheels: Iterable[Path]) -> Path:

@@ -102,3 +102,9 @@ def os_error_in(exc: BaseException) -> OSError | None:
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
     return None
+
+
+def os_words(exc: OSError) -> str:
+    """What an OSError means, in words ("the disk is full", "an I/O error (…)")."""
+    words = _os_words().get(exc.errno or 0)
+    return words[0] if words else (exc.strerror or type(exc).__name__)

@@ -72,7 +72,9 @@ def test_wrong_build_in_a_bootstrapped_venv_is_fixed_by_recreate(tmp_path):
     )
     build = checks["torch.build"]
     assert build.status == "fail" and "training silently runs on the CPU" in build.detail
-    assert build.fix.startswith(f"`mw-env bootstrap --venv {venv} --recreate` (torch==2.9.1+rocm6.4 from ")
+    assert build.fix.startswith(
+        f"`mw-env bootstrap --venv {venv} --recreate` (torch>=2.12,<2.15 from https://repo.amd.com/rocm/whl-multi-arch/"
+    )
     assert "uv pip install" not in build.fix
     record = checks["venv.record"]
     assert record.status == "warn"
@@ -85,7 +87,10 @@ def test_wrong_build_in_a_foreign_venv_gets_the_uv_command(tmp_path):
     build = by_id(_quick("doctor-docker-780m-shm64m", GPU_780M, venv, container="docker"))["torch.build"]
     assert build.status == "fail"
     assert f"uv pip install --python {venv}/bin/python --reinstall-package torch" in build.fix
-    assert "--index-url https://download.pytorch.org/whl/rocm" in build.fix
+    assert (
+        "--index-url https://repo.amd.com/rocm/whl-multi-arch/" in build.fix
+        and "'torch[device-gfx1103]>=2.12,<2.15'" in build.fix
+    )
 
 
 def test_explicit_profile_is_carried_into_the_bootstrap_fix(tmp_path):

@@ -89,7 +89,9 @@ def test_cuda_build_on_amd_box_says_training_runs_on_cpu(tmp_path):
     assert build.status == "fail"
     assert "2.12.0+cu130 is a CUDA build on an AMD GPU" in build.detail
     assert "silently runs on the CPU" in build.detail
-    assert "uv pip install" in build.fix and "--index-url https://download.pytorch.org/whl/rocm" in build.fix
+    assert (
+        "uv pip install" in build.fix and "--index-url https://repo.amd.com/rocm/whl-multi-arch/" in build.fix
+    )
     assert str(venv / "bin" / "python") in build.fix
 
 

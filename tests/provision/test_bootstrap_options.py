@@ -78,8 +78,13 @@ def test_source_option_and_env_pick_the_profiles_named_source(tmp_path, hermetic
     assert json.loads(by_env.stdout)["torch_source"] == "therock-gfx110x"
 
     default = json.loads(_dry_run(tmp_path, env, indexes, "--offline").stdout)
-    assert default["torch_source"] == "rocm6.4"
-    assert "torch==2.9.1+rocm6.4" in _torch_step(default)["command"]
+    assert default["torch_source"] == "amd-multiarch" and default["device_packages"] == [
+        "amd-torch-device-gfx1103"
+    ]
+    # One GPU's kernels: the 780M's device extra on torch, nothing else.
+    assert "torch[device-gfx1103]>=2.12,<2.15" in _torch_step(default)["command"]
+    every = json.loads(_dry_run(tmp_path, env, indexes, "--offline", "--all-devices").stdout)
+    assert "torch[device-all]>=2.12,<2.15" in _torch_step(every)["command"] and every["device_packages"] == []
 
     bad = _dry_run(tmp_path, env, indexes, "--offline", "--source", "nope")
     assert bad.returncode == 2 and bad.stdout == ""
@@ -90,7 +95,7 @@ def test_source_option_and_env_pick_the_profiles_named_source(tmp_path, hermetic
 def test_unreachable_index_plan_never_shows_a_bare_torch_install(tmp_path, hermetic_env, indexes):
     """The seed's trap in a dry run: `uv pip install torch` without the profile's index would get CUDA torch."""
     index = f"http://127.0.0.1:{_closed_port()}/simple"
-    res = _dry_run(tmp_path, _env(hermetic_env), indexes, "--torch-index", index)
+    res = _dry_run(tmp_path, _env(hermetic_env), indexes, "--torch-index", index, "--source", "rocm6.4")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert "refused" in data["problem"] and index in data["problem"]

@@ -31,13 +31,14 @@ def test_each_node_gets_c10d_rendezvous_its_own_doctor_and_the_run_marker(
     venv = _fake_venv(tmp_path, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
     monkeypatch.chdir(tmp_path)
     node1 = _prepare(venv, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29500", nproc_per_node=4)
-    assert node1.argv[:8] == [
+    assert node1.argv[:9] == [
         str(venv / "bin" / "torchrun"),
         "--nnodes=2",
         "--node-rank=1",
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=10.0.0.1:29500",
         f"--rdzv-id={default_rdzv_id('10.0.0.1:29500')}",
+        "--rdzv-conf=join_timeout=600",  # the default said by the waiting line, and settable
         "--nproc-per-node=4",
         "-m",
     ]
@@ -50,13 +51,16 @@ def test_each_node_gets_c10d_rendezvous_its_own_doctor_and_the_run_marker(
     assert json.loads(Path(pending).read_text())["ok"] is True
     assert len(node1.env["MW_ENV_RUN_ID"]) == 32 and node1.nodes.node_rank == 1
     # One process per node still goes through torchrun; the id given is passed as is.
-    node0 = _prepare(venv, nnodes=2, rdzv_endpoint="[fd00::1]:29400", rdzv_id="job-7", skip_doctor=True)
-    assert node0.argv[1:7] == [
+    node0 = _prepare(
+        venv, nnodes=2, rdzv_endpoint="[fd00::1]:29400", rdzv_id="job-7", rdzv_timeout=30, skip_doctor=True
+    )
+    assert node0.argv[1:8] == [
         "--nnodes=2",
         "--node-rank=0",
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=[fd00::1]:29400",
         "--rdzv-id=job-7",
+        "--rdzv-conf=join_timeout=30",
         "--nproc-per-node=1",
     ]
     assert node0.env["MW_ENV_RUN_ID"] != node1.env["MW_ENV_RUN_ID"]

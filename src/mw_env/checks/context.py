@@ -154,7 +154,10 @@ class DoctorContext:
         argv = ["uv", "pip", "install", "--python", str(self.python), "--reinstall-package", "torch"]
         if src.index_url:
             argv += ["--index-url", src.index_url]
-        argv.append(f"torch{src.version}" if src.version else "torch")
+        # A multi-arch source installs this GPU's kernels through torch's extra (torch[device-gfx1103]).
+        extras = [src.devices.extra_for(g) for g in self.selection.device_targets] if src.per_gpu else []
+        name = f"torch[{','.join(extras)}]" if extras and src.devices else "torch"
+        argv.append(f"{name}{src.version}" if src.version else name)
         return "`" + shlex.join(argv) + "`"
 
     def host_fix(self) -> str:

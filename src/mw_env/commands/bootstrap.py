@@ -71,6 +71,11 @@ def _venv_option(verb: str) -> Any:
     "is refused unless --force.",
 )
 @click.option("--force", is_flag=True, help="With --lock: install a lock made for other hardware anyway.")
+@click.option(
+    "--all-devices",
+    is_flag=True,
+    help="Install every GPU's kernels (device-all) instead of only the selected GPU's (AMD multi-arch sources).",
+)
 @click.option("--no-doctor", is_flag=True, help="Skip the final doctor run.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (the exact commands) and change nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Answer yes to questions (adopt an image's torch).")
@@ -106,6 +111,7 @@ class BootstrapArgs:
     adopt: bool | None
     lock: Path | None
     force: bool
+    all_devices: bool
     no_doctor: bool
     dry_run: bool
     yes: bool
@@ -170,6 +176,8 @@ def _bootstrap(args: BootstrapArgs) -> int:
             env=resolved.machine.env,
             companions=sel.torch.companions,
             lock_target=target_of(sel),
+            torch_extras=sel.torch_extras(all_devices=args.all_devices),
+            device_packages=() if args.all_devices else sel.device_packages,
         )
 
     the_plan = plan_for(options)

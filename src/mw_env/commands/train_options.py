@@ -114,6 +114,14 @@ def launch_options(func: Any) -> Any:
                 metavar="ID",
                 help="Rendezvous id, the same on every node (default: derived from the endpoint).",
             ),
+            click.option(
+                "--rdzv-timeout",
+                type=click.IntRange(min=1),
+                default=None,
+                metavar="SECONDS",
+                help="How long each node waits for all the others at the rendezvous (default 600); "
+                "it says whom it waits for meanwhile.",
+            ),
             source_option,
             root_option,
             profile_options,

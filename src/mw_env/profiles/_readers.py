@@ -13,6 +13,7 @@ from typing import Any, get_args
 from mw_env.errors import InputError
 from mw_env.profiles.model import (
     ArchOverride,
+    DeviceSpec,
     DoctorExpectations,
     Dtype,
     Match,
@@ -99,6 +100,7 @@ RULES: dict[tuple[type, str], Rule] = {
     (Profile, "aliases"): Rule.pattern(_NAME_RE, "lower-case names", each=True),
     (Match, "vendor"): Rule(lambda _: None, "amd, nvidia, null (no GPU: the cpu profile)"),
     (Match, "gfx"): Rule(_gfx_or_star, 'a gfx target such as "gfx1103", or "*" for any', each=True),
+    (Match, "exclude"): Rule.pattern(_GFX_RE, 'gfx targets, e.g. "gfx1033"', each=True),
     (Match, "pci_ids"): Rule.pattern(
         r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$", 'vendor:device in hex, e.g. "1002:15bf"', each=True
     ),
@@ -109,6 +111,16 @@ RULES: dict[tuple[type, str], Rule] = {
     (TorchSource, "runtime_version"): Rule.pattern(_DOTTED_RE, 'e.g. "6.4"'),
     (TorchSource, "min_driver"): Rule.pattern(_DOTTED_RE, 'e.g. "525.60.13"'),
     (TorchSource, "newest_torch"): Rule.pattern(_DOTTED_RE, '"2.14"'),
+    (TorchSource, "download_gb"): Rule(_positive, "the stated download in GB, e.g. 1.1"),
+    (TorchSource, "replaced_by"): Rule.pattern(_NAME_RE, "the id of another source of this profile"),
+    (TorchSource, "pythons"): Rule.pattern(r"^cp3[0-9]{1,2}t?$", 'CPython tags, e.g. "cp312"', each=True),
+    (DeviceSpec, "extra"): Rule.pattern(
+        r"^$|^[a-z0-9-]*\{gfx\}[a-z0-9-]*$", 'e.g. "device-{gfx}", or "" (none)'
+    ),
+    (DeviceSpec, "all_extra"): Rule.pattern(r"^[a-z0-9][a-z0-9-]*$", 'e.g. "device-all"'),
+    (DeviceSpec, "kernels"): Rule.pattern(
+        r"^[a-z0-9][a-z0-9-]*\{gfx\}[a-z0-9-]*$", 'a package name with {gfx}, e.g. "amd-torch-device-{gfx}"'
+    ),
     (DoctorExpectations, "device_nodes"): Rule.pattern(
         r"^/dev/\S+$", 'absolute /dev paths or globs, e.g. "/dev/kfd", "/dev/dri/renderD*"', each=True
     ),

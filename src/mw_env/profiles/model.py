@@ -29,6 +29,7 @@ TrainerDevice = Literal["cuda", "cpu"]  # ROCm GPUs are "cuda" to torch too
 HostKind = Literal["amd", "nvidia", "none"]
 Dtype = Literal["fp32", "tf32", "bf16", "fp16"]  # the expected_tflops keys
 Runtime = Literal["incus", "docker", "podman"]
+Channel = Literal["stable", "nightly"]  # nightly sources are installed only when asked for (--source)
 
 
 def has_local_tag(installed_version: str, local_tag: str) -> bool:
@@ -55,6 +56,26 @@ def has_local_tag(installed_version: str, local_tag: str) -> bool:
 
 
 @dataclass(frozen=True)
+class DeviceSpec:
+    """How a source splits GPU kernels into per-GPU packages (ROCm 7.14+ wheels, AMD's multi-arch index).
+
+    `{gfx}` in a name stands for the gfx target. On AMD's multi-arch index the extra is torch's own
+    (`torch[device-gfx1103]` pulls `amd-torch-device-gfx1103`); on pytorch.org's rocm7.14 index torch requires
+    `rocm[libraries,device-all]` itself, so there is no per-GPU choice (`extra` is empty).
+    """
+
+    extra: str = ""  # the extra on torch that installs one GPU's kernels, e.g. "device-{gfx}"; "" = none
+    all_extra: str = "device-all"  # the extra that installs every GPU's kernels (--all-devices)
+    kernels: str = "amd-torch-device-{gfx}"  # the installed distribution that carries one GPU's kernels
+
+    def extra_for(self, gfx: str) -> str:
+        return self.extra.replace("{gfx}", gfx)
+
+    def package_for(self, gfx: str) -> str:
+        return self.kernels.replace("{gfx}", gfx)
+
+
+@dataclass(frozen=True)
 class TorchSource:
     """Where torch comes from and what a correct install of it reports."""
 
@@ -73,6 +94,19 @@ class TorchSource:
     default: bool = False  # the source chosen when nothing else decides
     note: str = ""  # why this source, or what to watch for (shown by `profiles NAME`)
     refs: tuple[str, ...] = ()  # where the facts come from (URLs)
+    channel: Channel = "stable"
+    devices: DeviceSpec | None = None  # per-GPU kernel packages (None: the wheel bundles every arch it has)
+    download_gb: float | None = None  # the stated download for one GPU (every GPU when devices.extra is "")
+    retired: str = ""  # why no new releases come from this index (a venv built from it keeps working)
+    replaced_by: str | None = None  # the source id that replaces a retired one
+    pythons: tuple[
+        str, ...
+    ] = ()  # CPython tags the index has wheels for ("cp312"); `profiles --check` compares
+
+    @property
+    def per_gpu(self) -> bool:
+        """Whether one GPU's kernels can be installed without every other GPU's."""
+        return self.devices is not None and bool(self.devices.extra)
 
     @property
     def requirement(self) -> str:
@@ -104,6 +138,7 @@ class Match:
     vendor: Vendor | None = None  # None = no GPU: the CPU profile
     gfx: tuple[str, ...] = ()  # exact gfx targets; "*" means any of this vendor
     pci_ids: tuple[str, ...] = ()  # "1002:15bf" — matches even when the gfx target is unknown
+    exclude: tuple[str, ...] = ()  # gfx targets a "*" profile never claims (wrong numerics even with kernels)
     priority: int = 0  # higher wins when several profiles match
 
 
@@ -216,10 +251,32 @@ class Selection:
     # GPU's own gfx), NVIDIA "sm_86" (covered by an equal-major, lower-minor sm_8x too); None on CPU.
     required_arch: str | None = None
     trainer: TrainerDefaults = field(default_factory=TrainerDefaults)  # profile defaults fitted to this GPU
+    # AMD: the gfx targets whose kernels to install (the selected GPU's; HIP_VISIBLE_DEVICES hides the others)
+    device_targets: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return self.profile.name
+
+    @property
+    def device_packages(self) -> tuple[str, ...]:
+        """The per-GPU kernel packages the torch source installs for `device_targets` (empty: none, or all)."""
+        spec = self.torch.devices
+        if spec is None or not spec.extra:
+            return ()
+        return tuple(spec.package_for(g) for g in self.device_targets)
+
+    def torch_extras(self, *, all_devices: bool = False) -> tuple[str, ...]:
+        """torch's extras for this install: this GPU's device extra, or every GPU's with `all_devices`.
+
+        A per-GPU source with no GPU in sight (a `docker build` of the generic profile) gets every GPU's.
+        """
+        spec = self.torch.devices
+        if spec is None or not spec.extra:
+            return ()  # pytorch.org rocm7.14: torch itself requires rocm[libraries,device-all]
+        if all_devices or not self.device_targets:
+            return (spec.all_extra,)
+        return tuple(spec.extra_for(g) for g in self.device_targets)
 
     @property
     def expected_tflops(self) -> dict[str, float]:
@@ -253,7 +310,13 @@ class Selection:
                 "local_tag": self.torch.local_tag,
                 "runtime_version": self.torch.runtime_version,
                 "arch_list": list(self.torch.arch_list),
+                "channel": self.torch.channel,
+                "retired": self.torch.retired or None,
+                "replaced_by": self.torch.replaced_by,
+                "device_packages": list(self.device_packages),
+                "download_gb": self.torch.download_gb,
             },
+            "device_targets": list(self.device_targets),
             "required_arch": self.required_arch,
             "hsa_override": self.hsa_override,
             "trainer": asdict(self.trainer),

@@ -49,6 +49,12 @@ def _check_source(ctx: Ctx, s: TorchSource, key: str) -> None:
         raise ctx.fail(
             f"{key}.arch_list", "is required for a GPU build (it decides the override and the match)"
         )
+    if s.devices is not None and s.build != "rocm":
+        raise ctx.fail(f"{key}.devices", "per-GPU device packages exist only for rocm builds", "remove it")
+    if s.replaced_by is not None and not s.retired:
+        raise ctx.fail(
+            f"{key}.replaced_by", "only a retired source is replaced", "retired: <why>, or no replaced_by"
+        )
     if s.build == "cuda" and s.min_driver is None:
         raise ctx.fail(f"{key}.min_driver", "is required for a cuda build", 'e.g. "525.60.13"')
 
@@ -62,6 +68,17 @@ def _check_sources(ctx: Ctx, sources: tuple[TorchSource, ...]) -> None:
         raise ctx.fail("sources", f"duplicate source id(s): {', '.join(dupes)}", "unique ids")
     if sum(s.default for s in sources) > 1:
         raise ctx.fail("sources", "more than one source has default: true", "at most one default")
+    for i, s in enumerate(sources):
+        if s.replaced_by is not None and s.replaced_by not in ids:
+            raise ctx.fail(
+                f"sources[{i}].replaced_by", f"no source {s.replaced_by!r}", f"one of {', '.join(ids)}"
+            )
+        if s.default and (s.retired or s.channel == "nightly"):
+            raise ctx.fail(
+                f"sources[{i}].default",
+                "a retired or nightly source cannot be the default",
+                "a stable source",
+            )
 
 
 def _check_env(ctx: Ctx, env: Mapping[str, str]) -> None:

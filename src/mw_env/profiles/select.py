@@ -11,10 +11,10 @@ from dataclasses import replace
 
 from mw_env.errors import InputError
 from mw_env.hardware import Gpu, Hardware
+from mw_env.profiles.amd import HSA_OVERRIDE, choose_amd_source
 from mw_env.profiles.cuda import CudaChoice, choose_cuda_source, minimum_driver_hint, parse_cc, sm_name
 from mw_env.profiles.model import Profile, Selection, TorchSource, TrainerDefaults
 
-HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
 # AMD archs whose matrix units do bf16 natively (CDNA2+, RDNA3+); elsewhere bf16 is emulated and slow.
 _AMD_BF16 = ("gfx908", "gfx90a", "gfx942", "gfx950")
 
@@ -28,12 +28,6 @@ def get_profile(profiles: Mapping[str, Profile], name: str) -> Profile:
             return p
     known = ", ".join(sorted(profiles))
     raise InputError(f"unknown profile {name!r}; known profiles: {known}", hint="see `mw-env profiles`")
-
-
-def override_to_gfx(value: str) -> str:
-    """HSA_OVERRIDE_GFX_VERSION "11.0.0" -> "gfx1100", "9.0.10" -> "gfx90a" (the ISA the GPU will run)."""
-    major, minor, step = (int(p) for p in value.split("."))
-    return f"gfx{major}{minor:x}{step:x}"
 
 
 def select(
@@ -147,7 +141,7 @@ def _match_amd(gpu: Gpu, profiles: Mapping[str, Profile]) -> tuple[Profile | Non
             continue
         if (gfx and gfx in p.match.gfx) or (pci and pci in p.match.pci_ids):
             exact.append(p)
-        elif "*" in p.match.gfx and (gfx is None or _supports_gfx(p, gfx)):
+        elif "*" in p.match.gfx and gfx not in p.match.exclude and (gfx is None or _supports_gfx(p, gfx)):
             wildcard.append(p)
     best = _best(exact) or _best(wildcard)
     if best is None:
@@ -240,7 +234,7 @@ def _build(
             )
 
     if override is not None:
-        env["HSA_OVERRIDE_GFX_VERSION"] = override
+        env[HSA_OVERRIDE] = override
     if gpu is not None and gpu.vendor in ("amd", "nvidia") and build != "cpu" and not gpu.device_nodes_ok:
         missing = _node_problems(gpu)
         reasons.append(
@@ -258,6 +252,8 @@ def _build(
         hsa_override=override,
         required_arch=required,
         trainer=_trainer_for(profile.trainer, build, required),
+        # One GPU's kernels: the arch the wheel must serve (the visible GPUs share it, _hip_visible).
+        device_targets=(required,) if build == "rocm" and required else (),
     )
 
 
@@ -276,60 +272,34 @@ def _node_problems(gpu: Gpu) -> str:
 def _rocm_source(
     profile: Profile, gpu: Gpu | None, source: str | None
 ) -> tuple[TorchSource, str | None, str | None, list[str], list[str]]:
-    """(source, override, required arch, reason notes, warnings) for an AMD GPU."""
+    """(source, override, required arch, reason notes, warnings) for an AMD GPU (policy: profiles/amd.py)."""
     gfx = gpu.gfx_target if gpu is not None and gpu.vendor == "amd" else None
     if gfx is None and gpu is not None and (gpu.pci_id or "").lower() in profile.match.pci_ids:
         # Matched by PCI id while KFD could not say the gfx: a single-arch profile knows it.
         named = [g for g in profile.match.gfx if g != "*"]
         gfx = named[0] if len(named) == 1 else None
-    notes: list[str] = []
-    warns: list[str] = []
+    pre: list[str] = []
     if gfx is None and (gpu is None or gpu.vendor != "amd"):
         # A forced profile with no AMD GPU in sight (a `docker build`, a CI runner): the env must still be
         # the one the image will need on its target, so a single-arch profile speaks for its GPU.
         named = [g for g in profile.match.gfx if g != "*"]
         if len(named) == 1:
             gfx = named[0]
-            notes.append(f"no AMD GPU visible: the env is derived for the profile's target {gfx}")
-    default = profile.default_source
-    if source is not None:
-        src = _explicit_source(profile, source)
-        notes.append(f"torch source {src.id!r} chosen with --source")
-    elif gfx is None or gfx in default.arch_list or profile.hsa_override_when_missing:
-        # The profile's default wins when it ships the kernels, or when the profile opts into the override.
-        src = default
-    else:
-        src = next((s for s in profile.sources if gfx in s.arch_list), default)
-    if gfx is None:
+            pre.append(f"no AMD GPU visible: the env is derived for the profile's target {gfx}")
+    forced = _explicit_source(profile, source) if source is not None else None
+    choice = choose_amd_source(profile, gfx, forced)
+    warns = list(choice.warnings)
+    if choice.decision is None:
         if gpu is not None and gpu.vendor == "amd":
             warns.append("the GPU's gfx target is unknown: `mw-env doctor` checks the installed arch list")
-        return src, None, None, notes, warns
-    if gfx in src.arch_list:
-        notes.append(f"torch from {src.id} ships native {gfx} kernels, so no HSA_OVERRIDE_GFX_VERSION")
-        return src, None, gfx, notes, warns
-    override = profile.hsa_override_when_missing
-    known = next((o for o in profile.arch_overrides if o.gfx == gfx), None)
-    if override is None and known is not None:
-        override = known.hsa_override
-    if override is None:
+        return choice.source, None, None, pre + choice.notes, warns
+    if gfx in profile.match.exclude:
         warns.append(
-            f"{src.id} has no {gfx} kernels and no safe override is known: torch will fail with "
-            "'invalid device function'"
+            f"profile {profile.name!r} excludes {gfx}: it is reported to compute wrong results even with native "
+            "kernels (docs/profiles.md); check the doctor's numeric probe before trusting a run"
         )
-        return src, None, gfx, notes, warns
-    target = override_to_gfx(override)
-    notes.append(
-        f"{src.id} lacks {gfx} kernels, so HSA_OVERRIDE_GFX_VERSION={override} makes the GPU run {target} code"
-    )
-    native = [s.id for s in profile.sources if gfx in s.arch_list]
-    alt = f"; `--source {native[0]}` installs native {gfx} kernels instead" if native else ""
-    warns.append(
-        f"HSA_OVERRIDE_GFX_VERSION={override} runs {target} kernels on {gfx}: unsupported by AMD and reported to "
-        f"hang or page-fault under load; checkpoint often{alt}"
-    )
-    if target not in src.arch_list:
-        warns.append(f"{src.id} does not list {target} either: the override cannot help")
-    return src, override, target, notes, warns
+    d = choice.decision
+    return choice.source, d.override, d.required_arch, pre + choice.notes, warns
 
 
 def _cuda_source(

@@ -73,6 +73,10 @@ class Plan:
     runtime_env: dict[str, str]
     project_args: tuple[str, ...]  # ("-e", "/src/mw-env[train]") or ("mw-env[train]==0.1.0",)
     companions: tuple[str, ...] = ()
+    # torch's extras that select GPU kernels (("device-gfx1103",) on AMD's multi-arch index), and the
+    # per-GPU packages they install (pinned with torch, so the extras step can never swap in PyPI's placeholder).
+    torch_extras: tuple[str, ...] = ()
+    device_packages: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # one-line facts about the choices (no action needed)
     problem: str | None = None  # a preflight problem found while planning (the preflight step raises it)
@@ -118,6 +122,8 @@ class Plan:
             if self.torch
             else None,
             "torch_source": self.torch_source,
+            "torch_extras": list(self.torch_extras),
+            "device_packages": list(self.device_packages),
             "env": dict(self.runtime_env),  # what the env step writes to mw-env.env
             "warnings": list(self.warnings),
             "notes": list(self.notes),

@@ -88,6 +88,8 @@ def plan(
     env: Mapping[str, str] | None = None,
     companions: tuple[str, ...] = (),
     lock_target: Mapping[str, str] | None = None,
+    torch_extras: tuple[str, ...] = (),
+    device_packages: tuple[str, ...] = (),
 ) -> Plan:
     """The ordered steps for this bootstrap; nothing is changed on disk."""
     env = dict(os.environ if env is None else env)
@@ -154,7 +156,7 @@ def plan(
                 f"{build_venv} has Python {existing}, not {options.python}: keeping it "
                 "(--recreate builds a new venv with the requested one)"
             )
-        if torch_ok and state.is_done("torch", _torch_key(torch, local_tag)):
+        if torch_ok and state.is_done("torch", _torch_key(torch, local_tag, torch_extras)):
             choice = Choice(py, TorchChoice(f"torch=={installed}", "installed", str(build_venv)))
         elif adopted_from:
             adopted = _adopted_from_venv(build_venv, installed)
@@ -214,6 +216,8 @@ def plan(
         runtime_env=dict(runtime_env),
         project_args=proj_args,
         companions=companions,
+        torch_extras=torch_extras,
+        device_packages=device_packages,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
         notes=tuple(redact(n) for n in choice.notes),

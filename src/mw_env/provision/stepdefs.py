@@ -12,7 +12,7 @@ from mw_env.provision import uv as uvmod
 from mw_env.provision.choose import exact_requirement, version_fits
 from mw_env.provision.model import GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
-from mw_env.provision.venvinfo import adopted_site, installed_version, short_hash
+from mw_env.provision.venvinfo import adopted_site, installed_fingerprint, installed_version, short_hash
 
 
 def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: str) -> bool:
@@ -37,14 +37,25 @@ def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: 
         return installed == rec.torch_version
 
 
-def _torch_key(torch: TorchSourceLike, local_tag: str) -> str:
-    return short_hash(torch.build, torch.version, local_tag)
+def _torch_key(torch: TorchSourceLike, local_tag: str, extras: tuple[str, ...] = ()) -> str:
+    # The extras (which GPUs' kernels) are part of the install: another GPU's kernels redo the torch step.
+    return short_hash(torch.build, torch.version, local_tag, *((",".join(extras),) if extras else ()))
 
 
 def _torch_key_for(p: Plan) -> str:
     if p.lock is not None:
         return short_hash("lock", p.lock.sha256)
-    return short_hash(p.build, p.version_spec, p.local_tag)
+    return short_hash(
+        p.build, p.version_spec, p.local_tag, *((",".join(p.torch_extras),) if p.torch_extras else ())
+    )
+
+
+def with_extras(requirement: str, extras: tuple[str, ...]) -> str:
+    """`torch==2.14.0+rocm7.14.0` + ("device-gfx1103",) -> `torch[device-gfx1103]==2.14.0+rocm7.14.0`."""
+    if not extras or not requirement.startswith("torch"):
+        return requirement
+    rest = requirement[len("torch") :]
+    return f"torch[{','.join(extras)}]{rest}"
 
 
 def extras_key(p: Plan, torch_version: str) -> str:
@@ -57,7 +68,9 @@ def lock_key(p: Plan, torch_version: str | None) -> str:
 
 
 def verify_key(p: Plan, torch_version: str | None) -> str:
-    return short_hash(torch_version, p.build, p.local_tag)
+    # The installed files' fingerprint: a file lost since the verify (a full disk during an install, an
+    # `rm`) makes the next bootstrap verify again rather than call a broken venv complete.
+    return short_hash(torch_version, p.build, p.local_tag, installed_fingerprint(p.build_venv))
 
 
 def env_text(p: Plan) -> str:
@@ -83,7 +96,9 @@ def doctor_key(p: Plan, torch_version: str | None) -> str:
 
 def expected_pins(p: Plan, torch_version: str) -> dict:
     """The pin files for this venv now (companions such as pytorch-triton-rocm pinned as installed)."""
-    companions = {c: v for c in p.companions if (v := installed_version(p.build_venv, c))}
+    companions = {
+        c: v for c in (*p.companions, *p.device_packages) if (v := installed_version(p.build_venv, c))
+    }
     return pinmod.pin_files(
         p.build_venv,
         final_venv=p.venv,
@@ -113,7 +128,7 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
     steps: list[Step] = []
 
     # torch
-    tkey = _torch_key(torch, p.local_tag) if p.lock is None else _torch_key_for(p)
+    tkey = _torch_key(torch, p.local_tag, p.torch_extras) if p.lock is None else _torch_key_for(p)
     if p.lock is not None:
         from mw_env.envlock import LOCK_FILE
         from mw_env.envlock.rebuild import describe, install_command
@@ -149,7 +164,7 @@ def build_steps(p: Plan, state: State, torch: TorchSourceLike) -> list[Step]:
             # A killed install may have left torch half-written; a swapped one may still satisfy a range
             # requirement, which uv would then leave in place.
             args += ["--reinstall-package", "torch"]
-        torch_cmd = (*args, req, *p.companions)
+        torch_cmd = (*args, with_extras(req, p.torch_extras), *p.companions)
         # The state says the step finished; the dist-info says the build is still the profile's.
         fits = torch_fits(bv, installed, p.local_tag, p.version_spec)
         torch_done = fits and state.is_done("torch", tkey)

@@ -106,7 +106,9 @@ def _torch(run: Run, step: Step) -> str:
         return f"reusing torch {p.adopted.version} from {p.adopted.site}"
     run.state.mark("torch", "started")
     if p.lock is not None:
-        return _install_lock(run, step)
+        from mw_env.provision.lockstep import install_lock
+
+        return install_lock(run, step)
     res = run.command(step, step.command or (), timeout=3600)
     if not res.ok:
         raise StepFailed(
@@ -124,64 +126,10 @@ def _torch(run: Run, step: Step) -> str:
     return venvinfo.installed_version(p.build_venv, "torch") or ""
 
 
-def _install_lock(run: Run, step: Step) -> str:
-    """`bootstrap --lock`: the validated lock's text (never the file again: it may have changed since it was
-    checked) goes into the venv, and uv installs exactly that."""
-    from mw_env.envlock import LOCK_FILE
-    from mw_env.envlock.rebuild import install_failure
-
-    p = run.plan
-    write_atomic(p.build_venv / LOCK_FILE, p.lock.text)
-    res = run.command(step, step.command or (), timeout=3600)
-    if not res.ok:
-        raise install_failure(res.output, p.lock, returncode=res.returncode)
-    run.state.mark("torch", "done", stepdefs._torch_key_for(p), location=p.lock.meta.torch_from)
-    return venvinfo.installed_version(p.build_venv, "torch") or ""
-
-
 def _lock(run: Run, step: Step) -> str | StepWarning:
-    """Every finished venv gets its lock (or, rebuilt from one, is checked against it)."""
-    from mw_env.envlock import LOCK_FILE
-    from mw_env.envlock.drift import compare, installed
+    from mw_env.provision.lockstep import lock_step
 
-    p = run.plan
-    bv = p.build_venv
-    version = stepdefs.current_torch(p)
-    if p.lock is not None:
-        drift = compare(p.lock, installed(bv))
-        if drift.any:
-            raise StepFailed(
-                "the venv differs from the lock after installing it: " + "; ".join(drift.lines()),
-                hint="the project's own install changed a package (it runs with --no-deps); report this",
-            )
-        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
-        return f"{len(p.lock.packages)} packages as locked"
-    if p.adopted:
-        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
-        return "no lock: torch lives in the base image, outside the venv (the image's Dockerfile pins it)"
-    from mw_env.envlock.make import lock_venv
-
-    torch_index = p.torch.location if p.torch and p.torch.origin == "index" else None
-    try:
-        lock = lock_venv(
-            venv=bv,
-            selection=None,
-            env=p.env,
-            uv=run.uv,
-            offline=bool(p.options and p.options.offline),
-            torch_index=torch_index,
-            target=p.lock_target,
-            companions=p.companions,
-            source_args=p.sources.uv_args(),
-        )
-    except MwEnvError as exc:
-        # The venv works; only its lock is missing. Say why, and how to write it later (a re-run does not
-        # retry: `mw-env lock` does, once the cause is fixed).
-        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
-        return StepWarning(f"no lock written: {exc.message} (later: `mw-env lock --venv {p.venv}`)")
-    write_atomic(bv / LOCK_FILE, lock.text)
-    run.state.mark("lock", "done", stepdefs.lock_key(p, version))
-    return f"{len(lock.packages)} packages, sha256 {lock.sha256[:12]}"
+    return lock_step(run, step)
 
 
 def _verify(run: Run, step: Step) -> str:
@@ -234,26 +182,44 @@ class BackgroundVerify:
 
 def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
     """Judge the overlapped build check, then run the step's own command (with `import torch`) when it has one."""
-    detail = verify_finish(run, static_output)
     python = (step.command or (sys.executable,))[0]
-    if step.command and tuple(step.command) != verify.verify_command(python, import_torch=False):
-        res = run.command(step, step.command, timeout=300)
+    imports = bool(step.command) and tuple(step.command) != verify.verify_command(python, import_torch=False)
+    # The step is recorded done only by the last check it owns: with an `import torch` check to come, the
+    # static check alone must not mark it (a venv whose torch does not import was later called "ready").
+    detail = verify_finish(run, static_output, record=not imports)
+    if imports:
+        res = run.command(step, step.command or (), timeout=300)
         detail = verify_finish(run, res.output)
     return detail
 
 
-def verify_finish(run: Run, output: str) -> str:
-    """Judge the verify command's output (raises StepFailed for a wrong build) and record the step."""
+# Less free space than this after an install whose verify failed: the full disk is named as the likely cause.
+LOW_DISK = 1 << 30
+
+
+def verify_finish(run: Run, output: str, *, record: bool = True) -> str:
+    """Judge the verify command's output (raises StepFailed for a wrong build) and, with `record`, record
+    the step done."""
     p = run.plan
     run.outputs["verify-torch"] = output
     try:
         found = verify.parse(output)
         verify.check(found, build=p.build, local_tag=p.local_tag, adopted=bool(p.adopted))
-    except StepFailed:
+    except StepFailed as exc:
+        run.state.mark("verify-torch", "started")  # never "done" over a failed check, whatever came before
         if not p.adopted:
             run.state.mark("torch", "started")  # the next run reinstalls torch instead of trusting it
+        free = venvinfo.free_bytes(p.build_venv)
+        if free is not None and free < LOW_DISK:
+            # uv can report success over a disk that filled mid-install (a package left without a file):
+            # the import then fails for a reason that only the free space explains.
+            exc.hint = (
+                f"the disk of {p.build_venv} has only {free / GiB:.2f} GiB free: an install that ran out of "
+                "space leaves packages half-written; free space, then run bootstrap again with --recreate"
+            )
         raise
-    run.state.mark("verify-torch", "done", stepdefs.verify_key(p, stepdefs.current_torch(p)))
+    if record:
+        run.state.mark("verify-torch", "done", stepdefs.verify_key(p, stepdefs.current_torch(p)))
     return f"torch {found.version} ({found.build}{', hip ' + found.hip if found.hip else ''}" + (
         f", cuda {found.cuda})" if found.cuda else ")"
     )

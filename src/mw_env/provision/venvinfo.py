@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -107,3 +108,33 @@ def free_bytes(path: Path) -> int | None:
         return shutil.disk_usage(p).free
     except OSError:
         return None
+
+
+def installed_fingerprint(venv: Path) -> str:
+    """A digest of every installed file's path and size, from the dist-infos' RECORD lists (no interpreter).
+
+    Part of the verify step's key: a venv that was verified and later lost a file (a disk that filled
+    during an install leaves numpy without version.py; a user's `rm`) no longer matches, so bootstrap
+    verifies again instead of saying "already complete" over a torch that does not import."""
+    import csv
+
+    site = site_packages(venv)
+    h = hashlib.sha256()
+    if site is None:
+        return h.hexdigest()[:16]
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        h.update(record.parent.name.encode())
+        try:
+            rows = list(csv.reader(record.read_text(encoding="utf-8", errors="replace").splitlines()))
+        except (OSError, csv.Error):
+            h.update(b"unreadable")
+            continue
+        for row in rows:
+            if not row or row[0].endswith(".pyc") or row[0].startswith(".."):
+                continue  # byte-code comes and goes; files outside site-packages (scripts) are not torch's
+            try:
+                size = os.stat(site / row[0]).st_size
+            except OSError:
+                size = -1
+            h.update(f"{row[0]}\0{size}\n".encode())
+    return h.hexdigest()[:16]

@@ -18,6 +18,7 @@ from typing import Any
 
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.lifeline import preexec
+from mw_env.runs import rendezvous
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
@@ -26,6 +27,14 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
     """Run `launch` (a runs.launch.Launch) to its end; `write` receives each relayed stderr line."""
     torchrun = Path(launch.argv[0]).name == "torchrun"
+    nodes = getattr(launch, "nodes", None)
+    multi = bool(nodes is not None and nodes.multi)
+    started = rendezvous.started_file(launch.out_dir, nodes.node_rank if multi else 0)
+    if multi:
+        launch.out_dir.mkdir(parents=True, exist_ok=True)
+        started.unlink(missing_ok=True)
+        launch.env[rendezvous.STARTED_ENV] = str(started)
+    oom_before = oom_kills()
     # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
     proc = subprocess.Popen(
         launch.argv,
@@ -38,8 +47,9 @@ def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
     )
     filt = None
     forwarded: list[int] = []
+    announcer = rendezvous.Announcer(nodes, started, write) if multi else contextlib.nullcontext()
     try:
-        with _forwarding(proc, forwarded):
+        with _forwarding(proc, forwarded), announcer:
             if torchrun:
                 filt = relay_torchrun_stderr(proc, write=write)
             code = proc.wait()
@@ -51,24 +61,73 @@ def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
         proc.wait()
         return EXIT_INTERRUPTED
     if filt is not None:
-        if forwarded and filt.signalled and code == 1 and _finished_stopped(launch.out_dir):
-            # torchrun exits 1 after passing our SIGTERM on, even when every worker stopped cleanly (this
-            # node's metrics end with the `finished` "stopped" event): that is the documented exit 0.
+        log = rendezvous.write_log(launch.out_dir, filt.dropped)  # torchrun's tracebacks: the log, not here
+        if multi and filt.rendezvous_error and not started.exists():
+            raise rendezvous.never_joined(nodes, f"torchrun: {filt.rendezvous_error}; details in {log}")
+        if (forwarded or filt.signalled) and code != 0 and _ended_cleanly(launch.out_dir):
+            # torchrun exits 1 after passing a SIGTERM on (ours, or one sent to torchrun itself), even when
+            # every worker stopped or finished cleanly (the metrics end with `finished`, the report is
+            # complete): that is the documented exit 0.
             return 0
         code = filt.exit_code(code)
     if code < 0:
-        raise StepFailed(
-            f"the trainer was killed by signal {-code}",
-            hint=f"exit 137/SIGKILL often means the host ran out of memory; resume with the same command "
-            f"(the newest checkpoint in {launch.out_dir / 'checkpoints'} is used)",
-        )
+        after = oom_kills()
+        oom = None if oom_before < 0 or after < 0 else after > oom_before
+        raise killed(-code, launch.out_dir, sent=bool(forwarded), oom=oom)
     if code not in (0, 1, 2, EXIT_INTERRUPTED):
         return EXIT_FAILED
     return code
 
 
-def _finished_stopped(out_dir: Path) -> bool:
-    """The run folder's last event is `finished` with reason "stopped" (a graceful stop completed)."""
+def killed(signum: int, out_dir: Path, *, sent: bool, oom: bool | None) -> StepFailed:
+    """The error for a trainer killed by a signal: the OOM killer only when the kernel's cgroup counter
+    says it killed (memory.events oom_kill went up during the run); a signal the user sent, never."""
+    name = _signal_name(signum)
+    resume = f"resume with the same command (the newest checkpoint in {out_dir / 'checkpoints'} is used)"
+    if oom and not sent:
+        return StepFailed(
+            f"the trainer was killed by the kernel's out-of-memory killer ({name}; memory.events oom_kill rose)",
+            hint=f"lower optim.batch_size or model size, or free memory; then {resume}",
+        )
+    who = "by a signal sent to it" if not sent else "after the signal mw-env passed on"
+    record = (
+        "the kernel recorded no out-of-memory kill"
+        if oom is False
+        else "the kernel's out-of-memory record is not readable here"
+    )
+    return StepFailed(
+        f"the trainer was killed {who}: {name} (not by mw-env; {record})",
+        hint=f"{resume}; a stop that keeps the step's work: SIGTERM or `mw-env train stop`",
+    )
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return f"{signal.Signals(signum).name} ({signum})"
+    except ValueError:
+        return f"signal {signum}"
+
+
+def oom_kills() -> int:
+    """This process's cgroup's count of OOM-killer kills (cgroup v2 memory.events); -1 when unreadable."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            rel = next((ln.split(":", 2)[2].strip() for ln in fh if ln.startswith("0::")), None)
+        if rel is None:
+            return -1
+        with open(Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.events", encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
+def _ended_cleanly(out_dir: Path) -> bool:
+    """The run folder's last event is `finished` (stopped, or the run's end with its report and manifest
+    complete): a graceful end, whatever exit code torchrun made of the signal it passed on."""
     import json
 
     try:
@@ -79,7 +138,16 @@ def _finished_stopped(out_dir: Path) -> bool:
         event = json.loads(last)
     except (OSError, IndexError, ValueError):
         return False
-    return isinstance(event, dict) and event.get("event") == "finished" and event.get("reason") == "stopped"
+    if not (isinstance(event, dict) and event.get("event") == "finished"):
+        return False
+    if event.get("reason") == "stopped":
+        return True
+    try:  # any other end counts once the manifest (written last) is newer than the metrics
+        return (Path(out_dir) / "MANIFEST.sha256").stat().st_mtime >= (
+            Path(out_dir) / "metrics.jsonl"
+        ).stat().st_mtime
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager

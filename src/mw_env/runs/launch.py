@@ -33,6 +33,7 @@ DOCTOR_FILE = "doctor.json"
 DOCTOR_PENDING = ".doctor-pending.json"
 NODE_RANK_ENV = "MW_ENV_NODE_RANK"  # the node as the user numbered it, for the trainer's messages
 _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))$")
+DEFAULT_RDZV_TIMEOUT = 600
 _RDZV_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -44,6 +45,7 @@ class Nodes:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
+    rdzv_timeout: int = DEFAULT_RDZV_TIMEOUT  # seconds the nodes wait for each other at the rendezvous
 
     @property
     def multi(self) -> bool:
@@ -59,6 +61,9 @@ class Nodes:
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={self.rdzv_endpoint}",
             f"--rdzv-id={self.rdzv_id or default_rdzv_id(self.rdzv_endpoint)}",
+            # join_timeout: how long this node waits for all the others (torchrun's default is 600 s, said
+            # nowhere); mw-env says it while waiting (runs/rendezvous.py) and names the missing nodes after.
+            f"--rdzv-conf=join_timeout={self.rdzv_timeout}",
         ]
 
 
@@ -70,7 +75,12 @@ def default_rdzv_id(endpoint: str) -> str:
 
 
 def check_nodes(
-    *, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None, rdzv_id: str | None = None
+    *,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+    rdzv_timeout: int | None = None,
 ) -> Nodes:
     """Validate the multi-node options together; InputError naming the option and what is allowed."""
     if nnodes < 1:
@@ -107,7 +117,18 @@ def check_nodes(
             f"--rdzv-id {rdzv_id!r}: use 1-128 letters, digits, '_', '.' and '-', starting with a letter or digit",
             hint="the same id on every node of one run (default: derived from the endpoint)",
         )
-    return Nodes(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
+    if rdzv_timeout is not None and not 1 <= rdzv_timeout <= 7 * 24 * 3600:
+        raise InputError(
+            f"--rdzv-timeout {rdzv_timeout}: must be 1 to {7 * 24 * 3600} seconds",
+            hint="how long each node waits for the others at the rendezvous, e.g. --rdzv-timeout 300",
+        )
+    return Nodes(
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+        rdzv_timeout=rdzv_timeout or DEFAULT_RDZV_TIMEOUT,
+    )
 
 
 @dataclass(frozen=True)
@@ -173,6 +194,7 @@ def prepare(
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
     rdzv_id: str | None = None,
+    rdzv_timeout: int | None = None,
 ) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
     from mw_env.profiles import resolve_for_venv
@@ -183,7 +205,13 @@ def prepare(
         raise InputError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
     if resume is not None and fresh:
         raise InputError("--resume and --fresh exclude each other", hint="pick one")
-    nodes = check_nodes(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id)
+    nodes = check_nodes(
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+        rdzv_timeout=rdzv_timeout,
+    )
     venv_path = Path(venv).expanduser() if venv else default_venv(env_in)
     python = venv_path / "bin" / "python"
     if not python.exists():

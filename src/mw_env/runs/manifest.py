@@ -17,7 +17,7 @@ from pathlib import Path
 from mw_env.atomic import write_text_atomic
 
 MANIFEST = "MANIFEST.sha256"
-EXCLUDED_NAMES = {MANIFEST, "train.log", "run.json", "state.json"}
+EXCLUDED_NAMES = {MANIFEST, "train.log", "run.json", "state.json", "torchrun.log"}
 EXCLUDED_DIRS = {"mlruns"}  # only at the top of the run folder
 
 

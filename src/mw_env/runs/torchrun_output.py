@@ -19,6 +19,8 @@ _EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
 # torchrun's own traceback when it is stopped by a signal (it has passed the signal on to its workers).
 _SIGNALLED = "torch.distributed.elastic.multiprocessing.api.SignalException"
+# The rendezvous gave up (timeout, closed, connection): the nodes never all met; said as one error instead.
+_RENDEZVOUS = "torch.distributed.elastic.rendezvous."
 
 
 @dataclass
@@ -32,9 +34,12 @@ class TorchrunStderr:
     _in_summary: bool = False
     _said: set[str] = field(default_factory=set)
     signalled: bool = False  # torchrun itself ended by a signal (SIGTERM/SIGHUP passed on to the workers)
+    rendezvous_error: str | None = None  # the rendezvous's final exception line, when it failed
+    dropped: list[str] = field(default_factory=list)  # torchrun's own lines: for <run>/torchrun.log
 
     def feed(self, line: str) -> list[str]:
         if self._in_summary:  # the failure table after ChildFailedError: keep only the codes
+            self.dropped.append(line)
             if line.startswith("Root Cause"):
                 self._root_next = True
             m = _EXITCODE.match(line)
@@ -49,16 +54,23 @@ class TorchrunStderr:
                 return []  # still inside the traceback's frames
             block, self._traceback = self._traceback, None
             if line.startswith(_FAILED):
+                self.dropped += block
                 self._in_summary = True
                 return []
             if line.startswith(_SIGNALLED):
+                self.dropped += block
                 self.signalled = True
+                return []
+            if line.startswith(_RENDEZVOUS):
+                self.dropped += block
+                self.rendezvous_error = line.rpartition(".")[2]
                 return []
             return block  # a worker's own traceback: the user needs it
         if line.startswith("Traceback (most recent call last):"):
             self._traceback = [line]
             return []
         if _AGENT_LINE.match(line):
+            self.dropped.append(line)
             return []
         if line.startswith(("error:", "hint:")):
             if line in self._said:

@@ -7,7 +7,9 @@ torchrun for several processes. Errors print as `error:` / `hint:` lines with th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +52,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
-        import os
         import signal
 
         from mw_env.lifeline import die_with_torchrun
@@ -61,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         # stop like SIGTERM, not a death without a checkpoint: the loop's SIGTERM handler takes it from here.
         signal.signal(signal.SIGHUP, lambda _s, _f: os.kill(os.getpid(), signal.SIGTERM))
     args = _parser().parse_args(argv)
+    started = os.environ.get("MW_ENV_STARTED_FILE")  # runs/rendezvous.py: the nodes met, the trainer runs
+    if started and args.command == "run":
+        with contextlib.suppress(OSError):
+            Path(started).touch()
     try:
         if args.command == "verify":
             from mw_env.runs.manifest import verify_manifest

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import atomic_open, write_text_atomic
-from mw_env.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault
+from mw_env.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault, os_words
 from mw_env.runs.manifest import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
 from mw_env.trainer.checkpoint_schema import (
     CHECKS,
@@ -114,7 +114,7 @@ def _write_failed(final: Path, exc: OSError, *, written: bool = False) -> StepFa
     except MwEnvError:
         kept = []
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    what = "the disk is full" if full else (exc.strerror or str(exc))
+    what = os_words(exc)
     keeps = (
         f"the checkpoints on disk are kept (newest: {kept[-1].name})"
         if kept

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import atomic_path, write_json_atomic
-from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed
+from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed, os_error_in, os_fault
 from mw_env.runs.manifest import sha256_file
 from mw_env.trainer.export_bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
 from mw_env.trainer.export_verify import OUTPUT_NAME
@@ -368,6 +368,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}))
         return exc.exit_code
     except Exception as exc:
+        cause = os_error_in(exc)  # a full disk, EIO, EACCES at the ONNX, a variant or the metadata
+        if cause is not None:
+            err = os_fault(cause, "write the export")
+            hint = f"{err.hint}; nothing half-written is kept, the run folder is untouched"
+            print(json.dumps({"error": err.message, "hint": hint, "exit_code": EXIT_FAILED}))
+            return EXIT_FAILED
         print(
             json.dumps(
                 {

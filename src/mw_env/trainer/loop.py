@@ -35,6 +35,7 @@ from mw_env.trainer.distributed import (
 from mw_env.trainer.evaluate import evaluate_and_decide
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import build_model
+from mw_env.trainer.peers import lost_peer
 from mw_env.trainer.resume import check_compatible, pick_checkpoint
 from mw_env.trainer.runtime import (
     environment_facts,
@@ -126,6 +127,11 @@ def train(
     try:
         with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
             return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
+    except RuntimeError as exc:  # a node or process that died shows here as a transport error
+        lost = lost_peer(exc, dist, out_dir / "checkpoints")
+        if lost is None:
+            raise
+        raise lost from None
     finally:
         shutdown(dist)
 

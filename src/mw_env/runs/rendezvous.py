@@ -1,0 +1,114 @@
+"""A multi-node run that says what it waits for, and who never came.
+
+torchrun's c10d rendezvous waits silently (join_timeout, 600 s by default) and then prints a 40-line
+traceback. Here each node says within a second that it waits for the other nodes, at which endpoint and for
+how long, and repeats it while it waits; the trainer touches a file when it starts (the rendezvous is then
+complete). If torchrun gives up first, the error names the node ranks that did not join and the command to
+run on them. torchrun's own tracebacks go to `<run>/torchrun.log`, not to the terminal.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mw_env.errors import StepFailed
+
+STARTED_ENV = "MW_ENV_STARTED_FILE"  # the trainer touches it when it starts: the rendezvous completed
+TORCHRUN_LOG = "torchrun.log"
+# The first line comes at once, then one every REPEAT_S: often enough to see it is alive, rarely enough
+# not to bury the rest of the terminal.
+REPEAT_S = 15.0
+
+
+def started_file(out_dir: Path, node_rank: int) -> Path:
+    return Path(out_dir) / f".node-{node_rank}.started"
+
+
+def waiting_line(nodes: Any, left_s: float) -> str:
+    return (
+        f"node {nodes.node_rank}: waiting for all {nodes.nnodes} nodes at {nodes.rdzv_endpoint} "
+        f"(rendezvous id {nodes.rdzv_id or 'default'}); giving up in {max(0, round(left_s))} s "
+        f"(--rdzv-timeout {nodes.rdzv_timeout})"
+    )
+
+
+class Announcer:
+    """While the rendezvous is open: say so now, and again every REPEAT_S, until the trainer starts."""
+
+    def __init__(self, nodes: Any, started: Path, write: Callable[[str], None]) -> None:
+        self.nodes, self.started, self.write = nodes, started, write
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rendezvous-announcer", daemon=True)
+
+    def __enter__(self) -> Announcer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.nodes.rdzv_timeout
+        next_say = 0.0
+        while not self._done.is_set() and not self.started.exists():
+            now = time.monotonic()
+            if now >= next_say:
+                self.write(waiting_line(self.nodes, deadline - now))
+                next_say = now + REPEAT_S
+            self._done.wait(0.5)  # a product wait: how often to look for the trainer's start
+
+
+def node_command(argv: Sequence[str], node_rank: int) -> str:
+    """This node's `mw-env train ...` command with --node-rank replaced: what to run on another node."""
+    args = list(argv)
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a == "--node-rank" and i + 1 < len(args):
+            skip = True
+            continue
+        if a.startswith("--node-rank="):
+            continue
+        out.append(a)
+    return shlex.join(["mw-env", *out, "--node-rank", str(node_rank)])
+
+
+def never_joined(nodes: Any, reason: str, *, argv: Sequence[str] | None = None) -> StepFailed:
+    """The error when the rendezvous timed out or failed: the missing node ranks and what to run there."""
+    others = [r for r in range(nodes.nnodes) if r != nodes.node_rank]
+    who = (
+        f"node-rank {others[0]} never joined"
+        if len(others) == 1
+        else f"not all of node-ranks {', '.join(map(str, others))} joined"
+    )
+    cmd = node_command(argv if argv is not None else sys.argv[1:], others[0])
+    return StepFailed(
+        f"the rendezvous at {nodes.rdzv_endpoint} did not complete within {nodes.rdzv_timeout} s: this is "
+        f"node {nodes.node_rank} of {nodes.nnodes}; {who} ({reason})",
+        hint=f"start the missing node(s) with the same command and their own --node-rank, e.g. `{cmd}`; "
+        "they must reach the endpoint (firewall, address); more time: --rdzv-timeout SECONDS",
+    )
+
+
+def write_log(out_dir: Path, lines: Sequence[str]) -> Path | None:
+    """Append torchrun's own output (tracebacks, agent lines) to <run>/torchrun.log; None when nothing."""
+    if not lines:
+        return None
+    path = Path(out_dir) / TORCHRUN_LOG
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8", errors="replace") as fh:
+            fh.write("\n".join(lines) + "\n")
+    except OSError:
+        return None
+    return path

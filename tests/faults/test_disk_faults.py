@@ -1,0 +1,87 @@
+"""ENOSPC, EIO and EACCES at each write a run makes, injected through the one writer's seam (mw_env.atomic,
+MW_ENV_FAULTS): inside the write, after some bytes went out, as a disk that fills up does (torch's zip
+writer then wraps the OSError in its RuntimeError, as on a real full disk). The trainer runs in-process
+(`python -m mw_env.trainer run` as a function), so each case costs the steps, not a torch import.
+
+Outcome of every case: exit 1, `error:` naming the fault and the file, a `hint:`, every earlier checkpoint
+intact, no temporary left; for ENOSPC the same command, once the disk has room, finishes the run with a
+report that `train verify` accepts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.faults.fault_support import WORDS, checkpoints_intact, record, run_args, table_path
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+# (phase, the write, its MW_ENV_FAULTS pattern, the name the error must show)
+WRITES = [
+    ("checkpoint", "first checkpoint", "step-*.pt", "step-000000002.pt"),
+    ("checkpoint", "later checkpoint", "step-*.pt#2", "step-000000004.pt"),
+    ("checkpoint", "checkpoint sidecar", "step-*.pt.sha256", "step-000000002.pt"),
+    ("steps", "metrics line", "metrics.jsonl#4", "metrics.jsonl"),
+    ("report", "data card", "data_card.json", "data_card.json"),
+    ("report", "figure", "*.png", ".png"),
+    ("report", "report page", "report.html", "report.html"),
+    ("manifest", "manifest", "MANIFEST.sha256", "MANIFEST.sha256"),
+]
+# ENOSPC at every write; EIO and EACCES at every other one (alternating), so each errno meets each phase.
+CASES = [("ENOSPC", *w) for w in WRITES] + [
+    ("EIO" if i % 2 == 0 else "EACCES", *w) for i, w in enumerate(WRITES)
+]
+
+
+def _train(run: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from mw_env.trainer.__main__ import main
+
+    capsys.readouterr()
+    rc = main(["run", *run_args(run)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize(
+    ("code", "phase", "write", "pattern", "shown"), CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES]
+)
+def test_a_fault_at_each_write(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    code: str,
+    phase: str,
+    write: str,
+    pattern: str,
+    shown: str,
+) -> None:
+    run = tmp_path / "run"
+    monkeypatch.setenv("MW_ENV_FAULTS", f"{code}:{pattern}")
+    rc, _out, err = _train(run, capsys)
+    assert rc == 1, err
+    assert "Traceback" not in err and err.count("error: ") == 1 and "hint: " in err, err
+    assert WORDS[code] in err.lower() or WORDS[code] in err, err
+    assert shown in err, err
+    kept = checkpoints_intact(run)
+    if phase in ("report", "manifest"):
+        assert "step-000000004.pt" in kept  # the run's work is on disk before its report
+    monkeypatch.delenv("MW_ENV_FAULTS")
+    resumed = "not tried"
+    if code == "ENOSPC":  # the disk has room again: the same command completes the run
+        from mw_env.runs.manifest import verify_manifest
+
+        rc, _out, err = _train(run, capsys)
+        assert rc == 0, err
+        assert (run / "report" / "report.md").is_file() and verify_manifest(run).ok
+        resumed = "same command finishes (verify ok)"
+    record(
+        table_path(),
+        fault=code,
+        phase=phase,
+        write=write,
+        mode="single",
+        launch="in-process",
+        outcome="exit 1, error names the fault and file",
+        resume=resumed,
+    )

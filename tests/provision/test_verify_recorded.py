@@ -1,0 +1,71 @@
+"""A verified step is one that passed (issue 22, case 11): bootstrap records `verify-torch` done only after
+every check it owns passed, and "ready" / "already complete" are said only over a venv whose torch imports.
+A file lost after the verify (a disk that filled during an install, an `rm`) changes the installed files'
+fingerprint, so the next bootstrap verifies again instead of trusting the record."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from mw_env.provision.execute import execute
+from mw_env.provision.plan import plan
+from mw_env.provision.venvinfo import installed_fingerprint, site_packages
+
+from .provision_support import ROCM, offline_options
+
+
+def _bootstrap(tmp_path: Path, hermetic_env, indexes):
+    src = replace(ROCM, index_url=indexes.rocm.as_uri())
+    options = offline_options(tmp_path / "venv", indexes.project)  # doctor off: verify imports torch itself
+    return execute(plan(profile="gfx1103", torch=src, runtime_env={}, options=options, env=hermetic_env))
+
+
+def _verify_state(venv: Path) -> str:
+    return json.loads((venv / ".mw-env-state.json").read_text())["steps"]["verify-torch"]["status"]
+
+
+def test_a_torch_that_stops_importing_is_never_called_complete(tmp_path, hermetic_env, indexes):
+    venv = tmp_path / "venv"
+    first = _bootstrap(tmp_path, hermetic_env, indexes)
+    assert first.ok, first.to_dict()
+    assert _verify_state(venv) == "done"
+    before = installed_fingerprint(venv)
+
+    # Damage torch the way a half-written install does: a module torch imports now fails.
+    cuda = site_packages(venv) / "torch" / "cuda.py"
+    text = cuda.read_text()
+    cuda.unlink()  # never write through: uv installs by hard links to its cache
+    cuda.write_text(text + "raise ImportError('cannot import name version (half-written)')\n")
+    assert installed_fingerprint(venv) != before
+
+    second = _bootstrap(tmp_path, hermetic_env, indexes)
+    assert not second.ok and second.failed_step == "verify-torch", second.to_dict()
+    assert "could not import torch" in second.error.message
+    # The static build check passed in this run; the failed import check still leaves the step not done.
+    assert _verify_state(venv) != "done"
+    # The next run trusts nothing the failed verify touched: it reinstalls torch, which repairs the file.
+    third = _bootstrap(tmp_path, hermetic_env, indexes)
+    steps = {s["id"]: s["status"] for s in third.to_dict()["steps"]}
+    assert third.ok and steps["torch"] != "skipped" and steps["verify-torch"] != "skipped", steps
+    assert "half-written" not in cuda.read_text()
+
+
+def test_an_unchanged_venv_is_still_a_no_op(tmp_path, hermetic_env, indexes):
+    assert _bootstrap(tmp_path, hermetic_env, indexes).ok
+    again = _bootstrap(tmp_path, hermetic_env, indexes)
+    assert again.ok and not again.changed, again.to_dict()
+
+
+def test_a_failed_verify_on_a_nearly_full_disk_names_it(tmp_path, hermetic_env, indexes, monkeypatch):
+    from mw_env.provision import venvinfo
+
+    venv = tmp_path / "venv"
+    assert _bootstrap(tmp_path, hermetic_env, indexes).ok
+    cuda = site_packages(venv) / "torch" / "cuda.py"
+    cuda.unlink()  # a file the full disk never let uv write
+    monkeypatch.setattr(venvinfo, "free_bytes", lambda _path: 850 * 1024 * 1024)  # 850 MB left, as reported
+    res = _bootstrap(tmp_path, hermetic_env, indexes)
+    assert not res.ok and res.error is not None
+    assert "0.83 GiB free" in (res.error.hint or "") and "--recreate" in (res.error.hint or ""), res.to_dict()
