@@ -30,30 +30,83 @@ def _rows_of(producer, step: int) -> list[list[int]]:
 
 
 def test_opening_reads_footers_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mw_env.trainer.data.shards as shards
+    import mw_env.trainer.data.reader as reader
 
     write_parquet_corpus(tmp_path / "corpus")
     calls = []
-    monkeypatch.setattr(shards, "read_block", lambda *a, **k: calls.append(a) or None)
+    monkeypatch.setattr(reader.PieceReader, "read", lambda *a, **k: calls.append(a) or None)
     labels = "data.labels=[O, B-street, I-street]"
     corpus = _open(tmp_path, labels, "data.unknown_tags=ignore")
-    assert calls == []  # no row group was read
+    assert calls == []  # no row was read
     assert corpus.train_rows + corpus.val.rows == 360
     assert corpus.labels.names == ("O", "B-street", "I-street") and corpus.labels.origin == "config"
     ident = corpus.identity["shards"][0]
     assert ident["rows"] == 120 and ident["row_groups"] == 4 and len(ident["footer_sha256"]) == 64
 
 
-def test_labels_discovered_from_first_row_groups(tmp_path: Path) -> None:
+def test_labels_discovered_once_footers_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mw_env.trainer.data.index as index
+    import mw_env.trainer.data.shards as shards
+
+    reads = {"footer": 0, "sample": 0}
+
+    def counted(name, real):
+        def wrapper(*a, **k):
+            reads[name] += 1
+            return real(*a, **k)
+
+        return wrapper
+
+    monkeypatch.setattr(shards, "_read_footer", counted("footer", shards._read_footer))
+    monkeypatch.setattr(index, "sample_tags", counted("sample", index.sample_tags))
     corpus = _open(tmp_path)
+    assert reads == {"footer": 3, "sample": 3}  # each shard's footer once, one tags sample per shard
     assert corpus.labels.names[0] == "O" and "B-street" in corpus.labels.names
     assert corpus.labels.origin.startswith("discovered")
     # Every entity comes with both its B- and I- tag, in a fixed order.
     assert all(f"I-{n[2:]}" in corpus.labels.names for n in corpus.labels.names if n.startswith("B-"))
+    # The other ranks read nothing (rank 0's index is broadcast), and a resume reads nothing (cached).
+    monkeypatch.setattr(index, "from_rank0", lambda build, world: build())
+    for rank in (0, 1):
+        again = _open(tmp_path, rank=rank, world=2)
+        assert again.labels == corpus.labels and again.identity["shards"] == corpus.identity["shards"]
+    assert reads == {"footer": 3, "sample": 3}
+    # A rewritten shard is read again (its file identity changed), the others are not.
+    first = tmp_path / "corpus" / "shard-00.parquet"
+    pq.write_table(pq.read_table(first).slice(0, 100), first, row_group_size=32)
+    _open(tmp_path)
+    assert reads == {"footer": 4, "sample": 4}
+
+
+def test_a_tag_outside_the_sample_names_where_it_is(tmp_path: Path) -> None:
+    import mw_env.trainer.data.index as index
+
+    rows = synthetic_rows(96)
+    rows[80]["tags"][0] = "B-galaxy"  # past the sampled rows
+    bad = tmp_path / "corpus"
+    bad.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), bad / "a.parquet", row_group_size=32)
+    real = index.LABEL_SAMPLE_ROWS
+    index.LABEL_SAMPLE_ROWS = 40
+    try:
+        corpus = _open(tmp_path, "data.val_fraction=0.01", corpus=bad)
+    finally:
+        index.LABEL_SAMPLE_ROWS = real
+    assert "B-galaxy" not in corpus.labels.names
+    producer = corpus.producer()
+    try:
+        with pytest.raises(
+            InputError, match=r"a.parquet row group 2 row 16: tag 'B-galaxy' is not in"
+        ) as exc:
+            for s in range(20):
+                producer(s)
+    finally:
+        producer.close()
+    assert "data.labels" in exc.value.hint
 
 
 def test_order_is_a_pure_function_of_the_step(tmp_path: Path) -> None:
-    corpus = _open(tmp_path, "data.shuffle_window=2")
+    corpus = _open(tmp_path, "data.shuffle_rows=50", "data.workers=0")
     a, b = corpus.producer(), corpus.producer()
     try:
         sequential = [_rows_of(a, s) for s in range(48)]  # 48 x 8 rows: more than one epoch
@@ -61,31 +114,36 @@ def test_order_is_a_pure_function_of_the_step(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
+    # Worker processes encode the same rows into the same batches.
+    w = _open(tmp_path, "data.shuffle_rows=50", "data.workers=2").producer()
+    try:
+        assert [_rows_of(w, s) for s in range(48)] == sequential
+    finally:
+        w.close()
 
 
 def test_each_epoch_reads_every_row_once_and_reshuffles(tmp_path: Path) -> None:
     from mw_env.trainer.data.order import RankOrder
 
-    corpus = _open(tmp_path, "data.shuffle_window=2")
-    order = RankOrder(corpus.blocks, corpus.owned[0], seed=0, rank=0, window=2)
+    corpus = _open(tmp_path)
+    order = RankOrder(corpus.blocks, corpus.owned[0], seed=0, rank=0, window_rows=50)  # cuts row groups
     n = order.epoch_rows
     seen = []
     for epoch in range(2):
         rows = []
         for p in range(epoch * n, (epoch + 1) * n):
             w, off = order.locate(p)
-            rows.append((w.blocks, int(w.permutation()[off]), w.epoch))
+            assert w.rows <= 50  # memory is bounded in rows, not row groups
+            g = int(w.permutation()[off])
+            for piece in order.pieces(w):  # row g of the window -> (block, row in block)
+                if g < piece.rows:
+                    rows.append((piece.block, piece.first + g))
+                    break
+                g -= piece.rows
         seen.append(rows)
     for rows in seen:
-        ids = set()
-        for blocks, g, _ in rows:
-            starts = [0]
-            for blk in blocks:
-                starts.append(starts[-1] + corpus.blocks[blk].rows)
-            k = max(i for i, s in enumerate(starts[:-1]) if s <= g)
-            ids.add((blocks[k], g - starts[k]))
-        assert len(ids) == n  # a permutation of the rank's rows
-    assert [r[:2] for r in seen[0]] != [r[:2] for r in seen[1]]
+        assert len(set(rows)) == n  # a permutation of the rank's rows
+    assert seen[0] != seen[1]
 
 
 def test_ranks_read_disjoint_balanced_shares(tmp_path: Path) -> None:
@@ -97,25 +155,25 @@ def test_ranks_read_disjoint_balanced_shares(tmp_path: Path) -> None:
     rows = [sum(corpus.blocks[b].rows for b in o) for o in owned]
     assert abs(rows[0] - rows[1]) <= max(b.rows for b in corpus.blocks)
     # Rank 1's producer only ever opens its own row groups.
-    import mw_env.trainer.data.stream as stream
+    import mw_env.trainer.data.reader as reader
 
     r1 = _open(tmp_path, world=2, rank=1)
     opened = []
-    real = stream.read_block
+    real = reader.PieceReader.read
 
-    def spy(shard, block, columns):
-        opened.append(block)
-        return real(shard, block, columns)
+    def spy(self, pieces):
+        opened.extend(p.block for p in pieces)
+        return real(self, pieces)
 
-    stream.read_block = spy
+    reader.PieceReader.read = spy
     producer = r1.producer()
     try:
         for s in range(10):
             producer(s)
     finally:
         producer.close()
-        stream.read_block = real
-    assert opened and {r1.blocks.index(b) for b in opened} <= set(owned[1])
+        reader.PieceReader.read = real
+    assert opened and set(opened) <= set(owned[1])
 
 
 def test_val_fraction_holds_out_whole_row_groups(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from .test_resume import _assert_same
 pytestmark = pytest.mark.torch
 pytest.importorskip("pyarrow")
 REPO = Path(__file__).resolve().parents[2]
-EXTRA = ("model.dropout=0.1", "data.shuffle_window=2")
+EXTRA = ("model.dropout=0.1", "data.shuffle_rows=50", "data.workers=1")  # a worker process per rank
 
 # Runs the trainer's CLI; with MW_TEST_HANG_AT=k, the process touches MW_TEST_MARKER and sleeps when
 # step k (0-based) is about to run, so the test can SIGKILL it after the checkpoint of step 4.
@@ -234,10 +234,11 @@ def test_a_bad_row_group_mid_run_is_an_error_and_keeps_the_checkpoints(tmp_path:
 
     corpus = tmp_path / "corpus"
     write_parquet_corpus(corpus, shards=2, rows=96, row_group=32)
-    sets = ("data.shuffle_window=1", "runtime.checkpoint_every=1", "runtime.max_steps=30")
+    sets = ("data.shuffle_rows=32", "runtime.checkpoint_every=1", "runtime.max_steps=30")
     opened = open_corpus(files_config(tmp_path / "x", corpus, *sets).config)
-    order = RankOrder(opened.blocks, opened.owned[0], seed=0, rank=0, window=1)
-    last = opened.blocks[order.windows(0)[-1].blocks[0]]  # the row group read last in epoch 0
+    order = RankOrder(opened.blocks, opened.owned[0], seed=0, rank=0, window_rows=32)
+    last_window = order.window(0, order.n_windows() - 1)
+    last = opened.blocks[order.pieces(last_window)[0].block]  # the row group read last in epoch 0
     shard = opened.shards[last.shard].path
     table = pq.read_table(shard).to_pylist()
     table[last.part * 32 + 3]["tags"] = ["O"]  # same row counts (same order), one row made inconsistent

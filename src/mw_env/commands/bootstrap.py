@@ -226,11 +226,14 @@ def _bootstrap(args: BootstrapArgs) -> int:
         echo_json(result.to_dict())
     if not result.ok:
         err = result.error
+        # soft_wrap: one line each, as every other error:/hint: (rich would break a long hint at the
+        # terminal's width, leaving a word alone on a third line).
         out.print(
-            f"[red]error:[/] step {result.failed_step}: {escape(safe_message(err.message if err else 'failed'))}"
+            f"[red]error:[/] step {result.failed_step}: {escape(safe_message(err.message if err else 'failed'))}",
+            soft_wrap=True,
         )
         if err and err.hint:
-            out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}")
+            out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}", soft_wrap=True)
         out.print(f"state kept: re-run to resume at '{result.failed_step}' ({result.total_s:.1f}s)")
         return err.exit_code if err else EXIT_FAILED
     verb = "ready" if result.changed else "already complete, nothing changed"
@@ -310,9 +313,9 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
             "--adopt-torch reuses it instead of downloading"
         )
     if the_plan.problem:
-        out.print(f"[red]problem:[/] {the_plan.problem}")
+        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem))}", soft_wrap=True)
         if the_plan.problem_hint:
-            out.print(f"[yellow]hint:[/] {the_plan.problem_hint}")
+            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem_hint))}", soft_wrap=True)
     for i, step in enumerate(the_plan.steps, 1):
         mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
         out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")

@@ -12,10 +12,34 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _root_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A root that exists and is not a folder, named as the user gave it: MW_ENV_ROOT or --root (click's own
+    check said "--root" for a value that came from the environment)."""
+    import os
+
+    from click.core import ParameterSource
+
+    if value is None or not os.path.exists(value) or os.path.isdir(value):
+        return value
+    from mw_env.errors import InputError
+
+    given = (
+        "MW_ENV_ROOT"
+        if ctx.get_parameter_source(param.name or "root") == ParameterSource.ENVIRONMENT
+        else "--root"
+    )
+    raise InputError(
+        f"{given} {value}: is not a folder",
+        hint="pass the folder that holds the machine's sys/, proc/, dev/ (a fake machine root), or unset it to "
+        "read this machine",
+    )
+
+
 def root_option(func: F) -> F:
     return click.option(
         "--root",
-        type=click.Path(file_okay=False),
+        type=click.Path(),
+        callback=_root_value,
         envvar="MW_ENV_ROOT",
         default=None,
         help="Read the machine from this folder instead of / (fake machine roots; env MW_ENV_ROOT).",

@@ -172,9 +172,26 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except InputError as exc:
         raise unreadable(path, exc.message) from None
     except Exception as exc:  # truncated zip, bad pickle, foreign object, 0 bytes: all "unreadable"
-        raise unreadable(path, first_line(exc)) from None
+        raise unreadable(path, _why_unloadable(exc)) from None
     validate_checkpoint(ckpt, source=path)
     return ckpt
+
+
+def _why_unloadable(exc: Exception) -> str:
+    """torch's reason in mw-env's words. A weights-only refusal is not cut into torch's advice to re-run
+    with weights_only=False (whose "only if you trust the source" half got lost): mw-env never does."""
+    text = str(exc)
+    if "Weights only load failed" in text:
+        found = re.search(
+            r"(Unsupported global: GLOBAL [^\s]+|Unsupported operand \d+|[A-Za-z_.]+ is not an allowed global)",
+            text,
+        )
+        what = f" ({found.group(1)})" if found else ""
+        return (
+            f"it holds objects other than tensors and plain values{what}; mw-env loads checkpoints with "
+            "weights_only=True and never runs code from one"
+        )
+    return first_line(exc)
 
 
 def find_latest(

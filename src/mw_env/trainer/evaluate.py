@@ -57,8 +57,38 @@ def render_tagged(words: list[str], tags: list[str]) -> str:
     return " ".join(out)
 
 
+@dataclass
+class EvalSums:
+    """What one process's share adds up to; summed over processes by one all-reduce."""
+
+    loss: float = 0.0
+    correct: int = 0
+    counted: int = 0
+    tp: int = 0
+    gold: int = 0
+    pred: int = 0
+    rows: int = 0
+
+    def as_list(self) -> list[float]:
+        return [self.loss, self.correct, self.counted, self.tp, self.gold, self.pred, self.rows]
+
+    def result(self, samples: tuple[str, ...]) -> EvalResult:
+        p = self.tp / self.pred if self.pred else 0.0
+        r = self.tp / self.gold if self.gold else 0.0
+        f1 = 2 * p * r / (p + r) if p + r else 0.0
+        return EvalResult(
+            loss=self.loss / max(self.counted, 1),
+            token_acc=self.correct / max(self.counted, 1),
+            entity_f1=f1,
+            entity_precision=p,
+            entity_recall=r,
+            rows=self.rows,
+            samples=samples,
+        )
+
+
 @torch.no_grad()
-def evaluate(
+def evaluate_share(
     model: torch.nn.Module,
     val: ValSource,
     labels: Sequence[str],
@@ -69,51 +99,46 @@ def evaluate(
     precision: Precision,
     sdpa_backend: str,
     n_samples: int,
-) -> EvalResult:
-    """Streams the validation split (one batch in memory); entity counts accumulate as it goes."""
+) -> tuple[EvalSums, tuple[str, ...]]:
+    """This process's share of the validation split (one batch in memory); sums, not means."""
     was_training = model.training
     model.eval()
-    loss_sum, correct, counted, rows = 0.0, 0, 0, 0
-    tp = n_gold = n_pred = 0
+    sums = EvalSums()
     samples: list[str] = []
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     for cpu_batch, words_rows in val.batches(batch_size, max_batches):
-        batch = cpu_batch.to(device)
+        batch = cpu_batch.to(device, non_blocking=device.type == "cuda")
         with autocast(device, precision), sdpa_context(sdpa_backend):
             logits = model(batch.input_ids, batch.attention_mask)
         logits = logits.float()
-        loss_sum += float(
-            F.cross_entropy(
-                logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE, reduction="sum"
-            )
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE, reduction="sum"
         )
+        loss_sum += loss.double()  # on the device: no host sync per batch for the loss
         pred = logits.argmax(-1)
-        keep = batch.labels != IGNORE
-        correct += int((pred[keep] == batch.labels[keep]).sum())
-        counted += int(keep.sum())
-        for g_row, p_row, k_row, words in zip(
-            batch.labels.cpu(), pred.cpu(), keep.cpu(), words_rows, strict=True
-        ):
+        # One copy of the predictions per batch (the entity spans are counted on the host).
+        pred_cpu, gold_cpu = pred.cpu(), cpu_batch.labels
+        keep = gold_cpu != IGNORE
+        sums.correct += int((pred_cpu[keep] == gold_cpu[keep]).sum())
+        sums.counted += int(keep.sum())
+        for g_row, p_row, k_row, words in zip(gold_cpu, pred_cpu, keep, words_rows, strict=True):
             gold = [labels[i] for i in g_row[k_row].tolist()]
             guess = [labels[i] for i in p_row[k_row].tolist()]
             gs, ps = spans(gold), spans(guess)
-            tp, n_gold, n_pred = tp + len(gs & ps), n_gold + len(gs), n_pred + len(ps)
+            sums.tp, sums.gold, sums.pred = sums.tp + len(gs & ps), sums.gold + len(gs), sums.pred + len(ps)
             if len(samples) < n_samples and words:
                 samples.append(render_tagged(words, guess))
-            rows += 1
-    p = tp / n_pred if n_pred else 0.0
-    r = tp / n_gold if n_gold else 0.0
-    f1 = 2 * p * r / (p + r) if p + r else 0.0
+            sums.rows += 1
+    sums.loss = float(loss_sum)
     if was_training:
         model.train()
-    return EvalResult(
-        loss=loss_sum / max(counted, 1),
-        token_acc=correct / max(counted, 1),
-        entity_f1=f1,
-        entity_precision=p,
-        entity_recall=r,
-        rows=rows,
-        samples=tuple(samples),
-    )
+    return sums, tuple(samples)
+
+
+def evaluate(model: torch.nn.Module, val: ValSource, labels: Sequence[str], **kw: object) -> EvalResult:
+    """One process's evaluation of its share (the whole split when it is the only one)."""
+    sums, samples = evaluate_share(model, val, labels, **kw)  # type: ignore[arg-type]
+    return sums.result(samples)
 
 
 def evaluate_and_decide(
@@ -128,20 +153,27 @@ def evaluate_and_decide(
     say: Callable[[str], None],
     dist: DistInfo,
 ) -> bool:
-    """Rank 0 evaluates; all ranks learn whether early stopping fired."""
+    """Every rank evaluates its share of the split; one all-reduce sums them (and carries no decision:
+    rank 0 decides early stopping and shares it in a second, tiny reduce)."""
     stop = 0.0
+    sums, samples = evaluate_share(
+        model,
+        corpus.val,
+        corpus.labels.names,
+        batch_size=o.batch_size,
+        max_batches=rt.eval_batches,
+        device=device,
+        precision=precision,
+        sdpa_backend=rt.sdpa_backend,
+        n_samples=rt.eval_samples,
+    )
+    if dist.enabled:
+        total = torch.tensor(sums.as_list(), dtype=torch.float64, device=device)
+        all_reduce(total, dist)
+        vals = total.tolist()
+        sums = EvalSums(vals[0], *(round(v) for v in vals[1:]))
     if dist.main:
-        result = evaluate(
-            model,
-            corpus.val,
-            corpus.labels.names,
-            batch_size=o.batch_size,
-            max_batches=rt.eval_batches,
-            device=device,
-            precision=precision,
-            sdpa_backend=rt.sdpa_backend,
-            n_samples=rt.eval_samples,
-        )
+        result = sums.result(samples)
         metrics.log(
             "eval",
             step=state.step,
@@ -151,6 +183,7 @@ def evaluate_and_decide(
             entity_precision=result.entity_precision,
             entity_recall=result.entity_recall,
             rows=result.rows,
+            val_rows=corpus.val.rows,
             samples=list(result.samples),
         )
         say(

@@ -1,9 +1,14 @@
 """One optimizer step: accumulate micro-batches, clip, agree on finiteness, update.
 
-Host synchronisation: none until the end of the step, where one small tensor (finite flag, loss sum,
-gradient norm, token counts) comes to the host in a single copy: the finite-check decision needs it,
-and the metrics ride along. Token counts are counted by the reader on the host and all-reduced as a
-device tensor, so normalising the loss never waits for the device.
+Host synchronisation: one per step, at its end, where one small tensor (finite flag, stop flag, loss
+sum, gradient norm, token counts) comes to the host in a single copy: skipping a non-finite update
+needs the decision on the host, and the metrics ride along in the same copy (no second sync).
+Everything before it is queued without waiting for the device: the batches come from pinned memory
+with non_blocking copies (the reader pins them), the token counts (counted by the reader on the
+host) are copied the same way, and the stop flag is built on the device (`torch.full`), never
+copied from a fresh CPU tensor (a blocking copy there would wait for the whole backward pass).
+fp16 adds GradScaler's own check of its inf flag (bf16 and fp32 do not use it).
+Not verified under `torch.cuda.set_sync_debug_mode` here: the machine that wrote this had no GPU.
 """
 
 from __future__ import annotations
@@ -52,17 +57,19 @@ class Trainer:
 
     def step(self, micro: list[Batch], stop_requested: Callable[[], bool] = lambda: False) -> StepOutcome:
         o, dist, device = self.optim, self.dist, self.device
-        counts = torch.tensor(
+        cuda = device.type == "cuda"
+        host_counts = torch.tensor(
             [float(sum(b.n_labelled for b in micro)), float(sum(b.n_tokens for b in micro))],
             dtype=torch.float64,
-        ).to(device)
+        )
+        counts = (host_counts.pin_memory() if cuda else host_counts).to(device, non_blocking=cuda)
         # Normalise by the labelled tokens of the whole window on all ranks: the update then equals
         # one big batch's, however the rows are split into micro-batches and processes.
         all_reduce(counts, dist)
         scale = (dist.world / counts[0].clamp(min=1.0)).float()  # DDP averages grads over ranks; undo that
         loss_sum = torch.zeros((), device=device)
         for m, cpu_batch in enumerate(micro):
-            batch = cpu_batch.to(device, non_blocking=device.type == "cuda")
+            batch = cpu_batch.to(device, non_blocking=cuda)
             last = m == len(micro) - 1
             # no_sync on all micro-batches but the last: one all-reduce per optimizer step.
             sync = self.train_model.no_sync() if dist.enabled and not last else contextlib.nullcontext()
@@ -85,7 +92,7 @@ class Trainer:
         # Finite check before the update, agreed by all ranks: a bad step changes no weight. The stop
         # request rides in the same MIN all-reduce (1 - stop: min over ranks = 1 - any rank's stop).
         finite = (torch.isfinite(loss_sum) & torch.isfinite(grad_norm.to(loss_sum.device))).to(torch.float32)
-        keep_going = torch.tensor(0.0 if stop_requested() else 1.0, dtype=torch.float32).to(device)
+        keep_going = torch.full((), 0.0 if stop_requested() else 1.0, dtype=torch.float32, device=device)
         flags = torch.stack([finite, keep_going])
         all_reduce(flags, dist, "min")
         stats = torch.cat(

@@ -79,6 +79,11 @@ def find_config(name_or_path: str | Path) -> Path:
     shipped = CONFIGS_DIR / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
+    if path.is_dir():
+        raise InputError(
+            f"config {str(name_or_path)!r} is a folder, not a config file",
+            hint=f"pass a YAML/TOML file in it, or one of: {', '.join(shipped_configs())}",
+        )
     raise InputError(
         f"config {str(name_or_path)!r}: no such file and no shipped config of that name",
         hint=f"pass a YAML/TOML file or one of: {', '.join(shipped_configs())}",
@@ -190,6 +195,17 @@ def parse_set(item: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or "." not in key:
         raise InputError(f"--set {item!r}: expected section.key=value", hint="e.g. --set optim.lr=1e-3")
+    if any("\udc80" <= ch <= "\udcff" for ch in raw):
+        # Bytes the locale could not decode (LANG=C with Python's UTF-8 mode off): argv holds them as
+        # surrogates, which YAML reports as "#xdcc3". Say what it is and how to run instead.
+        import sys
+
+        bad = next(ch for ch in raw if "\udc80" <= ch <= "\udcff")
+        raise InputError(
+            f"--set {key}: the value holds the byte {ord(bad) - 0xDC00:#04x}, which is not text in this locale "
+            f"(encoding {sys.getfilesystemencoding()})",
+            hint="run with a UTF-8 locale (LANG=C.UTF-8, or PYTHONUTF8=1), or use an ASCII value",
+        )
     value = userfile.load_yaml(raw, source=f"--set {key}", syntax_fallback=raw) if raw.strip() else ""
     return key, value
 

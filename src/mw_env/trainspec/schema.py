@@ -60,8 +60,9 @@ class DataConfig:
     unknown_tags: UnknownTags = (
         "error"  # a tag outside the label set: "error" | "ignore" (word kept, not a target)
     )
-    shuffle_window: int = 4  # files: blocks (row groups) whose rows are shuffled together; memory ~2x this
+    shuffle_rows: int = 65536  # files: rows shuffled together (a window); memory ~2 windows encoded per rank
     prefetch_steps: int = 4  # steps of batches the background reader prepares ahead
+    workers: int = -1  # files: encoder processes per rank; -1 = cores per rank - 1 (LOCAL_WORLD_SIZE)
     allow_changed_corpus: bool = False  # resume even though the shards or the data order changed
     hash_shards: bool = False  # files: full-file sha256 of each shard, once, in the background (data card)
 
@@ -95,7 +96,7 @@ class RuntimeConfig:
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     log_every: int = 10
     eval_every: int = 100
-    eval_batches: int = 0  # 0 = the whole validation split
+    eval_batches: int = 200  # per process, each evaluating its share of the split; 0 = the whole split
     eval_samples: int = 3  # held-out addresses printed as tagged at each eval
     checkpoint_every: int = 100
     keep_last: int = 3

@@ -64,7 +64,8 @@ def summarize(config: TrainConfig) -> dict[str, Any]:
             "val_fraction": None if d.val_files else d.val_fraction,
             "columns": {"tokens": d.tokens_column, "tags": d.tags_column},
             "streaming": {
-                "shuffle_window_row_groups": d.shuffle_window,
+                "shuffle_rows": d.shuffle_rows,
+                "workers": d.workers,
                 "prefetch_steps": d.prefetch_steps,
                 "unknown_tags": d.unknown_tags,
             },

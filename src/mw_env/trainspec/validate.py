@@ -38,7 +38,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "data.synthetic_rows": (1, 100_000_000),
     "data.synthetic_val_rows": (1, 10_000_000),
     "data.seed": (0, MAX_SEED),
-    "data.shuffle_window": (1, 4_096),  # row groups decoded together: ~2x this many in memory per process
+    "data.shuffle_rows": (1, 1 << 28),  # rows shuffled together: ~2 windows encoded in memory per process
+    "data.workers": (-1, 256),
     "data.prefetch_steps": (1, 1_024),  # steps of batches the background reader holds ahead
     "optim.batch_size": (1, 1_048_576),
     "optim.accumulation_steps": (1, 65_536),

@@ -64,6 +64,26 @@ def pad_batch(rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     return Batch(t_ids, t_labels, t_ids != PAD, n_tokens, n_labelled)
 
 
+def pad_flat(ids: Any, labels: Any, lengths: Any) -> Batch:
+    """Pad rows given as flat buffers (row k: the next lengths[k] entries) into one batch, vectorised."""
+    import numpy as np
+    import torch
+
+    n = len(lengths)
+    width = int(lengths.max()) if n else 1
+    row = np.repeat(np.arange(n), lengths)
+    starts = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        np.cumsum(lengths[:-1], out=starts[1:])
+    col = np.arange(len(ids), dtype=np.int64) - np.repeat(starts, lengths)
+    out_ids = np.full((n, width), PAD, dtype=np.int64)
+    out_labels = np.full((n, width), IGNORE, dtype=np.int64)
+    out_ids[row, col] = ids
+    out_labels[row, col] = labels
+    t_ids, t_labels = torch.from_numpy(out_ids), torch.from_numpy(out_labels)
+    return Batch(t_ids, t_labels, t_ids != PAD, int(lengths.sum()), int((labels != IGNORE).sum()))
+
+
 class Encoder:
     """Encodes checked rows with the run's tokenizer and label set, counting into `counts`."""
 

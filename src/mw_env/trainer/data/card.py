@@ -43,6 +43,38 @@ class Counts:
             self.lengths.extend([0] * (b + 1 - len(self.lengths)))
         self.lengths[b] += 1
 
+    def add_rows(
+        self,
+        n_tokens: Any,
+        label_ids: Any,
+        kept: Any,
+        truncated: Any,
+        unknown: Any,
+        bio: Any,
+        bio_where: list[str],
+    ) -> None:
+        """add_row for many rows at once (numpy arrays; label_ids: every position, IGNORE included)."""
+        import numpy as np
+
+        self.rows += len(n_tokens)
+        self.tokens += int(n_tokens.sum())
+        self.words += int(kept.sum())
+        self.truncated_words += int(truncated.sum())
+        self.unknown_tag_words += int(unknown.sum())
+        labelled = label_ids[label_ids >= 0]
+        if len(labelled):
+            hist = np.bincount(labelled, minlength=self.n_labels)
+            self.labels = [a + int(b) for a, b in zip(self.labels, hist, strict=True)]
+        if len(n_tokens):
+            bins = np.bincount(n_tokens // LENGTH_BIN)
+            if len(bins) > len(self.lengths):
+                self.lengths.extend([0] * (len(bins) - len(self.lengths)))
+            for k in np.flatnonzero(bins):
+                self.lengths[k] += int(bins[k])
+        for n, here in zip(bio[bio > 0], bio_where, strict=False):
+            self.add_bio(int(n), here)
+        self.bio_errors += int(bio[bio > 0][len(bio_where) :].sum())
+
     def add_bio(self, n: int, where: str) -> None:
         self.bio_errors += n
         if n and len(self.bio_examples) < MAX_EXAMPLES:

@@ -1,8 +1,9 @@
 """Opening a corpus: shards and blocks from footers, the label set, the train/val split, the card.
 
-Nothing here reads the training data itself: a streamed corpus opens from its footers (plus, when
-`data.labels` is unset, the tags column of each shard's first row group). The rows are read by the
-rank's producer (stream.py), which `Corpus.producer` builds.
+Nothing here reads the training data itself: a streamed corpus opens from its index (index.py:
+footers, built once by rank 0 and cached; plus, when `data.labels` is unset, a bounded sample of
+the tags column). The rows are read by the rank's producer (stream.py), which `Corpus.producer`
+builds. Validation is sharded: each rank evaluates its contiguous share of the held-out rows.
 """
 
 from __future__ import annotations
@@ -10,16 +11,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
 from mw_env.trainer.data import card as card_mod
-from mw_env.trainer.data.batches import Batch, Encoder, Split, collate, pad_batch
+from mw_env.trainer.data import index as index_mod
+from mw_env.trainer.data.batches import Batch, Split, collate
 from mw_env.trainer.data.card import Counts
+from mw_env.trainer.data.encode import VectorEncoder
 from mw_env.trainer.data.labels import BUNDLED, LabelSet, from_config, label_order
 from mw_env.trainer.data.order import RankOrder, assign_blocks
-from mw_env.trainer.data.shards import Block, Shard, expand_files, open_shards
-from mw_env.trainer.data.stream import FileProducer, MemoryProducer, iter_val_blocks
+from mw_env.trainer.data.reader import PieceReader
+from mw_env.trainer.data.shards import Block, Shard, expand_files
+from mw_env.trainer.data.stream import Encoding, FileProducer, MemoryProducer, gather, iter_val_rows
 from mw_env.trainer.data.tokenize import Tokenizer, encode_row, make_tokenizer
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.synthetic import check_countries, generate_row
@@ -32,6 +37,11 @@ class ValSource:
     rows: int
     _batches: Any  # (batch_size, max_batches) -> Iterator[(Batch, list[list[str]])]
     counts: Counts | None = None  # what the last full evaluation read
+    rank: int = 0  # this process's share of the rows: rank r of world evaluates rows [r*n/world, ...)
+    world: int = 1
+
+    def share(self) -> tuple[int, int]:
+        return self.rows * self.rank // self.world, self.rows * (self.rank + 1) // self.world
 
     def batches(self, batch_size: int, max_batches: int) -> Iterator[tuple[Batch, list[list[str]]]]:
         return self._batches(self, batch_size, max_batches)
@@ -76,17 +86,29 @@ class Corpus:
             self.owned[self.rank],
             seed=c.runtime.seed,
             rank=self.rank,
-            window=c.data.shuffle_window,
+            window_rows=c.data.shuffle_rows,
         )
+        reader = PieceReader(self.shards, self.blocks, _columns(c))
+        encoding = Encoding(reader, _encoder(self.tokenizer, self.labels, c), self.labels, self.workers)
         return FileProducer(
             order=order,
-            shards=self.shards,
-            blocks=self.blocks,
-            columns=_columns(c),
-            encoder=_encoder(self.tokenizer, self.labels, c),
+            encoding=encoding,
+            labels=self.labels,
             batch_size=o.batch_size,
             accumulation=o.accumulation_steps,
         )
+
+    @property
+    def workers(self) -> int:
+        """data.workers, or (-1) one per core a rank has beyond its own (ranks per node from torchrun)."""
+        import os
+
+        from mw_env.trainer.data.workers import default_workers
+
+        n = self.config.data.workers
+        if n >= 0:
+            return n
+        return default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
 
     def card(self, train: Counts, positions: list[dict[str, Any]]) -> dict[str, Any]:
         """The data card (report/data_card.json); its structure is documented in docs/training.md."""
@@ -122,7 +144,7 @@ class Corpus:
             "shuffle": {
                 "seed": self.config.runtime.seed,
                 "block": "row group (Parquet) / ~4 MiB of lines (JSONL)" if self.source == "files" else "row",
-                "window_blocks": self.config.data.shuffle_window if self.source == "files" else None,
+                "window_rows": self.config.data.shuffle_rows if self.source == "files" else None,
             },
             "ranks": [
                 {"rank": r, "rows_per_epoch": self.rank_rows(r), **pos} for r, pos in enumerate(positions)
@@ -135,8 +157,15 @@ def _columns(c: TrainConfig) -> tuple[str, str]:
     return (c.data.tokens_column, c.data.tags_column)
 
 
-def _encoder(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> Encoder:
-    return Encoder(tok, labels, c.model.max_len, c.data.unknown_tags)
+def _encoder(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
+    proto = getattr(tok, "proto", None)
+    return VectorEncoder(
+        kind=tok.kind,
+        spm_proto=proto,
+        label_names=labels.names,
+        max_len=c.model.max_len,
+        unknown_tags=c.data.unknown_tags,
+    )
 
 
 def _in_val(seed: int, shard: Shard, block: Block, fraction: float) -> float:
@@ -144,74 +173,84 @@ def _in_val(seed: int, shard: Shard, block: Block, fraction: float) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
-def _discover_labels(shards: list[Shard], columns: tuple[str, str]) -> LabelSet:
-    """Every tag in the first block of every shard (Parquet: the tags column of row group 0 only)."""
-    from mw_env.trainer.data.shards import read_block
-
-    seen: set[str] = set()
-    for shard in shards:
-        first = shard.blocks[0]
-        if shard.kind == "parquet":
-            import pyarrow.compute as pc
-            import pyarrow.parquet as pq
-
-            try:
-                col = pq.ParquetFile(shard.path).read_row_group(first.part, columns=[columns[1]]).column(0)
-                seen.update(t for t in pc.unique(pc.list_flatten(col)).to_pylist() if t is not None)
-            except Exception as exc:
-                raise InputError(
-                    f"{shard.path} row group {first.part}: unreadable ({type(exc).__name__}: {exc})",
-                    hint="the shard is damaged: re-export it, or drop it from the file list",
-                ) from None
-        else:
-            rb = read_block(shard, first, columns)
-            for _words, tags in rb.take(range(len(rb))):
-                seen.update(tags)
-    where = f"discovered in the first row group of {len(shards)} shard(s)"
-    return LabelSet(label_order(seen), where)
+VAL_CHUNK = 4096  # validation rows read and encoded at a time
+SAMPLE_ROWS = 16  # rows whose words are kept for the printed samples
 
 
-def _val_batches(encoder: Encoder, shards: list[Shard], blocks: list[Block], columns: tuple[str, str]) -> Any:
+def _val_batches(encoding: Encoding, blocks: list[Block]) -> Any:
     def batches(src: ValSource, batch_size: int, max_batches: int) -> Iterator[tuple[Batch, list[list[str]]]]:
-        counts = Counts(len(encoder.labels))
-        rows: list[tuple[list[int], list[int]]] = []
-        words_rows: list[list[str]] = []
+        import numpy as np
+
+        counts = Counts(len(encoding.labels))
+        first, stop = src.share()
+        if max_batches:
+            stop = min(stop, first + max_batches * batch_size)
         done = 0
-        for words, tags, where in iter_val_blocks(shards, blocks, columns):
-            rows.append(encoder.encode(words, tags, where, counts))
-            words_rows.append(words)
-            if len(rows) == batch_size:
-                yield pad_batch(rows), words_rows
-                rows, words_rows, done = [], [], done + 1
-                if max_batches and done >= max_batches:
-                    break
-        else:
-            if rows:
-                yield pad_batch(rows), words_rows
+        for rows in iter_val_rows(encoding, blocks, first, stop, max(VAL_CHUNK, batch_size), SAMPLE_ROWS):
+            for a in range(0, len(rows.enc), batch_size):
+                idx = np.arange(a, min(a + batch_size, len(rows.enc)))
+                head = rows.head if done < SAMPLE_ROWS and src.rank == 0 else []
+                words = [head[i] if i < len(head) else [] for i in idx.tolist()]
+                yield gather([(rows, idx)], counts), words
+                done += len(idx)
         src.counts = counts
 
     return batches
 
 
-def _memory_val(split: Split, labels: LabelSet) -> ValSource:
+def _memory_val(split: Split, labels: LabelSet, rank: int, world: int) -> ValSource:
     def batches(src: ValSource, batch_size: int, max_batches: int) -> Iterator[tuple[Batch, list[list[str]]]]:
         counts = Counts(len(labels))
-        n = len(split)
-        limit = n if not max_batches else min(n, max_batches * batch_size)
-        for start in range(0, limit, batch_size):
-            idx = range(start, min(start + batch_size, limit))
+        first, stop = src.share()
+        if max_batches:
+            stop = min(stop, first + max_batches * batch_size)
+        for start in range(first, stop, batch_size):
+            idx = range(start, min(start + batch_size, stop))
             words = [split.preview[i] if i < len(split.preview) else [] for i in idx]
             yield collate(split, idx, counts, labels), words
         src.counts = counts
 
-    return ValSource(len(split), batches)
+    return ValSource(len(split), batches, rank=rank, world=world)
+
+
+def _index(config: TrainConfig, world: int) -> dict[str, Any]:
+    """Rank 0: the shards of both lists and the tags sample, from the run's cache where it holds them."""
+    data, columns = config.data, _columns(config)
+    run_dir = Path(config.runtime.out_dir).expanduser()
+    cache = index_mod.load_cache(run_dir)
+    before = dict(cache)
+    sample = not data.labels
+    train = index_mod.index_shards(
+        expand_files(data.train_files, "data.train_files"),
+        columns,
+        key="data.train_files",
+        labels=sample,
+        cache=cache,
+    )
+    val = (
+        index_mod.index_shards(
+            expand_files(data.val_files, "data.val_files"),
+            columns,
+            key="data.val_files",
+            labels=sample,
+            cache=cache,
+        )
+        if data.val_files
+        else []
+    )
+    if cache != before:
+        index_mod.save_cache(run_dir, cache)
+    tags: set[str] = set()
+    for _shard, t in train + val:
+        tags.update(t or ())
+    return {"train": [s for s, _ in train], "val": [s for s, _ in val], "tags": sorted(tags)}
 
 
 def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus:
-    """The corpus as this rank sees it; reads footers only (plus label discovery, see above)."""
+    """The corpus as this rank sees it: rank 0 reads the footers (once, cached); the others get its index."""
     data = config.data
     tok = make_tokenizer(data)
-    order_key = {
+    order_key: dict[str, Any] = {
         "runtime_seed": config.runtime.seed,
         "data_seed": data.seed,
         "world_size": world,
@@ -221,24 +260,33 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
     if data.source == "synthetic":
         return _synthetic(config, tok, order_key, rank, world)
     columns = _columns(config)
-    train_shards = open_shards(
-        expand_files(data.train_files, "data.train_files"), columns, key="data.train_files"
+    index = index_mod.from_rank0(lambda: _index(config, world), world)
+    train_shards, val_shards = index["train"], index["val"]
+    n_shards = len(train_shards) + len(val_shards)
+    labels = (
+        from_config(data.labels)
+        if data.labels
+        else LabelSet(
+            label_order(index["tags"]),
+            f"discovered in the first {index_mod.LABEL_SAMPLE_ROWS:,} rows of each of {n_shards} shard(s)",
+        )
     )
-    val_shards = (
-        open_shards(expand_files(data.val_files, "data.val_files"), columns, key="data.val_files")
-        if data.val_files
-        else []
-    )
-    labels = from_config(data.labels) if data.labels else _discover_labels(train_shards + val_shards, columns)
     all_blocks = [b for s in train_shards for b in s.blocks]
     if val_shards:
         train_blocks, val_blocks = all_blocks, [b for s in val_shards for b in s.blocks]
         val_from = val_shards
     else:
         if len(all_blocks) < 2:
+            jsonl = all(s.kind == "jsonl" for s in train_shards)
+            unit = "~4 MiB blocks of lines" if jsonl else "row groups"
             raise InputError(
-                f"data.val_fraction holds out whole row groups, but the training shards have {len(all_blocks)}",
-                hint="write the shards with smaller row groups, or name validation shards in data.val_files",
+                f"data.val_fraction holds out whole {unit}, but the training shards have {len(all_blocks)}",
+                hint="name validation shards in data.val_files, or "
+                + (
+                    "split the JSONL file in two or more files"
+                    if jsonl
+                    else "write the shards with smaller row groups"
+                ),
             )
         score = {b: _in_val(data.seed, train_shards[b.shard], b, data.val_fraction) for b in all_blocks}
         held = [b for b in all_blocks if score[b] < data.val_fraction] or [
@@ -258,10 +306,12 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
             "or use fewer processes",
         )
     order_key.update(
-        {"shuffle_window": data.shuffle_window, "tokens_column": columns[0], "tags_column": columns[1]}
+        {"shuffle_rows": data.shuffle_rows, "tokens_column": columns[0], "tags_column": columns[1]}
     )
-    encoder = _encoder(tok, labels, config)
-    val = ValSource(sum(b.rows for b in val_blocks), _val_batches(encoder, val_from, val_blocks, columns))
+    val_encoding = Encoding(PieceReader(val_from, val_blocks, columns), _encoder(tok, labels, config), labels)
+    val = ValSource(
+        sum(b.rows for b in val_blocks), _val_batches(val_encoding, val_blocks), rank=rank, world=world
+    )
     identity = {
         "source": "files",
         "order": order_key,
@@ -321,7 +371,7 @@ def _synthetic(
         tokenizer=tok,
         labels=BUNDLED,
         train_rows=data.synthetic_rows,
-        val=_memory_val(splits["val"], BUNDLED),
+        val=_memory_val(splits["val"], BUNDLED, rank, world),
         identity={"source": "synthetic", "order": order_key, "shards": [source], "val_shards": []},
         sources=[source],
         config=config,

@@ -3,9 +3,10 @@
 Streamed corpora (`data.source: files`):
 - Blocks (row groups) are assigned to ranks once: in a permutation seeded by runtime.seed, each block
   goes to the rank with the fewest rows so far. Rank r only ever reads its own blocks.
-- Epoch e of rank r: its blocks in a permutation keyed by (seed, e, r), cut into windows of
-  `data.shuffle_window` consecutive blocks; the rows of window w are permuted jointly, keyed by
-  (seed, e, r, w). A window is the shuffle's memory: its blocks are held while it is read.
+- Epoch e of rank r: its blocks in a permutation keyed by (seed, e, r), their rows concatenated into
+  one stream and cut into windows of `data.shuffle_rows` rows (a window may start and end inside a
+  row group: memory is bounded in rows, whatever size the row groups are). The rows of window w are
+  permuted, keyed by (seed, e, r, w). A window is the shuffle's memory: its rows are held while read.
 - Rank r's micro-batch m of step s is rows [(s*A + m)*B, +B) of its endless stream of epochs, so
   the position of any step is computed from row counts (footers), never replayed.
 
@@ -52,7 +53,7 @@ def assign_blocks(blocks: Sequence[Block], world: int, seed: int) -> list[list[i
 class Window:
     epoch: int
     number: int  # window number within the epoch
-    blocks: tuple[int, ...]  # block indices, in the order their rows are concatenated
+    start: int  # its first row in the epoch's stream
     rows: int
     seed: tuple[int, ...]
 
@@ -60,36 +61,69 @@ class Window:
         return _rng(*self.seed).permutation(self.rows)
 
 
+@dataclass(frozen=True)
+class Piece:
+    """Rows [first, first + rows) of one block: what a window reads from that block."""
+
+    block: int  # index into the corpus's block list
+    first: int
+    rows: int
+
+
 class RankOrder:
     """Rank r's endless stream: stream row p -> (window, row inside the window's permutation)."""
 
-    def __init__(self, blocks: Sequence[Block], owned: Sequence[int], *, seed: int, rank: int, window: int):
+    def __init__(
+        self, blocks: Sequence[Block], owned: Sequence[int], *, seed: int, rank: int, window_rows: int
+    ):
         self.blocks, self.owned = blocks, list(owned)
-        self.seed, self.rank, self.window = seed, rank, window
+        self.seed, self.rank, self.window_rows = seed, rank, window_rows
         self.epoch_rows = sum(blocks[b].rows for b in self.owned)
         self._epoch = -1
-        self._windows: list[Window] = []
+        self._order: list[int] = []
         self._ends: list[int] = []
 
-    def windows(self, epoch: int) -> list[Window]:
+    def epoch_blocks(self, epoch: int) -> tuple[list[int], list[int]]:
+        """The epoch's blocks in reading order, and the cumulative row count at the end of each."""
         if epoch != self._epoch:
             perm = _rng(self.seed, _EPOCH, epoch, self.rank).permutation(len(self.owned)).tolist()
-            order = [self.owned[i] for i in perm]
-            self._windows = []
-            for w, i in enumerate(range(0, len(order), self.window)):
-                group = tuple(order[i : i + self.window])
-                rows = sum(self.blocks[b].rows for b in group)
-                self._windows.append(Window(epoch, w, group, rows, (self.seed, _WINDOW, epoch, self.rank, w)))
-            self._ends = list(accumulate(w.rows for w in self._windows))
+            self._order = [self.owned[i] for i in perm]
+            self._ends = list(accumulate(self.blocks[b].rows for b in self._order))
             self._epoch = epoch
-        return self._windows
+        return self._order, self._ends
+
+    def n_windows(self) -> int:
+        return -(-self.epoch_rows // self.window_rows)
+
+    def window(self, epoch: int, number: int) -> Window:
+        start = number * self.window_rows
+        rows = min(self.window_rows, self.epoch_rows - start)
+        return Window(epoch, number, start, rows, (self.seed, _WINDOW, epoch, self.rank, number))
+
+    def following(self, w: Window) -> Window:
+        if w.number + 1 < self.n_windows():
+            return self.window(w.epoch, w.number + 1)
+        return self.window(w.epoch + 1, 0)
+
+    def pieces(self, w: Window) -> list[Piece]:
+        """The block ranges that make up window w, in stream order."""
+        order, ends = self.epoch_blocks(w.epoch)
+        out: list[Piece] = []
+        p, stop = w.start, w.start + w.rows
+        k = bisect.bisect_right(ends, p)
+        while p < stop:
+            begin = ends[k - 1] if k else 0
+            take = min(ends[k], stop) - p
+            out.append(Piece(order[k], p - begin, take))
+            p += take
+            k += 1
+        return out
 
     def locate(self, p: int) -> tuple[Window, int]:
         """Stream row p -> (its window, its index in the window's permutation)."""
         epoch, q = divmod(p, self.epoch_rows)
-        windows = self.windows(epoch)
-        w = bisect.bisect_right(self._ends, q)
-        return windows[w], q - (self._ends[w - 1] if w else 0)
+        w = q // self.window_rows
+        return self.window(epoch, w), q - w * self.window_rows
 
     def position(self, p: int) -> dict[str, int]:
         window, offset = self.locate(p)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
-from mw_env.userjson import json_refusal, loads
 
 JSONL_BLOCK_BYTES = 4 << 20
 HINT_DAMAGED = (
@@ -113,7 +112,11 @@ def _is_str_list(t: Any) -> bool:
     return pa.types.is_string(v) or pa.types.is_large_string(v)
 
 
-def _footer_sha256(path: Path) -> str:
+def _read_footer(path: Path) -> tuple[str, Any]:
+    """The footer's sha256 and its parsed metadata, from one read of the footer bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     with path.open("rb") as fh:
         fh.seek(0, 2)
         size = fh.tell()
@@ -125,17 +128,19 @@ def _footer_sha256(path: Path) -> str:
         if tail[4:] != b"PAR1" or length > size - 12:
             raise InputError(f"{path}: corrupt Parquet footer (no PAR1 trailer)", hint=HINT_DAMAGED)
         fh.seek(size - 8 - length)
-        return hashlib.sha256(fh.read(length)).hexdigest()
+        footer = fh.read(length)
+    # The same bytes, parsed by pyarrow as a minimal file (magic + footer + trailer): no second read.
+    meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
+    return hashlib.sha256(footer).hexdigest(), meta
 
 
-def _open_parquet(path: Path, index: int, columns: tuple[str, str]) -> Shard:
+def _open_parquet(path: Path, index: int, columns: tuple[str, str]) -> tuple[Shard, Any]:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet  # noqa: F401
     except ModuleNotFoundError:
         raise InputError(f"{path}: reading Parquet needs pyarrow", hint="install mw-env[train]") from None
     try:
-        digest = _footer_sha256(path)
-        meta = pq.ParquetFile(path).metadata
+        digest, meta = _read_footer(path)
         schema = meta.schema.to_arrow_schema()
     except InputError:
         raise
@@ -156,7 +161,7 @@ def _open_parquet(path: Path, index: int, columns: tuple[str, str]) -> Shard:
                 hint="tokens and tags are list<string> columns, one tag per token",
             )
     blocks = [Block(index, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
-    return Shard(path, "parquet", path.stat().st_size, digest, [b for b in blocks if b.rows])
+    return Shard(path, "parquet", path.stat().st_size, digest, [b for b in blocks if b.rows]), meta
 
 
 def _open_jsonl(path: Path, index: int) -> Shard:
@@ -191,7 +196,7 @@ def open_shards(paths: Sequence[Path], columns: tuple[str, str], *, key: str) ->
     """Footers (or the JSONL line scan) of every shard; an empty or unreadable one is an error."""
     shards = []
     for i, path in enumerate(paths):
-        shard = _open_parquet(path, i, columns) if path.suffix == ".parquet" else _open_jsonl(path, i)
+        shard = _open_parquet(path, i, columns)[0] if path.suffix == ".parquet" else _open_jsonl(path, i)
         if shard.rows == 0:
             raise InputError(f"{key}: {path} has no rows", hint="drop the empty shard from the file list")
         shards.append(shard)
@@ -215,126 +220,3 @@ def identity_diff(old: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) 
     if not out and [name(s) for s in old] != [name(s) for s in new]:
         out.append("the shards are listed in another order")
     return out
-
-
-class RowBlock:
-    """One block's rows in memory: Parquet as Arrow arrays (compact), JSONL as parsed lists."""
-
-    def __init__(self, shard: Shard, block: Block, tokens: Any, tags: Any, lines: list[int] | None) -> None:
-        self.shard, self.block = shard, block
-        self._tokens, self._tags, self._lines = tokens, tags, lines
-
-    def __len__(self) -> int:
-        return self.block.rows
-
-    def where(self, i: int) -> str:
-        if self._lines is not None:
-            return f"{self.shard.path} line {self._lines[i]}"
-        return f"{self.shard.path} row group {self.block.part} row {i}"
-
-    def take(self, local: Sequence[int]) -> list[tuple[list[str], list[str]]]:
-        if self._lines is not None:
-            toks = [self._tokens[i] for i in local]
-            tags = [self._tags[i] for i in local]
-        else:
-            import pyarrow as pa
-
-            idx = pa.array(local, type=pa.int64())
-            try:
-                toks = self._tokens.take(idx).to_pylist()
-                tags = self._tags.take(idx).to_pylist()
-            except (UnicodeDecodeError, pa.ArrowException) as exc:
-                # A writer that skipped validation can leave bytes that are not UTF-8 in a string column.
-                raise InputError(
-                    f"{self.shard.path} row group {self.block.part}: unreadable text "
-                    f"({type(exc).__name__}: {exc})",
-                    hint="string columns must hold UTF-8; " + HINT_DAMAGED,
-                ) from None
-        out = []
-        for i, a, b in zip(local, toks, tags, strict=True):
-            out.append(check_row(self.where(i), a, b))
-        return out
-
-
-def check_row(where: str, tokens: Any, tags: Any) -> tuple[list[str], list[str]]:
-    hint = "each row: a list of words and a list of BIO tags, one tag per word"
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-        raise InputError(f"{where}: 'tokens' must be a list of strings (got {tokens!r:.80})", hint=hint)
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise InputError(f"{where}: 'tags' must be a list of strings (got {tags!r:.80})", hint=hint)
-    if len(tokens) != len(tags):
-        raise InputError(
-            f"{where}: {len(tokens)} tokens but {len(tags)} tags",
-            hint="every token needs exactly one BIO tag",
-        )
-    return tokens, tags
-
-
-def read_block(shard: Shard, block: Block, columns: tuple[str, str]) -> RowBlock:
-    """Load one block; a damaged one is an error naming the shard and the row group / line."""
-    if shard.kind == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            table = pq.ParquetFile(shard.path).read_row_group(block.part, columns=list(columns))
-        except Exception as exc:
-            raise InputError(
-                f"{shard.path} row group {block.part}: unreadable ({type(exc).__name__}: {exc})",
-                hint=HINT_DAMAGED,
-            ) from None
-        if table.num_rows != block.rows:
-            raise InputError(
-                f"{shard.path} row group {block.part}: {table.num_rows} rows, the footer said {block.rows}",
-                hint=HINT_DAMAGED,
-            )
-        return RowBlock(shard, block, table.column(0), table.column(1), None)
-    return _read_jsonl_block(shard, block, columns)
-
-
-def _read_jsonl_block(shard: Shard, block: Block, columns: tuple[str, str]) -> RowBlock:
-    tcol, gcol = columns
-    hint = f'one JSON object per line: {{"{tcol}": [...], "{gcol}": [...]}}'
-    try:
-        with shard.path.open("rb") as fh:
-            fh.seek(block.start)
-            data = fh.read(block.stop - block.start)
-    except OSError as exc:
-        raise InputError(f"{shard.path}: {exc.strerror}", hint=HINT_DAMAGED) from None
-    tokens, tags, lines = [], [], []
-    for offset, raw in enumerate(data.split(b"\n")):
-        lineno = block.first_line + offset
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"{shard.path} line {lineno}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1})",
-                hint="JSONL shards must be UTF-8 text; re-encode the file",
-            ) from None
-        if not text.strip():
-            continue
-        try:
-            obj = loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                f"{shard.path} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})", hint=hint
-            ) from None
-        except (ValueError, RecursionError) as exc:
-            # Valid JSON that Python refuses (nesting past the recursion limit, an integer of more than
-            # 4300 digits), or a key written twice in one row.
-            raise InputError(
-                f"{shard.path} line {lineno}: not a usable JSON row ({json_refusal(exc)})", hint=hint
-            ) from None
-        if not isinstance(obj, dict) or tcol not in obj or gcol not in obj:
-            raise InputError(
-                f"{shard.path} line {lineno}: expected an object with {tcol!r} and {gcol!r}", hint=hint
-            )
-        tokens.append(obj[tcol])
-        tags.append(obj[gcol])
-        lines.append(lineno)
-    if len(lines) != block.rows:
-        raise InputError(
-            f"{shard.path}: changed while training (block at byte {block.start} has {len(lines)} rows, "
-            f"{block.rows} at start)",
-            hint=HINT_DAMAGED,
-        )
-    return RowBlock(shard, block, tokens, tags, lines)

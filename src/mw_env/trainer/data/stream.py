@@ -3,9 +3,13 @@
 A producer computes the micro-batches of step s (a pure function of s: order.py). The Prefetcher
 runs it in a background thread for steps start, start+1, ... into a bounded queue; the loop takes
 step s and measures how long it waited. The reader's whole state is "the next step": a resume
-starts a new reader at the checkpoint's step. A file producer holds the current shuffle window's
-blocks and loads the next window in a second thread while the current one is read, so memory is
-about two windows (2 x data.shuffle_window row groups) plus `data.prefetch_steps` steps of batches.
+starts a new reader at the checkpoint's step.
+
+A file producer holds the current shuffle window (`data.shuffle_rows` rows, encoded: ~6 bytes per
+token plus ~40 per row) and reads and encodes the next window in a second thread while the current
+one is read, so memory is about two windows plus `data.prefetch_steps` steps of batches, whatever
+the row-group size. With `data.workers` > 0 the encoding of each window is split across worker
+processes (workers.py).
 """
 
 from __future__ import annotations
@@ -18,12 +22,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from mw_env.errors import InputError
-from mw_env.trainer.data.batches import Batch, Encoder, Split, collate, pad_batch
+from mw_env.trainer.data.batches import Batch, Split, collate, pad_flat
 from mw_env.trainer.data.card import Counts
+from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, BAD_TEXT, Encoded, VectorEncoder
 from mw_env.trainer.data.labels import LabelSet
-from mw_env.trainer.data.order import Order, RankOrder, Window, micro_batch_indices, stream_rows_of
-from mw_env.trainer.data.shards import Block, RowBlock, Shard, read_block
+from mw_env.trainer.data.order import Order, Piece, RankOrder, Window, micro_batch_indices, stream_rows_of
+from mw_env.trainer.data.reader import Chunk, PieceReader, check_row, where
+from mw_env.trainer.data.shards import Block, Shard
 
 
 @dataclass
@@ -34,47 +42,120 @@ class StepData:
     position: dict[str, int]  # where the step started in this rank's stream
 
 
-class _LoadedWindow:
-    def __init__(self, window: Window, blocks: list[RowBlock]) -> None:
-        import numpy as np
+class Rows:
+    """Encoded rows with their locations; the Arrow source is kept only when some row is bad."""
 
-        self.window = window
-        self.blocks = blocks
-        self.starts = np.cumsum([0] + [len(b) for b in blocks])
-        self.perm = window.permutation()
+    def __init__(
+        self, chunk: Chunk, enc: Encoded, labels: LabelSet, shards: Sequence[Shard], head: int = 0
+    ) -> None:
+        self.enc, self.labels, self.shards = enc, labels, shards
+        self.shard, self.part, self.local = chunk.shard, chunk.part, chunk.local
+        self.src = (chunk.tokens, chunk.tags) if enc.problem.any() else None
+        # The words of the first `head` rows (printed evaluation samples); nothing else keeps words.
+        self.head: list[list[str]] = []
+        if head:
+            try:
+                self.head = chunk.tokens.slice(0, head).to_pylist()
+            except UnicodeDecodeError:  # such a row is an error when it is reached; no samples from it
+                self.head = []
+
+    def where(self, i: int) -> str:
+        return where(self.shards, int(self.shard[i]), int(self.part[i]), int(self.local[i]))
+
+    def check(self, idx: np.ndarray) -> None:
+        """Raise for the first bad row among idx (in idx order): the error names where it is."""
+        bad = self.enc.problem[idx]
+        if not bad.any():
+            return
+        i = int(idx[int(np.argmax(bad != 0))])
+        code, here = int(self.enc.problem[i]), self.where(i)
+        if code == BAD_TEXT:
+            raise InputError(
+                f"{here}: a word or tag is not valid UTF-8",
+                hint="string columns must hold UTF-8 text; re-export the shard",
+            )
+        tokens, tags = self.src[0][i].as_py(), self.src[1][i].as_py()  # type: ignore[index]
+        if code == BAD_ROW:
+            check_row(here, tokens, tags)
+            raise InputError(f"{here}: a null word or tag", hint="every word and tag is a string")
+        if code == BAD_TAG:
+            unknown = next(t for t in tags if t not in self.labels.index)
+            names = self.labels.names
+            raise InputError(
+                f"{here}: tag {unknown!r} is not in the label set ({self.labels.origin}: "
+                f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})",
+                hint="list every tag of the corpus in data.labels, or --set data.unknown_tags=ignore "
+                "to train on those words without a label (they are counted in the data card)",
+            )
+        raise AssertionError(f"unknown row problem {code}")
+
+
+def gather(parts: Sequence[tuple[Rows, np.ndarray]], counts: Counts | None) -> Batch:
+    """Rows idx of each Rows, in order, padded into one batch (counted into `counts`)."""
+    ids, labels, lens = [], [], []
+    for rows, idx in parts:
+        rows.check(idx)
+        e = rows.enc
+        n = e.lengths[idx]
+        from mw_env.trainer.data.encode import _ranges
+
+        src = _ranges(e.offsets[idx], n)
+        ids.append(e.ids[src])
+        labels.append(e.labels[src])
+        lens.append(n)
+        if counts is not None:
+            bio = e.bio[idx]
+            examples = [rows.where(int(i)) for i in idx[bio > 0][:5]]
+            counts.add_rows(n, e.labels[src], e.kept[idx], e.truncated[idx], e.unknown[idx], bio, examples)
+    return pad_flat(np.concatenate(ids), np.concatenate(labels), np.concatenate(lens))
+
+
+class _LoadedWindow:
+    def __init__(self, window: Window, rows: Rows) -> None:
+        self.window, self.rows, self.perm = window, rows, window.permutation()
+
+
+class Encoding:
+    """Reads pieces and encodes them: in this process, or split across worker processes."""
+
+    def __init__(
+        self, reader: PieceReader, encoder: VectorEncoder, labels: LabelSet, workers: int = 0
+    ) -> None:
+        self.reader, self.encoder, self.labels = reader, encoder, labels
+        self.pool: Any = None
+        if workers > 0:
+            from mw_env.trainer.data.workers import WorkerPool
+
+            self.pool = WorkerPool(workers, encoder.spec())
+
+    def rows(self, pieces: Sequence[Piece], head: int = 0) -> Rows:
+        chunk = self.reader.read(pieces)
+        if self.pool is not None and len(chunk) >= 2 * len(self.pool):
+            enc = self.pool.encode(chunk.tokens, chunk.tags)
+        else:
+            enc = self.encoder.encode(chunk.tokens, chunk.tags)
+        return Rows(chunk, enc, self.labels, self.reader.shards, head)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 class FileProducer:
     """Micro-batches of one rank over its blocks of a streamed corpus."""
 
     def __init__(
-        self,
-        *,
-        order: RankOrder,
-        shards: Sequence[Shard],
-        blocks: Sequence[Block],
-        columns: tuple[str, str],
-        encoder: Encoder,
-        batch_size: int,
-        accumulation: int,
+        self, *, order: RankOrder, encoding: Encoding, labels: LabelSet, batch_size: int, accumulation: int
     ) -> None:
-        self.order, self.shards, self.blocks, self.columns = order, shards, blocks, columns
-        self.encoder, self.batch_size, self.accumulation = encoder, batch_size, accumulation
+        self.order, self.encoding, self.labels = order, encoding, labels
+        self.batch_size, self.accumulation = batch_size, accumulation
         self._current: _LoadedWindow | None = None
         self._next: tuple[tuple[int, int], Future[_LoadedWindow]] | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mw-env-read-ahead")
 
     def _load(self, window: Window) -> _LoadedWindow:
-        rows = [
-            read_block(self.shards[self.blocks[b].shard], self.blocks[b], self.columns) for b in window.blocks
-        ]
-        return _LoadedWindow(window, rows)
-
-    def _following(self, w: Window) -> Window:
-        windows = self.order.windows(w.epoch)
-        if w.number + 1 < len(windows):
-            return windows[w.number + 1]
-        return self.order.windows(w.epoch + 1)[0]
+        return _LoadedWindow(window, self.encoding.rows(self.order.pieces(window)))
 
     def _window(self, w: Window) -> _LoadedWindow:
         key = (w.epoch, w.number)
@@ -85,46 +166,33 @@ class FileProducer:
         if self._next is not None and self._next[0] == key:
             loaded = self._next[1].result()
         else:
-            if self._next is not None:
-                self._next[1].cancel()
+            if self._next is not None and not self._next[1].cancel():
+                self._next[1].exception()  # let a running read-ahead finish: one read at a time
             loaded = self._load(w)
         self._current = loaded
-        nxt = self._following(w)
+        nxt = self.order.following(w)
         self._next = ((nxt.epoch, nxt.number), self._pool.submit(self._load, nxt))
         return loaded
 
-    def _rows(self, stream_rows: range) -> list[tuple[list[str], list[str], str]]:
-        import numpy as np
-
-        picks: list[tuple[_LoadedWindow, int, int]] = []
-        for p in stream_rows:
-            w, offset = self.order.locate(p)
+    def _micro(self, rows: range, counts: Counts) -> Batch:
+        parts = []
+        p = rows.start
+        while p < rows.stop:
+            w, off = self.order.locate(p)
             loaded = self._window(w)
-            g = int(loaded.perm[offset])
-            k = int(np.searchsorted(loaded.starts, g, side="right")) - 1
-            picks.append((loaded, k, g - int(loaded.starts[k])))
-        # One take per block (Arrow gathers are vectorised), then back into stream order.
-        out: list[Any] = [None] * len(picks)
-        groups: dict[tuple[int, int], list[int]] = {}
-        for i, (loaded, k, _) in enumerate(picks):
-            groups.setdefault((id(loaded), k), []).append(i)
-        for members in groups.values():
-            loaded, k, _ = picks[members[0]]
-            block = loaded.blocks[k]
-            local = [picks[i][2] for i in members]
-            for i, j, (words, tags) in zip(members, local, block.take(local), strict=True):
-                out[i] = (words, tags, block.where(j))
-        return out
+            take = min(rows.stop - p, w.rows - off)
+            parts.append((loaded.rows, loaded.perm[off : off + take]))
+            p += take
+        return gather(parts, counts)
 
     def __call__(self, step: int) -> StepData:
-        counts = Counts(len(self.encoder.labels))
+        counts = Counts(len(self.labels))
         micro = []
         for m in range(self.accumulation):
-            rows = self._rows(
-                stream_rows_of(step=step, micro=m, batch_size=self.batch_size, accumulation=self.accumulation)
+            rows = stream_rows_of(
+                step=step, micro=m, batch_size=self.batch_size, accumulation=self.accumulation
             )
-            encoded = [self.encoder.encode(words, tags, where, counts) for words, tags, where in rows]
-            micro.append(pad_batch(encoded))
+            micro.append(self._micro(rows, counts))
         first = stream_rows_of(step=step, micro=0, batch_size=self.batch_size, accumulation=self.accumulation)
         return StepData(step, micro, counts, self.order.position(first.start))
 
@@ -133,6 +201,7 @@ class FileProducer:
             self._next[1].cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._current = self._next = None
+        self.encoding.close()
 
 
 class MemoryProducer:
@@ -236,13 +305,21 @@ class Prefetcher:
         self._thread.join(timeout=30)
 
 
-def iter_val_blocks(
-    shards: Sequence[Shard], blocks: Sequence[Block], columns: tuple[str, str]
-) -> Iterator[tuple[list[str], list[str], str]]:
-    """Validation rows in corpus order, one block in memory at a time."""
-    for b in blocks:
-        rb = read_block(shards[b.shard], b, columns)
-        for chunk in range(0, len(rb), 4096):
-            local = list(range(chunk, min(chunk + 4096, len(rb))))
-            for j, (words, tags) in zip(local, rb.take(local), strict=True):
-                yield words, tags, rb.where(j)
+def val_pieces(blocks: Sequence[Block], first: int, stop: int) -> list[Piece]:
+    """Rows [first, stop) of the validation stream (its blocks in order), as pieces."""
+    out, begin = [], 0
+    for k, b in enumerate(blocks):
+        end = begin + b.rows
+        lo, hi = max(first, begin), min(stop, end)
+        if lo < hi:
+            out.append(Piece(k, lo - begin, hi - lo))
+        begin = end
+    return out
+
+
+def iter_val_rows(
+    encoding: Encoding, blocks: Sequence[Block], first: int, stop: int, chunk: int, head: int
+) -> Iterator[Rows]:
+    """This rank's share of the validation rows, `chunk` rows at a time, in corpus order."""
+    for a in range(first, stop, chunk):
+        yield encoding.rows(val_pieces(blocks, a, min(a + chunk, stop)), head if a == first else 0)

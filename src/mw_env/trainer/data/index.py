@@ -1,0 +1,155 @@
+"""The corpus index: each shard's blocks and identity, and a label sample, built once per run.
+
+Built by one process (rank 0) and handed to the others (a broadcast), so N ranks do not open every
+footer N times against the same storage. Each Parquet footer is read once (hashed and parsed from
+the same bytes); a JSONL shard is scanned once for its line offsets. The result is cached in
+`<run>/corpus-index.json` under each shard's file identity (path, size, mtime, inode), so a resume
+or a second run over the same folder reads no footer and scans no JSONL again.
+
+Labels (when `data.labels` is unset): the tags of the first LABEL_SAMPLE_ROWS rows of each shard,
+read from the tags column only - a bounded sample, so opening costs the same whatever the row-group
+size, and once per shard. Why a sample and not a full pass: a full pass is a read of the whole
+corpus before step 1. A tag the sample missed is met later as an error naming the shard, row group
+and row (or line), with the hint to list the label set in `data.labels`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mw_env.errors import InputError, MwEnvError
+from mw_env.trainer.data import shards as shards_mod
+from mw_env.trainer.data.shards import Block, Shard
+
+LABEL_SAMPLE_ROWS = 4096  # per shard
+CACHE = "corpus-index.json"
+VERSION = 1
+T = TypeVar("T")
+
+
+def _stat_key(path: Path, columns: tuple[str, str]) -> str:
+    st = path.stat()
+    return f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{columns[0]}|{columns[1]}"
+
+
+def sample_tags(path: Path, kind: str, blocks: list[Block], columns: tuple[str, str], meta: Any) -> list[str]:
+    """The distinct tags of the shard's first LABEL_SAMPLE_ROWS rows (tags column only)."""
+    if kind == "jsonl":
+        from mw_env.trainer.data.reader import parse_jsonl
+
+        shard = Shard(path, kind, 0, "", blocks)
+        seen: set[str] = set()
+        _tok, tags, _lines = parse_jsonl(shard, blocks[0], columns, limit=LABEL_SAMPLE_ROWS)
+        for row in tags:
+            seen.update(row)
+        return sorted(seen)
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path, metadata=meta, buffer_size=1 << 20)
+        batch = next(pf.iter_batches(batch_size=LABEL_SAMPLE_ROWS, columns=[columns[1]]), None)
+        if batch is None:
+            return []
+        uniq = pc.unique(pc.list_flatten(batch.column(0)))
+        return sorted(t for t in uniq.to_pylist() if t is not None)
+    except UnicodeDecodeError:
+        raise InputError(
+            f"{path}: a tag in its first rows is not valid UTF-8", hint=shards_mod.HINT_DAMAGED
+        ) from None
+    except Exception as exc:
+        raise InputError(
+            f"{path} row group {blocks[0].part}: unreadable ({type(exc).__name__}: {exc})",
+            hint=shards_mod.HINT_DAMAGED,
+        ) from None
+
+
+def _entry(shard: Shard, tags: list[str] | None) -> dict[str, Any]:
+    return {
+        "kind": shard.kind,
+        "size": shard.size,
+        "footer_sha256": shard.footer_sha256,
+        "blocks": [[b.part, b.rows, b.start, b.stop, b.first_line] for b in shard.blocks],
+        "tags": tags,
+    }
+
+
+def _shard(path: Path, index: int, e: dict[str, Any]) -> Shard:
+    blocks = [Block(index, p, r, a, z, f) for p, r, a, z, f in e["blocks"]]
+    return Shard(path, e["kind"], e["size"], e["footer_sha256"], blocks)
+
+
+def index_shards(
+    paths: Sequence[Path], columns: tuple[str, str], *, key: str, labels: bool, cache: dict[str, Any]
+) -> list[tuple[Shard, list[str] | None]]:
+    """Each shard and its tag sample (None when labels are configured); `cache` is read and updated."""
+    out = []
+    for i, path in enumerate(paths):
+        try:
+            stat = _stat_key(path, columns)
+        except OSError as exc:
+            raise InputError(
+                f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check the path"
+            ) from None
+        e = cache.get(stat)
+        if e is None or (labels and e.get("tags") is None):
+            meta = None
+            if path.suffix == ".parquet":
+                shard, meta = shards_mod._open_parquet(path, i, columns)
+            else:
+                shard = shards_mod._open_jsonl(path, i)
+            if shard.rows == 0:
+                raise InputError(f"{key}: {path} has no rows", hint="drop the empty shard from the file list")
+            tags = sample_tags(path, shard.kind, shard.blocks, columns, meta) if labels else None
+            e = _entry(shard, tags)
+            cache[stat] = e
+        out.append((_shard(path, i, e), e.get("tags")))
+    return out
+
+
+def load_cache(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / CACHE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if (
+        not isinstance(data, dict)
+        or data.get("version") != VERSION
+        or not isinstance(data.get("shards"), dict)
+    ):
+        return {}
+    return data["shards"]
+
+
+def save_cache(run_dir: Path, entries: dict[str, Any]) -> None:
+    from mw_env.atomic import write_json_atomic
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run_dir / CACHE, {"version": VERSION, "shards": entries})
+    except OSError:
+        pass  # a cache: a read-only run folder costs the next start the footer reads, nothing else
+
+
+def from_rank0(build: Callable[[], T], world: int) -> T:
+    """Rank 0 builds; the others receive it (an error too, so every rank stops with the same message)."""
+    if world <= 1:
+        return build()
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return build()
+    box: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            box[0] = ("ok", build())
+        except MwEnvError as exc:
+            box[0] = ("error", type(exc), exc.message, exc.hint)
+    dist.broadcast_object_list(box, src=0)
+    if box[0][0] == "error":
+        _, cls, message, hint = box[0]
+        raise cls(message, hint=hint)
+    return box[0][1]

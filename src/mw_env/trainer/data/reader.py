@@ -1,0 +1,237 @@
+"""Reading rows: ranges of blocks (pieces) as Arrow columns, with where each row came from.
+
+Parquet row groups are read in batches (`iter_batches`), never whole: a window that starts inside
+a 1Mi-row group decodes only the rows it needs, and the next window continues the same batch
+iterator where the previous one stopped (a cursor per block), so an epoch reads each row once.
+Page reads are buffered (`buffer_size`), so a column chunk is not loaded whole either.
+JSONL blocks (~4 MiB of whole lines) are parsed with the json module, one block at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mw_env.errors import InputError
+from mw_env.trainer.data.shards import HINT_DAMAGED, Block, Shard
+from mw_env.userjson import json_refusal, loads
+
+BATCH_ROWS = 8192  # rows decoded at a time inside a row group
+OPEN_FILES = 8  # Parquet files kept open per process
+CURSORS = 4  # blocks whose batch iterator is kept where it stopped
+
+
+@dataclass
+class Chunk:
+    """Rows read from one or more pieces: Arrow columns plus each row's location."""
+
+    tokens: Any  # pyarrow list<string> array
+    tags: Any
+    shard: np.ndarray  # int32: index into the shard list
+    part: np.ndarray  # int32: row group (Parquet) or -1 (JSONL)
+    local: np.ndarray  # int64: row inside the row group (Parquet) or line number (JSONL)
+
+    def __len__(self) -> int:
+        return len(self.shard)
+
+
+def where(shards: Sequence[Shard], shard: int, part: int, local: int) -> str:
+    if part < 0:
+        return f"{shards[shard].path} line {local}"
+    return f"{shards[shard].path} row group {part} row {local}"
+
+
+def check_row(where: str, tokens: Any, tags: Any) -> tuple[list[str], list[str]]:
+    hint = "each row: a list of words and a list of BIO tags, one tag per word"
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise InputError(f"{where}: 'tokens' must be a list of strings (got {tokens!r:.80})", hint=hint)
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise InputError(f"{where}: 'tags' must be a list of strings (got {tags!r:.80})", hint=hint)
+    if len(tokens) != len(tags):
+        raise InputError(
+            f"{where}: {len(tokens)} tokens but {len(tags)} tags",
+            hint="every token needs exactly one BIO tag",
+        )
+    return tokens, tags
+
+
+def parse_jsonl(
+    shard: Shard, block: Block, columns: tuple[str, str], limit: int = 0
+) -> tuple[list[Any], list[Any], list[int]]:
+    """A JSONL block's rows (tokens, tags, line numbers); a bad line is an error naming it."""
+    tcol, gcol = columns
+    hint = f'one JSON object per line: {{"{tcol}": [...], "{gcol}": [...]}}'
+    try:
+        with shard.path.open("rb") as fh:
+            fh.seek(block.start)
+            data = fh.read(block.stop - block.start)
+    except OSError as exc:
+        raise InputError(f"{shard.path}: {exc.strerror}", hint=HINT_DAMAGED) from None
+    tokens, tags, lines = [], [], []
+    for offset, raw in enumerate(data.split(b"\n")):
+        lineno = block.first_line + offset
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"{shard.path} line {lineno}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1})",
+                hint="JSONL shards must be UTF-8 text; re-encode the file",
+            ) from None
+        if not text.strip():
+            continue
+        try:
+            obj = loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"{shard.path} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})", hint=hint
+            ) from None
+        except (ValueError, RecursionError) as exc:
+            # Valid JSON that Python refuses (nesting past the recursion limit, an integer of more than
+            # 4300 digits), or a key written twice in one row.
+            raise InputError(
+                f"{shard.path} line {lineno}: not a usable JSON row ({json_refusal(exc)})", hint=hint
+            ) from None
+        if not isinstance(obj, dict) or tcol not in obj or gcol not in obj:
+            raise InputError(
+                f"{shard.path} line {lineno}: expected an object with {tcol!r} and {gcol!r}", hint=hint
+            )
+        a, b = check_row(f"{shard.path} line {lineno}", obj[tcol], obj[gcol])
+        tokens.append(a)
+        tags.append(b)
+        lines.append(lineno)
+        if limit and len(lines) >= limit:
+            return tokens, tags, lines
+    if len(lines) != block.rows:
+        raise InputError(
+            f"{shard.path}: changed while training (block at byte {block.start} has {len(lines)} rows, "
+            f"{block.rows} at start)",
+            hint=HINT_DAMAGED,
+        )
+    return tokens, tags, lines
+
+
+def _unreadable(shard: Shard, block: Block, exc: BaseException) -> InputError:
+    return InputError(
+        f"{shard.path} row group {block.part}: unreadable ({type(exc).__name__}: {exc})", hint=HINT_DAMAGED
+    )
+
+
+class _Cursor:
+    """Where the batch iterator of one block stands: the next row it yields, and a partly used batch."""
+
+    def __init__(self, batches: Any) -> None:
+        self.batches, self.next_row, self.pending = batches, 0, None
+
+
+class PieceReader:
+    """Reads pieces (block ranges) of one shard list; thread-safe (one read at a time)."""
+
+    def __init__(self, shards: Sequence[Shard], blocks: Sequence[Block], columns: tuple[str, str]) -> None:
+        self.shards, self.blocks, self.columns = shards, blocks, columns
+        self._files: OrderedDict[int, Any] = OrderedDict()
+        self._cursors: OrderedDict[int, _Cursor] = OrderedDict()
+        self._jsonl: tuple[int, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _file(self, s: int) -> Any:
+        import pyarrow.parquet as pq
+
+        if s in self._files:
+            self._files.move_to_end(s)
+            return self._files[s]
+        f = pq.ParquetFile(self.shards[s].path, buffer_size=1 << 20, pre_buffer=False)
+        self._files[s] = f
+        while len(self._files) > OPEN_FILES:
+            self._files.popitem(last=False)
+        return f
+
+    def _parquet(self, b: int, first: int, rows: int) -> list[Any]:
+        block = self.blocks[b]
+        shard = self.shards[block.shard]
+        cur = self._cursors.pop(b, None)
+        try:
+            if cur is None or cur.next_row > first:
+                it = self._file(block.shard).iter_batches(
+                    batch_size=BATCH_ROWS, row_groups=[block.part], columns=list(self.columns)
+                )
+                cur = _Cursor(it)
+            out: list[Any] = []
+            while rows > 0:
+                batch = cur.pending
+                if batch is None:
+                    batch = next(cur.batches, None)
+                    if batch is None:
+                        raise InputError(
+                            f"{shard.path} row group {block.part}: {cur.next_row} rows, the footer said "
+                            f"{block.rows}",
+                            hint=HINT_DAMAGED,
+                        )
+                cur.pending = None
+                skip = max(first - cur.next_row, 0)
+                if skip >= batch.num_rows:
+                    cur.next_row += batch.num_rows
+                    continue
+                take = min(batch.num_rows - skip, rows)
+                out.append(batch.slice(skip, take))
+                if skip + take < batch.num_rows:
+                    cur.pending = batch.slice(skip + take)
+                cur.next_row += skip + take
+                first, rows = first + take, rows - take
+        except InputError:
+            raise
+        except Exception as exc:
+            raise _unreadable(shard, block, exc) from None
+        if cur.next_row < block.rows:
+            self._cursors[b] = cur
+            while len(self._cursors) > CURSORS:
+                self._cursors.popitem(last=False)
+        return out
+
+    def read(self, pieces: Sequence[Any]) -> Chunk:
+        """pieces: objects with .block, .first, .rows (order.Piece)."""
+        import pyarrow as pa
+
+        tokens, tags, shard_ix, part, local = [], [], [], [], []
+        with self._lock:
+            for p in pieces:
+                block = self.blocks[p.block]
+                if self.shards[block.shard].kind == "parquet":
+                    for rb in self._parquet(p.block, p.first, p.rows):
+                        tokens.append(rb.column(0))
+                        tags.append(rb.column(1))
+                    local.append(np.arange(p.first, p.first + p.rows, dtype=np.int64))
+                    part.append(np.full(p.rows, block.part, dtype=np.int32))
+                else:
+                    if self._jsonl is None or self._jsonl[0] != p.block:
+                        a, b, lines = parse_jsonl(self.shards[block.shard], block, self.columns)
+                        typ = pa.list_(pa.string())
+                        self._jsonl = (p.block, (pa.array(a, typ), pa.array(b, typ), np.array(lines)))
+                    ta, ga, lines = self._jsonl[1]
+                    tokens.append(ta.slice(p.first, p.rows))
+                    tags.append(ga.slice(p.first, p.rows))
+                    local.append(lines[p.first : p.first + p.rows].astype(np.int64))
+                    part.append(np.full(p.rows, -1, dtype=np.int32))
+                shard_ix.append(np.full(p.rows, block.shard, dtype=np.int32))
+        return Chunk(
+            _concat(tokens),
+            _concat(tags),
+            np.concatenate(shard_ix) if shard_ix else np.zeros(0, np.int32),
+            np.concatenate(part) if part else np.zeros(0, np.int32),
+            np.concatenate(local) if local else np.zeros(0, np.int64),
+        )
+
+
+def _concat(arrays: list[Any]) -> Any:
+    import pyarrow as pa
+
+    if not arrays:
+        return pa.array([], pa.list_(pa.string()))
+    # Shards may differ in string vs large_string: one type for the whole chunk.
+    typ = arrays[0].type
+    return pa.concat_arrays([a if a.type == typ else a.cast(typ) for a in arrays])

@@ -1,0 +1,107 @@
+"""Issue 22, case 19: documented exit codes with the wrong words. Each message names what happened."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.fuzz.test_regressions import mw
+
+
+class _Boom:
+    def __reduce__(self):  # a pickle that would run code when loaded without weights_only
+        import os
+
+        return (os.system, ("touch /tmp/mw-env-pwned-by-checkpoint",))
+
+
+@pytest.mark.torch
+def test_a_code_executing_checkpoint_is_refused_in_mw_envs_words(tmp_path: Path) -> None:
+    import torch
+
+    from mw_env.trainer.checkpoint import CheckpointError, load_checkpoint
+
+    path = tmp_path / "step-000000002.pt"
+    torch.save({"step": 2, "evil": _Boom()}, path)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    text = info.value.message
+    assert "never runs code" in text and "weights_only=True" in text, text
+    assert "Re-running" not in text and "set to False" not in text  # torch's advice, cut, is not repeated
+    assert not Path("/tmp/mw-env-pwned-by-checkpoint").exists()
+
+
+def test_mw_env_root_is_named_as_the_variable(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    rc, _, err = mw(["detect"], env={"MW_ENV_ROOT": str(f)})
+    assert rc == 2 and f"MW_ENV_ROOT {f}: is not a folder" in err and "--root" not in err.split("hint:")[0], (
+        err
+    )
+    rc, _, err = mw(["detect", "--root", str(f)])
+    assert rc == 2 and f"--root {f}: is not a folder" in err, err
+
+
+def test_a_set_value_the_locale_cannot_decode(tmp_path: Path) -> None:
+    out = str(tmp_path).encode() + b"/M\xc3\xbcnch\xe2\x82\xacn"
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    res = subprocess.run(
+        [
+            sys.executable.encode(),
+            b"-m",
+            b"mw_env",
+            b"train",
+            b"config",
+            b"--config",
+            b"smoke",
+            b"--set",
+            b"runtime.out_dir=" + out,
+        ],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 2 and "Traceback" not in err, err
+    assert "not text in this locale" in err and "LANG=C.UTF-8" in err and "!!int" not in err, err
+
+
+def test_a_folder_as_the_config(tmp_path: Path) -> None:
+    rc, _, err = mw(["train", "config", "--config", str(tmp_path)])
+    assert rc == 2 and "is a folder, not a config file" in err, err
+
+
+@pytest.mark.torch
+def test_a_single_jsonl_shard_is_told_about_blocks_not_row_groups(tmp_path: Path) -> None:
+    from mw_env.errors import InputError
+    from mw_env.trainer.data import open_corpus
+    from mw_env.trainspec.config import resolve_config
+
+    shard = tmp_path / "one.jsonl"
+    shard.write_text(json.dumps({"tokens": ["1"], "tags": ["O"]}) + "\n")
+    cfg = resolve_config(overrides=["data.source=files", f"data.train_files=[{shard}]"]).config
+    with pytest.raises(InputError) as info:
+        open_corpus(cfg)
+    assert "row groups" not in info.value.message + (info.value.hint or "")
+    assert "data.val_files" in (info.value.hint or "")
+
+
+def test_bootstrap_hints_stay_on_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "uv"
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    broken.chmod(0o755)
+    rc, out, err = mw(
+        ["bootstrap", "--profile", "cpu", "--venv", str(tmp_path / "v"), "--yes", "--no-doctor"],
+        env={"UV": str(broken), "COLUMNS": "80", "MW_ENV_VENV": ""},
+    )
+    text = out + err
+    assert rc in (1, 2), text
+    hint = next(line for line in text.splitlines() if line.startswith("hint:"))
+    assert hint.endswith("installs one from PyPI"), text  # the whole hint on its one line
