@@ -41,6 +41,13 @@ from mw_env.commands.common import echo_json, json_option, profile_options, root
     "--render-gid", type=click.IntRange(min=1), default=None, help="--nodes, AMD: the nodes' render gid."
 )
 @click.option("--pvc", default=None, help="--nodes: an existing ReadWriteMany claim for the run folder.")
+@click.option(
+    "--lock",
+    "lock",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="--nodes: the environment lock the image was built from; each pod refuses a venv with another.",
+)
 @json_option
 def host_commands(
     root: str | None,
@@ -56,6 +63,7 @@ def host_commands(
     train_config: str,
     render_gid: int | None,
     pvc: str | None,
+    lock: str | None,
     as_json: bool,
 ) -> None:
     """Print the host-side commands that pass the GPU into this container.
@@ -70,9 +78,16 @@ def host_commands(
     resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
     if nodes is not None:
         _manifest(
-            resolved, runtime, nodes, image, name, gpus_per_node, train_config, render_gid, pvc, as_json
+            resolved, runtime, nodes, image, name, gpus_per_node, train_config, render_gid, pvc, lock, as_json
         )
         return
+    if lock is not None:
+        from mw_env.errors import InputError
+
+        raise InputError(
+            "--lock names the lock in a multi-node manifest: it needs --runtime kubernetes --nodes N",
+            hint="for one container, rebuild its venv from the lock inside it: `mw-env bootstrap --lock FILE`",
+        )
     plan = host_plan(
         runtime=runtime,
         container=container,
@@ -103,6 +118,7 @@ def _manifest(
     train_config: str,
     render_gid: int | None,
     pvc: str | None,
+    lock: str | None,
     as_json: bool,
 ) -> None:
     from mw_env.errors import InputError
@@ -124,6 +140,7 @@ def _manifest(
         config=train_config,
         render_gid=render_gid,
         pvc=pvc,
+        lock=_lock_of(lock),
     )
     if as_json:
         echo_json(manifest.to_dict())
@@ -131,3 +148,14 @@ def _manifest(
     for note in manifest.notes:
         click.echo(f"# {note}")
     click.echo(manifest.text, nl=False)
+
+
+def _lock_of(path: str | None) -> tuple[str, str] | None:
+    """(the lock's file name, its sha256) for the manifest; the lock is read and validated first."""
+    if path is None:
+        return None
+    from pathlib import Path
+
+    from mw_env.envlock.lockfile import read_lock
+
+    return Path(path).name, read_lock(path).sha256
