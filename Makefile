@@ -57,12 +57,16 @@ test-env: install
 	  $(UV) pip install --quiet --python $(TEST_VENV)/bin/python -e '.[dev]' 'numpy>=1.24' 'pyarrow>=14'; \
 	fi
 
+# Two pytest-xdist workers (the CI machine has 2 cores); a test file stays on one worker, so its module
+# fixtures (trained checkpoints, built indexes) are built once. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: test-env
-	$(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(TEST_VENV)/bin/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: everything but the tests marked slow (real bootstraps, training runs, DDP, uv from PyPI).
 test-fast: test-env
-	$(TEST_VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(TEST_VENV)/bin/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench

@@ -4,6 +4,9 @@
    reading /proc/cpuinfo (py-cpuinfo is only the fallback when that fails).
 2. `detect()` on every fake machine root in tests/fixtures/machines vs the same reference: the part of
    detection that reads sysfs/procfs and runs the fake nvidia-smi, without interpreter discovery.
+3. The whole command `mw-env detect --root tests/fixtures/machines/cpu-only --json` (a fresh process, this
+   host's PATH: none of its Pythons or its uv runs for a fake root) vs `mw-env --version` (the CLI's start-up
+   alone). Wall and CPU time (user + sys of the child): on a loaded machine the CPU time is the fairer figure.
 
 Usage: python bench/bench_detect.py [--reps N]
 """
@@ -13,7 +16,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +36,20 @@ def median_time(func, reps: int) -> float:
         func()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def command_time(argv: list[str], reps: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of one command run in a fresh process (its output discarded)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    walls, cpus = [], []
+    for _ in range(reps):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, env=env, check=True)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> int:
@@ -62,6 +81,11 @@ def main() -> int:
         env = {"PATH": str(root / ".mw-env-bin") + ":/usr/bin:/bin"}
         t = median_time(lambda root=root, env=env: detect(Machine(root=root, env=env)), args.reps)
         rows.append((root.name, t))
+    cli = [sys.executable, "-m", "mw_env"]
+    startup = command_time([*cli, "--version"], max(args.reps, 5))
+    fake_cli = command_time(
+        [*cli, "detect", "--root", str(machines / "cpu-only"), "--json"], max(args.reps, 5)
+    )
     lines = [
         "## detect()",
         "",
@@ -75,6 +99,18 @@ def main() -> int:
     ]
     lines += [
         f"| detect() on fake root `{name}` | {t * 1000:.1f} ms | {t / reference:.3f} |" for name, t in rows
+    ]
+    lines += [
+        "",
+        "The whole command, a fresh process each time (median of "
+        f"{max(args.reps, 5)}; reference: `mw-env --version`, the CLI's start-up alone):",
+        "",
+        "| command | wall | CPU (user+sys) | ratio (wall) to `--version` |",
+        "|---|---|---|---|",
+        f"| `mw-env --version` (reference) | {startup[0] * 1000:.0f} ms | {startup[1] * 1000:.0f} ms | 1.00 |",
+        f"| `mw-env detect --root tests/fixtures/machines/cpu-only --json` (host PATH: none of its "
+        f"{len(on_path)} python3* runs) | {fake_cli[0] * 1000:.0f} ms | {fake_cli[1] * 1000:.0f} ms "
+        f"| {fake_cli[0] / startup[0]:.2f} |",
     ]
     update_section("detect", "\n".join(lines))
     print("\n".join(lines))

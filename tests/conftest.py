@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,16 @@ MACHINES = FIXTURES / "machines"
 REPO = Path(__file__).resolve().parent.parent
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without the caller's MW_ENV_* settings (profile, root, torch source, debug...).
+
+    A developer's shell or a CI job may export them; a test that needs one sets it itself.
+    """
+    for var in [v for v in os.environ if v.startswith("MW_ENV_")]:
+        monkeypatch.delenv(var)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -26,8 +37,6 @@ def fake_machine(name: str, *, env: dict[str, str] | None = None):
 
     Fake commands (nvidia-smi, rocminfo, ...) live in <root>/.mw-env-bin/ and print captured output.
     """
-    import os
-
     from mw_env.machine import Machine
 
     root = MACHINES / name

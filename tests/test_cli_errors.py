@@ -18,7 +18,6 @@ import pytest
 
 from mw_env import cli as cli_module
 from mw_env.cli import COMMANDS, main, split_debug
-from mw_env.errors import InputError
 
 
 def _all_command_paths() -> list[list[str]]:
@@ -80,9 +79,12 @@ def test_split_debug_leaves_passthrough_arguments_alone():
     assert split_debug(["detect"]) == (["detect"], False)
 
 
-def test_debug_shows_the_traceback(tmp_path):
-    with pytest.raises(InputError):
-        main(["env", "--venv", str(tmp_path / "typo"), "--debug"])
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path, capsys):
+    # Issue 20 #9: --debug used to re-raise, turning a bad-input exit 2 into Python's 1.
+    assert main(["env", "--venv", str(tmp_path / "typo"), "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "InputError" in err
+    assert "error: --venv" in err and "hint:" in err
 
 
 @pytest.mark.parametrize(
@@ -157,20 +159,18 @@ def test_next_line_runs_in_a_fresh_shell_with_the_venvs_mw_env(tmp_path):
     from mw_env.commands.env import next_line
 
     venv = _fake_bootstrapped_venv(tmp_path / "v", with_mw_env=True)
-    line = next_line(venv)
-    runnable = line.split(" (")[0]
-    res = _fresh_shell(runnable)
+    res = _fresh_shell(next_line(venv))  # the whole line, as pasted (issue 20 #3: its note broke the paste)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "venv mw-env train"
+    assert res.stdout.strip() == "venv mw-env train --config smoke"
 
 
 def test_next_line_without_mw_env_in_the_venv_names_mw_env_by_path(tmp_path):
     from mw_env.commands.env import next_line
 
     venv = _fake_bootstrapped_venv(tmp_path / "v", with_mw_env=False)
-    words = shlex.split(next_line(venv).split(" (")[0])
-    assert words[-3:] == ["train", "--venv", str(venv)]
-    res = _fresh_shell(shlex.join([*words[:-3], "--version"]))
+    words = shlex.split(next_line(venv), comments=True)
+    assert words[-5:] == ["train", "--venv", str(venv), "--config", "smoke"]
+    res = _fresh_shell(shlex.join([*words[:-5], "--version"]))
     assert res.returncode == 0 and "mw-env" in res.stdout, res.stderr
 
 

@@ -13,12 +13,6 @@ MACHINES = Path(__file__).parent / "fixtures" / "machines"
 BAD = Path(__file__).parent / "fixtures" / "profiles" / "bad"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for var in ("MW_ENV_PROFILES", "MW_ENV_PROFILE", "MW_ENV_ROOT", "MW_ENV_DEBUG", "MW_ENV_TORCH_SOURCE"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def _run_json(capsys, *args: str) -> dict:
     assert main(["detect", "--json", *args]) == 0
     out = capsys.readouterr().out
@@ -176,3 +170,25 @@ def test_forced_gfx1103_with_no_gpu_shows_the_override_in_detect_and_dry_run(tmp
     # The default source ships native gfx1103 kernels: no override for the image either.
     assert main([*args, "--venv", str(tmp_path / "v")]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["env"] == {}
+
+
+def test_detect_under_a_root_runs_none_of_the_hosts_programs(tmp_path, capsys, monkeypatch):
+    """A PATH full of Pythons (and uv, nvidia-smi) that record being run: under --root none runs, and the
+    JSON is the same whatever the host has. The fake root's own python3 is the one listed."""
+    host_bin = tmp_path / "host-bin"
+    host_bin.mkdir()
+    ran = tmp_path / "ran.log"
+    for name in ("python3", "python3.10", "python3.11", "python3.12", "python3.13", "uv", "nvidia-smi"):
+        exe = host_bin / name
+        exe.write_text(f'#!/bin/sh\necho "$0 $*" >> {ran}\necho 3.99.0\necho /host/{name}\n')
+        exe.chmod(0o755)
+    root = MACHINES / "cpu-only"
+    fake_bin = root / ".mw-env-bin"
+    monkeypatch.setenv("PATH", f"{host_bin}:{fake_bin}:/usr/bin:/bin")
+    crowded = _run_json(capsys, "--root", str(root))
+    assert not ran.exists(), ran.read_text()
+    monkeypatch.setenv("PATH", str(fake_bin))
+    assert _run_json(capsys, "--root", str(root)) == crowded
+    pythons = crowded["hardware"]["pythons"]
+    assert [(p["version"], p["path"]) for p in pythons] == [("3.12.3", str(root / ".mw-env-bin" / "python3"))]
+    assert crowded["hardware"]["uv"] is None  # the host's uv is not the fake machine's

@@ -12,12 +12,6 @@ from mw_env.cli import main
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for var in ("MW_ENV_PROFILES", "MW_ENV_PROFILE", "MW_ENV_ROOT", "MW_ENV_DEBUG", "MW_ENV_TORCH_SOURCE"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def _run(capsys, *args: str) -> tuple[int, str, str]:
     code = main(["host-commands", *args])
     out, err = capsys.readouterr()

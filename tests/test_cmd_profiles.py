@@ -13,12 +13,6 @@ USER = Path(__file__).parent / "fixtures" / "profiles" / "user"
 BAD = Path(__file__).parent / "fixtures" / "profiles" / "bad"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for var in ("MW_ENV_PROFILES", "MW_ENV_PROFILE", "MW_ENV_ROOT"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def test_list_json(capsys):
     assert main(["profiles", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -287,3 +287,33 @@ def test_shims_of_one_interpreter_are_listed_once(tmp_path):
         ("3.11.7", "python3"),
         ("3.12.3", "python3.12"),
     ]
+
+
+def test_a_slow_interpreter_is_asked_again_alone_and_never_called_broken(tmp_path):
+    """Issue 20 #12: under load a working pyenv shim missed its budget among eight parallel starts and was
+    reported as one that "does not run". A timeout is retried alone with twice the time; one that still times
+    out is named as slow, not broken."""
+    from mw_env.machine import CommandResult
+
+    bin_dir = tmp_path / "bin"
+    script(bin_dir, "python3.11", "echo 3.11.9\n")
+    script(bin_dir, "python3.13", "echo 3.13.1\n")
+
+    calls: list[tuple[str, float]] = []
+
+    class Busy(Machine):
+        def run(self, argv, *, timeout=None, **kwargs):
+            name = Path(argv[0]).name
+            calls.append((name, timeout))
+            if name == "python3.13" or (
+                name == "python3.11" and len([c for c in calls if c[0] == name]) == 1
+            ):
+                return CommandResult(tuple(argv), None, timed_out=True, duration_s=timeout or 0)
+            return super().run(argv, timeout=timeout, **kwargs)
+
+    probe = Probe(Busy(root=tmp_path, env={"PATH": str(bin_dir)}))
+    found = pythons(probe, None)
+    assert [(p.version, Path(p.path).name) for p in found] == [("3.11.9", "python3.11")]
+    assert ("python3.11", 10.0) in calls  # the second try, alone, with twice the budget
+    assert not any("do not run" in n for n in probe.notes)
+    assert any("python3.13" in n and "did not answer within 10 s" in n for n in probe.notes)

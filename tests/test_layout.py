@@ -135,3 +135,89 @@ def test_os_replace_only_in_the_atomic_writer() -> None:
 def test_modules_stay_small(name: str) -> None:
     lines = MODULES[name].read_text(encoding="utf-8").count("\n")
     assert lines <= MAX_LINES, f"{name} has {lines} lines; split it (docs/design.md)"
+
+
+# -- the bootstrap's steps (provision/table.py) -----------------------------------------------------------
+
+
+def _function(module: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "limit"),
+    [
+        ("mw_env.provision.execute", "execute", 40),
+        ("mw_env.provision.choose", "choose", 60),
+        ("mw_env.provision.plan", "plan", 60),
+    ],
+)
+def test_the_bootstrap_functions_stay_short(module: str, name: str, limit: int) -> None:
+    fn = _function(module, name)
+    lines = (fn.end_lineno or fn.lineno) - fn.lineno + 1
+    assert lines <= limit, (
+        f"{module}.{name} has {lines} lines (at most {limit}): give the new part its own object"
+    )
+
+
+def test_the_executor_knows_no_step_by_name() -> None:
+    """What a step does, and how it runs beside others, is its StepSpec's: the executor never asks `step.id ==`."""
+    from mw_env.provision.table import STEPS
+
+    ids = {s.id for s in STEPS}
+    assert {"preflight", "torch", "verify-torch", "pin-torch", "extras", "doctor"} <= ids  # the rule is live
+    tree = ast.parse(MODULES["mw_env.provision.execute"].read_text(encoding="utf-8"))
+    # The JSON output's keys ("venv", "torch", "doctor") are field names, not steps.
+    keys = {id(k) for d in ast.walk(tree) if isinstance(d, ast.Dict) for k in d.keys if k is not None}
+    strings = {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in keys
+    }
+    named = sorted(strings & ids)
+    assert not named, f"mw_env.provision.execute names steps {named}: move that to their StepSpec"
+
+
+def test_every_step_is_one_object_in_the_table() -> None:
+    """StepSpec objects are made in provision/table.py only, and each id is there once."""
+    from mw_env.provision.table import STEPS
+
+    assert len({s.id for s in STEPS}) == len(STEPS)
+    makers = sorted(
+        n
+        for n, p in MODULES.items()
+        if n != "mw_env.provision.table" and "StepSpec(" in p.read_text(encoding="utf-8")
+    )
+    assert not makers, f"steps defined outside provision/table.py: {makers}"
+
+
+# -- the machine seam -------------------------------------------------------------------------------------
+
+_HOST_CALLS = {
+    ("os", "listdir"),
+    ("os", "scandir"),
+    ("os", "walk"),
+    ("os", "access"),
+    ("os", "stat"),
+    ("shutil", "which"),
+    ("glob", "glob"),
+}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n in MODULES if n.startswith("mw_env.detection") or n == "mw_env.detect")
+)
+def test_detection_reaches_the_machine_only_through_machine(name: str) -> None:
+    """Detection lists folders and runs programs through `Machine` (which keeps a fake root's to itself),
+    never itself: no subprocess, no os.listdir/scandir/access, no shutil.which on host paths."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    bad = sorted(
+        f"{n.value.id}.{n.attr}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and (n.value.id, n.attr) in _HOST_CALLS
+    )
+    imports = GRAPH[name] & {"subprocess", "glob"}
+    assert not bad and not imports, f"{name} reaches the host directly: {bad or sorted(imports)}"

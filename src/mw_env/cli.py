@@ -114,10 +114,15 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=args, prog_name="mw-env", standalone_mode=False)
     except MwEnvError as exc:
         if debug:
-            raise
+            # The traceback for whoever asked, and the same lines and exit code as without --debug:
+            # a script's handling of exit 2 (bad input) must not change because someone is debugging.
+            import traceback
+
+            traceback.print_exc()
         # Messages quote values from files and the command line: escape control characters, hide URL
         # credentials and bound the length here, once, for every error.
-        click.echo(f"error: {safe_message(exc.message)}", err=True)
+        # Exit 0 (NothingToDo) is not an error: the same two lines, said as a note.
+        click.echo(f"{'error' if exc.exit_code else 'note'}: {safe_message(exc.message)}", err=True)
         if exc.hint:
             click.echo(f"hint: {safe_message(exc.hint)}", err=True)
         return exc.exit_code

@@ -31,6 +31,12 @@ class InputError(MwEnvError):
     exit_code = EXIT_USAGE
 
 
+class NothingToDo(MwEnvError):
+    """What was asked is already done (a finished run started again): said as `note:`, exit 0."""
+
+    exit_code = EXIT_OK
+
+
 class StepFailed(MwEnvError):
     """A provisioning step or a training run failed. Exit code 1."""
 

@@ -384,26 +384,34 @@ def _kubernetes(pod: str, vendor: str) -> HostPlan:
         else "AMD's ROCm k8s-device-plugin (github.com/ROCm/k8s-device-plugin)"
     )
     notes = [
-        f"pods are immutable: recreate pod {pod} (or its Deployment/Job) with this in the container's spec,",
-        f"and make sure {plugin} runs on the node:",
-        "  resources:",
-        "    limits:",
-        f"      {resource}: 1",
+        f"pods are immutable: recreate pod {pod} (or its Deployment/Job) with this, and make sure {plugin}",
+        "runs on the node:",
+        "spec:",
     ]
     if vendor == "amd":
         # The device plugin mounts /dev/kfd and the render node root:render 0660; a non-root user needs the
-        # node's render gid (a number: the name differs between node and image).
+        # node's render gid (a number: the name differs between node and image). supplementalGroups exists
+        # only in the POD's securityContext (PodSecurityContext), not in a container's.
         notes += [
-            "  securityContext:",
+            "  securityContext:            # the pod's (spec.securityContext), not a container's",
             "    supplementalGroups: [<the render group's gid ON THE NODE: getent group render>]",
         ]
+    notes += [
+        "  containers:",
+        "  - name: <the training container>",
+        "    resources:",
+        "      limits:",
+        f"        {resource}: 1",
+    ]
     checks = (
         (f"kubectl exec {shlex.quote(pod)} -- ls -l /dev/kfd /dev/dri",)
         if vendor == "amd"
         else (f"kubectl exec {shlex.quote(pod)} -- nvidia-smi",)
     )
-    edit = f"resources.limits {{{resource}: 1}}" + (
-        " and securityContext.supplementalGroups [the node's render gid]" if vendor == "amd" else ""
+    edit = f"the container's resources.limits {{{resource}: 1}}" + (
+        " and the pod's spec.securityContext.supplementalGroups [the node's render gid]"
+        if vendor == "amd"
+        else ""
     )
     return HostPlan(
         runtime="kubernetes",

@@ -85,7 +85,7 @@ def multinode_manifest(
     notes = [
         f"{nodes} pods of an Indexed Job, one per node, {gpus_per_node} GPU(s) each ({resource}); "
         f"pod 0 ({name}-0.{name}:{PORT}) is the rendezvous endpoint",
-        "apply with: mw-env host-commands ... > job.yaml && kubectl apply -f job.yaml; "
+        "apply with: mw-env host-commands ... --out job.yaml && kubectl apply -f job.yaml; "
         f"follow with: kubectl logs -f job/{name}",
         "a failed pod fails the Job (backoffLimit 0); to resume, delete the Job and apply again: every rank "
         "resumes the newest checkpoint of the shared run folder",

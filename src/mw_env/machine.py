@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat as stat_mod
 import subprocess
@@ -254,8 +255,36 @@ class Machine:
         return DiskUsage(total=du.total, free=du.free)
 
     # -- commands ---------------------------------------------------------------------------------
+    def search_path(self) -> list[str]:
+        """The folders commands are looked up in. The real machine: its PATH. A fake root runs only its own
+        programs, the PATH folders inside the root (tests put its .mw-env-bin/ there), never the host's: the host's
+        nvidia-smi, uv or Pythons would make a fake machine's facts depend on the host that reads it."""
+        path = [d for d in self.env.get("PATH", os.defpath).split(os.pathsep) if d]
+        if self.is_real:
+            return path
+        root = self.root.resolve()
+        return [d for d in path if Path(d).resolve().is_relative_to(root)]
+
     def which(self, name: str) -> str | None:
-        return shutil.which(name, path=self.env.get("PATH", os.defpath))
+        return shutil.which(name, path=os.pathsep.join(self.search_path()))
+
+    def programs(self, pattern: re.Pattern[str]) -> list[str]:
+        """Executables on the search path whose names match `pattern`, in PATH order, one path per real file
+        (python3 -> python3.12 is one interpreter). Listing runs nothing."""
+        found: list[str] = []
+        seen: set[str] = set()
+        for folder in self.search_path():
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in filter(pattern.match, names):
+                path = os.path.join(folder, name)
+                real = os.path.realpath(path)
+                if real not in seen and os.access(path, os.X_OK) and not os.path.isdir(path):
+                    seen.add(real)
+                    found.append(path)
+        return found
 
     def run(
         self,

@@ -111,6 +111,7 @@ def fake_venv(
     stderr: list[str] = (),  # type: ignore[assignment]
     with_torch: bool = True,
     record: dict[str, Any] | None = None,
+    hang_marker: Path | None = None,  # touched when the "hang" matmul begins (the test's event)
 ) -> Path:
     """A venv whose torch reproduces one broken state (see the module doc)."""
     base = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
@@ -155,6 +156,7 @@ def fake_venv(
         "crash_at": crash_at,
         "crash_message": crash_message,
         "stderr": list(stderr),
+        "hang_marker": str(hang_marker) if hang_marker else None,
     }
     (pkg / "fake.json").write_text(json.dumps(spec))
     (pkg / "__init__.py").write_text(FAKE_INIT)
@@ -187,6 +189,8 @@ _orig_mm = _real.Tensor.__matmul__
 def _matmul(a, b):
     mode = _spec["matmul"]
     if mode == "hang":  # like a GPU fault: the process never returns
+        if _spec["hang_marker"]:
+            open(_spec["hang_marker"], "w").close()
         while True:
             time.sleep(0.05)
     if mode == "crash":

@@ -56,6 +56,13 @@ SEED_LINES = [
         "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 512.00 MiB",
         "hip-oom",
     ),
+    # Issue 20 #6: a CUDA OOM used to get the HIP entry's BIOS-UMA / ttm / PYTORCH_HIP_ALLOC_CONF advice.
+    (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB",
+        "cuda-oom",
+    ),
+    ("RuntimeError: CUDA error: out of memory", "cuda-oom"),
+    ("torch.cuda.OutOfMemoryError: HIP out of memory ... (GPU 0; 512.00 MiB total capacity)", "hip-oom"),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "no-kernel-image"),
     (
         "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).",
@@ -261,3 +268,17 @@ def test_the_doctors_messages_check_uses_doctor_fix():
     )
     found = {c.id: c for c in check_messages(ctx_for("doctor-incus-780m-nokfd", GPU_780M, probe))}
     assert found["messages.tensile-no-devices"].fix == "Fix the device-node findings above first."
+
+
+def test_each_vendor_gets_its_own_out_of_memory_fix(capsys, tmp_path):
+    from mw_env.cli import main
+
+    out = {}
+    for vendor in ("CUDA", "HIP"):
+        log = tmp_path / f"{vendor}.log"
+        log.write_text(f"torch.OutOfMemoryError: {vendor} out of memory. Tried to allocate 2.00 MiB\n")
+        assert main(["doctor", "--explain", str(log)]) == 1  # a fatal message found
+        out[vendor] = capsys.readouterr().out
+    assert "PYTORCH_CUDA_ALLOC_CONF" in out["CUDA"] and "ttm.pages_limit" not in out["CUDA"]
+    assert "PYTORCH_HIP_ALLOC_CONF" not in out["CUDA"]
+    assert "PYTORCH_HIP_ALLOC_CONF" in out["HIP"] and "PYTORCH_CUDA_ALLOC_CONF" not in out["HIP"]

@@ -227,10 +227,11 @@ def test_a_hanging_check_times_out(tmp_path, monkeypatch):
 
     from mw_env.checks import runner
 
-    gate = threading.Event()
+    gate, released = threading.Event(), threading.Event()
 
     def stuck(ctx) -> list[CheckResult]:
-        gate.wait(30)
+        gate.wait(120)
+        released.set()
         return []
 
     monkeypatch.setattr(
@@ -249,9 +250,10 @@ def test_a_hanging_check_times_out(tmp_path, monkeypatch):
         hardware=hw,
         check_timeout=0.5,
     )
+    # The doctor came back while the check was still stuck: it gave up on it, it did not wait it out.
+    assert not released.is_set()
     gate.set()
     assert by_id(report)["network.timeout"].status == "fail"
-    assert report.duration_s < 5
 
 
 @pytest.mark.parametrize(
@@ -332,24 +334,23 @@ def test_json_contract_shape(tmp_path):
         assert c["status"] in ("pass", "warn", "fail", "skip")
 
 
-def _hanging_import_venv(path):
+def _hanging_import_venv(path, marker=None):
+    """A torch whose import never returns; it touches `marker` first (so a test knows the hang began)."""
     venv = fake_venv(path, with_torch=False)
     pkg = next((venv / "lib").glob("python*/site-packages")) / "torch"
     pkg.mkdir()
     (pkg / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda = None\nhip = None\n")
-    (pkg / "__init__.py").write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
+    touch = f"open({str(marker)!r}, 'w').close()\n" if marker else ""
+    (pkg / "__init__.py").write_text(f"import time\n{touch}while True:\n    time.sleep(0.05)\n")
     return venv
 
 
 @pytest.mark.slow
 def test_probe_hanging_in_import_torch_returns_within_timeout(tmp_path):
-    import time
-
+    # The import never returns, so coming back at all is the timeout at work (pytest-timeout guards a hang).
     venv = _hanging_import_venv(tmp_path / "v")
     hw = hardware(None, container="docker")
-    start = time.monotonic()
     report = run(fake_machine("doctor-cpu-docker-shm64m"), selection(hw), venv, hw=hw, timeout=2.0)
-    assert time.monotonic() - start < 2.0 + 1.5
     probe = by_id(report)["probe.run"]
     assert probe.status == "fail" and "it hung after stage 'static'" in probe.detail
     assert by_id(report)["torch.build"].status == "pass"  # the static inspection still named the build
@@ -357,11 +358,12 @@ def test_probe_hanging_in_import_torch_returns_within_timeout(tmp_path):
 
 def test_kill_active_ends_a_running_probe(tmp_path):
     import threading
-    import time
 
     from mw_env.checks import probe
+    from proctools import wait_for
 
-    venv = _hanging_import_venv(tmp_path / "v")
+    hung = tmp_path / "hung"
+    venv = _hanging_import_venv(tmp_path / "v", marker=hung)
     results = []
     t = threading.Thread(
         target=lambda: results.append(
@@ -371,12 +373,10 @@ def test_kill_active_ends_a_running_probe(tmp_path):
         )
     )
     t.start()
-    deadline = time.monotonic() + 10
-    while not probe._ACTIVE and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)
+    # The marker appears inside `import torch`, after the probe printed its static stage: the event, not a sleep.
+    wait_for(hung.exists, 120, "the probe to reach its hanging import")
     probe.kill_active()
-    t.join(5)
+    t.join(60)
     assert not t.is_alive()
     assert results[0].returncode is not None and results[0].returncode < 0  # killed by a signal
     assert results[0].last_stage == "static"

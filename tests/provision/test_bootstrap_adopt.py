@@ -119,20 +119,53 @@ def test_image_torch_of_another_build_is_not_offered(tmp_path, hermetic_env, ind
 
 def test_interpreters_without_torch_on_disk_are_not_started(tmp_path, hermetic_env, indexes, monkeypatch):
     """Probing an interpreter costs its start-up; one whose site folders hold no torch is skipped."""
-    import mw_env.provision.choose as choose_mod
-    from mw_env.provision.choose import find_image_torch
+    import mw_env.provision.pythons as pythons_mod
+    from mw_env.provision.pythons import find_image_torch
 
     image, env = _image(tmp_path, hermetic_env, indexes)
     bare = tmp_path / "bare"
     subprocess.run([env["UV"], "venv", "-q", "--python", sys.executable, str(bare)], env=env, check=True)
     started: list[str] = []
-    real = choose_mod.uvmod._run_quiet
+    real = pythons_mod.uvmod._run_quiet
 
     def spy(argv, *a, **k):
         started.append(argv[0])
         return real(argv, *a, **k)
 
-    monkeypatch.setattr(choose_mod.uvmod, "_run_quiet", spy)
+    monkeypatch.setattr(pythons_mod.uvmod, "_run_quiet", spy)
     found = find_image_torch([str(bare / "bin" / "python"), str(image / "bin" / "python")], env)
     assert [c.version for c in found] == ["2.9.1+rocm6.4"]
     assert started == [str(image / "bin" / "python")]  # the venv without torch was never started
+
+
+def test_another_training_venv_is_never_an_image_torch(tmp_path):
+    """Issue 20 #5: in a shell where `eval "$(mw-env env)"` activated venv1, bootstrapping venv2 found venv1's
+    python3 first on PATH, offered (and with --yes adopted) its torch: venv2 then depended on venv1 by a .pth."""
+    from mw_env.provision.pythons import image_pythons
+
+    def fake_venv(name: str, *, mw_env: bool = False):
+        prefix = tmp_path / name
+        (prefix / "bin").mkdir(parents=True)
+        (prefix / "bin" / "python3").symlink_to(sys.executable)
+        (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        if mw_env:
+            (prefix / "mw-env.json").write_text("{}")
+        return prefix
+
+    active, made, image = fake_venv("active"), fake_venv("made", mw_env=True), fake_venv("image")
+    for first, env_extra in ((active, {"VIRTUAL_ENV": str(active)}), (made, {})):
+        found = image_pythons({"PATH": f"{first / 'bin'}:/usr/bin", **env_extra})
+        assert str(first / "bin" / "python3") not in found
+    found = image_pythons({"PATH": f"{image / 'bin'}:/usr/bin", "VIRTUAL_ENV": str(active)})
+    assert found[0] == str(image / "bin" / "python3")  # an image's own venv is still offered
+
+
+def test_yes_does_not_adopt_when_a_wheel_source_is_named():
+    from mw_env.commands.bootstrap import BootstrapArgs
+
+    fields = {f: None for f in BootstrapArgs.__dataclass_fields__}
+    base = {**fields, "profiles_dirs": (), "extras": "train", "find_links": (), "offline": False, "yes": True}
+    assert BootstrapArgs(**base).options({}).adopt is True  # the image question, answered yes
+    assert BootstrapArgs(**{**base, "find_links": ("/srv/wheels",)}).options({}).adopt is None
+    assert BootstrapArgs(**{**base, "offline": True}).options({}).adopt is None
+    assert BootstrapArgs(**{**base, "offline": True, "adopt": True}).options({}).adopt is True  # on request

@@ -6,12 +6,13 @@ import json
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from mw_env.errors import InputError
-from mw_env.provision.choose import choose, exact_requirement
+from mw_env.provision.choose import ChoiceRequest, choose, exact_requirement
 from mw_env.provision.record import VenvRecord, default_venv, read_record, write_record
 from mw_env.provision.wheelhouse import discover, matching_torch, probe_index, unreachable_hint, wheels_in
 from wheelfactory import fake_torch
@@ -95,15 +96,16 @@ def test_python_fallback_warns_and_explicit_request_does_not_fall_back(tmp_path,
     from mw_env.provision.wheelhouse import Sources
 
     src = Sources(find_links=(str(tmp_path),))
-    got = choose(request="3.99", explicit=False, sources=src, **common)
+    got = choose(ChoiceRequest(request="3.99", explicit=False, sources=src, **common))
     assert got.problem is None and got.torch.origin == "wheelhouse"
     assert got.python.version.startswith(f"3.{sys.version_info[1]}.")
     assert any("the default Python 3.99 has no wheel there" in n for n in got.notes) and got.warnings == ()
-    strict = choose(request="3.99", explicit=True, sources=src, **common)
-    assert strict.torch is None and "3.99 was not found" in strict.problem
+    strict = choose(ChoiceRequest(request="3.99", explicit=True, sources=src, **common))
+    assert strict.torch is None and "3.99 was not found" in strict.problem.message and strict.problem.input
     # No wheel and an unreachable index: a clear problem, with the DNS hint.
-    none = choose(request=sys.executable, explicit=True, sources=Sources(), **common)
-    assert none.torch is None and "unreachable" in none.problem and "DNS" in none.problem_hint
+    none = choose(ChoiceRequest(request=sys.executable, explicit=True, sources=Sources(), **common))
+    assert none.torch is None and "unreachable" in none.problem.message and "DNS" in none.problem.hint
+    assert not none.problem.input  # not the user's input: the preflight step stops on it
 
 
 def test_record_roundtrip_and_bad_input(tmp_path):
@@ -203,8 +205,6 @@ def _demo_plan(tmp_path, hermetic_env, indexes, **opts):
 
 
 def test_disk_full_stops_in_preflight_and_changes_nothing(tmp_path, hermetic_env, indexes):
-    from dataclasses import replace
-
     from mw_env.provision.execute import execute
 
     p = _demo_plan(tmp_path, hermetic_env, indexes)
@@ -231,13 +231,14 @@ def test_ctrl_c_marks_the_step_and_keeps_state(tmp_path, hermetic_env, indexes, 
     import json as _json
 
     from mw_env.provision import execute as ex
+    from mw_env.provision import table
 
     p = _demo_plan(tmp_path, hermetic_env, indexes)
 
     def interrupted(run, step):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(ex.HANDLERS, "extras", interrupted)
+    monkeypatch.setitem(table.BY_ID, "extras", replace(table.EXTRAS, action=interrupted))
     with pytest.raises(KeyboardInterrupt):
         ex.execute(p)
     state = _json.loads((tmp_path / "venv" / ".mw-env-state.json").read_text())
@@ -296,17 +297,19 @@ def test_wheel_for_another_python_wins_when_the_index_is_unreachable(tmp_path, u
 
     env = {"PATH": f"{other.parent}:{Path(sys.executable).parent}:/usr/bin:/bin"}
     got = choose(
-        uv=uv_bin,
-        env=env,
-        request=other_minor,
-        explicit=False,
-        build="cpu",
-        version_spec=">=2.9",
-        local_tag="+cpu",
-        index_url="https://no-such-host.invalid/whl/cpu",
-        offline=False,
-        requires_python=">=3.10",
-        sources=Sources(find_links=(str(tmp_path),)),
+        ChoiceRequest(
+            uv=uv_bin,
+            env=env,
+            request=other_minor,
+            explicit=False,
+            build="cpu",
+            version_spec=">=2.9",
+            local_tag="+cpu",
+            index_url="https://no-such-host.invalid/whl/cpu",
+            offline=False,
+            requires_python=">=3.10",
+            sources=Sources(find_links=(str(tmp_path),)),
+        )
     )
     assert got.torch is not None and got.torch.origin == "wheelhouse", got
     assert got.python.version.startswith(mine + ".")
@@ -332,17 +335,19 @@ def test_wheelhouse_that_fits_picks_the_python_with_no_network(tmp_path, uv_bin,
     from mw_env.provision.wheelhouse import Sources
 
     got = choose(
-        uv=uv_bin,
-        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
-        request="3.99",
-        explicit=False,
-        build="cpu",
-        version_spec=">=2.9",
-        local_tag="+cpu",
-        index_url="https://download.pytorch.org/whl/cpu",
-        offline=False,
-        requires_python=">=3.10",
-        sources=Sources(find_links=(str(tmp_path),)),
+        ChoiceRequest(
+            uv=uv_bin,
+            env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+            request="3.99",
+            explicit=False,
+            build="cpu",
+            version_spec=">=2.9",
+            local_tag="+cpu",
+            index_url="https://download.pytorch.org/whl/cpu",
+            offline=False,
+            requires_python=">=3.10",
+            sources=Sources(find_links=(str(tmp_path),)),
+        )
     )
     assert got.torch is not None and got.torch.origin == "wheelhouse" and got.python.version.startswith(mine)
     assert got.warnings == () and got.notes and "the default Python 3.99 has no wheel there" in got.notes[0]
@@ -410,11 +415,12 @@ def test_a_full_disk_while_writing_is_a_clear_step_failure(tmp_path, hermetic_en
     import errno
 
     from mw_env.provision import execute as ex
+    from mw_env.provision import table
 
     def no_space(run, step):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "venv" / "mw-env.env"))
 
-    monkeypatch.setitem(ex.HANDLERS, "env", no_space)
+    monkeypatch.setitem(table.BY_ID, "env", replace(table.ENV, action=no_space))
     result = ex.execute(_demo_plan(tmp_path, hermetic_env, indexes))
     assert not result.ok and result.failed_step == "env"
     assert "No space left on device" in result.error.message and "mw-env.env" in result.error.message

@@ -83,7 +83,7 @@ def _setup(venv: Path) -> None:
 def _swap(venv: Path) -> None:
     plan = _plan(venv)
     run = Run(plan=plan, state=State.load(plan.build_venv), events=NoEvents(), uv=None, doctor=None)
-    steps._swap(run, plan.steps[0])
+    steps.swap_venv(run, plan.steps[0])
 
 
 @pytest.mark.parametrize("when", ["before", "after", "midway"])
@@ -192,5 +192,5 @@ def test_a_step_warning_is_a_warn_outcome_with_its_message(tmp_path):
     assert outcome == events.finished[0]
     assert outcome.status == "warn" and outcome.detail.startswith("the doctor is not available")
     assert isinstance(
-        steps._doctor(Run(_plan(venv), State.load(venv), NoEvents(), None, None), None), StepWarning
+        steps.run_doctor(Run(_plan(venv), State.load(venv), NoEvents(), None, None), None), StepWarning
     )

@@ -135,7 +135,8 @@ def test_sigterm_of_mw_env_train_stops_the_trainer_gracefully_and_a_second_train
 def test_train_stop_of_a_two_process_run_leaves_no_process(
     tmp_path: Path, tag: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mw_env.runs.runs import read_run, stop_run
+    from mw_env.runs.runs import read_run
+    from mw_env.runs.stop import stop_run
 
     run = tmp_path / "run"
     monkeypatch.setenv(MARKER, tag)

@@ -161,7 +161,7 @@ def test_bad_inputs_are_clear(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(MwEnvError, match="needs onnx and onnxruntime") as err:
         export_onnx(checkpoint=tmp_path)
-    assert "onnxruntime>=1.18" in err.value.hint
+    assert "--extras train,export`" in err.value.hint  # the one install form (issue 20 #9)
 
 
 def test_the_bundle_has_tokenizer_layout_labels_and_verified_int8_fp16(smoke_run, tmp_path, capfd):

@@ -20,9 +20,10 @@ from mw_env.runs.runs import (
     read_exit,
     read_run,
     same_process_alive,
-    stop_run,
 )
+from mw_env.runs.runstate import read_state
 from mw_env.runs.runstatus import RunWatcher, run_status
+from mw_env.runs.stop import stop_run
 
 from .runs_helpers import wait_until
 
@@ -235,8 +236,13 @@ time.sleep(60)
     wait_until(lambda: proc_stat(worker) is None or proc_stat(worker)[0] == "Z", what="worker killed")
     assert read_run(run).stop["escalated"] is True
     status = run_status(out_dir=run)
-    # The operator asked for the stop: not an anomaly, but it is visible.
-    assert status.state == "stopped" and status.exit_code == 0
+    # The operator asked for the stop: not an anomaly, but it is visible, and so is what was lost.
+    assert status.state == "killed" and status.exit_code == 0
+    assert any("no report or manifest" in note for note in status.notes)
+    life = read_state(run)
+    assert life["state"] == "killed" and life["during"] == "running" and life["exit"]["signal"] == 9
+    assert life["last_good_checkpoint"] is None and result.last_good_checkpoint is None
+    assert "No complete checkpoint was written" in (run / "report" / "stop.md").read_text()
 
 
 def test_restart_reports_only_the_new_runs_problems(start_child, tmp_path):
@@ -328,7 +334,7 @@ def test_supervisor_refuses_to_run_by_hand(capsys):
 
 def test_a_replaced_metrics_file_is_wholly_this_runs(tmp_path):
     """--fresh moves metrics.jsonl aside: the new file is judged from its first byte."""
-    from mw_env.runs.supervise import write_json_atomic
+    from mw_env.atomic import write_json_atomic
 
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(

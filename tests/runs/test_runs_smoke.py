@@ -51,7 +51,7 @@ def _start(run: Path, max_steps: int, capsys) -> str:
 def test_detached_smoke_run_stop_restart_finish(tmp_path, capsys):
     run = tmp_path / "smoke"
     out = _start(run, 100000, capsys)
-    assert f"mw-env train status --out-dir {run}" in out
+    assert f"mw-env train status {run}" in out
     record = read_run(run)
     assert record is not None and record.max_steps == 100000
 

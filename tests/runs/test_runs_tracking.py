@@ -86,11 +86,11 @@ def test_missing_package_names_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "mlflow.entities", None)
     with pytest.raises(MwEnvError, match="'mlflow' but mlflow cannot be imported") as err:
         open_trackers("mlflow", tmp_path, {})
-    assert "mw-env[mlflow]" in err.value.hint and "runtime.tracking=none" in err.value.hint
+    assert "--extras train,mlflow`" in err.value.hint and "runtime.tracking=none" in err.value.hint
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     with pytest.raises(MwEnvError, match="tensorboard cannot be imported") as err:
         open_trackers("tensorboard", tmp_path, {})
-    assert "mw-env[tracking]" in err.value.hint
+    assert "--extras train,tracking`" in err.value.hint
 
 
 @pytest.mark.torch

@@ -306,3 +306,28 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert (rgb.sum(axis=-1) < 2.9).mean() > 0.03  # text, tables and figures, not an empty page
     orange = (abs(rgb[..., 0] - 1.0) < 0.08) & (abs(rgb[..., 1] - 0.5) < 0.08) & (rgb[..., 2] < 0.15)
     assert orange.sum() > 200  # the held-out loss line (matplotlib's tab:orange) is drawn
+
+
+def test_the_small_things_of_issue_20(tmp_path: Path) -> None:
+    """Issue 20 #15: no `window blocks null`, no empty BIO-examples heading, no synthetic settings in a files
+    corpus's report, the resume point on the loss curve, tables that scroll in their own box (not the page)."""
+    card = {**STREAM_CARD, "streaming": {"window_blocks": None, "prefetch_steps": 4}, "bio_examples": []}
+    run = tmp_path / "run"
+    m = MetricsWriter(run)
+    m.log("resumed", step=3, path="checkpoints/step-000000003.pt")
+    m.close()
+    report = _fake_run(
+        run,
+        card,
+        overrides=["data.source=files", "data.train_files=[a.jsonl]", "runtime.out_dir=" + str(run)],
+    )
+    md = report.read_text()
+    assert "window blocks" not in md and "prefetch steps 4" in md
+    assert "### bio examples" not in md and "bio examples: none" in md  # said, not an empty heading
+    hyper = md.split("## Hyperparameters")[1].split("## Data card")[0]
+    assert "data.train_files" in hyper and "data.synthetic_rows" not in hyper and "data.noise" not in hyper
+    html = (run / "report" / "report.html").read_text()
+    assert html.count("<table") == html.count('<div class="table"><table') > 3
+    assert "div.table { max-width: 100%; overflow-x: auto; }" in html
+    svg = html[html.index("Loss: training and held-out") :]
+    assert "resumed from a checkpoint" in svg[: svg.index("</svg>")]  # the legend of the loss figure

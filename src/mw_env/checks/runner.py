@@ -53,6 +53,8 @@ AREA_CHECKS: tuple[tuple[str, AreaFn, str], ...] = (
     ("network", network.check_network, ""),
     ("disk", disk.check_disk, ""),
 )
+# The venv record as read once per command: (record or None, the reason it could not be read).
+RecordRead = tuple[Any, "str | None"]
 CHECK_TIMEOUT = 10.0
 STATIC_TIMEOUT = 35.0  # the venv's python answering without importing torch
 
@@ -68,13 +70,15 @@ def run_doctor(
     network: bool | None = None,
     check_timeout: float = CHECK_TIMEOUT,
     run_env: Mapping[str, str] | None = None,
+    record: RecordRead | None = None,
 ) -> DoctorReport:
     """Check the machine, the venv and its torch against the selection; never raises for a finding.
 
     `run_env` is the environment training will run with (the trainer passes its own); by default this
     process's environment with the venv's env file (mw-env.env) on top, as `source bin/activate` gives.
     `network` None checks the torch index host only in a full run on the real machine (a quick pre-flight
-    must not wait on a broken DNS; a fake root has no network of its own).
+    must not wait on a broken DNS; a fake root has no network of its own). `record` is the venv record as
+    the caller already read it (`read_venv_record`), so a command reads it once.
     """
     start = time.monotonic()
     venv = Path(venv).expanduser().absolute()
@@ -82,7 +86,7 @@ def run_doctor(
         from mw_env.detect import detect
 
         hardware = detect(machine, gpu=selection.gpu.index if selection.gpu is not None else None)
-    record, record_error = _read_record(venv)
+    record, record_error = record if record is not None else read_venv_record(venv)
     ctx = DoctorContext(
         machine=machine,
         hardware=hardware,
@@ -168,7 +172,8 @@ def _timed(fn: AreaFn, ctx: DoctorContext) -> Callable[[], tuple[list[CheckResul
     return call
 
 
-def _read_record(venv: Path) -> tuple[Any, str | None]:
+def read_venv_record(venv: Path) -> RecordRead:
+    """(the venv's bootstrap record or None, why it could not be read): a broken record is a finding."""
     from mw_env.provision.record import read_record
 
     try:

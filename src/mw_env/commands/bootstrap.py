@@ -118,7 +118,9 @@ class BootstrapArgs:
     verbose: bool
     as_json: bool
 
-    def options(self, env: Mapping[str, str], lock: Any = None) -> BootstrapOptions:
+    def options(
+        self, env: Mapping[str, str], lock: Any = None, target: Mapping[str, str] | None = None
+    ) -> BootstrapOptions:
         from mw_env.provision.model import BootstrapOptions
         from mw_env.provision.record import default_venv
 
@@ -137,10 +139,17 @@ class BootstrapArgs:
             find_links=self.find_links,
             offline=self.offline,
             recreate=self.recreate,
-            # --yes answers the question; a lock names its torch, so an image's torch is never reused for one.
-            adopt=False if lock is not None else True if (self.adopt is None and self.yes) else self.adopt,
+            # --yes answers the question, unless a wheel source was named: then that is the answer
+            # (--find-links / --offline are honoured; --adopt-torch still adopts on request). A lock names its
+            # torch: an image's torch is never reused for one.
+            adopt=False
+            if lock is not None
+            else True
+            if (self.adopt is None and self.yes and not (self.find_links or self.offline))
+            else self.adopt,
             doctor=not self.no_doctor,
             lock=lock,
+            lock_target=dict(target or {}),
         )
 
 
@@ -152,14 +161,16 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from mw_env.provision.plan import plan
 
     as_json, dry_run = args.as_json, args.dry_run
-    out = Console(stderr=as_json, highlight=False)
+    # soft_wrap: a long line (a path, a command) is wrapped by the terminal, never broken mid-phrase by rich
+    out = Console(stderr=as_json, highlight=False, soft_wrap=True)
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
     where = {"root": args.root, "profile": args.profile, "profiles_dirs": args.profiles_dirs, "gpu": args.gpu}
     resolved = resolve(**where, source=args.source, interpreters=False)
     sel = resolved.selection
     lock = _read_lock(args, sel, resolved.machine.env) if args.lock else None
-    options = args.options(resolved.machine.env, lock)
     from mw_env.envlock.match import target_of
+
+    options = args.options(resolved.machine.env, lock, target_of(sel))
 
     torch = sel.torch
     if lock is not None:
@@ -175,7 +186,6 @@ def _bootstrap(args: BootstrapArgs) -> int:
             runtime_env=dict(sel.env),
             env=resolved.machine.env,
             companions=sel.torch.companions,
-            lock_target=target_of(sel),
             torch_extras=sel.torch_extras(all_devices=args.all_devices),
             device_packages=() if args.all_devices else sel.device_packages,
         )
@@ -313,9 +323,9 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
             "--adopt-torch reuses it instead of downloading"
         )
     if the_plan.problem:
-        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem))}", soft_wrap=True)
-        if the_plan.problem_hint:
-            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem_hint))}", soft_wrap=True)
+        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem.message))}", soft_wrap=True)
+        if the_plan.problem.hint:
+            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem.hint))}", soft_wrap=True)
     for i, step in enumerate(the_plan.steps, 1):
         mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
         out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")

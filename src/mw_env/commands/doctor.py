@@ -268,17 +268,16 @@ def doctor(
     if explain is not None:
         return _explain(explain, as_json=as_json, profile=profile, profiles_dirs=profiles_dirs, root=root)
     from mw_env.checks import run_doctor
+    from mw_env.checks.runner import read_venv_record
     from mw_env.machine import Machine
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv, read_record
+    from mw_env.provision.record import default_venv
 
     chosen_venv = Path(venv).expanduser() if venv else default_venv(Machine.from_env(root).env)
-    try:
-        record = read_record(chosen_venv)
-    except MwEnvError:
-        record = None  # a broken record is the venv checks' finding, not a reason to stop here
+    # Read once: a broken record is the venv checks' finding (the second half), not a reason to stop here.
+    record = read_venv_record(chosen_venv.absolute())
     resolved = resolve_for_venv(
-        record=record, root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, source=source
+        record=record[0], root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, source=source
     )
     machine = resolved.machine
     probe_timeout = timeout or float(
@@ -293,6 +292,7 @@ def doctor(
             probe_timeout=probe_timeout,
             hardware=resolved.hardware,
             network=False if offline else None,
+            record=record,
         )
     except MwEnvError as exc:
         exc.exit_code = EXIT_USAGE  # the doctor itself could not run

@@ -40,10 +40,12 @@ def next_line(venv: Path) -> str:
     """What to run after bootstrap, runnable as written in a fresh shell."""
     venv = Path(venv).absolute()
     activate = shlex.quote(str(venv / "bin" / "activate"))
+    # A command as pasted runs: the notes are shell comments, and `--config smoke` is the quick end-to-end
+    # check (20 CPU steps, its report and manifest); the real model is `--config address-tagger`.
     if venv_mw_env(venv) is not None:
-        return f"source {activate} && mw-env train (the venv's bin, with mw-env, is then on PATH)"
-    me = shlex.join([*self_command(), "train", "--venv", str(venv)])
-    return f"{me} (or `source {activate}` for the venv's python and its env)"
+        return f"source {activate} && mw-env train --config smoke  # then --config address-tagger for the real model"
+    me = shlex.join([*self_command(), "train", "--venv", str(venv), "--config", "smoke"])
+    return f"{me}  # or: source {activate} (the venv's python and its env)"
 
 
 def _read_exports(path: Path) -> dict[str, str]:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.common import json_option, profile_options, root_option
+
+
+def json_text(data: object) -> str:
+    """What echo_json prints, as text (the output may go to --out instead of stdout)."""
+    import json
+
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
 
 @click.command("host-commands")
@@ -48,6 +58,14 @@ from mw_env.commands.common import echo_json, json_option, profile_options, root
     type=click.Path(dir_okay=False),
     help="--nodes: the environment lock the image was built from; each pod refuses a venv with another.",
 )
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the output to FILE (replaced only when everything succeeded; `> FILE` leaves an empty file "
+    "behind when the command fails).",
+)
 @json_option
 def host_commands(
     root: str | None,
@@ -64,6 +82,7 @@ def host_commands(
     render_gid: int | None,
     pvc: str | None,
     lock: str | None,
+    out_file: Path | None,
     as_json: bool,
 ) -> None:
     """Print the host-side commands that pass the GPU into this container.
@@ -72,13 +91,74 @@ def host_commands(
     a manifest for `kubectl apply -f -` instead. Exit codes: 0 ok, 2 bad input
     (invalid container name, container name unknown, no GPU to pass through).
     """
+    lines: list[str] = []
+    # Everything is built first: an error leaves nothing half-printed and no --out file touched.
+    _plan(
+        lines,
+        root,
+        profile,
+        profiles_dirs,
+        gpu,
+        runtime,
+        container,
+        image,
+        nodes,
+        name,
+        gpus_per_node,
+        train_config,
+        render_gid,
+        pvc,
+        as_json,
+        lock=lock,
+    )
+    text = "".join(lines)
+    if out_file is None:
+        click.echo(text, nl=False)
+        return
+    from mw_env.atomic import write_text_atomic
+
+    write_text_atomic(out_file, text)
+    click.echo(f"wrote {out_file}", err=True)
+
+
+def _plan(
+    lines: list[str],
+    root: str | None,
+    profile: str | None,
+    profiles_dirs: tuple[str, ...],
+    gpu: int | None,
+    runtime: str | None,
+    container: str | None,
+    image: str | None,
+    nodes: int | None,
+    name: str,
+    gpus_per_node: int,
+    train_config: str,
+    render_gid: int | None,
+    pvc: str | None,
+    as_json: bool,
+    *,
+    lock: str | None = None,
+) -> None:
     from mw_env.host import host_plan
     from mw_env.profiles import resolve
 
+    echo = lines.append
     resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
     if nodes is not None:
         _manifest(
-            resolved, runtime, nodes, image, name, gpus_per_node, train_config, render_gid, pvc, lock, as_json
+            echo,
+            resolved,
+            runtime,
+            nodes,
+            image,
+            name,
+            gpus_per_node,
+            train_config,
+            render_gid,
+            pvc,
+            as_json,
+            lock=lock,
         )
         return
     if lock is not None:
@@ -97,18 +177,19 @@ def host_commands(
         image=image,
     )
     if as_json:
-        echo_json(plan.to_dict())
+        echo(json_text(plan.to_dict()))
         return
-    click.echo(
-        f"# run on the host ({plan.runtime}, container {plan.container}, profile {resolved.selection.name})"
+    echo(
+        f"# run on the host ({plan.runtime}, container {plan.container}, profile {resolved.selection.name})\n"
     )
     for note in plan.notes:
-        click.echo(f"# {note}")
+        echo(f"# {note}\n")
     for cmd in plan.commands:
-        click.echo(cmd)
+        echo(cmd + "\n")
 
 
 def _manifest(
+    echo: Callable[[str], None],
     resolved: object,
     runtime: str | None,
     nodes: int,
@@ -118,8 +199,9 @@ def _manifest(
     train_config: str,
     render_gid: int | None,
     pvc: str | None,
-    lock: str | None,
     as_json: bool,
+    *,
+    lock: str | None = None,
 ) -> None:
     from mw_env.errors import InputError
     from mw_env.host_k8s import multinode_manifest
@@ -143,19 +225,17 @@ def _manifest(
         lock=_lock_of(lock),
     )
     if as_json:
-        echo_json(manifest.to_dict())
+        echo(json_text(manifest.to_dict()))
         return
     for note in manifest.notes:
-        click.echo(f"# {note}")
-    click.echo(manifest.text, nl=False)
+        echo(f"# {note}\n")
+    echo(manifest.text)
 
 
 def _lock_of(path: str | None) -> tuple[str, str] | None:
     """(the lock's file name, its sha256) for the manifest; the lock is read and validated first."""
     if path is None:
         return None
-    from pathlib import Path
-
     from mw_env.envlock.lockfile import read_lock
 
     return Path(path).name, read_lock(path).sha256

@@ -13,7 +13,13 @@ from typing import Any
 import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option
-from mw_env.commands.train_options import config_options, launch_options, prepare_launch, resolve_train_config
+from mw_env.commands.train_options import (
+    config_options,
+    launch_options,
+    prepare_launch,
+    resolve_train_config,
+    run_folder_options,
+)
 from mw_env.errors import EXIT_FAILED
 from mw_env.textsafe import safe
 
@@ -54,7 +60,14 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
     """
     if ctx.invoked_subcommand is not None:
         return None
-    launch = prepare_launch(config_name=config_name, **options)
+    from mw_env.runs.foreground import run_foreground, stoppable_start, stopped_before_launch
+
+    stopped: list[int] = []
+    with stoppable_start(stopped):  # SIGTERM during the config and the doctor: a clean stop, exit 0
+        launch = prepare_launch(config_name=config_name, **options)
+    if stopped:
+        click.echo(stopped_before_launch(stopped[0]), err=True)
+        return 0
     if launch.doctor is not None:
         click.echo("doctor: quick checks passed", err=True)
     click.echo(
@@ -62,9 +75,7 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
         f"run folder {launch.out_dir}",
         err=True,
     )
-    from mw_env.runs.foreground import run_foreground
-
-    return run_foreground(launch, write=lambda line: click.echo(line, err=True))
+    return run_foreground(launch, write=lambda line: click.echo(line, err=True), early=stopped)
 
 
 @train.command("config")
@@ -86,7 +97,7 @@ def summary_cmd(as_json: bool, **selection: Any) -> None:
     """The model (parameters per block, total), the data and the schedule."""
     from mw_env.trainspec.summary import summarize
 
-    info = summarize(resolve_train_config(**selection).config)
+    info = summarize(resolve_train_config(**selection).config, venv=_default_venv())
     if as_json:
         echo_json(info)
         return
@@ -111,9 +122,12 @@ def summary_cmd(as_json: bool, **selection: Any) -> None:
     else:
         val = ", ".join(d["val_files"]) if d["val_files"] else f"{d['val_fraction']:g} of the train rows"
         where = f"shards {', '.join(d['train_files'])}; validation: {val}"
-    console.print(
-        f"[bold]Data[/bold]: {where}; {d['tokenizer']} tokenizer, max_len {d['max_len']}, {len(d['labels'])} labels"
+    labels = (
+        f"{len(d['labels'])} labels ({d['labels_from']})"
+        if isinstance(d["labels"], list)
+        else f"labels {d['labels']}"
     )
+    console.print(f"[bold]Data[/bold]: {where}; {d['tokenizer']} tokenizer, max_len {d['max_len']}, {labels}")
     s = info["schedule"]
     console.print(
         f"[bold]Schedule[/bold]: {s['optimizer']}; lr {s['lr']:g}, {s['schedule']} after {s['warmup_steps']} "
@@ -122,16 +136,34 @@ def summary_cmd(as_json: bool, **selection: Any) -> None:
         f"label smoothing {s['label_smoothing']:g}"
     )
     console.print("lr at step: " + ", ".join(f"{k}: {v:.3g}" for k, v in s["lr_at"].items()))
+    for line in info["warnings"]:
+        console.print(f"[yellow]warning[/yellow]: {line}", markup=True, highlight=False)
 
 
-@train.command("verify")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+def _default_venv() -> Path | None:
+    """The venv bootstrap made (for reading Parquet labels when mw-env's own python has no pyarrow)."""
+    import os
+
+    from mw_env.provision.record import default_venv
+
+    venv = default_venv(dict(os.environ))
+    return venv if (venv / "bin" / "python").exists() else None
+
+
+@train.command(
+    "verify",
+    epilog="Exit codes: 0 every file matches, 1 a file changed, is missing or is not listed, "
+    "2 no manifest or the run has not finished (still running, or killed).",
+)
+@run_folder_options
 @json_option
-def verify_cmd(run_dir: Path, as_json: bool) -> int:
-    """Check a run folder against its MANIFEST.sha256 (exit 1 on any difference)."""
+def verify_cmd(out_dir: Path, as_json: bool) -> int:
+    """Check a finished run folder against its MANIFEST.sha256."""
     from mw_env.runs.manifest import verify_manifest
+    from mw_env.runs.runstatus import check_verifiable
 
-    check = verify_manifest(run_dir)
+    check_verifiable(out_dir)
+    check = verify_manifest(out_dir)
     if as_json:
         echo_json(check.to_dict())
     else:
@@ -145,7 +177,5 @@ def verify_cmd(run_dir: Path, as_json: bool) -> int:
         ):
             for item in items:  # the manifest is data: its paths may hold escapes
                 click.echo(f"{label}: {safe(item)}")
-        click.echo(
-            f"{'ok' if check.ok else 'FAILED'}: {check.checked} files listed in {run_dir / 'MANIFEST.sha256'}"
-        )
+        click.echo(check.summary(out_dir))
     return 0 if check.ok else EXIT_FAILED

@@ -138,3 +138,40 @@ def prepare_launch(*, config_name: str | None, **options: Any) -> Any:
     if not config_name:
         raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
     return prepare(config=config_name, **options)
+
+
+def run_folder_options(func: Any) -> Any:
+    """The run folder, the same way for status, watch, stop, verify and export: `RUN` as the argument,
+    or `--out-dir RUN` (runtime.out_dir, as `start` prints it); the function receives `out_dir`."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, run: Path | None, out_dir: Path | None, **kwargs: Any) -> Any:
+        return func(*args, out_dir=pick_run_folder(run, out_dir), **kwargs)
+
+    wrapper = click.option(
+        "--out-dir",
+        "out_dir",
+        default=None,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="The run folder (runtime.out_dir of its config); the same as giving RUN.",
+    )(wrapper)
+    return click.argument("run", required=False, type=click.Path(file_okay=False, path_type=Path))(wrapper)
+
+
+def pick_run_folder(run: Path | None, out_dir: Path | None) -> Path:
+    from mw_env.errors import InputError
+
+    if run is not None and out_dir is not None and Path(run).resolve() != Path(out_dir).resolve():
+        raise InputError(
+            f"two run folders given: {run} and --out-dir {out_dir}",
+            hint="name the run folder once: `RUN` or `--out-dir RUN`",
+        )
+    chosen = run if run is not None else out_dir
+    if chosen is None:
+        raise InputError(
+            "which run? no run folder given",
+            hint="name it: `mw-env train status runs/tagger` (or `--out-dir runs/tagger`), the folder "
+            "`train start` printed",
+        )
+    return Path(chosen)

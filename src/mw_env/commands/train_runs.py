@@ -17,8 +17,8 @@ import click
 
 from mw_env.commands.common import echo_json, json_option
 from mw_env.commands.train_export import export
-from mw_env.commands.train_options import launch_options, prepare_launch
-from mw_env.errors import MwEnvError
+from mw_env.commands.train_options import launch_options, prepare_launch, run_folder_options
+from mw_env.errors import EXIT_FAILED, MwEnvError
 from mw_env.textsafe import bounded
 
 STATUS_EPILOG = (
@@ -26,14 +26,6 @@ STATUS_EPILOG = (
     "10 NaN/inf loss or non-finite steps, 11 divergence, 12 process gone without a finished event, "
     "13 no output for too long, 14 out of memory, 15 GPU fault, 16 NCCL/RCCL timeout, 17 Python traceback. "
     "With several anomalies the most specific wins (in the order 14 15 16 10 11 17 12 13)."
-)
-
-out_dir_option = click.option(
-    "--out-dir",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The run folder (runtime.out_dir of its config).",
 )
 
 
@@ -120,9 +112,9 @@ def start(config_name: str | None, overrides: tuple[str, ...], as_json: bool, **
     )
     click.echo(f"  run folder  {d}")
     click.echo(f"  log         {record.log_file}")
-    click.echo(f"  status      mw-env train status --out-dir {d}")
-    click.echo(f"  watch       mw-env train watch --out-dir {d}")
-    click.echo(f"  stop        mw-env train stop --out-dir {d}")
+    click.echo(f"  status      mw-env train status {d}")
+    click.echo(f"  watch       mw-env train watch {d}")
+    click.echo(f"  stop        mw-env train stop {d}")
     return 0
 
 
@@ -140,7 +132,7 @@ def _max_steps(config_path: Path, overrides: tuple[str, ...]) -> int | None:
 
 
 @click.command("status", epilog=STATUS_EPILOG)
-@out_dir_option
+@run_folder_options
 @_threshold_options
 @json_option
 def status(
@@ -216,54 +208,72 @@ def _render_status(result: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@click.command("stop", epilog="Exit codes: 0 stopped (or not running), 2 no detached run there.")
-@out_dir_option
+@click.command(
+    "stop",
+    epilog="Exit codes: 0 stopped (or not running), 1 had to be killed (no report for this attempt), "
+    "2 no detached run there.",
+)
+@run_folder_options
 @click.option(
     "--grace",
     type=click.FloatRange(min=0),
-    default=90.0,
-    show_default=True,
-    help="Seconds to wait after SIGTERM before SIGKILL of the process group.",
+    default=None,
+    help="Seconds to wait after SIGTERM before SIGKILL. Default: computed from the run's own longest "
+    "step, checkpoint and eval (at least 90).",
 )
 @json_option
-def stop(out_dir: Path, grace: float, as_json: bool) -> int:
-    """SIGTERM the run (it finishes its step and checkpoints), then SIGKILL after --grace seconds."""
-    from mw_env.runs.runs import is_alive, read_run, stop_run
+def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
+    """Ask the run to stop: it finishes its step, checkpoints and writes its report; SIGKILL only after the grace."""
+    from mw_env.runs.runs import is_alive, read_run
     from mw_env.runs.runstatus import run_status
+    from mw_env.runs.stop import recent_events, stop_grace, stop_run
 
     record = read_run(out_dir.resolve())
     # Announce the wait only when there is a live run to stop (no run: stop_run raises the error).
     if not as_json and record is not None and is_alive(record):
-        click.echo(f"stopping the run in {out_dir} (SIGTERM; SIGKILL after {grace:g}s)...", err=True)
+        planned = stop_grace(recent_events(out_dir.resolve()), override=grace)
+        click.echo(
+            f"stopping the run in {out_dir}: SIGTERM; it finishes its step, checkpoints and writes its report "
+            f"(SIGKILL after {planned.describe()}, more while it is checkpointing and reporting)...",
+            err=True,
+        )
     result = stop_run(out_dir=out_dir, grace_s=grace)
     after = run_status(out_dir=out_dir)
+    code = EXIT_FAILED if result.escalated else 0
     if as_json:
         echo_json(
             {**result.to_dict(), "state": after.state, "last_checkpoint": after.progress.last_checkpoint}
         )
-        return 0
+        return code
     if not result.was_running:
         click.echo(f"no live run in {result.run_dir} (state: {after.state})")
         return 0
-    how = (
-        f"killed with SIGKILL after {_duration(result.waited_s)} (pids {', '.join(map(str, result.killed_pids))})"
-        if result.escalated
-        else f"stopped after {_duration(result.waited_s)}"
-    )
-    click.echo(f"{how}; state {after.state}")
+    if result.escalated:
+        click.echo(
+            f"killed with SIGKILL after {_duration(result.waited_s)} (pids {', '.join(map(str, result.killed_pids))}): "
+            f"no report for this attempt; {result.run_dir / 'report' / 'stop.md'} says what happened"
+        )
+        good = result.last_good_checkpoint
+        click.echo(
+            f"last good checkpoint: {good}; `mw-env train start` with the same config resumes there"
+            if good
+            else "no complete checkpoint: a new start begins at step 0"
+        )
+        return code
+    click.echo(f"stopped after {_duration(result.waited_s)}; state {after.state}")
     ckpt = after.progress.last_checkpoint
     if ckpt:
         click.echo(
             f"last checkpoint: step {ckpt['step']} {ckpt['path']}; `mw-env train start` with the same config resumes there"
         )
-    return 0
+    return code
 
 
 # ---------------------------------------------------------------------------------------------
 
 
 @click.command("watch", epilog="Each line is one JSON event. " + STATUS_EPILOG)
-@out_dir_option
+@run_folder_options
 @click.option(
     "--poll", type=click.FloatRange(min=0.05), default=2.0, show_default=True, help="Seconds between reads."
 )

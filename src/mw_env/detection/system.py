@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mw_env.detection.probe import Probe
 from mw_env.hardware import CpuInfo, OsInfo, PythonInfo, UvInfo
+from mw_env.machine import CommandResult
 
 # CPU features that change what training can do fast (bf16/AMX matmuls, AVX-512 kernels in oneDNN).
 CPU_FLAGS = (
@@ -175,33 +176,29 @@ def uv_info(probe: Probe) -> UvInfo | None:
 def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
     """python3 and python3.X on PATH (each run once, in parallel, with a timeout) plus uv's interpreters."""
     m = probe.machine
-    candidates: list[str] = []
-    seen: set[str] = set()
-    for folder in (m.env.get("PATH") or "").split(os.pathsep):
-        try:
-            names = sorted(os.listdir(folder)) if folder else []
-        except OSError:
-            continue
-        for name in filter(_PYTHON_NAME.match, names):
-            path = os.path.join(folder, name)
-            real = os.path.realpath(path)  # python3 -> python3.12: one interpreter, listed once
-            if real not in seen and os.access(path, os.X_OK) and not os.path.isdir(path):
-                seen.add(real)
-                candidates.append(path)
-    # pyenv shims and the like take ~100 ms each to start: run them side by side.
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(
-            pool.map(
-                lambda p: m.run([p, "-I", "-S", "-c", _VERSION_SNIPPET], timeout=PYTHON_TIMEOUT), candidates
-            )
-        )
+    # Listed by the machine: a fake root's own (fake) Pythons, never the host's.
+    candidates = m.programs(_PYTHON_NAME)
+    seen = {os.path.realpath(p) for p in candidates}
+
+    # pyenv shims and the like take ~100 ms each to start: run them side by side, but no more at once than
+    # there are cores - on a busy 2-core machine eight at once made a 2.5 s shim miss its 5 s budget.
+    def ask(p: str, timeout: float = PYTHON_TIMEOUT) -> CommandResult:
+        return m.run([p, "-I", "-S", "-c", _VERSION_SNIPPET], timeout=timeout)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+        results = list(pool.map(ask, candidates))
+    # A timeout is slowness, not breakage: each one gets a second try alone, with twice the time.
+    results = [
+        ask(p, 2 * PYTHON_TIMEOUT) if r.timed_out else r for p, r in zip(candidates, results, strict=True)
+    ]
     found: list[PythonInfo] = []
     broken: list[str] = []
+    slow: list[str] = []
     for path, result in zip(candidates, results, strict=True):
         lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if result.ok else []
         at = next((i for i, ln in enumerate(lines) if re.fullmatch(r"\d+\.\d+\.\d+", ln)), None)
         if at is None:
-            broken.append(path)
+            (slow if result.timed_out else broken).append(path)
             continue
         executable = lines[at + 1] if at + 1 < len(lines) and lines[at + 1].startswith("/") else None
         if executable:
@@ -212,6 +209,11 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
         found.append(PythonInfo(version=lines[at], path=path, source="PATH"))
     if broken:
         probe.note(f"on PATH but do not run (e.g. pyenv shims of uninstalled versions): {', '.join(broken)}")
+    if slow:
+        probe.note(
+            f"on PATH but did not answer within {2 * PYTHON_TIMEOUT:g} s (a busy machine?), not listed: "
+            f"{', '.join(slow)}"
+        )
     if uv is not None:
         for version, path in _uv_pythons(probe, uv):
             real = os.path.realpath(path)

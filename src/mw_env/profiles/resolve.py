@@ -63,10 +63,16 @@ def resolve_for_venv(
     recorded = getattr(record, "torch_source", None)
     same_profile = record is not None and getattr(record, "profile", None) == resolved.selection.profile.name
     if source is None and recorded and same_profile and resolved.selection.torch.id != recorded:
+        from dataclasses import replace
+
+        from mw_env.profiles.select import select
+
         try:
-            return resolve(**where, source=recorded, interpreters=False)
+            # The same machine and profiles, another source: select again, never detect again.
+            again = select(resolved.hardware, resolved.profiles, name=profile, source=recorded)
         except InputError:
             return resolved  # the profile no longer has that source: judge against today's choice
+        return replace(resolved, selection=again)
     return resolved
 
 

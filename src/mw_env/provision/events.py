@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,10 +30,25 @@ class NoEvents:
         pass
 
 
+class Status(str, Enum):
+    """How a step ended. A str, so the JSON output and `outcome.status == "done"` read as before."""
+
+    DONE = "done"
+    SKIPPED = "skipped"  # already satisfied
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    WARN = "warn"  # finished, with something the user must hear
+
+    __hash__ = str.__hash__  # a dict keyed by the plain strings finds the member too
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     id: str
-    status: str  # "done" | "skipped" (already satisfied) | "failed" | "interrupted" | "warn"
+    status: Status
     duration_s: float = 0.0
     detail: str = ""
     output_tail: str = ""

@@ -2,24 +2,27 @@
 
 The executor never prints: it reports through an `Events` object (the command layer renders it).
 A failing step stops the run with a result naming the step and the error; Ctrl-C marks the step
-interrupted, leaves everything on disk, and re-raises.
+interrupted, leaves everything on disk, and re-raises. What a step does, and whether it may overlap the
+steps after it, is its StepSpec's (provision/table.py): no step is known here by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from mw_env.errors import MwEnvError, StepFailed
-from mw_env.provision import stepdefs
-from mw_env.provision.events import DoctorHook, Events, NoEvents, StepOutcome, StepWarning
+from mw_env.provision import keys
+from mw_env.provision.events import DoctorHook, Events, NoEvents, Status, StepOutcome, StepWarning
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
-from mw_env.provision.steps import HANDLERS, BackgroundVerify, Run, recover_swap, verify_after_extras
+from mw_env.provision.steps import BackgroundVerify, Run, recover_swap
+from mw_env.provision.table import spec_of
 from mw_env.textsafe import redact
 
 
@@ -49,7 +52,7 @@ class BootstrapResult:
             "steps": [
                 {
                     "id": o.id,
-                    "status": o.status,
+                    "status": o.status.value,
                     "duration_s": round(o.duration_s, 3),
                     "detail": redact(o.detail),
                 }
@@ -68,133 +71,141 @@ def execute(
     argv: list[str] | None = None,
 ) -> BootstrapResult:
     """Run the steps that are not done yet; return how each went. Raises only MwEnvError for the lock."""
-    events = events or NoEvents()
     start = time.monotonic()
-    outcomes: list[StepOutcome] = []
     plan.venv.parent.mkdir(parents=True, exist_ok=True)
     with venv_lock(plan.venv, argv=argv):
         recover_swap(plan.venv)
-        # Every handler is idempotent, so a step another bootstrap finished between our planning and
+        # Every action is idempotent, so a step another bootstrap finished between our planning and
         # our locking is merely redone (uv finds it satisfied).
-        run = Run(plan=plan, state=State.load(plan.build_venv), events=events, uv=plan.uv, doctor=doctor)
-        changed = False
-        # The verify step's build check overlaps the pin and the extras install (see BackgroundVerify); its
-        # verdict (and an `import torch`, which must wait for the extras) comes before the env file and record.
-        pending: tuple[Step, BackgroundVerify, int] | None = None
-
-        def fail(step: Step, exc: MwEnvError, t0: float, at: int | None = None) -> BootstrapResult:
-            outcome = StepOutcome(
-                id=step.id,
-                status="failed",
-                duration_s=time.monotonic() - t0,
-                detail=exc.message,
-                output_tail=_tail(run.outputs.get(step.id, "")),
-            )
-            events.step_finished(step, outcome)
-            outcomes.insert(len(outcomes) if at is None else at, outcome)
-            return BootstrapResult(
-                plan=plan,
-                outcomes=tuple(outcomes),
-                ok=False,
-                total_s=time.monotonic() - start,
-                torch_version=stepdefs.current_torch(_final(plan, step.id)),
-                error=exc,
-                failed_step=step.id,
-                doctor_report=run.doctor_report,
-                changed=True,
-            )
-
-        def join() -> BootstrapResult | None:
-            nonlocal pending
-            if pending is None:
-                return None
-            vstep, bg, at = pending
-            pending = None
-            events.step_started(vstep)
-            try:
-                detail = verify_after_extras(run, vstep, bg.output())
-            except MwEnvError as exc:
-                return fail(vstep, exc, bg.started, at)
-            outcome = StepOutcome(
-                id=vstep.id, status="done", duration_s=time.monotonic() - bg.started, detail=detail
-            )
-            events.step_finished(vstep, outcome)
-            outcomes.insert(at, outcome)
-            return None
-
+        state = State.load(plan.build_venv)
+        runner = _Runner(Run(plan=plan, state=state, events=events or NoEvents(), uv=plan.uv, doctor=doctor))
         try:
             for i, step in enumerate(plan.steps):
-                if step.done:
-                    outcome = StepOutcome(id=step.id, status="skipped", detail="already done")
-                    events.step_finished(step, outcome)
-                    outcomes.append(outcome)
-                    continue
-                if step.id == "verify-torch" and _overlaps(plan.steps[i + 1 : i + 3]) and step.command:
-                    pending = (step, BackgroundVerify(run, step), len(outcomes))
-                    changed = True
-                    continue
-                if pending is not None and step.id not in ("pin-torch", "extras"):
-                    failed = join()
-                    if failed is not None:
-                        return failed
-                events.step_started(step)
-                t0 = time.monotonic()
-                try:
-                    try:
-                        returned = HANDLERS[step.id](run, step)
-                    except OSError as exc:  # writing a file, renaming the venv: name the path and the cause
-                        raise _os_failure(step, exc) from exc
-                except KeyboardInterrupt:
-                    run.state.mark(step.id, "interrupted")
-                    interrupted = StepOutcome(
-                        id=step.id, status="interrupted", duration_s=time.monotonic() - t0
-                    )
-                    events.step_finished(step, interrupted)
-                    raise
-                except MwEnvError as exc:
-                    if pending is not None:
-                        failed = join()  # a wrong torch build explains a failing extras install best
-                        if failed is not None:
-                            return failed
-                    return fail(step, exc, t0)
-                changed = changed or step.id != "preflight"
-                warned = isinstance(returned, StepWarning)
-                outcome = StepOutcome(
-                    id=step.id,
-                    status="warn" if warned else "done",
-                    duration_s=time.monotonic() - t0,
-                    detail=returned.message if isinstance(returned, StepWarning) else (returned or ""),
-                )
-                events.step_finished(step, outcome)
-                outcomes.append(outcome)
-            failed = join()
+                failed = runner.step(step, plan.steps[i + 1 :])
+                if failed is not None:
+                    return runner.result(start, failed)
+            failed = runner.join()
+            if failed is not None:
+                return runner.result(start, failed)
+        finally:
+            runner.stop()  # interrupted, or an unexpected error: leave no child behind
+        return runner.result(start, None)
+
+
+@dataclass
+class _Failure:
+    step: Step
+    error: MwEnvError
+
+
+class _Runner:
+    """The outcomes so far, and the one step whose background part may be running beside the next ones."""
+
+    def __init__(self, run: Run) -> None:
+        self.run, self.events, self.plan = run, run.events, run.plan  # run.plan moves with the venv
+        self.outcomes: list[StepOutcome] = []
+        self.changed = False
+        self.pending: tuple[Step, BackgroundVerify, int] | None = None
+
+    def step(self, step: Step, following: tuple[Step, ...]) -> _Failure | None:
+        spec = spec_of(step)
+        if step.done:
+            self._finished(step, Status.SKIPPED, 0.0, "already done")
+            return None
+        if spec.overlap and step.command and _may_overlap(following):
+            self.pending = (step, spec.overlap.start(self.run, step), len(self.outcomes))
+            self.changed = True
+            return None
+        if not spec.beside:
+            failed = self.join()
             if failed is not None:
                 return failed
-        finally:
-            if pending is not None:  # interrupted, or an unexpected error: leave no child behind
-                pending[1].stop()
-        final = _final(plan, "doctor")
+        self.events.step_started(step)
+        t0 = time.monotonic()
+        try:
+            try:
+                returned = spec.action(self.run, step)
+            except OSError as exc:  # writing a file, renaming the venv: name the path and the cause
+                raise _os_failure(step, exc) from exc
+        except KeyboardInterrupt:
+            self.run.state.mark(step.id, Status.INTERRUPTED.value)
+            outcome = StepOutcome(id=step.id, status=Status.INTERRUPTED, duration_s=time.monotonic() - t0)
+            self.events.step_finished(step, outcome)
+            raise
+        except MwEnvError as exc:
+            # A wrong torch build (the background part's verdict) explains a failing step best.
+            return self.join() or self._failed(step, exc, t0)
+        self.changed = self.changed or spec.changes
+        warned = isinstance(returned, StepWarning)
+        detail = returned.message if isinstance(returned, StepWarning) else returned or ""
+        self._finished(step, Status.WARN if warned else Status.DONE, time.monotonic() - t0, detail)
+        return None
+
+    def join(self) -> _Failure | None:
+        """Wait for the background part, judge it, and report its step in its place in the plan's order."""
+        if self.pending is None:
+            return None
+        step, bg, at = self.pending
+        self.pending = None
+        self.events.step_started(step)
+        overlap = spec_of(step).overlap
+        assert overlap is not None
+        try:
+            detail = overlap.finish(self.run, step, bg.output())
+        except MwEnvError as exc:
+            return self._failed(step, exc, bg.started, at)
+        self._finished(step, Status.DONE, time.monotonic() - bg.started, detail, at)
+        return None
+
+    def stop(self) -> None:
+        if self.pending is not None:
+            self.pending[1].stop()
+
+    def _finished(
+        self, step: Step, status: Status, duration: float, detail: str, at: int | None = None
+    ) -> None:
+        outcome = StepOutcome(id=step.id, status=status, duration_s=duration, detail=detail)
+        self.events.step_finished(step, outcome)
+        self.outcomes.insert(len(self.outcomes) if at is None else at, outcome)
+
+    def _failed(self, step: Step, exc: MwEnvError, t0: float, at: int | None = None) -> _Failure:
+        outcome = StepOutcome(
+            id=step.id,
+            status=Status.FAILED,
+            duration_s=time.monotonic() - t0,
+            detail=exc.message,
+            output_tail=_tail(self.run.outputs.get(step.id, "")),
+        )
+        self.events.step_finished(step, outcome)
+        self.outcomes.insert(len(self.outcomes) if at is None else at, outcome)
+        return _Failure(step, exc)
+
+    def result(self, start: float, failed: _Failure | None) -> BootstrapResult:
+        plan, run = self.plan, self.run
         return BootstrapResult(
             plan=plan,
-            outcomes=tuple(outcomes),
-            ok=True,
+            outcomes=tuple(self.outcomes),
+            ok=failed is None,
             total_s=time.monotonic() - start,
-            torch_version=stepdefs.current_torch(final),
+            torch_version=keys.current_torch(_final(plan)),
+            error=failed.error if failed else None,
+            failed_step=failed.step.id if failed else None,
             doctor_report=run.doctor_report,
-            record=read_record(plan.venv),
-            changed=changed,
+            record=read_record(plan.venv) if failed is None else None,
+            changed=self.changed or failed is not None,
         )
 
 
-def _overlaps(following: tuple[Step, ...]) -> bool:
-    """Whether the verify step can run alongside the steps after it: the pin and the extras, both to do."""
-    return [s.id for s in following] == ["pin-torch", "extras"] and not any(s.done for s in following)
+def _may_overlap(following: tuple[Step, ...]) -> bool:
+    """A step's background part may run beside the steps after it that allow it, all of them still to do."""
+    beside = list(itertools.takewhile(lambda s: spec_of(s).beside, following))
+    return bool(beside) and not any(s.done for s in beside)
 
 
-def _final(plan: Plan, step_id: str) -> Plan:
-    """The plan pointing at wherever the venv is after `step_id` (the swap moves it)."""
-    swapped = any(s.id == "swap" for s in plan.steps) and not plan.build_venv.exists()
-    return dataclasses.replace(plan, build_venv=plan.venv) if swapped else plan
+def _final(plan: Plan) -> Plan:
+    """The plan pointing at wherever the venv is now (a step that moves the venv may have run)."""
+    moved = any(spec_of(s).moves_venv for s in plan.steps) and not plan.build_venv.exists()
+    return dataclasses.replace(plan, build_venv=plan.venv) if moved else plan
 
 
 def _os_failure(step: Step, exc: OSError) -> StepFailed:

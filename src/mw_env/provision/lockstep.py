@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import MwEnvError, StepFailed
-from mw_env.provision import stepdefs, venvinfo
+from mw_env.provision import keys, venvinfo
 from mw_env.provision.events import StepWarning
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def install_lock(run: Any, step: Step) -> str:
     res = run.command(step, step.command or (), timeout=3600)
     if not res.ok:
         raise install_failure(res.output, p.lock, returncode=res.returncode)
-    run.state.mark("torch", "done", stepdefs._torch_key_for(p), location=p.lock.meta.torch_from)
+    run.state.mark(step.id, "done", keys.torch_key(p), location=p.lock.meta.torch_from)
     return venvinfo.installed_version(p.build_venv, "torch") or ""
 
 
@@ -38,7 +38,7 @@ def lock_step(run: Any, step: Step) -> str | StepWarning:
 
     p = run.plan
     bv = p.build_venv
-    version = stepdefs.current_torch(p)
+    version = keys.current_torch(p)
     if p.lock is not None:
         drift = compare(p.lock, installed(bv))
         if drift.any:
@@ -46,10 +46,10 @@ def lock_step(run: Any, step: Step) -> str | StepWarning:
                 "the venv differs from the lock after installing it: " + "; ".join(drift.lines()),
                 hint="the project's own install changed a package (it runs with --no-deps); report this",
             )
-        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
+        run.state.mark(step.id, "done", keys.lock_key(p, version))
         return f"{len(p.lock.packages)} packages as locked"
     if p.adopted:
-        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
+        run.state.mark(step.id, "done", keys.lock_key(p, version))
         return "no lock: torch lives in the base image, outside the venv (the image's Dockerfile pins it)"
     from mw_env.envlock.make import lock_venv
 
@@ -69,8 +69,8 @@ def lock_step(run: Any, step: Step) -> str | StepWarning:
     except MwEnvError as exc:
         # The venv works; only its lock is missing. Say why, and how to write it later (a re-run does not
         # retry: `mw-env lock` does, once the cause is fixed).
-        run.state.mark("lock", "done", stepdefs.lock_key(p, version))
+        run.state.mark(step.id, "done", keys.lock_key(p, version))
         return StepWarning(f"no lock written: {exc.message} (later: `mw-env lock --venv {p.venv}`)")
     write_atomic(bv / LOCK_FILE, lock.text)
-    run.state.mark("lock", "done", stepdefs.lock_key(p, version))
+    run.state.mark(step.id, "done", keys.lock_key(p, version))
     return f"{len(lock.packages)} packages, sha256 {lock.sha256[:12]}"

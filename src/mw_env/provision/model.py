@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mw_env.provision.choose import AdoptCandidate, Interpreter, TorchChoice
+from mw_env.provision.choose import AdoptCandidate, Interpreter, Problem, TorchChoice
 from mw_env.provision.wheelhouse import Sources
 from mw_env.textsafe import redact
 
@@ -37,6 +38,8 @@ class BootstrapOptions:
     doctor: bool = True
     # `bootstrap --lock FILE`: the validated lock (envlock.lockfile.Lock); its packages are installed exactly.
     lock: Any = None
+    # The hardware the venv's lock names (gpu, arch, required_arch, driver_floor: envlock.match.target_of).
+    lock_target: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,8 @@ class Plan:
     device_packages: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # one-line facts about the choices (no action needed)
-    problem: str | None = None  # a preflight problem found while planning (the preflight step raises it)
-    problem_hint: str | None = None
+    # Found while planning: the dry run shows it, the preflight step stops on it.
+    problem: Problem | None = None
     # The index torch comes from when no wheelhouse holds it (--torch-index wins over the profile's).
     torch_index: str | None = None
     torch_source: str | None = None  # the profile's source id ("rocm6.4"), recorded for doctor/train
@@ -90,13 +93,16 @@ class Plan:
     options: BootstrapOptions | None = None
     proj_key: str = ""
     env: dict[str, str] = field(default_factory=dict, repr=False)
-    # The hardware a lock written for this venv names (gpu, arch, required_arch, driver_floor).
-    lock_target: dict[str, str] = field(default_factory=dict)
 
     @property
     def lock(self) -> Any:
         """The lock this bootstrap installs from (`--lock`), or None."""
         return self.options.lock if self.options else None
+
+    @property
+    def lock_target(self) -> dict[str, str]:
+        """The hardware the lock written for this venv names."""
+        return dict(self.options.lock_target) if self.options else {}
 
     @property
     def venv_python(self) -> Path:
@@ -127,7 +133,7 @@ class Plan:
             "env": dict(self.runtime_env),  # what the env step writes to mw-env.env
             "warnings": list(self.warnings),
             "notes": list(self.notes),
-            "problem": self.problem,
+            "problem": self.problem.message if self.problem else None,
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
             if self.adoptable
             else None,

@@ -2,6 +2,8 @@
 
     preflight -> uv -> venv -> torch -> verify-torch -> pin-torch -> extras -> env -> [swap] -> doctor
 
+(the steps themselves: provision/table.py)
+
 torch is installed FIRST from the profile's source (or a wheelhouse holding that build), verified, then
 pinned, so that the project's extras resolve against the installed torch and can never swap it.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mw_env.errors import InputError
@@ -19,7 +21,9 @@ from mw_env.provision import uv as uvmod
 from mw_env.provision.choose import (
     AdoptCandidate,
     Choice,
+    ChoiceRequest,
     Interpreter,
+    Problem,
     TorchChoice,
     choose,
     find_image_torch,
@@ -27,19 +31,19 @@ from mw_env.provision.choose import (
     supported,
     version_fits,
 )
-from mw_env.provision.model import DISK_NEED, BootstrapOptions, GiB, Plan, Step, TorchSourceLike
-from mw_env.provision.state import State
-from mw_env.provision.stepdefs import (
-    _torch_key,
-    build_steps,
+from mw_env.provision.keys import (
     current_torch,
     doctor_key,
     env_key,
     env_text,
     extras_key,
     torch_fits,
+    torch_hash,
     verify_key,
 )
+from mw_env.provision.model import DISK_NEED, BootstrapOptions, GiB, Plan, Step, TorchSourceLike
+from mw_env.provision.state import State
+from mw_env.provision.table import build_steps
 from mw_env.provision.venvinfo import (
     ADOPT_PTH,
     adopted_site,
@@ -87,132 +91,39 @@ def plan(
     options: BootstrapOptions,
     env: Mapping[str, str] | None = None,
     companions: tuple[str, ...] = (),
-    lock_target: Mapping[str, str] | None = None,
     torch_extras: tuple[str, ...] = (),
     device_packages: tuple[str, ...] = (),
 ) -> Plan:
-    """The ordered steps for this bootstrap; nothing is changed on disk."""
+    """The ordered steps for this bootstrap; nothing is changed on disk. Bad input raises InputError; any
+    other problem found while planning is the plan's typed `problem` (the preflight step stops on it)."""
     env = dict(os.environ if env is None else env)
-    venv = Path(options.venv).expanduser().absolute()
-    if venv.exists() and not venv.is_dir():
-        raise InputError(f"--venv {venv} exists and is not a folder", hint="pass another --venv path")
-    if venv.is_dir() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
-        raise InputError(
-            f"--venv {venv} is a non-empty folder that is not a virtual environment",
-            hint="pass another --venv path; bootstrap never deletes a folder it did not make",
-        )
+    venv = _checked_venv(options.venv)
     build_venv = build_path(venv) if options.recreate else venv
-    sources = discover(env=env, find_links=options.find_links)
-    uv = uvmod.find_uv(env)
-    proj_args, requires_python, proj_key = project_args(options.project, options.extras)
-    if options.python_explicit:
-        _check_python_request(options.python, requires_python)
-    index_url = options.torch_index or torch.index_url
-    local_tag = torch.local_tag or ""
+    request, proj_args, proj_key = _request(options, torch, env)
     state = State.load(build_venv)
-    warnings: list[str] = []
-
-    # An existing venv keeps its interpreter: no discovery, so a no-op re-run stays fast.
-    existing = venv_python_version(build_venv)
     installed = installed_version(build_venv, "torch")
-    adopted_from = adopted_site(build_venv)
-    adoptable: AdoptCandidate | None = None
-    adopted: AdoptCandidate | None = None
-    choice: Choice
-
-    def choose_for(request: str, *, explicit: bool) -> Choice:
-        return choose(
-            uv=uv,
-            env=env,
-            request=request,
-            explicit=explicit,
-            build=torch.build,
-            version_spec=torch.version,
-            local_tag=local_tag,
-            index_url=index_url,
-            sources=sources,
-            offline=options.offline or sources.no_index,
-            requires_python=requires_python,
-        )
-
-    torch_ok = torch_fits(build_venv, installed, local_tag, torch.version)
-    if existing and (build_venv / "bin" / "python").exists():
+    torch_ok = torch_fits(build_venv, installed, request.local_tag, torch.version)
+    if venv_python_version(build_venv) and (build_venv / "bin" / "python").exists():
         _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
-        foreign = not state.steps and not (build_venv / "mw-env.json").exists() and not adopted_from
-        if installed and not torch_ok and foreign:
-            # A venv mw-env never touched, holding someone's torch of another build: not ours to replace.
-            raise InputError(
-                f"{build_venv} is a venv mw-env did not make, and its torch {installed} is not the profile's "
-                f"build ({torch.build}{', ' + local_tag if local_tag else ''}); installing in place would "
-                "replace it",
-                hint="pass --recreate (a new venv is built beside it and replaces it only when complete), or "
-                "another --venv",
-            )
-        py = Interpreter(path=str(build_venv / "bin" / "python"), version=existing)
-        if options.python_explicit and not _same_python(
-            options.python, existing, build_venv / "bin" / "python"
-        ):
-            warnings.append(
-                f"{build_venv} has Python {existing}, not {options.python}: keeping it "
-                "(--recreate builds a new venv with the requested one)"
-            )
-        if torch_ok and state.is_done("torch", _torch_key(torch, local_tag, torch_extras)):
-            choice = Choice(py, TorchChoice(f"torch=={installed}", "installed", str(build_venv)))
-        elif adopted_from:
-            adopted = _adopted_from_venv(build_venv, installed)
-            version = adopted.version if adopted else "?"
-            choice = Choice(
-                py, TorchChoice(f"torch=={version}", "image", adopted_from, image_version=version)
-            )
-        else:
-            # The venv's own interpreter decides which wheels fit.
-            choice = replace(choose_for(py.path, explicit=True), python=py)
+        picked = _choose_in_venv(build_venv, request, state, installed, torch_ok, options, torch_extras)
     else:
-        if options.adopt is not False:
-            cands = [c for c in find_image_torch(image_pythons(env), env) if c.build == torch.build]
-            cand = cands[0] if cands else None
-            if cand and options.adopt:
-                adopted = cand
-                if not version_fits(cand.version, torch.version):
-                    warnings.append(
-                        f"the image's torch {cand.version} is outside the profile's {torch.version}"
-                    )
-            elif cand:
-                adoptable = cand
-        if adopted:
-            choice = Choice(
-                adopted.python,
-                TorchChoice(
-                    f"torch=={adopted.version}", "image", adopted.site, image_version=adopted.version
-                ),
-            )
-        else:
-            choice = choose_for(options.python, explicit=options.python_explicit)
-    if options.lock is not None and choice.python is not None and not choice.problem_is_input:
-        # The lock names every file: the profile's torch source is not consulted, so its problems
-        # (an unreachable index, no wheel in the wheelhouse) are not this bootstrap's.
-        choice = replace(choice, problem=None, problem_hint=None, warnings=())
-    if choice.problem and choice.problem_is_input:
-        raise InputError(choice.problem, hint=choice.problem_hint)
-    warnings += choice.warnings
-    if options.torch_index and choice.torch and choice.torch.origin == "wheelhouse" and choice.reach is None:
-        warnings.append(
-            f"--torch-index {options.torch_index} is not contacted: {_wheelhouse_of(choice.torch, sources)} "
-            f"already holds {choice.torch.requirement} (wheelhouse first); remove it from the find-links to "
-            "install from the index"
-        )
+        picked = _choose_fresh(request, options)
+    choice = _for_lock(picked.choice, options)
+    if choice.problem and choice.problem.input:
+        raise choice.problem.error()
+    warnings = [*picked.warnings, *choice.warnings, *_index_not_contacted(options, choice, request.sources)]
     plan_ = Plan(
         profile=profile,
         venv=venv,
         build_venv=build_venv,
         steps=(),
         build=torch.build,
-        local_tag=local_tag,
+        local_tag=request.local_tag,
         version_spec=torch.version,
         python=choice.python,
         torch=choice.torch,
-        uv=uv,
-        sources=sources,
+        uv=request.uv,
+        sources=request.sources,
         runtime_env=dict(runtime_env),
         project_args=proj_args,
         companions=companions,
@@ -221,19 +132,152 @@ def plan(
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
         notes=tuple(redact(n) for n in choice.notes),
-        problem=redact(choice.problem) if choice.problem else None,
-        problem_hint=redact(choice.problem_hint) if choice.problem_hint else None,
-        torch_index=index_url,
+        problem=_redacted(choice.problem),
+        torch_index=request.index_url,
         torch_source=getattr(torch, "id", None),
-        adoptable=adoptable,
-        adopted=adopted,
+        adoptable=picked.adoptable,
+        adopted=picked.adopted,
         options=options,
         proj_key=proj_key,
         env=env,
-        lock_target=dict(lock_target or {}),
     )
     plan_ = replace(plan_, disk_need=_disk_need(plan_, torch_ok))
-    return replace(plan_, steps=tuple(build_steps(plan_, state, torch)))
+    return replace(plan_, steps=tuple(build_steps(plan_, state)))
+
+
+def _for_lock(choice: Choice, options: BootstrapOptions) -> Choice:
+    """From a lock (`--lock`), which names every file, the profile's torch source is not consulted: its
+    problems (an unreachable index, no wheel in the wheelhouse) are not this bootstrap's."""
+    if options.lock is None or choice.python is None or (choice.problem and choice.problem.input):
+        return choice
+    return replace(choice, problem=None, warnings=())
+
+
+def _request(
+    options: BootstrapOptions, torch: TorchSourceLike, env: dict[str, str]
+) -> tuple[ChoiceRequest, tuple[str, ...], str]:
+    """What `choose` is asked (with the project's install arguments and key). An explicit --python the
+    project cannot use is refused here, before any lookup."""
+    proj_args, requires_python, proj_key = project_args(options.project, options.extras)
+    if options.python_explicit:
+        _check_python_request(options.python, requires_python)
+    sources = discover(env=env, find_links=options.find_links)
+    request = ChoiceRequest(
+        uv=uvmod.find_uv(env),
+        env=env,
+        request=options.python,
+        explicit=options.python_explicit,
+        build=torch.build,
+        version_spec=torch.version,
+        local_tag=torch.local_tag or "",
+        index_url=options.torch_index or torch.index_url,
+        sources=sources,
+        offline=options.offline or sources.no_index,
+        requires_python=requires_python,
+    )
+    return request, proj_args, proj_key
+
+
+def _index_not_contacted(options: BootstrapOptions, choice: Choice, sources: Sources) -> list[str]:
+    if not (
+        options.torch_index and choice.torch and choice.torch.origin == "wheelhouse" and choice.reach is None
+    ):
+        return []
+    return [
+        f"--torch-index {options.torch_index} is not contacted: {_wheelhouse_of(choice.torch, sources)} "
+        f"already holds {choice.torch.requirement} (wheelhouse first); remove it from the find-links to "
+        "install from the index"
+    ]
+
+
+@dataclass(frozen=True)
+class _Picked:
+    choice: Choice
+    warnings: tuple[str, ...] = ()
+    adoptable: AdoptCandidate | None = None  # an image torch the caller may offer to reuse
+    adopted: AdoptCandidate | None = None
+
+
+def _redacted(problem: Problem | None) -> Problem | None:
+    if problem is None:
+        return None
+    return Problem(redact(problem.message), redact(problem.hint) if problem.hint else None, problem.input)
+
+
+def _checked_venv(path: Path) -> Path:
+    venv = Path(path).expanduser().absolute()
+    if venv.exists() and not venv.is_dir():
+        raise InputError(f"--venv {venv} exists and is not a folder", hint="pass another --venv path")
+    if venv.is_dir() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
+        raise InputError(
+            f"--venv {venv} is a non-empty folder that is not a virtual environment",
+            hint="pass another --venv path; bootstrap never deletes a folder it did not make",
+        )
+    return venv
+
+
+def _choose_in_venv(
+    build_venv: Path,
+    request: ChoiceRequest,
+    state: State,
+    installed: str | None,
+    torch_ok: bool,
+    options: BootstrapOptions,
+    torch_extras: tuple[str, ...],
+) -> _Picked:
+    """An existing venv: its own interpreter (no discovery, so a no-op re-run stays fast), and its torch when
+    that is still the profile's."""
+    adopted_from = adopted_site(build_venv)
+    foreign = not state.steps and not (build_venv / "mw-env.json").exists() and not adopted_from
+    if installed and not torch_ok and foreign:
+        # A venv mw-env never touched, holding someone's torch of another build: not ours to replace.
+        tag = request.local_tag
+        raise InputError(
+            f"{build_venv} is a venv mw-env did not make, and its torch {installed} is not the profile's "
+            f"build ({request.build}{', ' + tag if tag else ''}); installing in place would replace it",
+            hint="pass --recreate (a new venv is built beside it and replaces it only when complete), or "
+            "another --venv",
+        )
+    py = Interpreter(path=str(build_venv / "bin" / "python"), version=venv_python_version(build_venv) or "?")
+    warnings: tuple[str, ...] = ()
+    if options.python_explicit and not _same_python(
+        options.python, py.version, build_venv / "bin" / "python"
+    ):
+        warnings = (
+            f"{build_venv} has Python {py.version}, not {options.python}: keeping it "
+            "(--recreate builds a new venv with the requested one)",
+        )
+    key = torch_hash(request.build, request.version_spec, request.local_tag, torch_extras)
+    if torch_ok and state.is_done("torch", key):
+        return _Picked(Choice(py, TorchChoice(f"torch=={installed}", "installed", str(build_venv))), warnings)
+    if adopted_from:
+        adopted = _adopted_from_venv(build_venv, installed)
+        version = adopted.version if adopted else "?"
+        image = TorchChoice(f"torch=={version}", "image", adopted_from, image_version=version)
+        return _Picked(Choice(py, image), warnings, adopted=adopted)
+    # The venv's own interpreter decides which wheels fit.
+    in_venv = replace(request, request=py.path, explicit=True)
+    return _Picked(replace(choose(in_venv), python=py), warnings)
+
+
+def _choose_fresh(request: ChoiceRequest, options: BootstrapOptions) -> _Picked:
+    """A new venv: an image's torch of the profile's build when asked to adopt it, else `choose`."""
+    if options.adopt is not False:
+        cands = [
+            c for c in find_image_torch(image_pythons(request.env), request.env) if c.build == request.build
+        ]
+        cand = cands[0] if cands else None
+        if cand and options.adopt:
+            warnings = (
+                ()
+                if version_fits(cand.version, request.version_spec)
+                else (f"the image's torch {cand.version} is outside the profile's {request.version_spec}",)
+            )
+            image = TorchChoice(f"torch=={cand.version}", "image", cand.site, image_version=cand.version)
+            return _Picked(Choice(cand.python, image), warnings, adopted=cand)
+        if cand:
+            return _Picked(choose(request), adoptable=cand)
+    return _Picked(choose(request))
 
 
 def _refuse_other_profile(

@@ -7,15 +7,14 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import MwEnvError, StepFailed
+from mw_env.provision import keys, venvinfo, verify
 from mw_env.provision import pin as pinmod
-from mw_env.provision import stepdefs, venvinfo, verify
 from mw_env.provision import uv as uvmod
 from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
@@ -49,10 +48,10 @@ class Run:
         return res
 
 
-def _preflight(run: Run, step: Step) -> str:
+def preflight(run: Run, step: Step) -> str:
     p = run.plan
-    if p.problem:
-        raise StepFailed(p.problem, hint=p.problem_hint)
+    if p.problem:  # found while planning: the dry run showed it, the run stops here
+        raise p.problem.error()
     if run.uv:
         uvmod.check_version(run.uv, p.env)
     free = venvinfo.free_bytes(p.build_venv)
@@ -73,13 +72,13 @@ def _preflight(run: Run, step: Step) -> str:
     return f"{free / GiB:.1f} GiB free" if free is not None else ""
 
 
-def _uv(run: Run, step: Step) -> str:
+def install_uv(run: Run, step: Step) -> str:
     python = run.plan.python.path if run.plan.python else sys.executable
     run.uv = uvmod.install_uv(python=python, env=run.plan.env)
     return f"installed {run.uv}"
 
 
-def _venv(run: Run, step: Step) -> str:
+def create_venv(run: Run, step: Step) -> str:
     bv = run.plan.build_venv
     argv = step.command or ()
     if (bv / "pyvenv.cfg").exists() and not (
@@ -95,16 +94,16 @@ def _venv(run: Run, step: Step) -> str:
     return ""
 
 
-def _torch(run: Run, step: Step) -> str:
+def install_torch(run: Run, step: Step) -> str:
     p = run.plan
     if p.adopted:
         site = venvinfo.site_packages(p.build_venv)
         if site is None:
             raise StepFailed(f"{p.build_venv} has no site-packages folder", hint="re-run with --recreate")
         write_atomic(site / venvinfo.ADOPT_PTH, p.adopted.site + "\n")
-        run.state.mark("torch", "done", stepdefs._torch_key_for(p))
+        run.state.mark(step.id, "done", keys.torch_key(p))
         return f"reusing torch {p.adopted.version} from {p.adopted.site}"
-    run.state.mark("torch", "started")
+    run.state.mark(step.id, "started")
     if p.lock is not None:
         from mw_env.provision.lockstep import install_lock
 
@@ -118,23 +117,23 @@ def _torch(run: Run, step: Step) -> str:
     # Where torch came from is kept with the step: a run killed before the env step writes the record
     # resumes with torch "installed" and must still record the wheelhouse or index it came from.
     run.state.mark(
-        "torch",
+        step.id,
         "done",
-        stepdefs._torch_key_for(p),
+        keys.torch_key(p),
         location=redact(p.torch.location or "") if p.torch else "",
     )
     return venvinfo.installed_version(p.build_venv, "torch") or ""
 
 
-def _lock(run: Run, step: Step) -> str | StepWarning:
+def write_lock(run: Run, step: Step) -> str | StepWarning:
     from mw_env.provision.lockstep import lock_step
 
     return lock_step(run, step)
 
 
-def _verify(run: Run, step: Step) -> str:
+def verify_torch(run: Run, step: Step) -> str:
     res = run.command(step, step.command or (), timeout=300)
-    return verify_finish(run, res.output)
+    return verify_finish(run, step, res.output)
 
 
 class BackgroundVerify:
@@ -186,10 +185,10 @@ def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
     imports = bool(step.command) and tuple(step.command) != verify.verify_command(python, import_torch=False)
     # The step is recorded done only by the last check it owns: with an `import torch` check to come, the
     # static check alone must not mark it (a venv whose torch does not import was later called "ready").
-    detail = verify_finish(run, static_output, record=not imports)
+    detail = verify_finish(run, step, static_output, record=not imports)
     if imports:
         res = run.command(step, step.command or (), timeout=300)
-        detail = verify_finish(run, res.output)
+        detail = verify_finish(run, step, res.output)
     return detail
 
 
@@ -197,16 +196,16 @@ def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
 LOW_DISK = 1 << 30
 
 
-def verify_finish(run: Run, output: str, *, record: bool = True) -> str:
+def verify_finish(run: Run, step: Step, output: str, *, record: bool = True) -> str:
     """Judge the verify command's output (raises StepFailed for a wrong build) and, with `record`, record
     the step done."""
     p = run.plan
-    run.outputs["verify-torch"] = output
+    run.outputs[step.id] = output
     try:
         found = verify.parse(output)
         verify.check(found, build=p.build, local_tag=p.local_tag, adopted=bool(p.adopted))
     except StepFailed as exc:
-        run.state.mark("verify-torch", "started")  # never "done" over a failed check, whatever came before
+        run.state.mark(step.id, "started")  # never "done" over a failed check, whatever came before
         if not p.adopted:
             run.state.mark("torch", "started")  # the next run reinstalls torch instead of trusting it
         free = venvinfo.free_bytes(p.build_venv)
@@ -219,49 +218,49 @@ def verify_finish(run: Run, output: str, *, record: bool = True) -> str:
             )
         raise
     if record:
-        run.state.mark("verify-torch", "done", stepdefs.verify_key(p, stepdefs.current_torch(p)))
+        run.state.mark(step.id, "done", keys.verify_key(p, keys.current_torch(p)))
     return f"torch {found.version} ({found.build}{', hip ' + found.hip if found.hip else ''}" + (
         f", cuda {found.cuda})" if found.cuda else ")"
     )
 
 
-def _pin(run: Run, step: Step) -> str:
+def pin_torch(run: Run, step: Step) -> str:
     p = run.plan
-    version = stepdefs.current_torch(p)
+    version = keys.current_torch(p)
     if not version:
         raise StepFailed(
             "torch is not installed in the venv, nothing to pin", hint="re-run `mw-env bootstrap`"
         )
-    files = stepdefs.expected_pins(p, version)
+    files = keys.expected_pins(p, version)
     pinmod.write_files(files)
     return f"torch=={version}"
 
 
-def _extras(run: Run, step: Step) -> str:
+def install_extras(run: Run, step: Step) -> str:
     p = run.plan
-    before = stepdefs.current_torch(p)
+    before = keys.current_torch(p)
     res = run.command(step, step.command or (), timeout=3600)
     if not res.ok:
         raise StepFailed(
             f"installing the project's extras failed (exit {res.returncode}): {_last_error(res.output)}",
             hint=_hint_for(res.output, extras=True),
         )
-    after = stepdefs.current_torch(p)
+    after = keys.current_torch(p)
     if after != before:
         raise StepFailed(
             f"installing the extras changed torch from {before} to {after}",
             hint="a constraint file was ignored; report this with the uv output above",
         )
-    run.state.mark("extras", "done", stepdefs.extras_key(p, after or ""))
+    run.state.mark(step.id, "done", keys.extras_key(p, after or ""))
     return ""
 
 
-def _env(run: Run, step: Step) -> str:
+def write_env(run: Run, step: Step) -> str:
     p = run.plan
     bv = p.build_venv
-    write_atomic(bv / "mw-env.env", stepdefs.env_text(p))
+    write_atomic(bv / "mw-env.env", keys.env_text(p))
     pinmod.patch_activate(bv, p.venv)
-    version = stepdefs.current_torch(p) or "?"
+    version = keys.current_torch(p) or "?"
     old = None
     try:
         old = read_record(bv)
@@ -288,7 +287,7 @@ def _env(run: Run, step: Step) -> str:
         torch_source=p.lock.meta.torch_source or p.torch_source if p.lock is not None else p.torch_source,
     )
     write_record(bv, record)
-    run.state.mark("env", "done", stepdefs.env_key(p, version))
+    run.state.mark(step.id, "done", keys.env_key(p, version))
     return f"{len(p.runtime_env)} variable(s): {', '.join(p.runtime_env) or 'none'}"
 
 
@@ -305,7 +304,7 @@ def _torch_origin(run: Run, old: VenvRecord | None) -> str | None:
     return (run.state.steps.get("torch") or {}).get("location") or None
 
 
-def _swap(run: Run, step: Step) -> str:
+def swap_venv(run: Run, step: Step) -> str:
     p = run.plan
     old = p.venv.parent / f".{p.venv.name}.mw-env-old"
     if old.exists():
@@ -319,7 +318,7 @@ def _swap(run: Run, step: Step) -> str:
     return f"{p.venv} replaced"
 
 
-def _doctor(run: Run, step: Step) -> str | StepWarning:
+def run_doctor(run: Run, step: Step) -> str | StepWarning:
     p = run.plan
     if run.doctor is None:
         return StepWarning("the doctor is not available in this installation; run `mw-env doctor` later")
@@ -330,23 +329,8 @@ def _doctor(run: Run, step: Step) -> str | StepWarning:
             "the doctor found problems (see its report)",
             hint="fix what it names, then `mw-env doctor`; the venv itself is complete",
         )
-    run.state.mark("doctor", "done", stepdefs.doctor_key(p, stepdefs.current_torch(p)))
+    run.state.mark(step.id, "done", keys.doctor_key(p, keys.current_torch(p)))
     return ""
-
-
-HANDLERS: dict[str, Callable[[Run, Step], str | StepWarning]] = {
-    "preflight": _preflight,
-    "uv": _uv,
-    "venv": _venv,
-    "torch": _torch,
-    "verify-torch": _verify,
-    "pin-torch": _pin,
-    "extras": _extras,
-    "env": _env,
-    "lock": _lock,
-    "swap": _swap,
-    "doctor": _doctor,
-}
 
 
 def recover_swap(venv: Path) -> None:

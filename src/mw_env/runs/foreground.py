@@ -10,6 +10,7 @@ and `mw-env train` waits for it.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
@@ -24,8 +25,49 @@ from mw_env.runs.torchrun_output import TorchrunStderr
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 
 
-def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
-    """Run `launch` (a runs.launch.Launch) to its end; `write` receives each relayed stderr line."""
+class _StopBeforeLaunch(BaseException):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stoppable_start(stopped: list[int]) -> Iterator[None]:
+    """Around `mw-env train`'s own start (config, doctor): SIGTERM/SIGHUP end it cleanly, `stopped` gets the
+    signal; the caller then says so and exits 0 (nothing ran, nothing to keep). After the block a signal is
+    only recorded in `stopped` until run_foreground takes over (no instant where it would kill us)."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise _StopBeforeLaunch(signum)
+
+    installed = []
+    for signum in FORWARDED:
+        with contextlib.suppress(ValueError):  # not the main thread (tests)
+            signal.signal(signum, stop)
+            installed.append(signum)
+    try:
+        yield
+    except _StopBeforeLaunch as exc:
+        stopped.append(exc.signum)
+    finally:
+        for signum in installed:
+            signal.signal(signum, lambda s, _f: stopped.append(s))
+
+
+def stopped_before_launch(signum: int) -> str:
+    return (
+        f"stopped by {_signal_name(signum)} before the trainer started: nothing ran, nothing to keep; "
+        "run the same command to start"
+    )
+
+
+def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int] | None = None) -> int:
+    """Run `launch` (a runs.launch.Launch) to its end; `write` receives each relayed stderr line. `early`:
+    signals recorded before (stoppable_start): they stop the run before or right after its start."""
+    early = early if early is not None else []
+    if early:
+        write(stopped_before_launch(early[0]))
+        return 0
     torchrun = Path(launch.argv[0]).name == "torchrun"
     nodes = getattr(launch, "nodes", None)
     multi = bool(nodes is not None and nodes.multi)
@@ -35,21 +77,35 @@ def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
         started.unlink(missing_ok=True)
         launch.env[rendezvous.STARTED_ENV] = str(started)
     oom_before = oom_kills()
-    # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
-    proc = subprocess.Popen(
-        launch.argv,
-        env=launch.env,
-        cwd=launch.cwd,
-        stderr=subprocess.PIPE if torchrun else None,
-        text=True if torchrun else None,
-        errors="replace" if torchrun else None,
-        preexec_fn=preexec(signal.SIGKILL),
-    )
-    filt = None
     forwarded: list[int] = []
+    box: list[subprocess.Popen[Any]] = []
+    handlers = (
+        contextlib.ExitStack()
+    )  # from before the start: a SIGTERM in between is passed on, never our death
+    handlers.enter_context(_forwarding(box, forwarded, workers=torchrun))
+    # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
+    try:
+        proc = subprocess.Popen(
+            launch.argv,
+            env=launch.env,
+            cwd=launch.cwd,
+            stderr=subprocess.PIPE if torchrun else None,
+            text=True if torchrun else None,
+            errors="replace" if torchrun else None,
+            preexec_fn=preexec(signal.SIGKILL),
+        )
+    except BaseException:
+        handlers.close()
+        raise
+    box.append(proc)
+    if early or forwarded:  # a signal came while the process started: pass it on now
+        forwarded.extend(early)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    filt = None
     announcer = rendezvous.Announcer(nodes, started, write) if multi else contextlib.nullcontext()
     try:
-        with _forwarding(proc, forwarded), announcer:
+        with handlers, announcer:
             if torchrun:
                 filt = relay_torchrun_stderr(proc, write=write)
             code = proc.wait()
@@ -68,8 +124,21 @@ def run_foreground(launch: Any, *, write: Callable[[str], None]) -> int:
             # torchrun exits 1 after passing a SIGTERM on (ours, or one sent to torchrun itself), even when
             # every worker stopped or finished cleanly (the metrics end with `finished`, the report is
             # complete): that is the documented exit 0.
+            if not forwarded:
+                write("torchrun was stopped by a signal and passed it on; every worker stopped cleanly")
             return 0
         code = filt.exit_code(code)
+        if code == EXIT_FAILED and not filt.said_error:
+            # No worker said why (killed mid-write, torchrun's own failure): never an exit 1 without a word.
+            raise StepFailed(
+                f"the trainer's processes ended with exit 1 without an error of their own; torchrun's output is in {log}",
+                hint=f"resume with the same command (the newest checkpoint in {launch.out_dir / 'checkpoints'} is used)",
+            )
+    if code < 0 and forwarded and -code in (signal.SIGTERM, signal.SIGHUP):
+        # Our SIGTERM reached the trainer before it could take it (its first instants): a stop before the
+        # first step, which is what the user asked for, not a crash.
+        write(stopped_before_launch(-code))
+        return 0
     if code < 0:
         after = oom_kills()
         oom = None if oom_before < 0 or after < 0 else after > oom_before
@@ -151,13 +220,25 @@ def _ended_cleanly(out_dir: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _forwarding(proc: subprocess.Popen[Any], forwarded: list[int]) -> Iterator[None]:
-    """While the child runs, SIGTERM/SIGHUP of this process become a SIGTERM of the child (not our death)."""
+def _forwarding(
+    box: list[subprocess.Popen[Any]], forwarded: list[int], *, workers: bool = False
+) -> Iterator[None]:
+    """While the child runs, SIGTERM/SIGHUP of this process become a SIGTERM of the child (not our death).
+
+    Under torchrun (`workers`) the SIGTERM goes to the workers themselves: torchrun, given it, would pass it
+    on and SIGKILL them 30 s later (its shutdown timeout), which can cut a stop checkpoint or the report on
+    a slow disk; the workers stop on their own and torchrun then ends with them. Before the workers exist
+    (the rendezvous), torchrun gets it."""
 
     def forward(signum: int, _frame: Any) -> None:
         forwarded.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+        if not box:
+            return  # not started yet: run_foreground passes it on once the process exists
+        proc = box[0]
+        targets = children(proc.pid) if workers else []
+        for pid in targets or [proc.pid]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
 
     old = {}
     for signum in FORWARDED:
@@ -168,6 +249,27 @@ def _forwarding(proc: subprocess.Popen[Any], forwarded: list[int]) -> Iterator[N
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (from /proc; empty where it cannot be read)."""
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+        if len(fields) > 1 and fields[0] != "Z" and fields[1] == str(pid):
+            found.append(int(entry))
+    return found
 
 
 def relay_torchrun_stderr(proc: subprocess.Popen[str], *, write: Callable[[str], None]) -> TorchrunStderr:

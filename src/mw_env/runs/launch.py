@@ -25,6 +25,7 @@ from typing import Any
 from mw_env.errors import InputError, MwEnvError
 from mw_env.runs.supervise import RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
+from mw_env.trainspec.preflight import check_on_host
 
 DOCTOR_FILE = "doctor.json"
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
@@ -196,6 +197,26 @@ def _write_doctor(out_dir: Path, report: dict[str, Any], node_rank: int = 0) -> 
     return path
 
 
+def _refuse_finished(out_dir: Path, max_steps: int) -> None:
+    """A run that finished (report and manifest written) at max_steps has nothing left to train: say so
+    and how to start again, instead of resuming at the last step and training nothing."""
+    from mw_env.errors import NothingToDo
+    from mw_env.runs.runstate import read_state
+
+    life = read_state(out_dir) or {}
+    step = life.get("step")
+    if life.get("state") != "finished" or not isinstance(step, int):
+        return
+    if step < max_steps and life.get("reason") != "early_stop":
+        return  # stopped early by the operator, or max_steps raised: resuming trains on
+    raise NothingToDo(
+        f"the run in {out_dir} already finished at step {step} (runtime.max_steps {max_steps}; "
+        f"{life.get('reason', 'max_steps')}): its report is {life.get('report') or out_dir / 'report'}",
+        hint="to start again: add --fresh (the old checkpoints and metrics are kept, renamed) or "
+        "--set runtime.out_dir=ANOTHER; to train on from it: --set runtime.max_steps=N (larger)",
+    )
+
+
 def prepare(
     *,
     venv: Path | None,
@@ -261,6 +282,8 @@ def prepare(
         path=config_path, overrides=overrides, profile_defaults=defaults, profile_name=selection.profile.name
     )
     cwd = Path.cwd()
+    # Files, columns, labels and the venv's packages: checked now, not after the doctor and a torch import.
+    check_on_host(resolved.config, venv=venv_path, base=cwd)
     out_dir = (cwd / Path(resolved.config.runtime.out_dir).expanduser()).resolve()
     if not nodes.multi:
         # A live trainer there refuses us anyway; say so now, before the doctor runs. (Nodes of a multi-node
@@ -268,6 +291,8 @@ def prepare(
         from mw_env.runs.runlock import check_free
 
         check_free(out_dir)
+        if not fresh and resume is None:
+            _refuse_finished(out_dir, resolved.config.runtime.max_steps)
 
     # The environment the trainer will run with; the doctor judges that one (the override applied).
     env = dict(env_in)

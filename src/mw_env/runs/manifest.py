@@ -32,6 +32,25 @@ class ManifestCheck:
     outside: tuple[str, ...] = ()  # listed paths that leave the run folder: never opened
     unreadable: tuple[str, ...] = ()  # "path (reason)": permission denied, a name too long, an I/O error
 
+    def summary(self, run_dir: Path) -> str:
+        """`ok: 20 files ...`, or what failed counted by kind (not the number of files listed)."""
+        where = Path(run_dir) / MANIFEST
+        if self.ok:
+            return f"ok: {self.checked} files listed in {where} match"
+        kinds = [
+            f"{len(items)} {label}"
+            for label, items in (
+                ("changed", self.mismatched),
+                ("missing", self.missing),
+                ("not listed", self.unlisted),
+                ("malformed", self.malformed),
+                ("outside the run folder", self.outside),
+                ("unreadable", self.unreadable),
+            )
+            if items
+        ]
+        return f"FAILED: {', '.join(kinds)} (of {self.checked} files listed in {where})"
+
     def to_dict(self) -> dict[str, object]:
         return {
             "ok": self.ok,

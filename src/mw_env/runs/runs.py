@@ -1,7 +1,6 @@
-"""Detached training runs: start one in its own session under a supervisor (supervise.py), know
-whether it is still the same process, stop it (SIGTERM, then SIGKILL of its process group and of every
-process marked with its run id after a grace period: torchrun's workers live in sessions of their own).
-run.json says who the run is; state.json (the supervisor's) how it ended.
+"""Detached training runs: start one in its own session under a supervisor (supervise.py) and know
+whether it is still the same process (stopping one: stop.py). run.json says who the run is; state.json
+(runstate.py) where it is in its life and how it ended.
 """
 
 from __future__ import annotations
@@ -12,26 +11,25 @@ import json
 import os
 import select
 import shlex
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mw_env.atomic import write_json_atomic
 from mw_env.errors import InputError, StepFailed
+from mw_env.runs import runstate
 from mw_env.runs.logscan import RUN_HEADER
+from mw_env.runs.runstate import STATE_FILE
 from mw_env.runs.supervise import (
     PROC,
     RUN_ID_ENV,
-    STATE_FILE,
     group_members,
-    marked_processes,
     proc_stat,
     same_process_alive,
-    write_json_atomic,
 )
 
 RUN_FILE = "run.json"
@@ -159,19 +157,18 @@ def read_run(out_dir: Path) -> RunRecord | None:
 
 
 def read_exit(out_dir: Path) -> ExitRecord | None:
-    from mw_env import userfile
-
+    """How the trainer process ended (state.json's `exit`), None while it has not been seen to end."""
+    data = runstate.exit_facts(runstate.read_state(Path(out_dir)))
+    if data is None:
+        return None
     try:
-        data = json.loads(userfile.read_text(Path(out_dir) / EXIT_FILE, what="exit record"))
-        if data.get("state") != "exited":
-            return None
         return ExitRecord(
             returncode=data.get("returncode"),
             signal=data.get("signal"),
             oom_kills=int(data.get("oom_kills") or 0),
             time=float(data.get("time") or 0.0),
         )
-    except (InputError, OSError, ValueError, TypeError, AttributeError, RecursionError):
+    except (ValueError, TypeError):
         return None
 
 
@@ -224,8 +221,7 @@ def start_run(
                 hint=f"`mw-env train status --out-dir {out_dir}`; stop it with `mw-env train stop --out-dir "
                 f"{out_dir}`, or start into another folder",
             )
-        with contextlib.suppress(FileNotFoundError):
-            (out_dir / EXIT_FILE).unlink()  # the previous run's ending is not this run's
+        runstate.clear(out_dir)  # the previous run's ending is not this run's
         log_file = out_dir / LOG_FILE
         metrics_offset, log_offset = _size(out_dir / METRICS_FILE), _size(log_file)
         try:
@@ -325,100 +321,10 @@ def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
     return data
 
 
-# ---------------------------------------------------------------------------------------------
-# stop
-
-
-@dataclass(frozen=True)
-class StopResult:
-    run_dir: Path
-    was_running: bool
-    escalated: bool = False  # SIGKILL was needed after the grace period
-    waited_s: float = 0.0
-    killed_pids: tuple[int, ...] = field(default_factory=tuple)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_dir": str(self.run_dir),
-            "was_running": self.was_running,
-            "escalated": self.escalated,
-            "waited_s": round(self.waited_s, 2),
-            "killed_pids": list(self.killed_pids),
-        }
-
-
-def stop_run(
-    *,
-    out_dir: Path,
-    grace_s: float = 90.0,
-    poll_s: float = 0.2,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> StopResult:
-    """SIGTERM the run (the trainer finishes its step, checkpoints, exits); SIGKILL its process group
-    if anything of it is still alive after `grace_s`."""
-    out_dir = Path(out_dir).resolve()
-    record = read_run(out_dir)
-    if record is None:
-        raise InputError(
-            f"no detached run in {out_dir} (no {RUN_FILE})",
-            hint="runs started with `mw-env train start` can be stopped; a foreground run stops with Ctrl-C",
-        )
-    with _run_lock(out_dir):
-        if not is_alive(record):
-            return StopResult(run_dir=out_dir, was_running=False)
-        record = _with_stop(record, {"requested_at": time.time(), "escalated": False})
-        # The supervisor forwards SIGTERM to the trainer; a trainer that lost its supervisor gets it directly.
-        target = record.pid if same_process_alive(record.pid, record.start_ticks) else record.child_pid
-        if not target or target <= 0:  # never 0 or negative: those address whole process groups
-            return StopResult(run_dir=out_dir, was_running=False)
-        try:
-            os.kill(target, signal.SIGTERM)
-        except ProcessLookupError:
-            return StopResult(run_dir=out_dir, was_running=False)
-        started = clock()
-        while clock() - started < grace_s:
-            if not is_alive(record) and not _members(record):
-                return StopResult(run_dir=out_dir, was_running=True, waited_s=clock() - started)
-            sleep(poll_s)
-        # Still there: the trainer ignored SIGTERM or hangs (a stuck collective, a GPU hang).
-        # The group id is the supervisor's pid; it cannot be reused while the group has members. The workers
-        # torchrun started (each in its own session) carry the run id: they are killed by pid, alike.
-        members = tuple(_members(record))
-        if group_members(record.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(record.pid, signal.SIGKILL)
-        for pid in marked_processes(record.run_id or ""):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        _with_stop(record, {**(record.stop or {}), "escalated": True, "killed": list(members)})
-        for _ in range(int(10 / max(poll_s, 0.01))):
-            if not _members(record):
-                break
-            sleep(poll_s)
-        return StopResult(
-            run_dir=out_dir, was_running=True, escalated=True, waited_s=clock() - started, killed_pids=members
-        )
-
-
-def _members(record: RunRecord) -> list[int]:
-    """Every live process of the run: its supervisor's process group and each process with its run id."""
-    return sorted(set(group_members(record.pid)) | set(marked_processes(record.run_id or "")))
-
-
-def _with_stop(record: RunRecord, stop: dict[str, Any]) -> RunRecord:
-    from dataclasses import replace
-
-    updated = replace(record, stop=stop)
-    write_json_atomic(record.run_dir / RUN_FILE, updated.to_dict())
-    return updated
-
-
 __all__ = [
     "EXIT_FILE",
     "ExitRecord",
     "RunRecord",
-    "StopResult",
     "group_members",
     "is_alive",
     "proc_stat",
@@ -426,5 +332,4 @@ __all__ = [
     "read_run",
     "same_process_alive",
     "start_run",
-    "stop_run",
 ]

@@ -8,9 +8,7 @@ A foreground run (no run.json) is read whole, and its liveness is unknown.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
+from mw_env.runs import runstate
 from mw_env.runs.anomalies import (
     Anomaly,
     Liveness,
@@ -28,73 +27,15 @@ from mw_env.runs.anomalies import (
     exit_code_for,
 )
 from mw_env.runs.runs import LOG_FILE, METRICS_FILE, RunRecord, is_alive, read_exit, read_run
+from mw_env.runs.supervise import proc_stat
+from mw_env.runs.tail import MetricsTail, Tail
 
 LOG_SCAN_MAX = 64 * 1024 * 1024  # a huge log is scanned from its last 64 MiB
 RATE_WINDOW = 20  # step events used for steps/s and the ETA
 WATCH_EVENTS = {"step": "progress", "eval": "eval", "checkpoint": "checkpoint", "finished": "finished"}
-
-
-@dataclass
-class Tail:
-    """Complete lines appended to a file since the last read (a partial last line waits)."""
-
-    path: Path
-    offset: int = 0
-    limit: int | None = None  # read at most this many bytes on a first, large read
-    skipped_bytes: int = 0
-
-    def read_lines(self) -> list[str]:
-        return [line for _, line in self.read_with_offsets()]
-
-    def read_with_offsets(self) -> list[tuple[int, str]]:
-        """(byte offset where the line starts, line) for each new complete line."""
-        try:
-            st = self.path.stat()
-        except OSError:
-            return []
-        if not stat.S_ISREG(st.st_mode):
-            return []  # a FIFO or device in the run folder would block or never end: nothing to read
-        size = st.st_size
-        if size < self.offset:  # rewritten or truncated: start over
-            self.offset = 0
-        if self.limit is not None and size - self.offset > self.limit:
-            self.skipped_bytes += size - self.limit - self.offset
-            self.offset = size - self.limit
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read(size - self.offset)
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            return []
-        out, pos = [], self.offset
-        for raw in data[:cut].split(b"\n"):
-            out.append((pos, raw.decode("utf-8", errors="replace").rstrip("\r")))
-            pos += len(raw) + 1
-        self.offset += cut + 1
-        return out
-
-
-@dataclass
-class MetricsTail:
-    tail: Tail
-    bad_lines: int = 0
-
-    def read_events(self) -> list[tuple[int, dict[str, Any]]]:
-        """(byte offset, event) for each new event line; other lines are counted as bad."""
-        events = []
-        for offset, line in self.tail.read_with_offsets():
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line)
-            except (ValueError, RecursionError):  # torn JSON, nesting past the stack, a 5000-digit number
-                self.bad_lines += 1
-                continue
-            if isinstance(event, dict) and isinstance(event.get("event"), str):
-                events.append((offset, event))
-            else:
-                self.bad_lines += 1
-        return events
+# state.json moves that `watch` reports as events of their own (the run's end is `finished`, sent once
+# the report and manifest are complete).
+WATCH_STATES = ("stopping", "finishing", "killed")
 
 
 @dataclass(frozen=True)
@@ -175,7 +116,8 @@ def _last_markers(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class RunStatus:
     run_dir: Path
-    state: str  # starting | running | finished | stopped | failed | dead | unknown
+    # starting | running | stopping | finishing | finished | stopped | failed | killed | dead | unknown
+    state: str
     alive: bool | None
     pid: int | None
     child_pid: int | None
@@ -221,16 +163,60 @@ def _liveness(record: RunRecord | None, out_dir: Path) -> Liveness:
     )
 
 
-def _state(events: Sequence[dict[str, Any]], liveness: Liveness, record: RunRecord | None) -> str:
+def _state(
+    events: Sequence[dict[str, Any]],
+    liveness: Liveness,
+    record: RunRecord | None,
+    life: dict[str, Any] | None,
+) -> str:
+    """The run's state: state.json's where the trainer moved it on, else what the events say."""
+    life = life or {}
+    current = life.get("state")
+    if current == "finished":
+        return {"stopped": "stopped", "nonfinite": "failed"}.get(str(life.get("reason")), "finished")
+    if current == "killed":
+        return "killed"
+    if current in ("stopping", "finishing") and _life_alive(life, liveness):
+        return str(current)
     finished = [e for e in events if e.get("event") == "finished"]
-    if finished:
+    died_finishing = current == "exited" and life.get("during") == "finishing"
+    if finished and not died_finishing:
         reason = finished[-1].get("reason")
         return {"stopped": "stopped", "nonfinite": "failed"}.get(str(reason), "finished")
     if liveness.alive:
         return "running" if any(e.get("event") == "step" for e in events) else "starting"
     if liveness.alive is False:
-        return "stopped" if record and record.stop else "dead"
+        return "stopped" if record and record.stop and not finished else "dead"
     return "unknown"
+
+
+def _life_alive(life: dict[str, Any], liveness: Liveness) -> bool:
+    """The process that wrote state.json is still there (a foreground run: judged by its pid)."""
+    if liveness.alive is not None:
+        return liveness.alive
+    pid = life.get("pid")
+    stat = proc_stat(pid) if isinstance(pid, int) and pid > 0 else None
+    return stat is not None and stat[0] not in ("Z", "X", "x")
+
+
+def _life_notes(state: str, life: dict[str, Any] | None) -> list[str]:
+    """What state.json adds that the state word cannot say."""
+    if not life:
+        return []
+    if state == "finishing":
+        return ["the loop has ended; the report and MANIFEST.sha256 are being written (not verifiable yet)"]
+    if state == "killed":
+        return [
+            f"killed by `mw-env train stop` while {life.get('during', 'running')}, after its grace of "
+            f"{life.get('grace_s')}s: no report or manifest for this attempt (report/stop.md says what "
+            f"happened); last good checkpoint: {life.get('last_good_checkpoint') or 'none'}"
+        ]
+    if life.get("state") == "exited" and life.get("during") == "finishing":
+        return [
+            "the trainer ended while writing its report: report/ and MANIFEST.sha256 may be incomplete; "
+            "`mw-env train start` with the same config writes them"
+        ]
+    return []
 
 
 def _last_output(paths: Sequence[Path], started_at: float | None) -> float | None:
@@ -283,6 +269,9 @@ class RunWatcher:
         self._recent: deque[dict[str, Any]] = deque(maxlen=RATE_WINDOW)
         self.done = False
         self.anomalies: tuple[Anomaly, ...] = ()
+        self.life: dict[str, Any] | None = None
+        self._held: list[dict[str, Any]] = []  # `finished` events, sent when the run really is finished
+        self._said: set[str] = set()
 
     def _replaced(self, path: Path) -> bool:
         if self.record is None or self.record.metrics_inode is None:
@@ -301,9 +290,11 @@ class RunWatcher:
         if self.log_tail.skipped_bytes:
             notes.append(f"only the last {LOG_SCAN_MAX // 2**20} MiB of {self.log_path.name} were scanned")
         max_steps = self.record.max_steps if self.record else None
+        state = _state(self.segment, liveness, self.record, self.life)
+        notes = _life_notes(state, self.life) + notes
         return RunStatus(
             run_dir=self.out_dir,
-            state=_state(self.segment, liveness, self.record),
+            state=state,
             alive=liveness.alive,
             pid=self.record.pid if self.record else None,
             child_pid=self.record.child_pid if self.record else None,
@@ -318,6 +309,7 @@ class RunWatcher:
         # Liveness first, then the files: a process seen dead has flushed everything it wrote,
         # so its `finished` event cannot be missed and taken for a vanished run.
         liveness = _liveness(self.record, self.out_dir)
+        self.life = runstate.read_state(self.out_dir)
         new = [event for _, event in self.history.read_events()]
         self.all_events += new
         self.segment += new
@@ -339,7 +331,10 @@ class RunWatcher:
         )
 
     def poll(self) -> list[dict[str, Any]]:
-        """New events: metrics events as watch events, then anomalies not reported before."""
+        """New events: metrics events as watch events, state moves, then anomalies not reported before.
+
+        The trainer's `finished` event is held back until state.json says `finished` (the report and
+        manifest are complete) or the process is gone: a monitor acting on it finds a verifiable run."""
         liveness, new = self._refresh()
         out: list[dict[str, Any]] = []
         max_steps = self.record.max_steps if self.record else None
@@ -353,14 +348,30 @@ class RunWatcher:
                 eta = compute_progress(list(self._recent), max_steps=max_steps).eta_s
                 if eta is not None:
                     item["eta_s"] = round(eta, 1)
+            if kind == "finished":
+                self._held.append(item)
+                continue
             out.append(json_safe(item))
         self._pending = []
+        life = self.life or {}
+        current = str(life.get("state"))
+        if current in WATCH_STATES and current not in self._said:
+            self._said.add(current)
+            keys = ("step", "reason", "last_checkpoint", "during", "last_good_checkpoint")
+            facts = {k: life[k] for k in keys if k in life}
+            out.append(json_safe({"event": current, **facts, "time": life.get("time")}))
+        gone = liveness.alive is False or (liveness.alive is None and not _life_alive(life, liveness))
+        if self._held and (current == "finished" or gone or not life):
+            extra = {k: life.get(k) for k in ("report", "manifest")} if current == "finished" else {}
+            out += [json_safe({**item, **{k: v for k, v in extra.items() if v}}) for item in self._held]
+            self._held = []
+            self.done = True
         for anomaly in self.anomalies:
             key = (anomaly.kind, anomaly.evidence)
             if key not in self._seen:
                 self._seen.add(key)
                 out.append(json_safe({"event": "anomaly", "time": self.clock(), **anomaly.to_dict()}))
-        if any(e.get("event") == "finished" for e in self.segment) or liveness.alive is False:
+        if liveness.alive is False or current in ("finished", "killed"):
             self.done = True
         return out
 
@@ -384,3 +395,42 @@ def run_status(
 ) -> RunStatus:
     """Progress and anomalies of the run in `out_dir`. Reads files and /proc only."""
     return RunWatcher(out_dir=out_dir, thresholds=thresholds, clock=clock).snapshot()
+
+
+def check_verifiable(out_dir: Path) -> None:
+    """InputError unless the run in `out_dir` is finished: MANIFEST.sha256 is the last file a run writes,
+    so checking it against a run that is still going (or was killed) lists differences that are not."""
+    from mw_env.runs.manifest import MANIFEST
+
+    out_dir = Path(out_dir).resolve()
+    life = runstate.read_state(out_dir)
+    record = read_run(out_dir)
+    current = (life or {}).get("state")
+    if current == "finished" or (life is None and record is None):
+        return
+    alive = is_alive(record) if record is not None else _life_alive(life or {}, Liveness(alive=None))
+    earlier = (
+        f"; the {MANIFEST} there is from an earlier finish and does not cover this attempt's files"
+        if (out_dir / MANIFEST).is_file()
+        else ""
+    )
+    if alive:
+        raise InputError(
+            f"the run in {out_dir} is still {current or 'running'}: {MANIFEST} is written last, when the "
+            f"report is complete{earlier}",
+            hint=f"wait for it: `mw-env train watch {out_dir}` ends when it has finished; then verify",
+        )
+    if current == "killed":
+        good = (life or {}).get("last_good_checkpoint")
+        raise InputError(
+            f"the run in {out_dir} was killed by `mw-env train stop` while {life.get('during', 'running')}: "
+            f"this attempt wrote no report or manifest{earlier}",
+            hint=f"`mw-env train start` with the same config resumes from {good or 'step 0'} and writes them "
+            "when it finishes; report/stop.md says what happened",
+        )
+    if current in ("exited", "running", "stopping", "finishing"):
+        during = (life or {}).get("during") or current
+        raise InputError(
+            f"the run in {out_dir} ended without finishing (it was {during}){earlier}",
+            hint=f"`mw-env train status {out_dir}` says why; start it again with the same config to finish",
+        )

@@ -16,18 +16,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import write_json_atomic
+from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
 
 PROC = Path("/proc")
-# The supervisor's record of the trainer process: {"state": "running", "child_pid"} once it is
-# started, {"state": "exited", "returncode" | "signal", "oom_kills", ...} when it ended. (The name
-# is one the run manifest leaves out: it changes after the trainer wrote MANIFEST.sha256.)
-STATE_FILE = "state.json"
+# state.json (runstate.py): the supervisor writes "running" once the trainer is started and adds the
+# exit facts when it ended; the trainer moves it through stopping/finishing/finished in between. (The
+# name is one the run manifest leaves out: it changes after the trainer wrote MANIFEST.sha256.)
 # Set by runs.launch in the environment of every process of one launch: torchrun puts its workers in sessions
 # of their own, so neither the process group nor the parent chain finds them all; their environment does.
 RUN_ID_ENV = "MW_ENV_RUN_ID"
@@ -129,23 +127,19 @@ def supervise(report_fd: int) -> int:
         return 127
     os.write(report_fd, (json.dumps({"child_pid": child.pid}) + "\n").encode())
     os.close(report_fd)
-    state_file = Path(spec["run_dir"]) / STATE_FILE
-    write_json_atomic(state_file, {"state": "running", "child_pid": child.pid, "time": time.time()})
+    run_dir = Path(spec["run_dir"])
+    set_state(run_dir, "running", child_pid=child.pid)
     for signum in pending:
         forward(signum, None)
     returncode = child.wait()
     oom_after = cgroup_oom_kills()
     oom = (oom_after - oom_before) if oom_before is not None and oom_after is not None else 0
-    write_json_atomic(
-        state_file,
-        {
-            "state": "exited",
-            "returncode": returncode if returncode >= 0 else None,
-            "signal": -returncode if returncode < 0 else None,
-            "oom_kills": max(0, oom),
-            "time": time.time(),
-            "child_pid": child.pid,
-        },
+    record_exit(
+        run_dir,
+        returncode=returncode if returncode >= 0 else None,
+        signal=-returncode if returncode < 0 else None,
+        oom_kills=max(0, oom),
+        child_pid=child.pid,
     )
     return 0
 

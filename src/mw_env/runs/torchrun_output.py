@@ -37,6 +37,11 @@ class TorchrunStderr:
     rendezvous_error: str | None = None  # the rendezvous's final exception line, when it failed
     dropped: list[str] = field(default_factory=list)  # torchrun's own lines: for <run>/torchrun.log
 
+    @property
+    def said_error(self) -> bool:
+        """Whether a worker printed an `error:` line (the run's failure is explained)."""
+        return any(line.startswith("error:") for line in self._said)
+
     def feed(self, line: str) -> list[str]:
         if self._in_summary:  # the failure table after ChildFailedError: keep only the codes
             self.dropped.append(line)

@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         # A closed terminal (SIGHUP to the foreground group, or torchrun passing its SIGHUP on) is a graceful
         # stop like SIGTERM, not a death without a checkpoint: the loop's SIGTERM handler takes it from here.
         signal.signal(signal.SIGHUP, lambda _s, _f: os.kill(os.getpid(), signal.SIGTERM))
+        from mw_env.trainer import stopping
+
+        stopping.install()  # SIGTERM at start-up, during the steps and during the report: trainer/stopping.py
     args = _parser().parse_args(argv)
     started = os.environ.get("MW_ENV_STARTED_FILE")  # runs/rendezvous.py: the nodes met, the trainer runs
     if started and args.command == "run":
@@ -86,13 +89,25 @@ def main(argv: list[str] | None = None) -> int:
             raise MwEnvError("--resume and --fresh exclude each other", exit_code=2)
         from mw_env.trainer.loop import train
 
-        train(
+        result = train(
             resolved=resolved,
             resume=args.resume,
             fresh=args.fresh,
             doctor_json=args.doctor_json,
             echo=_say,
         )
+        from mw_env.trainer import stopping
+
+        main_rank = os.environ.get("RANK", "0") in ("", "0")
+        if result.reason == "stopped" and main_rank:
+            _say(
+                f"stopped at step {result.step} with checkpoint {result.last_checkpoint}: "
+                "to resume, run the same command"
+            )
+        elif stopping.pending() is not None and main_rank:
+            _say(
+                "a stop was asked for while the report was written: the run had finished; its report is complete"
+            )
         return 0
     except MwEnvError as exc:
         from mw_env.textsafe import safe_message  # escaped, bounded, credentials hidden (as in cli.py)
@@ -104,6 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BaseException as exc:
+        from mw_env.trainer.stopping import StopRequested, stopped_before_start
+
+        if not isinstance(exc, StopRequested):
+            raise
+        out = _out_dir(args)
+        message = stopped_before_start(out, exc.signum)
+        if os.environ.get("RANK", "0") in ("", "0"):
+            _say(message)
+        return 0
     except (OSError, RuntimeError) as exc:
         # A fault of the machine at any write (metrics, data card, report, manifest, export): one sentence
         # naming the fault and the file, exit 1; torch's RuntimeError that wraps an OSError counts as it.
@@ -111,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         if cause is None:
             raise
         return _fault(cause)
+
+
+def _out_dir(args: argparse.Namespace) -> Path | None:
+    """The run folder from the command line's config (for a stop before the config was even read)."""
+    try:
+        return Path(_resolve(args).config.runtime.out_dir).expanduser().resolve()
+    except BaseException:
+        return None
 
 
 def _fault(exc: OSError) -> int:

@@ -8,11 +8,13 @@ A part that adds a key to the payload (a data position, a stream offset, a node 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
+from mw_env.trainspec.extras import bootstrap_hint
 
 FORMAT_VERSION = 1
 CKPT_RE = re.compile(r"step-(\d{9})\.pt")
@@ -213,7 +215,7 @@ def _vocab_size(state: Mapping[str, Any]) -> int | None:
     except ModuleNotFoundError:  # the checkpoint may be fine: say what is missing, do not fall back
         raise InputError(
             "this checkpoint uses a SentencePiece tokenizer but the sentencepiece package is not installed",
-            hint="install mw-env[spm] into the training venv",
+            hint=f"add the `spm` extra: {bootstrap_hint(sys.prefix, 'spm')}",
         ) from None
     try:
         sp = spm.SentencePieceProcessor()

@@ -33,6 +33,7 @@ from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed, os_er
 from mw_env.runs.manifest import sha256_file
 from mw_env.trainer.export_bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
 from mw_env.trainer.export_verify import OUTPUT_NAME
+from mw_env.trainspec.extras import bootstrap_hint
 
 DEFAULT_MAX_DIFF = 1e-4  # fp32 logits; the exporters agree with eager to ~1e-6 on the shipped models
 DEFAULT_OPSET = 18
@@ -42,12 +43,8 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 
 def _extra_hint() -> str:
     # This runs in the venv's python, so sys.prefix is the training venv. Re-running bootstrap with the extra
-    # keeps torch pinned; a plain install works too because the venv's pin refuses any torch swap.
-    venv = sys.prefix
-    return (
-        f"add the export extra: `mw-env bootstrap --venv {venv} --extras train,export`, or "
-        f"`uv pip install --python {venv}/bin/python 'onnx>=1.16' 'onnxruntime>=1.18' 'onnxscript>=0.1'`"
-    )
+    # keeps torch pinned: the one install form every hint names (trainspec/extras.py).
+    return f"add the `export` extra: {bootstrap_hint(sys.prefix, 'export')}"
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,7 @@ The checkpoint's payload is written by session.py (its docstring lists the keys)
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from mw_env.trainer.distributed import (
     shutdown,
 )
 from mw_env.trainer.evaluate import evaluate_and_decide
+from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import build_model
 from mw_env.trainer.peers import lost_peer
@@ -49,6 +48,7 @@ from mw_env.trainer.runtime import (
 from mw_env.trainer.session import Session
 from mw_env.trainer.state import LoopState
 from mw_env.trainer.step import StepOutcome, Trainer
+from mw_env.trainspec.advice import config_warnings, cpu_warning, resume_warnings
 from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.schedule import lr_factor
 
@@ -65,26 +65,6 @@ class RunResult:
     skipped_steps: int
     precision: str
     losses: tuple[float, ...] = field(default=())
-
-
-class _StopFlag:
-    """SIGTERM: finish the current step, checkpoint, log `finished` reason "stopped", exit 0."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._old: Any = None
-
-    def __enter__(self) -> _StopFlag:
-        with contextlib.suppress(ValueError):  # not the main thread (tests): no handler
-            self._old = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
 
 
 def _optimizer(model: torch.nn.Module, resolved: ResolvedConfig) -> torch.optim.AdamW:
@@ -187,6 +167,8 @@ def _restore(session: Session, path: Path, ckpt: dict[str, Any], accepted_change
             hint="--resume an older step-*.pt, or --fresh to start over (the old ones are kept, renamed)",
         ) from None
     s.say(f"resumed from {path} at step {s.state.step}")
+    for line in resume_warnings(ckpt.get("config") or {}, s.resolved.config, s.state.step):
+        s.say(f"warning: {line}")
 
 
 def _wrap(trainer: Trainer, compile_model: bool) -> None:
@@ -218,6 +200,8 @@ def _run(
         ckpt_mod.remove_stale_temporaries(ckpt_dir)
     barrier(dist)
     corpus, trainer = _build(resolved, dist, say)
+    for line in config_warnings(resolved.config):
+        say(f"warning: {line}")
 
     accepted: dict[Path, list[str]] = {}  # per checked checkpoint: the corpus changes allowed through
 
@@ -268,6 +252,13 @@ def _run(
 
         session.hasher = ShardHasher(corpus.sources, out_dir)
     _wrap(trainer, rt.compile)
+    mark(out_dir, "running", main=dist.main, step=session.state.step)
+    if 0 < rt.max_steps <= session.state.step:
+        say(
+            f"the run in {out_dir} is already at step {session.state.step} (runtime.max_steps {rt.max_steps}): "
+            "nothing left to train; writing its report. To start again: --fresh (the old checkpoints are kept, "
+            "renamed) or another runtime.out_dir; to train on: --set runtime.max_steps=N"
+        )
     try:
         reason, last_ckpt, losses = _train_loop(session)
         return _finish(session, reason, last_ckpt, losses, doctor_json)
@@ -291,6 +282,12 @@ def _log_step(s: Session, out: StepOutcome, waited: float, step_s: float) -> Non
         data_wait_s=waited,
         step_s=step_s,
     )
+    if step == 2:  # the first step pays for warm-up; the second is the one to extrapolate from
+        params = sum(p.numel() for p in s.trainer.model.parameters())
+        left = rt.max_steps - step
+        slow = cpu_warning(device=s.trainer.device.type, parameters=params, step_s=step_s, steps_left=left)
+        if slow:
+            s.say(f"warning: {slow}")
     if step % rt.log_every == 0 or step == 1:
         s.say(
             f"step {step:>6}  loss {out.loss:.4f}  lr {out.lr:.2e}  grad_norm {out.grad_norm:.3f}  "
@@ -317,7 +314,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     t_last = t_start
     s.trainer.train_model.train()
     try:
-        with _StopFlag() as stop:
+        with StopFlag() as stop:
             while state.step < rt.max_steps:
                 step = state.step
                 data, waited = reader.get(step)
@@ -325,6 +322,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
                     first_fill, t_first = waited, time.perf_counter()
                 else:
                     waited_total += waited
+                hold(f"step-{step}")
                 torch.manual_seed(step_seed(rt.seed, step, dist.world, dist.rank))
                 out = s.trainer.step(data.micro, lambda: stop.requested)
                 s.counts.merge(data.counts)
@@ -362,7 +360,11 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
                         s.say,
                         dist,
                     )
-                stop_now = out.stop  # agreed by all ranks inside the step's one synchronisation
+                # Agreed by all ranks inside the step's one synchronisation; a single process also takes a
+                # SIGTERM that came after that point, instead of computing one more (maybe long) step.
+                stop_now = out.stop or (not dist.enabled and stop.requested)
+                if stop_now:
+                    mark(s.out_dir, "stopping", main=dist.main, step=state.step)
                 if (
                     early_stop
                     or stop_now
@@ -393,8 +395,13 @@ def _finish(
     rt, state = s.resolved.config.runtime, s.state
     parts = gather_objects({"counts": s.counts.to_dict(), "position": s.position()}, s.dist)
     last_ckpt = last_ckpt or ckpt_mod.latest_valid_checkpoint(s.ckpt_dir)
+    ended = {"reason": reason, "step": state.step, "last_checkpoint": str(last_ckpt) if last_ckpt else None}
+    # `finished` in metrics.jsonl is the loop's end (the manifest covers it); the run is finished only
+    # when state.json says so, after the report and the manifest.
+    mark(s.out_dir, "finishing", main=s.dist.main, **ended)
     s.metrics.log("finished", step=state.step, reason=reason)
     s.metrics.close()
+    hold("report")
     if s.dist.main:
         from mw_env.trainer.report import write_report
 
@@ -406,6 +413,7 @@ def _finish(
             s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json
         )
         s.say(f"report: {report}")
+        mark(s.out_dir, "finished", report=str(report), manifest=str(s.out_dir / "MANIFEST.sha256"), **ended)
     if reason == "nonfinite":
         raise StepFailed(
             f"stopped at step {state.step}: {rt.max_nonfinite} optimizer steps in a row had a non-finite "

@@ -38,7 +38,9 @@ from mw_env.trainer.report_doc import (
     to_markdown,
 )
 from mw_env.trainer.report_figures import Figure
+from mw_env.trainspec.advice import inapplicable
 from mw_env.trainspec.config import ResolvedConfig
+from mw_env.trainspec.extras import bootstrap_hint
 
 
 def package_list() -> list[str]:
@@ -165,8 +167,8 @@ def _draw_figures(
         from mw_env.trainer import report_figures as rf
     except ImportError as exc:
         note = (
-            f"Figures skipped: matplotlib is not installed in this venv ({exc}); install mw-env[train] "
-            f"(`uv pip install --python {sys.prefix}/bin/python matplotlib`) for figures in the next report."
+            f"Figures skipped: matplotlib is not installed in this venv ({exc}); add the `train` extra "
+            f"({bootstrap_hint(sys.prefix, 'train')}) for figures in the next report."
         )
         return [], lambda *_a: None, note
 
@@ -215,6 +217,7 @@ def build_blocks(
             Bullets(tuple(Code(str(s)) for s in samples)),
         ]
     cfg = resolved.config.to_dict()
+    hidden = inapplicable(resolved.config)  # a files corpus has no synthetic settings, and vice versa
     rows: list[tuple[Cell, ...]] = [
         (
             f"{section}.{key}",
@@ -223,12 +226,14 @@ def build_blocks(
         )
         for section, body in cfg.items()
         for key, value in body.items()
+        if f"{section}.{key}" not in hidden
     ]
     blocks += [
         Heading("Hyperparameters"),
         Para(
-            "Resolved values and where each came from (default < profile < file < --set); the full record, "
-            "absolute paths included, is in hyperparameters.json."
+            "Resolved values and where each came from (default < profile < file < --set); settings that do "
+            "not apply to this data source are left out. The full record, absolute paths included, is in "
+            "hyperparameters.json."
         ),
         Table(header=("key", "value", "source"), rows=tuple(rows)),
         Heading("Data card"),
@@ -292,6 +297,8 @@ def write_report(
     title = f"Training run report: {run_dir.name}"
     write_text_atomic(out / "report.md", to_markdown(title, blocks, base=out))
     write_text_atomic(out / "report.html", to_html(title, blocks))
+    # A forced stop's note (runs/stop.py) was about an attempt this complete report supersedes.
+    (out / "stop.md").unlink(missing_ok=True)
     write_manifest(run_dir)
     if resolved.config.runtime.tracking == "mlflow":
         _log_to_mlflow(run_dir)

@@ -100,6 +100,8 @@ def _value_blocks(
     key: str, value: Any, order: Sequence[str], draw: HistogramDrawer, depth: int = 0
 ) -> list[Block]:
     title = label(key)
+    if value is None or (isinstance(value, (list, Mapping)) and not value):
+        return []  # nothing recorded (a BIO-examples list with no examples): no empty heading
     if is_histogram(value):
         return _histogram_blocks(key, title, value, draw)
     if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
@@ -114,10 +116,11 @@ def _value_blocks(
         if all(isinstance(v, Mapping) and all(_scalar(x) for x in v.values()) for v in inner):
             return [Heading(title, 3), _split_table(value, order)]
         if all(_scalar(v) for v in inner):
-            return [Heading(title, 3), kv_table([(label(k), _cell(v, k)) for k, v in value.items()])]
+            pairs = [(label(k), _cell(v, k)) for k, v in value.items() if v is not None]
+            return [Heading(title, 3), kv_table(pairs)] if pairs else []
         if depth < 2:
             out: list[Block] = []
-            scalars = [(label(k), _cell(v)) for k, v in value.items() if _scalar(v)]
+            scalars = [(label(k), _cell(v)) for k, v in value.items() if _scalar(v) and v is not None]
             if scalars:
                 out += [Heading(title, 3), kv_table(scalars)]
             for k, v in value.items():
@@ -135,6 +138,8 @@ def card_blocks(card: Any, draw: HistogramDrawer) -> list[Block]:
     overview: list[tuple[str, Cell]] = []
     rest: list[Block] = []
     for key, value in card.items():
+        if value is None:
+            continue  # a setting that does not apply to this run (`window blocks null`): not shown
         if _scalar(value):
             overview.append((label(key), _cell(value, key)))
         elif (
@@ -149,7 +154,9 @@ def card_blocks(card: Any, draw: HistogramDrawer) -> list[Block]:
             and all(_scalar(v) for v in value.values())
             and len(value) <= 8
         ):
-            overview.append((label(key), ", ".join(f"{label(k)} {fmt(v)}" for k, v in value.items())))
+            shown = [f"{label(k)} {fmt(v)}" for k, v in value.items() if v is not None]
+            if shown:
+                overview.append((label(key), ", ".join(shown)))
         else:
             rest += _value_blocks(str(key), value, order, draw)
     return ([kv_table(overview)] if overview else []) + rest

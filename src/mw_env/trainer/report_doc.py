@@ -122,7 +122,10 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.kv td:first-child { font-weight: 600; white-space: nowrap; background: #f4f5f7; }
 table.summary { font-size: 15px; }
 code { font: 13px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f4f5f7;
-       padding: 1px 4px; border-radius: 3px; word-break: break-word; }
+       padding: 1px 4px; border-radius: 3px; overflow-wrap: anywhere; }
+/* A wide table (the shard list, long paths) scrolls inside its own box: the page never scrolls sideways. */
+div.table { max-width: 100%; overflow-x: auto; }
+p, li, td { overflow-wrap: anywhere; }
 figure { margin: 1em 0 1.6em; }
 figure svg { width: 100%; max-width: 880px; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 13px; }
@@ -153,7 +156,7 @@ def _html_table(block: Table) -> str:
         + "</tr>"
         for row in block.rows
     )
-    return f"<table{cls}>{head}<tbody>{body}</tbody></table>"
+    return f'<div class="table"><table{cls}>{head}<tbody>{body}</tbody></table></div>'
 
 
 def to_html(title: str, blocks: Sequence[Block]) -> str:

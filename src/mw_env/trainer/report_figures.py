@@ -146,6 +146,16 @@ def loss_figure(events: Sequence[dict[str, Any]], out_dir: Path) -> Figure:
             alpha=0.6,
             label="skipped step (non-finite)" if i == 0 else None,
         )
+    resumed = [e["step"] for e in events if e.get("event") == "resumed" and isinstance(e.get("step"), int)]
+    for i, step in enumerate(sorted(set(resumed))):  # where the run was stopped and continued
+        ax.axvline(
+            step,
+            color="tab:green",
+            linestyle="--",
+            linewidth=1.0,
+            alpha=0.8,
+            label="resumed from a checkpoint" if i == 0 else None,
+        )
     if not (train or evals):
         ax.text(0.5, 0.5, "no finite loss recorded", transform=ax.transAxes, ha="center", va="center")
     else:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.tracking_values import flatten, metric_values
+from mw_env.trainspec.extras import bootstrap_hint
 
 __all__ = [
     "KINDS",
@@ -100,8 +101,7 @@ class TensorBoardTracker(_Guarded):
 def _missing_tensorboard(exc: ImportError) -> MwEnvError:
     return MwEnvError(
         f"runtime.tracking is 'tensorboard' but tensorboard cannot be imported in this venv ({exc})",
-        hint=f"install it into the training venv: `uv pip install --python {sys.prefix}/bin/python tensorboard` "
-        "(or the mw-env extra: `mw-env[tracking]`), or set runtime.tracking=none",
+        hint=f"add the `tracking` extra: {bootstrap_hint(sys.prefix, 'tracking')}, or set runtime.tracking=none",
     )
 
 

@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 from mw_env.atomic import write_json_atomic
 from mw_env.errors import MwEnvError
 from mw_env.trainer.tracking_values import flatten, metric_values
+from mw_env.trainspec.extras import bootstrap_hint
 
 EXPERIMENT = "mw-env"
 RUN_FILE = "mlflow-run.json"
@@ -61,8 +62,7 @@ def _sqlite_artifacts(uri: str) -> str | None:
 def missing(exc: ImportError) -> MwEnvError:
     return MwEnvError(
         f"runtime.tracking is 'mlflow' but mlflow cannot be imported in this venv ({exc})",
-        hint=f"install it into the training venv: `uv pip install --python {sys.prefix}/bin/python "
-        "mlflow-skinny sqlalchemy alembic` (or the mw-env extra: `mw-env[mlflow]`), or set runtime.tracking=none",
+        hint=f"add the `mlflow` extra: {bootstrap_hint(sys.prefix, 'mlflow')}, or set runtime.tracking=none",
     )
 
 

@@ -7,8 +7,10 @@ plus the 4 special ids (read from data.spm_model, see spm_vocab).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from mw_env.trainspec.advice import config_warnings
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.schedule import lr_factor
 from mw_env.trainspec.spm_vocab import spm_piece_count
@@ -39,11 +41,38 @@ def parameter_counts(
     return rows
 
 
-def summarize(config: TrainConfig) -> dict[str, Any]:
-    """A plain dict: model, data, schedule (the `summary` command renders it)."""
+def _labels(config: TrainConfig, base: Path | None, venv: Path | None) -> tuple[list[str] | str, str]:
+    """(the labels the trainer will use, or a sentence when they cannot be known here; where they come from)."""
+    d = config.data
+    if d.source != "files":
+        return list(d.labels or LABELS), "data.labels" if d.labels else "bundled"
+    if d.labels:
+        return list(d.labels), "data.labels"
+    from mw_env.errors import InputError
+    from mw_env.trainspec.labelscan import corpus_labels
+    from mw_env.trainspec.preflight import expand
+
+    where = base or Path.cwd()
+    try:
+        shards = expand(d.train_files, "data.train_files", where) + expand(
+            d.val_files, "data.val_files", where
+        )
+    except InputError:
+        shards = []
+    found = corpus_labels(shards, d.tags_column, venv=venv) if shards else None
+    if found is None:
+        return "discovered at start (tags of each shard's first row group)", "unknown here"
+    return list(found), f"discovered in the first row group of {len(shards)} shard(s)"
+
+
+def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | None = None) -> dict[str, Any]:
+    """A plain dict: model, data, schedule (the `summary` command renders it). A files corpus's labels are
+    read from its shards as the trainer will (labelscan.py), so the head is counted for them."""
     m, d, o, r = config.model, config.data, config.optim, config.runtime
     vocab = tokenizer_vocab_size(config)
-    n_labels = len(d.labels) if d.labels else len(LABELS)
+    labels, labels_from = _labels(config, base, venv)
+    counted = isinstance(labels, list)
+    n_labels = len(labels) if isinstance(labels, list) else len(LABELS)
     rows = parameter_counts(config, vocab_size=vocab, n_labels=n_labels)
     total = sum(n for _, n in rows)
     window = o.batch_size * o.accumulation_steps
@@ -70,17 +99,19 @@ def summarize(config: TrainConfig) -> dict[str, Any]:
                 "unknown_tags": d.unknown_tags,
             },
         }
-    if d.source == "files" and not d.labels:
-        labels: Any = "discovered at start (tags of each shard's first row group)"
-    else:
-        labels = list(d.labels or LABELS)
-    data.update({"tokenizer": d.tokenizer, "max_len": m.max_len, "labels": labels})
+    data.update(
+        {"tokenizer": d.tokenizer, "max_len": m.max_len, "labels": labels, "labels_from": labels_from}
+    )
     checkpoints = [s for s in (250, 500, 1000) if s < r.max_steps]
     return {
         "model": {
             "architecture": f"{m.n_layers}-layer pre-LN transformer encoder, d_model {m.d_model}, "
             f"{m.n_heads} heads, ff {m.d_ff}, vocab {vocab:,} ({d.tokenizer}), "
-            + (f"{n_labels} BIO labels" if d.source != "files" or d.labels else "BIO labels of the corpus"),
+            + (
+                f"{n_labels} BIO labels"
+                if counted
+                else f"BIO labels of the corpus (unreadable here: the head is counted for {n_labels})"
+            ),
             "vocab_size": vocab,
             "parameters": [{"part": name, "parameters": n} for name, n in rows],
             "total_parameters": total,
@@ -104,4 +135,5 @@ def summarize(config: TrainConfig) -> dict[str, Any]:
             "checkpoint_every": r.checkpoint_every,
             "early_stop_patience": r.early_stop_patience,
         },
+        "warnings": config_warnings(config),
     }

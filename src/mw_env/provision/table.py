@@ -1,0 +1,322 @@
+"""The bootstrap's steps, one object each, in the order they run:
+
+    preflight -> uv -> venv -> torch -> verify-torch -> pin-torch -> extras -> env -> lock -> [swap] -> doctor
+
+A `StepSpec` holds everything about a step: its title, the exact command it would run, its "already done"
+check, the state key that records which inputs it was done for, its action (steps.py), whether part of it
+may overlap the steps after it, and whether it changes the venv. `build_steps` turns the table into the
+plan's `Step`s; `execute` runs them in a loop that knows no step by name.
+
+To add a step: write its action in steps.py (`(run, step) -> str | StepWarning`, idempotent; it marks its
+state key when done), add one `StepSpec` to STEPS at its place in the order, with `command` and `done`
+functions of `Facts` (the facts the done-checks share, computed once per plan). Nothing else changes:
+the dry run shows it, the executor runs it, the JSON output and the state file carry its id.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+from mw_env.envlock import LOCK_FILE
+from mw_env.provision import keys
+from mw_env.provision import pin as pinmod
+from mw_env.provision import steps as act
+from mw_env.provision import uv as uvmod
+from mw_env.provision.choose import exact_requirement
+from mw_env.provision.events import StepWarning
+from mw_env.provision.model import GiB, Plan, Step
+from mw_env.provision.state import State
+from mw_env.provision.venvinfo import adopted_site, installed_version
+
+Command = tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A step part of which runs in the background while the steps marked `beside` after it run."""
+
+    start: Callable[[act.Run, Step], act.BackgroundVerify]
+    finish: Callable[[act.Run, Step, str], str]  # judge the background part's output; the step's detail
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    id: str
+    title: Callable[[Facts], str]
+    command: Callable[[Facts], Command]
+    done: Callable[[Facts], bool]
+    action: Callable[[act.Run, Step], str | StepWarning]
+    # The state file's key for the inputs a finished step was done for; None: the step keeps no state.
+    state_key: Callable[[Plan, str | None], str] | None = None
+    detail: Callable[[Facts], str] = lambda f: ""
+    applies: Callable[[Plan], bool] = lambda p: True
+    overlap: Overlap | None = None
+    beside: bool = False  # may run while an overlapping step's background part runs
+    changes: bool = True  # running it counts as a change (a no-op re-run runs only the checks)
+    moves_venv: bool = False  # after it the venv is at plan.venv, not plan.build_venv
+
+    def is_done(self, f: Facts, version: str | None) -> bool:
+        return self.state_key is not None and f.state.is_done(self.id, self.state_key(f.p, version))
+
+
+class Facts:
+    """What the done-checks and commands share, computed once per plan (lazily)."""
+
+    def __init__(self, p: Plan, state: State) -> None:
+        self.p, self.state = p, state
+        self.bv, self.py, self.uv = p.build_venv, str(p.venv_python), p.uv or "uv"
+        self.offline = ["--offline"] if p.options and p.options.offline else []
+
+    @cached_property
+    def installed(self) -> str | None:
+        return self.p.adopted.version if self.p.adopted else installed_version(self.bv, "torch")
+
+    @cached_property
+    def venv_ok(self) -> bool:
+        return all((self.bv / f).exists() for f in ("pyvenv.cfg", "bin/python", "bin/activate"))
+
+    @cached_property
+    def torch_fits(self) -> bool:
+        p = self.p
+        return keys.torch_fits(self.bv, self.installed, p.local_tag, p.version_spec)
+
+    @cached_property
+    def pin_done(self) -> bool:
+        p, installed = self.p, self.installed
+        version_now = installed or (p.torch.wheel.version if p.torch and p.torch.wheel else None)
+        return bool(installed) and pinmod.files_match(keys.expected_pins(p, version_now or "?"))
+
+    @cached_property
+    def env_done(self) -> bool:
+        bv = self.bv
+        return (
+            pinmod.files_match({bv / "mw-env.env": keys.env_text(self.p)})
+            and (bv / "mw-env.json").is_file()
+            and pinmod.activate_is_patched(bv, self.p.venv)
+            and ENV.is_done(self, self.installed)
+        )
+
+    @cached_property
+    def all_done(self) -> bool:
+        extras = EXTRAS.is_done(self, self.installed or "")
+        return self.venv_ok and _torch_done(self) and self.pin_done and extras and self.env_done
+
+
+# -- the steps' commands and done-checks ----------------------------------------------------------------
+
+
+def _preflight_detail(f: Facts) -> str:
+    return f.p.problem.message if f.p.problem else f"needs ~{f.p.disk_need / GiB:.1f} GiB free"
+
+
+def _uv_command(f: Facts) -> Command:
+    if f.p.uv:
+        return None
+    return tuple(uvmod.uv_install_commands(f.p.python.path if f.p.python else sys.executable, f.p.env)[0])
+
+
+def _venv_command(f: Facts) -> Command:
+    p = f.p
+    python = p.python.path if p.python else (p.options.python if p.options else "3.12")
+    return (f.uv, "venv", "--python", python, "--relocatable", str(f.bv))
+
+
+def _torch_title(f: Facts) -> str:
+    if f.p.lock is not None:
+        return f"Install the lock's packages exactly, torch {f.p.lock.meta.torch} among them (hashes checked)"
+    return f"Install torch ({f.p.build}{', ' + f.p.local_tag if f.p.local_tag else ''}) first"
+
+
+def _torch_command(f: Facts) -> Command:
+    p = f.p
+    if p.lock is not None:
+        from mw_env.envlock.rebuild import install_command
+
+        # The whole lock in one uv transaction: every file's sha256 is checked before any is installed.
+        return install_command(f.uv, f.py, f.bv / LOCK_FILE, offline=bool(f.offline))
+    if p.adopted:
+        return None
+    # Without a usable source (preflight will stop on the problem) the plan still shows the command that
+    # WOULD run: the profile's index and exact build, never a bare `torch` the default index would answer.
+    req = p.torch.requirement if p.torch else exact_requirement(p.version_spec, p.local_tag)
+    index = p.torch_index if p.torch is None else p.torch.location if p.torch.origin == "index" else None
+    args = [f.uv, "pip", "install", "--python", f.py, *f.offline]
+    if index:
+        # first-index (uv's default, restated so a UV_INDEX_STRATEGY=unsafe-best-match cannot apply): torch
+        # comes from the torch index even when another index lists a newer (CUDA) torch in the range.
+        args += ["--index", index, "--index-strategy", "first-index"]
+    args += p.sources.uv_args()
+    if f.state.was_started("torch") or (f.installed and not f.torch_fits):
+        # A killed install may have left torch half-written; a swapped one may still satisfy a range
+        # requirement, which uv would then leave in place.
+        args += ["--reinstall-package", "torch"]
+    return (*args, keys.with_extras(req, p.torch_extras), *p.companions)
+
+
+def _torch_done(f: Facts) -> bool:
+    if f.p.lock is not None:
+        return f.installed == f.p.lock.meta.torch and TORCH.is_done(f, f.installed)
+    if f.p.adopted:
+        return f.venv_ok and adopted_site(f.bv) == f.p.adopted.site
+    # The state says the step finished; the dist-info says the build is still the profile's.
+    return f.torch_fits and TORCH.is_done(f, f.installed)
+
+
+def _torch_detail(f: Facts) -> str:
+    p = f.p
+    if p.lock is not None:
+        from mw_env.envlock.rebuild import describe
+
+        return f"{describe(p.lock)} from {p.lock.source}"
+    if p.adopted:
+        return f"reuse the image's torch {p.adopted.version} from {p.adopted.site}"
+    req = p.torch.requirement if p.torch else exact_requirement(p.version_spec, p.local_tag)
+    return f"{req} from {p.torch.origin} {p.torch.location}" if p.torch else req
+
+
+def _verify_command(f: Facts) -> Command:
+    from mw_env.provision.verify import verify_command
+
+    # The doctor step imports torch itself: then the verify reads the build without importing it.
+    return verify_command(f.py, import_torch=not (f.p.options.doctor if f.p.options else True))
+
+
+def _extras_command(f: Facts) -> Command:
+    p, bv = f.p, f.bv
+    pin_flag = (
+        ["--override", str(bv / pinmod.OVERRIDES_FILE)]
+        if p.adopted
+        else ["--constraint", str(bv / pinmod.CONSTRAINTS_FILE)]
+    )
+    user = (x for c in p.sources.constraints for x in ("--constraint", c))
+    return (f.uv, "pip", "install", "--python", f.py, *f.offline, *pin_flag, *user, *p.sources.uv_args())
+
+
+def _no_command(f: Facts) -> Command:
+    return None
+
+
+# -- the table --------------------------------------------------------------------------------------------
+
+PREFLIGHT = StepSpec(
+    "preflight",
+    title=lambda f: "Check disk, uv, Python and the torch source",
+    command=_no_command,
+    done=lambda f: f.all_done,
+    action=act.preflight,
+    detail=_preflight_detail,
+    changes=False,  # checks only
+)
+UV = StepSpec(
+    "uv",
+    title=lambda f: "Install uv from PyPI" if not f.p.uv else "uv is present",
+    command=_uv_command,
+    done=lambda f: bool(f.p.uv),
+    action=act.install_uv,
+    detail=lambda f: f.p.uv or "",
+)
+VENV = StepSpec(
+    "venv",
+    title=lambda f: f"Create the venv {f.bv}",
+    command=_venv_command,
+    done=lambda f: f.venv_ok,
+    action=act.create_venv,
+)
+TORCH = StepSpec(
+    "torch",
+    title=_torch_title,
+    command=_torch_command,
+    done=_torch_done,
+    action=act.install_torch,
+    state_key=keys.torch_key,
+    detail=_torch_detail,
+)
+VERIFY = StepSpec(
+    "verify-torch",
+    title=lambda f: f"Verify torch reports the {f.p.build} build",
+    command=_verify_command,
+    done=lambda f: bool(f.installed) and VERIFY.is_done(f, f.installed),
+    action=act.verify_torch,
+    state_key=keys.verify_key,
+    # Its build check reads torch/version.py in a child while the pin and the extras run (BackgroundVerify).
+    overlap=Overlap(start=act.BackgroundVerify, finish=act.verify_after_extras),
+)
+PIN = StepSpec(
+    "pin-torch",
+    title=lambda f: "Pin torch for pip and uv in this venv",
+    command=_no_command,
+    done=lambda f: f.pin_done,
+    action=act.pin_torch,
+    beside=True,
+)
+EXTRAS = StepSpec(
+    "extras",
+    title=lambda f: "Install the project's extras with torch pinned",
+    # From a lock, every dependency is installed already, exactly: the project alone (--no-deps).
+    command=lambda f: (
+        (*_extras_command(f), "--no-deps", *f.p.project_args)
+        if f.p.lock is not None
+        else (*_extras_command(f), *f.p.project_args, "pip")
+    ),
+    done=lambda f: f.venv_ok and EXTRAS.is_done(f, f.installed or ""),
+    action=act.install_extras,
+    state_key=keys.extras_key,
+    beside=True,
+)
+ENV = StepSpec(
+    "env",
+    title=lambda f: "Persist the runtime environment (activate, mw-env.env, mw-env.json)",
+    command=_no_command,
+    done=lambda f: f.env_done,
+    action=act.write_env,
+    state_key=keys.env_key,
+)
+LOCK = StepSpec(
+    "lock",
+    title=lambda f: (
+        f"Check the venv against its lock ({LOCK_FILE})"
+        if f.p.lock is not None
+        else "Write the venv's lock (pylock.mw-env.toml, by uv)"
+    ),
+    command=_no_command,
+    # An adopted torch lives outside the venv: no lock is written for it (the step says so once).
+    done=lambda f: (
+        f.venv_ok and ((f.bv / LOCK_FILE).is_file() or bool(f.p.adopted)) and LOCK.is_done(f, f.installed)
+    ),
+    action=act.write_lock,
+    state_key=keys.lock_key,
+)
+SWAP = StepSpec(
+    "swap",
+    title=lambda f: f"Replace {f.p.venv} with the new venv",
+    command=_no_command,
+    done=lambda f: False,
+    action=act.swap_venv,
+    applies=lambda p: bool(p.options and p.options.recreate),
+    moves_venv=True,
+)
+DOCTOR = StepSpec(
+    "doctor",
+    title=lambda f: "Run the doctor",
+    command=_no_command,
+    done=lambda f: f.all_done and DOCTOR.is_done(f, f.installed),
+    action=act.run_doctor,
+    state_key=keys.doctor_key,
+    applies=lambda p: not p.options or p.options.doctor,
+)
+
+STEPS: tuple[StepSpec, ...] = (PREFLIGHT, UV, VENV, TORCH, VERIFY, PIN, EXTRAS, ENV, LOCK, SWAP, DOCTOR)
+BY_ID: dict[str, StepSpec] = {s.id: s for s in STEPS}
+
+
+def build_steps(p: Plan, state: State) -> list[Step]:
+    """The plan's steps: each spec that applies, with its command and whether it is already done."""
+    f = Facts(p, state)
+    return [Step(s.id, s.title(f), s.command(f), s.done(f), s.detail(f)) for s in STEPS if s.applies(p)]
+
+
+def spec_of(step: Step) -> StepSpec:
+    return BY_ID[step.id]

@@ -1,0 +1,298 @@
+"""`mw-env train stop`: ask the trainer to stop, wait as long as stopping takes, and force only a hang.
+
+SIGTERM makes the trainer finish its current step, checkpoint, write its report and manifest and
+exit 0 (moving state.json through stopping -> finishing -> finished). How long that takes is known
+from the run itself: the grace is computed from this run's measured step, checkpoint and eval times
+(`stop_grace`), and each move of state.json towards the end buys the next phase its own allowance.
+Only when the run is still there after that (a hung collective, a GPU hang, a trainer that ignores
+SIGTERM) is everything of it SIGKILLed; then state.json says `killed` (and in which state), and
+report/stop.md says what happened and which checkpoint is the last good one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mw_env.atomic import write_json_atomic, write_text_atomic
+from mw_env.errors import InputError
+from mw_env.runs import runstate
+from mw_env.runs.runs import RUN_FILE, RunRecord, _run_lock, is_alive, read_run
+from mw_env.runs.supervise import group_members, marked_processes, same_process_alive
+
+GRACE_FLOOR_S = 90.0  # never less than the old fixed grace: imports and a first step are not measured yet
+REPORT_S = 60.0  # the report (figures) and the manifest (hashing every checkpoint) after the last checkpoint
+STOP_REPORT = Path("report") / "stop.md"
+_CKPT_RE = re.compile(r"step-(\d{9})\.pt")
+
+
+@dataclass(frozen=True)
+class Grace:
+    """How long a stop may take, and the measurements it comes from."""
+
+    seconds: float
+    step_s: float | None = None
+    checkpoint_s: float | None = None
+    eval_s: float | None = None
+    overridden: bool = False
+
+    @property
+    def after_ack_s(self) -> float:
+        """Allowance once the trainer said it is stopping: the checkpoint, an eval, the report."""
+        return 2 * ((self.checkpoint_s or 0.0) + (self.eval_s or 0.0)) + REPORT_S
+
+    def describe(self) -> str:
+        if self.overridden:
+            return f"{self.seconds:g}s (--grace)"
+        parts = [
+            f"{name} {value:.0f}s"
+            for name, value in (
+                ("step", self.step_s),
+                ("checkpoint", self.checkpoint_s),
+                ("eval", self.eval_s),
+            )
+            if value is not None
+        ]
+        measured = f"from the longest {', '.join(parts)}" if parts else "nothing measured yet"
+        return f"{self.seconds:.0f}s ({measured}; --grace overrides)"
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def stop_grace(events: Sequence[dict[str, Any]], *, override: float | None = None) -> Grace:
+    """The grace for this run: two of its longest step (the stop is agreed at the end of a step, so a
+    SIGTERM just after that point costs one more), twice its longest checkpoint and eval, and the report."""
+    if override is not None:
+        return Grace(seconds=float(override), overridden=True)
+    step_s = max(
+        (v for e in events if e.get("event") == "step" and (v := _num(e.get("step_s")))), default=None
+    )
+    started: dict[Any, float] = {}
+    ckpt_s = None
+    step_times: dict[Any, float] = {}
+    eval_s = None
+    for e in events:
+        t = _num(e.get("time"))
+        if t is None:
+            continue
+        kind = e.get("event")
+        if kind == "step":
+            step_times[e.get("step")] = t
+        elif kind == "checkpoint" and e.get("phase") == "start":
+            started[e.get("step")] = t
+        elif kind == "checkpoint" and e.get("phase") == "done" and e.get("step") in started:
+            ckpt_s = max(ckpt_s or 0.0, t - started[e.get("step")])
+        elif kind == "eval" and e.get("step") in step_times:
+            eval_s = max(eval_s or 0.0, t - step_times[e.get("step")])
+    grace = Grace(seconds=0.0, step_s=step_s, checkpoint_s=ckpt_s, eval_s=eval_s)
+    seconds = 2 * (step_s or 0.0) + grace.after_ack_s
+    return replace(grace, seconds=max(GRACE_FLOOR_S, seconds))
+
+
+@dataclass(frozen=True)
+class StopResult:
+    run_dir: Path
+    was_running: bool
+    escalated: bool = False  # SIGKILL was needed after the grace period
+    waited_s: float = 0.0
+    killed_pids: tuple[int, ...] = field(default_factory=tuple)
+    grace: Grace | None = None
+    last_good_checkpoint: str | None = None  # after a kill: the newest checkpoint whose sha256 checks out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "was_running": self.was_running,
+            "escalated": self.escalated,
+            "waited_s": round(self.waited_s, 2),
+            "killed_pids": list(self.killed_pids),
+            "grace_s": round(self.grace.seconds, 1) if self.grace else None,
+            "last_good_checkpoint": self.last_good_checkpoint,
+        }
+
+
+def stop_run(
+    *,
+    out_dir: Path,
+    grace_s: float | None = None,
+    poll_s: float = 0.2,
+    events: Sequence[dict[str, Any]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> StopResult:
+    """SIGTERM the run and wait for it to finish its step, checkpoint and report; SIGKILL everything of
+    it only if it is still there after the grace (`grace_s`, else computed from `events`)."""
+    out_dir = Path(out_dir).resolve()
+    record = read_run(out_dir)
+    if record is None:
+        raise InputError(
+            f"no detached run in {out_dir} (no {RUN_FILE})",
+            hint="runs started with `mw-env train start` can be stopped; a foreground run stops with Ctrl-C",
+        )
+    grace = stop_grace(recent_events(out_dir) if events is None else events, override=grace_s)
+    with _run_lock(out_dir):
+        if not is_alive(record):
+            return StopResult(run_dir=out_dir, was_running=False)
+        record = _with_stop(
+            record, {"requested_at": time.time(), "escalated": False, "grace_s": grace.seconds}
+        )
+        # The supervisor forwards SIGTERM to the trainer; a trainer that lost its supervisor gets it directly.
+        target = record.pid if same_process_alive(record.pid, record.start_ticks) else record.child_pid
+        if not target or target <= 0:  # never 0 or negative: those address whole process groups
+            return StopResult(run_dir=out_dir, was_running=False)
+        try:
+            os.kill(target, signal.SIGTERM)
+        except ProcessLookupError:
+            return StopResult(run_dir=out_dir, was_running=False)
+        started = clock()
+        deadline, seen = started + grace.seconds, None
+        while clock() < deadline:
+            if not is_alive(record) and not _members(record):
+                return StopResult(out_dir, was_running=True, waited_s=clock() - started, grace=grace)
+            state = (runstate.read_state(out_dir) or {}).get("state")
+            if state != seen and state in ("stopping", "finishing") and not grace.overridden:
+                # The trainer acknowledged and moves on: the checkpoint and the report get their own time.
+                deadline, seen = max(deadline, clock() + grace.after_ack_s), state
+            sleep(poll_s)
+        return _kill(record, grace, started, poll_s, clock, sleep)
+
+
+def _kill(
+    record: RunRecord,
+    grace: Grace,
+    started: float,
+    poll_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> StopResult:
+    # The group id is the supervisor's pid; it cannot be reused while the group has members. The workers
+    # torchrun started (each in its own session) carry the run id: they are killed by pid, alike.
+    members = tuple(_members(record))
+    if group_members(record.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(record.pid, signal.SIGKILL)
+    for pid in marked_processes(record.run_id or ""):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    _with_stop(record, {**(record.stop or {}), "escalated": True, "killed": list(members)})
+    for _ in range(int(10 / max(poll_s, 0.01))):
+        if not _members(record):
+            break
+        sleep(poll_s)
+    waited = clock() - started
+    last_good = record_kill(record.run_dir, grace=grace, waited_s=waited, killed=members)
+    return StopResult(
+        record.run_dir,
+        was_running=True,
+        escalated=True,
+        waited_s=waited,
+        killed_pids=members,
+        grace=grace,
+        last_good_checkpoint=last_good,
+    )
+
+
+def recent_events(run_dir: Path, limit: int = 4 << 20) -> list[dict[str, Any]]:
+    """The last few MiB of metrics.jsonl: enough steps and checkpoints to measure (earlier attempts' too)."""
+    import json
+
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():  # a FIFO planted there would block the open
+        return []
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            lines = fh.read(limit).split(b"\n")[1 if size > limit else 0 :]
+    except OSError:
+        return []
+    events = []
+    for line in lines:
+        with contextlib.suppress(ValueError, RecursionError):
+            event = json.loads(line)
+            if isinstance(event, dict):
+                events.append(event)
+    return events
+
+
+def last_good_checkpoint(run_dir: Path) -> Path | None:
+    """The newest checkpoint whose sha256 matches its sidecar (written after the checkpoint was
+    complete); without torch, so `stop` can name it after a kill."""
+    from mw_env.runs.manifest import sha256_file
+
+    folder = Path(run_dir) / "checkpoints"
+    found = sorted(p for p in folder.iterdir() if _CKPT_RE.fullmatch(p.name)) if folder.is_dir() else []
+    for path in reversed(found):
+        with contextlib.suppress(OSError, IndexError):
+            recorded = path.with_name(path.name + ".sha256").read_text().split()[0].lower()
+            if recorded == sha256_file(path):
+                return path
+    return None
+
+
+def record_kill(run_dir: Path, *, grace: Grace, waited_s: float, killed: Sequence[int]) -> str | None:
+    """After a SIGKILL: state.json `killed` and report/stop.md, both naming the last good checkpoint."""
+    previous = runstate.read_state(run_dir) or {}
+    during = str(previous.get("state") or "running")
+    good = last_good_checkpoint(run_dir)
+    rel = good.relative_to(run_dir).as_posix() if good else None
+    runstate.set_state(
+        run_dir,
+        "killed",
+        during=during,
+        last_good_checkpoint=rel,
+        grace_s=round(grace.seconds, 1),
+        waited_s=round(waited_s, 1),
+        killed_pids=list(killed),
+        exit={"returncode": None, "signal": signal.SIGKILL, "oom_kills": 0, "time": time.time()},
+    )
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    resume = (
+        f"The last good checkpoint is `{rel}` (its sha256 matches its sidecar): `mw-env train start` with the "
+        "same config resumes there and writes the full report when it finishes."
+        if rel
+        else "No complete checkpoint was written: a new start begins at step 0."
+    )
+    text = (
+        f"# Run stopped by force\n\n"
+        f"{stamp}: `mw-env train stop` sent SIGTERM; the run was still {during} after "
+        f"{waited_s:.0f} s (grace {grace.describe()}), so every process of it was killed with SIGKILL "
+        f"(pids {', '.join(map(str, killed)) or 'none left'}).\n\n"
+        f"The report and MANIFEST.sha256 of this attempt were not written (any there are from an earlier "
+        f"finish). {resume}\n"
+    )
+    with contextlib.suppress(OSError):
+        (Path(run_dir) / STOP_REPORT).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(run_dir) / STOP_REPORT, text)
+    return rel
+
+
+def _members(record: RunRecord) -> list[int]:
+    """Every live process of the run: its supervisor's process group and each process with its run id."""
+    return sorted(set(group_members(record.pid)) | set(marked_processes(record.run_id or "")))
+
+
+def _with_stop(record: RunRecord, stop: dict[str, Any]) -> RunRecord:
+    updated = replace(record, stop=stop)
+    write_json_atomic(record.run_dir / RUN_FILE, updated.to_dict())
+    return updated
+
+
+__all__ = [
+    "Grace",
+    "StopResult",
+    "last_good_checkpoint",
+    "recent_events",
+    "record_kill",
+    "stop_grace",
+    "stop_run",
+]

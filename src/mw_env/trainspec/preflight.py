@@ -1,0 +1,135 @@
+"""The whole config checked on the host, before the doctor and before anything imports torch.
+
+A glob that matches nothing, a column the shards do not have, a label listed twice, a tracker or
+tokenizer whose package the venv lacks: each used to surface 40-70 s later (after the doctor and a
+torch import) and a missing tracker as exit 1. Here each is an `error:`/`hint:` naming the key and
+value, exit 2, in well under a second: the Parquet columns come from the footers (footer.py, stdlib),
+a JSONL shard's from its first row, the packages from the venv's metadata (nothing is imported).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from mw_env.errors import InputError
+from mw_env.trainspec.config import TrainConfig
+from mw_env.trainspec.extras import bootstrap_hint, installed, missing, needed_extras
+from mw_env.trainspec.footer import FooterError, parquet_columns
+
+FIRST_LINE_MAX = 16 << 20  # a JSONL shard's first row longer than this is not a row
+
+
+def expand(patterns: Sequence[str], key: str, base: Path) -> list[Path]:
+    """Each pattern's matches (relative to `base`, as the trainer sees them); a pattern that matches
+    nothing, or a match that is not a regular .jsonl/.parquet file, is bad input."""
+    out: list[Path] = []
+    for pattern in patterns:
+        full = Path(pattern).expanduser()
+        full = full if full.is_absolute() else base / full
+        matches = sorted(glob.glob(str(full)))
+        if not matches:
+            raise InputError(
+                f"{key}: no file matches {pattern!r}"
+                + (f" (in {base})" if not Path(pattern).is_absolute() else ""),
+                hint="check the path (globs are allowed; a relative path is relative to the current folder)",
+            )
+        for m in matches:
+            path = Path(m)
+            if path.suffix not in (".jsonl", ".parquet"):
+                raise InputError(
+                    f"{key}: {path} is neither .jsonl nor .parquet", hint="data files are .jsonl or .parquet"
+                )
+            try:
+                regular = stat.S_ISREG(path.stat().st_mode)
+            except OSError as exc:
+                raise InputError(
+                    f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check its permissions"
+                ) from None
+            if not regular:
+                raise InputError(
+                    f"{key}: {path} is not a regular file (a FIFO, device or folder)",
+                    hint="data files are regular .jsonl or .parquet files",
+                )
+            out.append(path)
+    return out
+
+
+def columns_of(path: Path, key: str) -> list[str]:
+    """The columns of one shard: the Parquet footer's, or the keys of a JSONL file's first row."""
+    if path.suffix == ".parquet":
+        try:
+            return parquet_columns(path)
+        except (FooterError, OSError) as exc:
+            raise InputError(
+                f"{key}: {path} is not a readable Parquet file ({exc})",
+                hint="re-export the shard, or drop it from the file list",
+            ) from None
+    with open(path, "rb") as fh:
+        for raw in iter(lambda: fh.readline(FIRST_LINE_MAX), b""):
+            if raw.strip():
+                try:
+                    row = json.loads(raw)
+                except ValueError as exc:
+                    raise InputError(
+                        f"{key}: {path} line 1 is not JSON ({exc})",
+                        hint="each line of a .jsonl shard is one JSON object",
+                    ) from None
+                if not isinstance(row, dict):
+                    raise InputError(
+                        f"{key}: {path} line 1 is not a JSON object", hint="each line is one object"
+                    )
+                return list(row)
+    raise InputError(f"{key}: {path} is empty", hint="drop it from the file list")
+
+
+def check_columns(config: TrainConfig, base: Path) -> None:
+    d = config.data
+    for key, patterns in (("data.train_files", d.train_files), ("data.val_files", d.val_files)):
+        for path in expand(patterns, key, base):
+            cols = columns_of(path, key)
+            for ckey, name in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
+                if name not in cols:
+                    raise InputError(
+                        f"{ckey}={name!r}: {path} has no column {name!r} (its columns: {', '.join(cols) or 'none'})",
+                        hint=f"set {ckey} to the shard's column, e.g. --set {ckey}={cols[0] if cols else 'NAME'}",
+                    )
+
+
+def check_labels(config: TrainConfig) -> None:
+    labels = list(config.data.labels or [])
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise InputError(f"data.labels lists {', '.join(dup)} more than once", hint="list each tag once")
+
+
+def check_packages(config: TrainConfig, venv: Path) -> None:
+    """The packages the config's tracker and tokenizer need, installed in the venv (by its metadata)."""
+    extras = needed_extras(config.runtime.tracking, config.data.tokenizer)
+    if not extras:
+        return
+    have = installed(venv)
+    for extra in extras:
+        lacking = missing(venv, extra, have)
+        if lacking:
+            key = "data.tokenizer" if extra == "spm" else "runtime.tracking"
+            value = config.data.tokenizer if extra == "spm" else config.runtime.tracking
+            raise InputError(
+                f"{key}={value} needs {', '.join(lacking)}, which the training venv {venv} does not have",
+                hint=f"add the `{extra}` extra: {bootstrap_hint(venv, extra)}",
+            )
+
+
+def check_on_host(config: TrainConfig, *, venv: Path | None, base: Path) -> None:
+    """Everything about the config that can be known before the doctor; InputError (exit 2) on the first problem."""
+    check_labels(config)
+    if config.data.source == "files":
+        check_columns(config, base)
+    if venv is not None:
+        check_packages(config, venv)
+
+
+__all__ = ["check_on_host", "columns_of", "expand"]

@@ -1,0 +1,43 @@
+"""`stop`'s grace comes from the run's own measured times (issue 20 #2: an address-tagger step of ~87 s on a
+CPU was SIGKILLed by the fixed 90 s grace, with no report and no manifest)."""
+
+from __future__ import annotations
+
+from mw_env.runs.stop import GRACE_FLOOR_S, REPORT_S, stop_grace
+
+
+def _events(step_s: float, ckpt_s: float, eval_s: float) -> list[dict]:
+    t = 1000.0
+    out = []
+    for step in (1, 2):
+        t += step_s
+        out.append({"event": "step", "step": step, "step_s": step_s, "time": t})
+    out.append({"event": "eval", "step": 2, "time": t + eval_s})
+    out.append({"event": "checkpoint", "step": 2, "phase": "start", "time": t + eval_s})
+    out.append({"event": "checkpoint", "step": 2, "phase": "done", "time": t + eval_s + ckpt_s})
+    return out
+
+
+def test_the_grace_covers_two_of_the_longest_steps_the_checkpoint_eval_and_report():
+    grace = stop_grace(_events(step_s=87.0, ckpt_s=12.0, eval_s=30.0))
+    assert grace.step_s == 87.0 and grace.checkpoint_s == 12.0 and grace.eval_s == 30.0
+    assert grace.seconds == 2 * 87 + 2 * (12 + 30) + REPORT_S  # 318 s where the old default was 90
+    assert grace.after_ack_s == 2 * (12 + 30) + REPORT_S
+    assert "step 87s, checkpoint 12s, eval 30s" in grace.describe() and "--grace" in grace.describe()
+
+
+def test_a_fast_or_unmeasured_run_keeps_the_floor_and_an_override_wins():
+    assert stop_grace([]).seconds == GRACE_FLOOR_S
+    assert stop_grace(_events(step_s=0.1, ckpt_s=0.1, eval_s=0.1)).seconds == GRACE_FLOOR_S
+    given = stop_grace(_events(step_s=87.0, ckpt_s=12.0, eval_s=30.0), override=5)
+    assert given.seconds == 5 and given.overridden and given.describe() == "5s (--grace)"
+
+
+def test_bad_values_in_the_events_are_not_measurements():
+    events = [
+        {"event": "step", "step": 1, "step_s": "slow", "time": 1.0},
+        {"event": "step", "step": 2, "step_s": True, "time": "x"},
+        {"event": "checkpoint", "step": 2, "phase": "done", "time": 5.0},  # no start: not a duration
+    ]
+    grace = stop_grace(events)
+    assert grace.seconds == GRACE_FLOOR_S and grace.step_s is None and grace.checkpoint_s is None
