@@ -41,3 +41,25 @@ def test_bad_values_in_the_events_are_not_measurements():
     ]
     grace = stop_grace(events)
     assert grace.seconds == GRACE_FLOOR_S and grace.step_s is None and grace.checkpoint_s is None
+
+
+def test_verify_refuses_an_unfinished_run_and_judges_an_old_one_by_its_manifest(tmp_path):
+    import json
+
+    import pytest
+
+    from mw_env.errors import InputError
+    from mw_env.runs.runstate import record_exit, set_state
+    from mw_env.runs.runstatus import check_verifiable
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "state.json").write_text(json.dumps({"state": "exited", "returncode": 0, "signal": None}))
+    check_verifiable(run)  # a record from before states: not refused
+    set_state(run, "running", pid=2**22 + 12345)  # a pid no process has
+    set_state(run, "finishing", pid=2**22 + 12345, reason="max_steps", step=3)
+    record_exit(run, returncode=None, signal=9, oom_kills=0, child_pid=None)
+    with pytest.raises(InputError, match="ended without finishing \\(it was finishing\\)"):
+        check_verifiable(run)
+    set_state(run, "finished", reason="max_steps", step=3)
+    check_verifiable(run)

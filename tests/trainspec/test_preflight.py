@@ -79,6 +79,10 @@ def test_each_config_problem_is_named_before_anything_heavy(tmp_path):
             r"data\.tokens_column='tokens': .*b\.jsonl has no column 'tokens' \(its columns: words, tags\)",
         ),
         (["data.train_files=[a.parquet]", "data.labels=[O, B-X, O]"], r"data\.labels lists O more than once"),
+        (
+            ["data.train_files=[b.jsonl]", "data.tokens_column=words", "data.labels=[B-X]"],
+            r"data\.labels does not list 'O', found in .*b\.jsonl",
+        ),
     ]
     for overrides, message in cases:
         with pytest.raises(InputError, match=message) as err:

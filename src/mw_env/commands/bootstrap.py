@@ -158,6 +158,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from rich.markup import escape
 
     from mw_env.profiles import resolve
+    from mw_env.provision.archtruth import GpuKernels, policy_for
     from mw_env.provision.plan import plan
 
     as_json, dry_run = args.as_json, args.dry_run
@@ -179,6 +180,13 @@ def _bootstrap(args: BootstrapArgs) -> int:
         torch = torch_source_for(lock, sel.torch)
 
     def plan_for(options: BootstrapOptions) -> Any:
+        made = _plan(options)
+        # The selection's own warnings (the hang-prone override, a retired source) lead the plan's.
+        return replace(
+            made, warnings=tuple(dict.fromkeys((*sel.warnings, *made.warnings))), reason=redact(sel.reason)
+        )
+
+    def _plan(options: BootstrapOptions) -> Any:
         return plan(
             options=options,
             profile=sel.profile.name,
@@ -186,8 +194,11 @@ def _bootstrap(args: BootstrapArgs) -> int:
             runtime_env=dict(sel.env),
             env=resolved.machine.env,
             companions=sel.torch.companions,
-            torch_extras=sel.torch_extras(all_devices=args.all_devices),
-            device_packages=() if args.all_devices else sel.device_packages,
+            kernels=GpuKernels(
+                extras=sel.torch_extras(all_devices=args.all_devices),
+                packages=() if args.all_devices else sel.device_packages,
+                policy=policy_for(sel),
+            ),
         )
 
     the_plan = plan_for(options)
@@ -310,6 +321,22 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
         )
     from rich.markup import escape
 
+    data = the_plan.to_dict()
+    if data["device_packages"] or data["torch_extras"]:
+        size = data["download_bytes"]
+        shown = f"{size / 1e9:.2f} GB ({data['download_note']})" if size else (data["download_note"] or "")
+        out.print(
+            f"[bold]GPU kernels[/] {escape(', '.join(data['device_packages']) or 'every GPU (device-all)')}"
+            + (f"; download {shown}" if shown else ""),
+            soft_wrap=True,
+        )
+    if data["override"]:
+        o = data["override"]
+        value = f"HSA_OVERRIDE_GFX_VERSION={o['value']}" if o["set"] else "no HSA_OVERRIDE_GFX_VERSION"
+        out.print(
+            f"[bold]override[/] {value}: {escape(o['reason'] or '')} (decided by {o['decided_by']})",
+            soft_wrap=True,
+        )
     env_line = " ".join(f"{k}={v}" for k, v in the_plan.runtime_env.items()) or "(none)"
     out.print(f"[bold]env[/] {escape(env_line)}")
     for w in the_plan.warnings:

@@ -80,6 +80,10 @@ class Plan:
     # per-GPU packages they install (pinned with torch, so the extras step can never swap in PyPI's placeholder).
     torch_extras: tuple[str, ...] = ()
     device_packages: tuple[str, ...] = ()
+    arch_policy: Any = None  # archtruth.ArchPolicy: the GPU target and the table's override (AMD)
+    wheel: Any = None  # archtruth.WheelVerdict: what the installed wheel said (set once torch is in)
+    index_pick: Any = None  # torchpick.IndexPick: the exact torch the index serves, and its stated size
+    reason: str = ""  # the selection's reason: the profile, and why its torch source won
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # one-line facts about the choices (no action needed)
     # Found while planning: the dry run shows it, the preflight step stops on it.
@@ -128,8 +132,25 @@ class Plan:
             if self.torch
             else None,
             "torch_source": self.torch_source,
+            "reason": self.reason,
             "torch_extras": list(self.torch_extras),
             "device_packages": list(self.device_packages),
+            "torch_version": (self.index_pick.version if self.index_pick else None)
+            or (
+                self.torch.requirement.split("==", 1)[1]
+                if self.torch and "==" in self.torch.requirement
+                else None
+            ),
+            "index": redact(self.torch_index) if self.torch_index else None,
+            "download_bytes": self.index_pick.download_bytes if self.index_pick else None,
+            "download_note": (
+                "stated by the index"
+                if self.index_pick and self.index_pick.sizes_stated
+                else "not stated by the index"
+                if self.index_pick
+                else None
+            ),
+            "override": self._override(),
             "env": dict(self.runtime_env),  # what the env step writes to mw-env.env
             "warnings": list(self.warnings),
             "notes": list(self.notes),
@@ -145,3 +166,15 @@ class Plan:
             if self.lock
             else None,
         }
+
+    def _override(self) -> dict[str, Any] | None:
+        """The HSA_OVERRIDE_GFX_VERSION decision and why (AMD plans with a known GPU target)."""
+        if self.arch_policy is None:
+            return None
+        value = self.runtime_env.get("HSA_OVERRIDE_GFX_VERSION")
+        out = {"value": value, "set": value is not None, "gfx": self.arch_policy.gfx}
+        out["reason"] = self.wheel.decision if self.wheel is not None else self.arch_policy.reason
+        out["decided_by"] = (
+            "the installed wheel" if self.wheel is not None else "the profile's table (checked after install)"
+        )
+        return out

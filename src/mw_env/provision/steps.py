@@ -131,6 +131,20 @@ def write_lock(run: Run, step: Step) -> str | StepWarning:
     return lock_step(run, step)
 
 
+def read_wheel_archs(run: Run, step: Step) -> str | StepWarning:
+    """Judge the installed wheel's own GPU archs; the wheel's decision replaces the table's in the env file."""
+    from mw_env.provision.archtruth import env_with, judge
+    from mw_env.provision.wheelarch import read_wheel_archs as read
+
+    p = run.plan
+    verdict = judge(p.arch_policy, read(p.build_venv))
+    run.plan = dataclasses.replace(p, wheel=verdict, runtime_env=env_with(p.runtime_env, verdict.override))
+    shown = f"{', '.join(verdict.archs) or 'unknown'} ({verdict.how}); {verdict.decision}"
+    if verdict.warnings:
+        return StepWarning(f"{shown}. " + " ".join(verdict.warnings))
+    return shown
+
+
 def verify_torch(run: Run, step: Step) -> str:
     res = run.command(step, step.command or (), timeout=300)
     return verify_finish(run, step, res.output)
@@ -284,7 +298,11 @@ def write_env(run: Run, step: Step) -> str:
         created=old.created if old else now(),
         updated=now(),
         mw_env_version=mw_env.__version__,
-        torch_source=p.lock.meta.torch_source or p.torch_source if p.lock is not None else p.torch_source,
+        torch_source=(p.lock.meta.torch_source or p.torch_source) if p.lock is not None else p.torch_source,
+        wheel_archs=p.wheel.archs if p.wheel else (),
+        wheel_archs_how=p.wheel.how if p.wheel else "",
+        arch_decision=p.wheel.decision if p.wheel else "",
+        device_packages=tuple(d for d in p.device_packages if venvinfo.installed_version(bv, d)),
     )
     write_record(bv, record)
     run.state.mark(step.id, "done", keys.env_key(p, version))

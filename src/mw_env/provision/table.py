@@ -1,6 +1,7 @@
 """The bootstrap's steps, one object each, in the order they run:
 
-    preflight -> uv -> venv -> torch -> verify-torch -> pin-torch -> extras -> env -> lock -> [swap] -> doctor
+    preflight -> uv -> venv -> torch -> [wheel-archs] -> verify-torch -> pin-torch -> extras -> env -> lock
+    -> [swap] -> doctor
 
 A `StepSpec` holds everything about a step: its title, the exact command it would run, its "already done"
 check, the state key that records which inputs it was done for, its action (steps.py), whether part of it
@@ -234,6 +235,17 @@ TORCH = StepSpec(
     state_key=keys.torch_key,
     detail=_torch_detail,
 )
+WHEEL_ARCHS = StepSpec(
+    "wheel-archs",
+    # Truth from the wheel (AMD, GPU target known): the archs the installed torch carries decide the override,
+    # before the pin and the env file; a re-run decided it while planning (Plan.wheel).
+    title=lambda f: f"Read the installed wheel's GPU archs ({f.p.arch_policy.gfx})",
+    command=_no_command,
+    done=lambda f: f.all_done and f.p.wheel is not None,
+    action=act.read_wheel_archs,
+    detail=lambda f: f.p.arch_policy.reason,
+    applies=lambda p: p.arch_policy is not None,
+)
 VERIFY = StepSpec(
     "verify-torch",
     title=lambda f: f"Verify torch reports the {f.p.build} build",
@@ -308,7 +320,20 @@ DOCTOR = StepSpec(
     applies=lambda p: not p.options or p.options.doctor,
 )
 
-STEPS: tuple[StepSpec, ...] = (PREFLIGHT, UV, VENV, TORCH, VERIFY, PIN, EXTRAS, ENV, LOCK, SWAP, DOCTOR)
+STEPS: tuple[StepSpec, ...] = (
+    PREFLIGHT,
+    UV,
+    VENV,
+    TORCH,
+    WHEEL_ARCHS,
+    VERIFY,
+    PIN,
+    EXTRAS,
+    ENV,
+    LOCK,
+    SWAP,
+    DOCTOR,
+)
 BY_ID: dict[str, StepSpec] = {s.id: s for s in STEPS}
 
 

@@ -408,6 +408,8 @@ def check_verifiable(out_dir: Path) -> None:
     current = (life or {}).get("state")
     if current == "finished" or (life is None and record is None):
         return
+    if current == "exited" and "during" not in life and life.get("returncode") == 0:
+        return  # written before runs had states (the supervisor's bare exit record): judge by the manifest
     alive = is_alive(record) if record is not None else _life_alive(life or {}, Liveness(alive=None))
     earlier = (
         f"; the {MANIFEST} there is from an earlier finish and does not cover this attempt's files"

@@ -45,7 +45,7 @@ def label_order(tags: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _jsonl_tags(path: Path, column: str) -> set[str]:
+def jsonl_tags(path: Path, column: str) -> set[str]:
     seen: set[str] = set()
     consumed = 0
     with open(path, "rb") as fh:
@@ -92,7 +92,7 @@ def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = No
     try:
         for path in shards:
             if path.suffix == ".jsonl":
-                seen |= _jsonl_tags(path, column)
+                seen |= jsonl_tags(path, column)
         found = _parquet_tags([p for p in shards if p.suffix == ".parquet"], column, venv)
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
@@ -101,4 +101,4 @@ def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = No
     return label_order(seen | found)
 
 
-__all__ = ["corpus_labels", "label_order"]
+__all__ = ["corpus_labels", "jsonl_tags", "label_order"]
