@@ -166,7 +166,7 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
     finite = bool(st.get("finite")) and err is not None and math.isfinite(err)
     limit = float(band) if band else tol
     speed = f"{st.get('tflops', 0):.3g} TFLOP/s ({st.get('bench_n')}^3 x {st.get('iters')})"
-    if not finite or err > limit:
+    if not finite or err is None or err > limit:
         cause, fix = ctx.fix(
             "probe.matmul_wrong",
             dtype=dtype,
@@ -179,7 +179,7 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
         return result(cid, AREA, title, "fail", cause, fix)
     detail = f"rel. error {err:.1e} (tol {tol:.0e}), {speed} on {device}"
     info: tuple[str, ...] = ()
-    if band and err > tol:
+    if band and err is not None and err > tol:
         imp = probe.stage("import") or {}
         if imp.get("allow_tf32") or imp.get("fp32_precision") not in (None, "highest"):
             detail += "; TF32 active (allow_tf32 / float32_matmul_precision), as configured"

@@ -155,8 +155,9 @@ class DoctorContext:
         if src.index_url:
             argv += ["--index-url", src.index_url]
         # A multi-arch source installs this GPU's kernels through torch's extra (torch[device-gfx1103]).
-        extras = [src.devices.extra_for(g) for g in self.selection.device_targets] if src.per_gpu else []
-        name = f"torch[{','.join(extras)}]" if extras and src.devices else "torch"
+        devices = src.devices if src.per_gpu else None
+        extras = [devices.extra_for(g) for g in self.selection.device_targets] if devices else []
+        name = f"torch[{','.join(extras)}]" if extras else "torch"
         argv.append(f"{name}{src.version}" if src.version else name)
         return "`" + shlex.join(argv) + "`"
 

@@ -165,8 +165,14 @@ def _bootstrap(args: BootstrapArgs) -> int:
     # soft_wrap: a long line (a path, a command) is wrapped by the terminal, never broken mid-phrase by rich
     out = Console(stderr=as_json, highlight=False, soft_wrap=True)
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
-    where = {"root": args.root, "profile": args.profile, "profiles_dirs": args.profiles_dirs, "gpu": args.gpu}
-    resolved = resolve(**where, source=args.source, interpreters=False)
+    resolved = resolve(
+        root=args.root,
+        profile=args.profile,
+        profiles_dirs=args.profiles_dirs,
+        gpu=args.gpu,
+        source=args.source,
+        interpreters=False,
+    )
     sel = resolved.selection
     lock = _read_lock(args, sel, resolved.machine.env) if args.lock else None
     from mw_env.envlock.match import target_of

@@ -55,7 +55,7 @@ def with_extras(requirement: str, extras: tuple[str, ...]) -> str:
     return f"torch[{','.join(extras)}]{rest}"
 
 
-def extras_key(p: Plan, torch_version: str) -> str:
+def extras_key(p: Plan, torch_version: str | None) -> str:
     lock = p.lock.sha256 if p.lock is not None else ""
     return short_hash(p.project_args, p.proj_key, torch_version, p.sources.constraints, bool(p.adopted), lock)
 

@@ -17,10 +17,16 @@ DISK_NEED = {"rocm": 14 * GiB, "cuda": 9 * GiB, "cpu": 2 * GiB}
 
 
 class TorchSourceLike(Protocol):
-    build: str
-    index_url: str | None
-    version: str
-    local_tag: str
+    """What a plan reads of a profile's torch source (profiles.model.TorchSource, frozen: read-only here)."""
+
+    @property
+    def build(self) -> str: ...
+    @property
+    def index_url(self) -> str | None: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def local_tag(self) -> str: ...
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,9 @@ class BackgroundVerify:
 def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
     """Judge the overlapped build check, then run the step's own command (with `import torch`) when it has one."""
     python = (step.command or (sys.executable,))[0]
-    imports = bool(step.command) and tuple(step.command) != verify.verify_command(python, import_torch=False)
+    imports = bool(step.command) and tuple(step.command or ()) != verify.verify_command(
+        python, import_torch=False
+    )
     # The step is recorded done only by the last check it owns: with an `import torch` check to come, the
     # static check alone must not mark it (a venv whose torch does not import was later called "ready").
     detail = verify_finish(run, step, static_output, record=not imports)

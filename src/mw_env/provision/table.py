@@ -185,7 +185,7 @@ def _verify_command(f: Facts) -> Command:
     return verify_command(f.py, import_torch=not (f.p.options.doctor if f.p.options else True))
 
 
-def _extras_command(f: Facts) -> Command:
+def _extras_command(f: Facts) -> tuple[str, ...]:
     p, bv = f.p, f.bv
     pin_flag = (
         ["--override", str(bv / pinmod.OVERRIDES_FILE)]
@@ -202,7 +202,7 @@ def _no_command(f: Facts) -> Command:
 
 # -- the table --------------------------------------------------------------------------------------------
 
-PREFLIGHT = StepSpec(
+PREFLIGHT: StepSpec = StepSpec(
     "preflight",
     title=lambda f: "Check disk, uv, Python and the torch source",
     command=_no_command,
@@ -211,7 +211,7 @@ PREFLIGHT = StepSpec(
     detail=_preflight_detail,
     changes=False,  # checks only
 )
-UV = StepSpec(
+UV: StepSpec = StepSpec(
     "uv",
     title=lambda f: "Install uv from PyPI" if not f.p.uv else "uv is present",
     command=_uv_command,
@@ -219,14 +219,14 @@ UV = StepSpec(
     action=act.install_uv,
     detail=lambda f: f.p.uv or "",
 )
-VENV = StepSpec(
+VENV: StepSpec = StepSpec(
     "venv",
     title=lambda f: f"Create the venv {f.bv}",
     command=_venv_command,
     done=lambda f: f.venv_ok,
     action=act.create_venv,
 )
-TORCH = StepSpec(
+TORCH: StepSpec = StepSpec(
     "torch",
     title=_torch_title,
     command=_torch_command,
@@ -235,7 +235,7 @@ TORCH = StepSpec(
     state_key=keys.torch_key,
     detail=_torch_detail,
 )
-WHEEL_ARCHS = StepSpec(
+WHEEL_ARCHS: StepSpec = StepSpec(
     "wheel-archs",
     # Truth from the wheel (AMD, GPU target known): the archs the installed torch carries decide the override,
     # before the pin and the env file; a re-run decided it while planning (Plan.wheel).
@@ -246,7 +246,7 @@ WHEEL_ARCHS = StepSpec(
     detail=lambda f: f.p.arch_policy.reason,
     applies=lambda p: p.arch_policy is not None,
 )
-VERIFY = StepSpec(
+VERIFY: StepSpec = StepSpec(
     "verify-torch",
     title=lambda f: f"Verify torch reports the {f.p.build} build",
     command=_verify_command,
@@ -256,7 +256,7 @@ VERIFY = StepSpec(
     # Its build check reads torch/version.py in a child while the pin and the extras run (BackgroundVerify).
     overlap=Overlap(start=act.BackgroundVerify, finish=act.verify_after_extras),
 )
-PIN = StepSpec(
+PIN: StepSpec = StepSpec(
     "pin-torch",
     title=lambda f: "Pin torch for pip and uv in this venv",
     command=_no_command,
@@ -264,7 +264,7 @@ PIN = StepSpec(
     action=act.pin_torch,
     beside=True,
 )
-EXTRAS = StepSpec(
+EXTRAS: StepSpec = StepSpec(
     "extras",
     title=lambda f: "Install the project's extras with torch pinned",
     # From a lock, every dependency is installed already, exactly: the project alone (--no-deps).
@@ -278,7 +278,7 @@ EXTRAS = StepSpec(
     state_key=keys.extras_key,
     beside=True,
 )
-ENV = StepSpec(
+ENV: StepSpec = StepSpec(
     "env",
     title=lambda f: "Persist the runtime environment (activate, mw-env.env, mw-env.json)",
     command=_no_command,
@@ -286,12 +286,12 @@ ENV = StepSpec(
     action=act.write_env,
     state_key=keys.env_key,
 )
-LOCK = StepSpec(
+LOCK: StepSpec = StepSpec(
     "lock",
     title=lambda f: (
         f"Check the venv against its lock ({LOCK_FILE})"
         if f.p.lock is not None
-        else "Write the venv's lock (pylock.mw-env.toml, by uv)"
+        else f"Write the venv's lock ({LOCK_FILE}, by uv)"
     ),
     command=_no_command,
     # An adopted torch lives outside the venv: no lock is written for it (the step says so once).
@@ -301,7 +301,7 @@ LOCK = StepSpec(
     action=act.write_lock,
     state_key=keys.lock_key,
 )
-SWAP = StepSpec(
+SWAP: StepSpec = StepSpec(
     "swap",
     title=lambda f: f"Replace {f.p.venv} with the new venv",
     command=_no_command,
@@ -310,7 +310,7 @@ SWAP = StepSpec(
     applies=lambda p: bool(p.options and p.options.recreate),
     moves_venv=True,
 )
-DOCTOR = StepSpec(
+DOCTOR: StepSpec = StepSpec(
     "doctor",
     title=lambda f: "Run the doctor",
     command=_no_command,

@@ -207,7 +207,7 @@ def _life_notes(state: str, life: dict[str, Any] | None) -> list[str]:
         return ["the loop has ended; the report and MANIFEST.sha256 are being written (not verifiable yet)"]
     if state == "killed":
         return [
-            f"killed by `mw-env train stop` while {life.get('during', 'running')}, after its grace of "
+            f"killed by `mw-env train stop` while {(life or {}).get('during', 'running')}, after its grace of "
             f"{life.get('grace_s')}s: no report or manifest for this attempt (report/stop.md says what "
             f"happened); last good checkpoint: {life.get('last_good_checkpoint') or 'none'}"
         ]
@@ -362,8 +362,18 @@ class RunWatcher:
             out.append(json_safe({"event": current, **facts, "time": life.get("time")}))
         gone = liveness.alive is False or (liveness.alive is None and not _life_alive(life, liveness))
         if self._held and (current == "finished" or gone or not life):
-            extra = {k: life.get(k) for k in ("report", "manifest")} if current == "finished" else {}
-            out += [json_safe({**item, **{k: v for k, v in extra.items() if v}}) for item in self._held]
+            # Finished with its report and manifest, or (the process gone before that) said to be incomplete.
+            extra = (
+                {k: life.get(k) for k in ("report", "manifest")}
+                if current == "finished"
+                else {"complete": False}
+                if life
+                else {}
+            )
+            out += [
+                json_safe({**item, **{k: v for k, v in extra.items() if v is not None}})
+                for item in self._held
+            ]
             self._held = []
             self.done = True
         for anomaly in self.anomalies:
@@ -408,7 +418,7 @@ def check_verifiable(out_dir: Path) -> None:
     current = (life or {}).get("state")
     if current == "finished" or (life is None and record is None):
         return
-    if current == "exited" and "during" not in life and life.get("returncode") == 0:
+    if life is not None and current == "exited" and "during" not in life and life.get("returncode") == 0:
         return  # written before runs had states (the supervisor's bare exit record): judge by the manifest
     alive = is_alive(record) if record is not None else _life_alive(life or {}, Liveness(alive=None))
     earlier = (
@@ -425,7 +435,7 @@ def check_verifiable(out_dir: Path) -> None:
     if current == "killed":
         good = (life or {}).get("last_good_checkpoint")
         raise InputError(
-            f"the run in {out_dir} was killed by `mw-env train stop` while {life.get('during', 'running')}: "
+            f"the run in {out_dir} was killed by `mw-env train stop` while {(life or {}).get('during', 'running')}: "
             f"this attempt wrote no report or manifest{earlier}",
             hint=f"`mw-env train start` with the same config resumes from {good or 'step 0'} and writes them "
             "when it finishes; report/stop.md says what happened",
