@@ -63,3 +63,24 @@ def test_verify_refuses_an_unfinished_run_and_judges_an_old_one_by_its_manifest(
         check_verifiable(run)
     set_state(run, "finished", reason="max_steps", step=3)
     check_verifiable(run)
+
+
+def test_watch_says_a_run_that_died_writing_its_report_is_incomplete(tmp_path):
+    import json
+
+    from mw_env.runs.runstate import record_exit, set_state
+    from mw_env.runs.runstatus import RunWatcher, run_status
+
+    run = tmp_path / "run"
+    run.mkdir()
+    events = [
+        {"event": "step", "step": 1, "loss": 1.0, "time": 1.0},
+        {"event": "finished", "step": 1, "time": 2.0},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    set_state(run, "finishing", pid=2**22 + 12345, reason="max_steps", step=1)
+    record_exit(run, returncode=None, signal=9, oom_kills=0, child_pid=None)
+    out = RunWatcher(out_dir=run).poll()
+    assert out[-1]["event"] == "finished" and out[-1]["complete"] is False
+    status = run_status(out_dir=run)
+    assert status.state == "unknown" and any("ended while writing its report" in n for n in status.notes)

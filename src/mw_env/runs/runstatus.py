@@ -362,8 +362,18 @@ class RunWatcher:
             out.append(json_safe({"event": current, **facts, "time": life.get("time")}))
         gone = liveness.alive is False or (liveness.alive is None and not _life_alive(life, liveness))
         if self._held and (current == "finished" or gone or not life):
-            extra = {k: life.get(k) for k in ("report", "manifest")} if current == "finished" else {}
-            out += [json_safe({**item, **{k: v for k, v in extra.items() if v}}) for item in self._held]
+            # Finished with its report and manifest, or (the process gone before that) said to be incomplete.
+            extra = (
+                {k: life.get(k) for k in ("report", "manifest")}
+                if current == "finished"
+                else {"complete": False}
+                if life
+                else {}
+            )
+            out += [
+                json_safe({**item, **{k: v for k, v in extra.items() if v is not None}})
+                for item in self._held
+            ]
             self._held = []
             self.done = True
         for anomaly in self.anomalies:
