@@ -183,9 +183,12 @@ def _state(
     if finished and not died_finishing:
         reason = finished[-1].get("reason")
         return {"stopped": "stopped", "nonfinite": "failed"}.get(str(reason), "finished")
-    if liveness.alive:
+    alive = liveness.alive
+    if alive is None and current in ("running", "stopping", "finishing"):
+        alive = _life_alive(life, liveness)  # a foreground run: its trainer's pid, from state.json
+    if alive:
         return "running" if any(e.get("event") == "step" for e in events) else "starting"
-    if liveness.alive is False:
+    if alive is False:
         return "stopped" if record and record.stop and not finished else "dead"
     return "unknown"
 
