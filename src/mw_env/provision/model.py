@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +42,10 @@ class BootstrapOptions:
     recreate: bool = False
     adopt: bool | None = None  # reuse an image's torch: True, False, None = not decided (plan reports it)
     doctor: bool = True
+    # `bootstrap --lock FILE`: the validated lock (envlock.lockfile.Lock); its packages are installed exactly.
+    lock: Any = None
+    # The hardware the venv's lock names (gpu, arch, required_arch, driver_floor: envlock.match.target_of).
+    lock_target: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,16 @@ class Plan:
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
+    def lock(self) -> Any:
+        """The lock this bootstrap installs from (`--lock`), or None."""
+        return self.options.lock if self.options else None
+
+    @property
+    def lock_target(self) -> dict[str, str]:
+        """The hardware the lock written for this venv names."""
+        return dict(self.options.lock_target) if self.options else {}
+
+    @property
     def venv_python(self) -> Path:
         return self.build_venv / "bin" / "python"
 
@@ -148,6 +163,13 @@ class Plan:
             "problem": self.problem.message if self.problem else None,
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
             if self.adoptable
+            else None,
+            "lock": {
+                "source": self.lock.source,
+                "sha256": self.lock.sha256,
+                "hardware": self.lock.meta.hardware(),
+            }
+            if self.lock
             else None,
         }
 

@@ -1,7 +1,7 @@
 """The bootstrap's steps, one object each, in the order they run:
 
-    preflight -> uv -> venv -> torch -> [wheel-archs] -> verify-torch -> pin-torch -> extras -> env -> [swap]
-    -> doctor
+    preflight -> uv -> venv -> torch -> [wheel-archs] -> verify-torch -> pin-torch -> extras -> env -> lock
+    -> [swap] -> doctor
 
 A `StepSpec` holds everything about a step: its title, the exact command it would run, its "already done"
 check, the state key that records which inputs it was done for, its action (steps.py), whether part of it
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from mw_env.envlock import LOCK_FILE
 from mw_env.provision import keys
 from mw_env.provision import pin as pinmod
 from mw_env.provision import steps as act
@@ -125,11 +126,18 @@ def _venv_command(f: Facts) -> Command:
 
 
 def _torch_title(f: Facts) -> str:
+    if f.p.lock is not None:
+        return f"Install the lock's packages exactly, torch {f.p.lock.meta.torch} among them (hashes checked)"
     return f"Install torch ({f.p.build}{', ' + f.p.local_tag if f.p.local_tag else ''}) first"
 
 
 def _torch_command(f: Facts) -> Command:
     p = f.p
+    if p.lock is not None:
+        from mw_env.envlock.rebuild import install_command
+
+        # The whole lock in one uv transaction: every file's sha256 is checked before any is installed.
+        return install_command(f.uv, f.py, f.bv / LOCK_FILE, offline=bool(f.offline))
     if p.adopted:
         return None
     # Without a usable source (preflight will stop on the problem) the plan still shows the command that
@@ -150,6 +158,8 @@ def _torch_command(f: Facts) -> Command:
 
 
 def _torch_done(f: Facts) -> bool:
+    if f.p.lock is not None:
+        return f.installed == f.p.lock.meta.torch and TORCH.is_done(f, f.installed)
     if f.p.adopted:
         return f.venv_ok and adopted_site(f.bv) == f.p.adopted.site
     # The state says the step finished; the dist-info says the build is still the profile's.
@@ -158,6 +168,10 @@ def _torch_done(f: Facts) -> bool:
 
 def _torch_detail(f: Facts) -> str:
     p = f.p
+    if p.lock is not None:
+        from mw_env.envlock.rebuild import describe
+
+        return f"{describe(p.lock)} from {p.lock.source}"
     if p.adopted:
         return f"reuse the image's torch {p.adopted.version} from {p.adopted.site}"
     req = p.torch.requirement if p.torch else exact_requirement(p.version_spec, p.local_tag)
@@ -253,7 +267,12 @@ PIN: StepSpec = StepSpec(
 EXTRAS: StepSpec = StepSpec(
     "extras",
     title=lambda f: "Install the project's extras with torch pinned",
-    command=lambda f: (*_extras_command(f), *f.p.project_args, "pip"),
+    # From a lock, every dependency is installed already, exactly: the project alone (--no-deps).
+    command=lambda f: (
+        (*_extras_command(f), "--no-deps", *f.p.project_args)
+        if f.p.lock is not None
+        else (*_extras_command(f), *f.p.project_args, "pip")
+    ),
     done=lambda f: f.venv_ok and EXTRAS.is_done(f, f.installed or ""),
     action=act.install_extras,
     state_key=keys.extras_key,
@@ -266,6 +285,21 @@ ENV: StepSpec = StepSpec(
     done=lambda f: f.env_done,
     action=act.write_env,
     state_key=keys.env_key,
+)
+LOCK: StepSpec = StepSpec(
+    "lock",
+    title=lambda f: (
+        f"Check the venv against its lock ({LOCK_FILE})"
+        if f.p.lock is not None
+        else f"Write the venv's lock ({LOCK_FILE}, by uv)"
+    ),
+    command=_no_command,
+    # An adopted torch lives outside the venv: no lock is written for it (the step says so once).
+    done=lambda f: (
+        f.venv_ok and ((f.bv / LOCK_FILE).is_file() or bool(f.p.adopted)) and LOCK.is_done(f, f.installed)
+    ),
+    action=act.write_lock,
+    state_key=keys.lock_key,
 )
 SWAP: StepSpec = StepSpec(
     "swap",
@@ -296,6 +330,7 @@ STEPS: tuple[StepSpec, ...] = (
     PIN,
     EXTRAS,
     ENV,
+    LOCK,
     SWAP,
     DOCTOR,
 )
