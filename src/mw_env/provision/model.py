@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,10 +17,16 @@ DISK_NEED = {"rocm": 14 * GiB, "cuda": 9 * GiB, "cpu": 2 * GiB}
 
 
 class TorchSourceLike(Protocol):
-    build: str
-    index_url: str | None
-    version: str
-    local_tag: str
+    """What a plan reads of a profile's torch source (profiles.model.TorchSource, frozen: read-only here)."""
+
+    @property
+    def build(self) -> str: ...
+    @property
+    def index_url(self) -> str | None: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def local_tag(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,10 @@ class BootstrapOptions:
     recreate: bool = False
     adopt: bool | None = None  # reuse an image's torch: True, False, None = not decided (plan reports it)
     doctor: bool = True
+    # `bootstrap --lock FILE`: the validated lock (envlock.lockfile.Lock); its packages are installed exactly.
+    lock: Any = None
+    # The hardware the venv's lock names (gpu, arch, required_arch, driver_floor: envlock.match.target_of).
+    lock_target: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,16 @@ class Plan:
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
+    def lock(self) -> Any:
+        """The lock this bootstrap installs from (`--lock`), or None."""
+        return self.options.lock if self.options else None
+
+    @property
+    def lock_target(self) -> dict[str, str]:
+        """The hardware the lock written for this venv names."""
+        return dict(self.options.lock_target) if self.options else {}
+
+    @property
     def venv_python(self) -> Path:
         return self.build_venv / "bin" / "python"
 
@@ -142,6 +163,13 @@ class Plan:
             "problem": self.problem.message if self.problem else None,
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
             if self.adoptable
+            else None,
+            "lock": {
+                "source": self.lock.source,
+                "sha256": self.lock.sha256,
+                "hardware": self.lock.meta.hardware(),
+            }
+            if self.lock
             else None,
         }
 

@@ -111,7 +111,7 @@ def plan(
         picked = _choose_in_venv(build_venv, request, state, installed, torch_ok, options, kernels.extras)
     else:
         picked = _choose_fresh(request, options)
-    choice = picked.choice
+    choice = _for_lock(picked.choice, options)
     if choice.problem and choice.problem.input:
         raise choice.problem.error()
     choice, truth = _truth(choice, torch, request, kernels, build_venv, torch_ok and installed, runtime_env)
@@ -146,6 +146,14 @@ def plan(
     )
     plan_ = replace(plan_, disk_need=_disk_need(plan_, torch_ok))
     return replace(plan_, steps=tuple(build_steps(plan_, state)))
+
+
+def _for_lock(choice: Choice, options: BootstrapOptions) -> Choice:
+    """From a lock (`--lock`), which names every file, the profile's torch source is not consulted: neither its
+    torch choice nor its problems (an unreachable index, no wheel in the wheelhouse) are this bootstrap's."""
+    if options.lock is None or choice.python is None or (choice.problem and choice.problem.input):
+        return choice
+    return replace(choice, torch=None, problem=None, warnings=())
 
 
 def _truth(

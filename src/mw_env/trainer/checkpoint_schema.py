@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from mw_env.errors import InputError
 from mw_env.trainspec.extras import bootstrap_hint
@@ -53,7 +53,7 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -219,7 +219,8 @@ def _vocab_size(state: Mapping[str, Any]) -> int | None:
         ) from None
     try:
         sp = spm.SentencePieceProcessor()
-        sp.LoadFromSerializedProto(proto.numpy().tobytes())
+        tensor: Any = proto  # anything: what is not a tensor of a model is refused below
+        sp.LoadFromSerializedProto(tensor.numpy().tobytes())
         return sp.get_piece_size() + N_SPECIAL
     except Exception:  # not a tensor, not a model: the export or resume could not use it
         return None

@@ -178,7 +178,7 @@ def _wrap(trainer: Trainer, compile_model: bool) -> None:
         dev = trainer.device
         trainer.train_model = DDP(trainer.model, device_ids=[dev.index] if dev.type == "cuda" else None)
     if compile_model:
-        trainer.train_model = torch.compile(trainer.train_model)  # type: ignore[assignment]
+        trainer.train_model = torch.compile(trainer.train_model)
 
 
 def _run(
@@ -298,7 +298,7 @@ def _log_step(s: Session, out: StepOutcome, waited: float, step_s: float) -> Non
 def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     config = s.resolved.config
     rt, dist, state = config.runtime, s.dist, s.state
-    producer = s.corpus.producer()
+    producer = s.corpus.producer(stop=rt.max_steps)
     reader = Prefetcher(
         producer,
         start=state.step,
@@ -313,6 +313,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     t_first = t_start
     t_last = t_start
     s.trainer.train_model.train()
+    assert s.counts is not None  # set (fresh, or from the checkpoint) before the first step
     try:
         with StopFlag() as stop:
             while state.step < rt.max_steps:
@@ -393,9 +394,14 @@ def _finish(
     s: Session, reason: str, last_ckpt: Path | None, losses: list[float], doctor_json: Path | None
 ) -> RunResult:
     rt, state = s.resolved.config.runtime, s.state
+    assert s.counts is not None  # set before the first step
     parts = gather_objects({"counts": s.counts.to_dict(), "position": s.position()}, s.dist)
     last_ckpt = last_ckpt or ckpt_mod.latest_valid_checkpoint(s.ckpt_dir)
-    ended = {"reason": reason, "step": state.step, "last_checkpoint": str(last_ckpt) if last_ckpt else None}
+    ended: dict[str, Any] = {
+        "reason": reason,
+        "step": state.step,
+        "last_checkpoint": str(last_ckpt) if last_ckpt else None,
+    }
     # `finished` in metrics.jsonl is the loop's end (the manifest covers it); the run is finished only
     # when state.json says so, after the report and the manifest.
     mark(s.out_dir, "finishing", main=s.dist.main, **ended)

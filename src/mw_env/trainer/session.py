@@ -64,6 +64,7 @@ class Session:
     def save(self) -> Path | None:
         """All ranks: gather RNG states, positions and counts; rank 0 writes the checkpoint."""
         t = self.trainer
+        assert self.counts is not None  # set before the first step, so before any checkpoint
         parts = gather_objects(
             {"rng": rng_states(), "position": self.position(), "counts": self.counts.to_dict()}, self.dist
         )
