@@ -129,6 +129,12 @@ def main() -> int:
 
     ref = statistics.median(bare)
     med = statistics.median(cold)
+    amd_work = Path(tempfile.mkdtemp(prefix="mw-env-bench-amd-"))
+    try:
+        truth = _amd_truth(amd_work)
+    finally:
+        shutil.rmtree(amd_work, ignore_errors=True)
+    truth["ratio"] = (truth["listing_ms"] + truth["devices_ms"]) / 1000 / ref
     rows = [
         ("bare uv sequence, empty uv cache (reference)", ref),
         ("**`mw-env bootstrap`, empty uv cache**", med),
@@ -157,10 +163,68 @@ choice: {statistics.median(planning):.1f} s median including the interpreter sta
 torch/version.py, while the extras install; `import torch` is left to the doctor), pins torch and writes the env
 and the record. Steps (median):
 {breakdown}. A new container that mounts the same uv cache provisions in the "shared uv cache" time.
+
+What an AMD bootstrap adds (issue 17), measured in the same run on a loopback copy of the AMD indexes
+(`tests/amdworld.py`; the real indexes are not reachable from this machine): listing the index's torch and the
+GPU's device package before installing {truth["listing_ms"]:.0f} ms, reading the installed wheel's archs from its
+device packages {truth["devices_ms"]:.2f} ms: together {truth["ratio"]:.5f}x of the bare uv sequence above, so the
+AMD path stays within the same ratio. The worst case, a wheel with no device packages whose arch flags are only
+found in a {truth["lib_mb"]} MB HIP library (libtorch_python.so, much smaller, is read first), took
+{truth["scan_ms"]:.0f} ms; it is paid only by the legacy bundling wheels (rocm <= 7.2). Medians of 5.
 """
     update_section("bootstrap", md)
     print(md)
     return 0
+
+
+def _amd_truth(work: Path) -> dict[str, float]:
+    """The index listing and the wheel-arch read an AMD bootstrap adds, timed on loopback (medians of 5)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from amdworld import build_world
+    from indexserver import serve
+    from mw_env.provision.torchpick import pick_from_index
+    from mw_env.provision.wheelarch import read_wheel_archs
+
+    work.mkdir(parents=True, exist_ok=True)
+    world = build_world(work / "amd")
+    listing: list[float] = []
+    with serve({"multiarch": world.multiarch}) as srv:
+        for _ in range(5):
+            t0 = time.perf_counter()
+            pick = pick_from_index(
+                srv.url("multiarch"),
+                version_spec=">=2.12,<2.15",
+                local_tag="+rocm7.14",
+                python="3.12",
+                device_packages=("amd-torch-device-gfx1103",),
+            )
+            listing.append(time.perf_counter() - t0)
+            assert pick.version, pick.problem
+    site = work / "venv" / "lib" / "python3.12" / "site-packages"
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "amd_torch_device_gfx1103-2.14.0+rocm7.14.0.dist-info").mkdir()
+    devices = [_clock(read_wheel_archs, work / "venv") for _ in range(5)]
+    shutil.rmtree(site / "amd_torch_device_gfx1103-2.14.0+rocm7.14.0.dist-info")
+    lib_mb = 256
+    with open(site / "torch" / "lib" / "libtorch_hip.so", "wb") as fh:
+        chunk = os.urandom(1 << 20).replace(b"gfx", b"GFX")
+        for _ in range(lib_mb):
+            fh.write(chunk)
+        fh.write(b"gfx942;gfx1100;gfx1151\0")
+    scans = [_clock(read_wheel_archs, work / "venv") for _ in range(5)]
+    return {
+        "listing_ms": 1000 * statistics.median(listing),
+        "devices_ms": 1000 * statistics.median(devices),
+        "scan_ms": 1000 * statistics.median(scans),
+        "lib_mb": lib_mb,
+        "ratio": 0.0,
+    }
+
+
+def _clock(fn: object, *args: object) -> float:
+    t0 = time.perf_counter()
+    fn(*args)  # type: ignore[operator]
+    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":

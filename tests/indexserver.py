@@ -60,7 +60,11 @@ class Server:
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(body)
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_HEAD(self) -> None:  # uv asks a wheel's size and range support first
+                self.do_GET()
 
             def do_GET(self) -> None:
                 path = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)

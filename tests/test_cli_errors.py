@@ -237,3 +237,20 @@ def test_toml_config_gets_a_toml_hint_and_a_section_typo_names_the_section(tmp_p
     yaml_file.write_text("model:\n  d_modle: 64\n")
     assert main(["train", "config", "--config", str(yaml_file)]) == 2
     assert "model.d_model" in _two_lines(capsys.readouterr().err)[1]  # a key typo still suggests keys
+
+
+def test_every_extra_hint_names_the_one_install_form():
+    """Issue 20 #9: hints named `uv pip install --python ...`, `mw-env[tracking]` or `install mw-env[spm]` for the
+    same fix. Every hint about a missing optional package says `mw-env bootstrap --venv V --extras train,X`
+    (trainspec/extras.py), the install the torch pin covers."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "mw_env"
+    offenders = []
+    for path in [*src.glob("trainer/**/*.py"), *src.glob("trainspec/*.py"), *src.glob("runs/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+                if "mw-env[" in text or ("pip install" in text and "a bare `pip install`" not in text):
+                    offenders.append(f"{path.relative_to(src)}:{node.lineno}: {text[:80]}")
+    assert offenders == []

@@ -113,3 +113,16 @@ def test_next_line_and_the_runnable_blocks_work_pasted_into_a_fresh_shell(tmp_pa
     for block in blocks:
         res = _fresh_shell(activate + block, tmp_path)
         assert res.returncode == 0, f"{block}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+
+
+def test_the_readme_names_the_extras_export_and_tracking_need():
+    """Issue 20 #10: the first `train export` failed with "No module named 'onnx'" and nothing had said so."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `mw-env train export"))
+    assert "mw-env bootstrap --extras train,export" in row
+    assert (
+        "`tracking` or `mlflow` extra" in readme and "mw-env bootstrap --extras train,export,mlflow" in readme
+    )
+    runs = (ROOT / "docs" / "runs.md").read_text(encoding="utf-8")
+    for extra in ("export", "tracking", "mlflow"):
+        assert f"--extras train,{extra}`" in runs, extra

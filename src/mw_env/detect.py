@@ -17,11 +17,11 @@ from typing import TypeVar
 from mw_env.detection.amd import amd_gpus
 from mw_env.detection.container import container_info
 from mw_env.detection.nvidia import nvidia_gpus
-from mw_env.detection.pci import VENDOR_AMD, VENDOR_NAMES, VENDOR_NVIDIA, display_devices
+from mw_env.detection.pci import VENDOR_AMD, VENDOR_NAMES, VENDOR_NVIDIA, PciDevice, display_devices
 from mw_env.detection.probe import Probe
 from mw_env.detection.system import cpu_info, memory_limit, memory_total, os_info, pythons, uv_info
 from mw_env.errors import InputError
-from mw_env.hardware import ContainerInfo, CpuInfo, Gpu, Hardware, OsInfo
+from mw_env.hardware import ContainerInfo, CpuInfo, Gpu, Hardware, OsInfo, PythonInfo
 from mw_env.machine import Machine
 
 _GIB = 1024**3
@@ -35,9 +35,11 @@ def detect(machine: Machine, *, gpu: int | None = None, interpreters: bool = Tru
     find their own interpreter (bootstrap) or need none (env, doctor) keep a no-op run fast.
     """
     probe = Probe(machine)
-    pci = _guard(probe, "PCI devices", lambda: display_devices(probe), [])
-    found = _guard(probe, "AMD GPUs", lambda: amd_gpus(probe, pci), [])
-    nvidia, driver = _guard(probe, "NVIDIA GPUs", lambda: nvidia_gpus(probe, pci), ([], None))
+    no_gpus: list[Gpu] = []
+    pci = _guard(probe, "PCI devices", lambda: display_devices(probe), list[PciDevice]())
+    found = _guard(probe, "AMD GPUs", lambda: amd_gpus(probe, pci), no_gpus)
+    no_driver: tuple[list[Gpu], str | None] = (no_gpus, None)
+    nvidia, driver = _guard(probe, "NVIDIA GPUs", lambda: nvidia_gpus(probe, pci), no_driver)
     gpus = _numbered([*found, *nvidia])
     selected, reason = select_gpu(gpus, gpu=gpu)
     if not gpus and driver:
@@ -56,7 +58,9 @@ def detect(machine: Machine, *, gpu: int | None = None, interpreters: bool = Tru
     os_facts = _guard(probe, "OS", lambda: os_info(probe), OsInfo())
     container = _guard(probe, "container", lambda: container_info(probe), ContainerInfo())
     found_pythons = (
-        _guard(probe, "Python interpreters", lambda: pythons(probe, uv), ()) if interpreters else ()
+        _guard(probe, "Python interpreters", lambda: pythons(probe, uv), tuple[PythonInfo, ...]())
+        if interpreters
+        else ()
     )
     return Hardware(  # every part has run: probe.notes is complete
         gpus=gpus,

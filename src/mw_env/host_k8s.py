@@ -41,6 +41,10 @@ class Manifest:
         return {"runtime": "kubernetes", "manifest": self.text, "notes": list(self.notes)}
 
 
+# The lock's sha256 a pod's venv must have (read by runs.launch; set by a manifest made with --lock).
+LOCK_ENV = "MW_ENV_LOCK_SHA256"
+
+
 def multinode_manifest(
     *,
     hardware: Hardware,
@@ -53,6 +57,7 @@ def multinode_manifest(
     render_gid: int | None = None,
     pvc: str | None = None,
     storage: str = "50Gi",
+    lock: tuple[str, str] | None = None,
 ) -> Manifest:
     """The Service, the Job (and the run folder's claim unless `pvc` names one) for `nodes` nodes."""
     if nodes < 2:
@@ -107,6 +112,18 @@ def multinode_manifest(
     args = ["train", "--config", config, "--nnodes", str(nodes), "--node-rank", "$(NODE_RANK)"]
     args += ["--rdzv-endpoint", endpoint, "--rdzv-id", name, "--nproc-per-node", str(gpus_per_node)]
     args += ["--set", f"runtime.out_dir={run_dir}"]
+    train_env: list[dict[str, Any]] = []
+    job_meta: dict[str, Any] = {"name": name}
+    if lock is not None:
+        lock_name, digest = lock
+        # Every pod's `mw-env train` compares its venv's lock with this hash and refuses another environment.
+        train_env.append({"name": LOCK_ENV, "value": digest})
+        job_meta["annotations"] = {"mw-env/lock": lock_name, "mw-env/lock-sha256": digest}
+        notes.append(
+            f"the image's venv must be the lock {lock_name} (sha256 {digest[:16]}...): build it with "
+            f"`mw-env bootstrap --profile {selection.profile.name} --lock {lock_name}`; a pod whose venv has "
+            f"another lock refuses to train ({LOCK_ENV})"
+        )
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -137,6 +154,7 @@ def multinode_manifest(
                 "command": ["mw-env"],
                 "args": args,
                 "env": [
+                    *train_env,
                     {
                         "name": "NODE_RANK",
                         "valueFrom": {
@@ -144,7 +162,7 @@ def multinode_manifest(
                                 "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
                             }
                         },
-                    }
+                    },
                 ],
                 "ports": [{"containerPort": PORT, "name": "rendezvous"}],
                 "resources": {"limits": {resource: gpus_per_node}},
@@ -165,7 +183,7 @@ def multinode_manifest(
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name},
+        "metadata": job_meta,
         "spec": {
             "completionMode": "Indexed",
             "completions": nodes,

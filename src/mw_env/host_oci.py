@@ -64,7 +64,8 @@ def _recreate(runtime: str, container: str, image: str | None, venv: str) -> tup
         notes = [
             f"{runtime} cannot add devices to a running container: this starts {new} from {image} with the GPU. "
             f"Anything made inside {container} is NOT in it, the training venv ({venv}) included: bootstrap "
-            f"again in {new}, or drop --image to `{runtime} commit` {container} first; to keep the venv across "
+            f"again in {new} (the same packages: `{runtime} cp {container}:{venv}/pylock.mw-env.toml .`, then "
+            f"`mw-env bootstrap --lock pylock.mw-env.toml` in {new}), or drop --image to `{runtime} commit` {container} first; to keep the venv across "
             f"recreations, put it on a volume ({keep_volume})",
             f"repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",
         ]

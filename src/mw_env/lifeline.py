@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -91,7 +91,7 @@ def preexec(
     return _child
 
 
-def die_with_torchrun(env: dict[str, str] | None = None, *, proc: Path = Path("/proc")) -> bool:
+def die_with_torchrun(env: Mapping[str, str] | None = None, *, proc: Path = Path("/proc")) -> bool:
     """In a torchrun worker: die (SIGKILL) when the torchrun agent that started it dies.
 
     torch elastic starts each worker with start_new_session=True, so a SIGKILL of torchrun (or of whatever
@@ -99,8 +99,8 @@ def die_with_torchrun(env: dict[str, str] | None = None, *, proc: Path = Path("/
     Returns whether the signal was set. A worker whose parent is no longer a torch launcher (the agent died
     before we got here) exits at once: it would otherwise train alone until a collective times out.
     """
-    env = os.environ if env is None else env
-    if "TORCHELASTIC_RUN_ID" not in env or not set_parent_death_signal(signal.SIGKILL):
+    seen: Mapping[str, str] = os.environ if env is None else env
+    if "TORCHELASTIC_RUN_ID" not in seen or not set_parent_death_signal(signal.SIGKILL):
         return False
     try:
         cmdline = (proc / str(os.getppid()) / "cmdline").read_bytes()

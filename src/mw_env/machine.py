@@ -243,7 +243,7 @@ class Machine:
         disks = (self._load_meta() or {}).get("disk") or {}
         key = "/" + str(rel).strip("/")
         if isinstance(disks, dict) and (key in disks or "/" + str(rel).lstrip("/") in disks):
-            d = disks.get(key) or disks.get("/" + str(rel).lstrip("/"))
+            d = disks.get(key) or disks.get("/" + str(rel).lstrip("/")) or {}
             try:
                 return DiskUsage(total=int(d["total"]), free=int(d["free"]))
             except (TypeError, ValueError, KeyError):

@@ -116,3 +116,39 @@ def test_drift_names_each_package_with_both_versions(tmp_path: Path):
     (site / "sympy-1.13.0.dist-info" / "METADATA").unlink()
     drift = compare(_parse(lock_text(WH)), installed(tmp_path / "venv"))
     assert "sympy 1.14.0 (removed, the lock has it)" in drift.lines()
+
+
+def test_freeze_lines_become_exact_pins_and_the_project_is_left_out():
+    from mw_env.envlock.make import parse_freeze
+
+    frozen = parse_freeze(
+        "Using Python 3.11.7 environment at: /v\n"
+        "Jinja2==3.1.6\n"
+        "-e file:///src/mw-env\n"
+        "mw-env @ file:///src/mw-env\n"
+        "torch @ file:///opt/wheels/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl\n"
+    )
+    assert frozen.pins == {"jinja2": "3.1.6", "torch": "2.13.0+cpu"}
+    assert frozen.wheel_dirs == ("/opt/wheels",) and len(frozen.skipped) == 2
+
+
+def test_uvs_refusals_are_said_in_the_locks_words():
+    from mw_env.envlock.rebuild import install_failure
+
+    lock = _parse(lock_text(WH))
+    mismatch = (
+        "error: Failed to download `sympy==1.14.0`\n  cause: Hash mismatch for `sympy==1.14.0`\n\n"
+        f"         Expected:\n           sha256:{'0' * 64}\n\n         Computed:\n           sha256:{SYMPY_SHA}\n"
+    )
+    err = install_failure(mismatch, lock, returncode=1)
+    assert (
+        f"the wheel of sympy==1.14.0 does not match the lock: the lock says sha256:{'0' * 64}" in err.message
+    )
+    assert f"the file is sha256:{SYMPY_SHA}; nothing was installed" in err.message
+    offline = (
+        "error: Failed to download `sympy==1.14.0`\n  cause: Network connectivity is disabled, but the requested "
+        "data wasn't found in the cache: https://files.example/sympy-1.14.0-py3-none-any.whl\n"
+    )
+    err = install_failure(offline, lock, returncode=1)
+    assert "not available offline: https://files.example/sympy-1.14.0-py3-none-any.whl" in err.message
+    assert "uv's cache" in err.message and "without --offline" in (err.hint or "")

@@ -277,3 +277,16 @@ def test_new_extras_over_a_finished_venv_are_installed_and_recorded(tmp_path, he
     assert {"extras", "env"} <= pending and "torch" not in pending  # torch stays; extras and record redo
     assert execute(again).ok
     assert read_record(venv).extras == ("train", "dev")
+
+
+@pytest.mark.slow
+def test_bootstrap_lines_are_never_broken_mid_phrase(tmp_path, hermetic_env, indexes):
+    """Issue 20 #15: rich wrapped bootstrap's lines at the (pipe's) width, breaking a sentence or a command in two.
+    Long lines are now the terminal's to wrap: with COLUMNS=50 the plan still has lines longer than 50."""
+    env = {**_env(hermetic_env), "COLUMNS": "50"}
+    args = ["bootstrap", "--root", str(MACHINES / "incus-780m"), "--venv", str(tmp_path / "venv")]
+    args += ["--python", sys.executable, "--project", str(indexes.project), "--no-adopt-torch", "--dry-run"]
+    res = _mw([*args, "--offline", "--source", "therock-gfx110x"], env)
+    assert res.returncode == 0, res.stderr
+    profile = next(line for line in res.stdout.splitlines() if line.startswith("profile gfx1103: "))
+    assert len(profile) > 50 and profile.rstrip().endswith("so no HSA_OVERRIDE_GFX_VERSION"), res.stdout

@@ -247,7 +247,13 @@ def test_ctrl_c_marks_the_step_and_keeps_state(tmp_path, hermetic_env, indexes, 
     monkeypatch.undo()
     resumed = _demo_plan(tmp_path, hermetic_env, indexes)
     # The verify ran alongside the interrupted extras and was stopped with it: it is redone too.
-    assert [s.id for s in resumed.steps if not s.done] == ["preflight", "verify-torch", "extras", "env"]
+    assert [s.id for s in resumed.steps if not s.done] == [
+        "preflight",
+        "verify-torch",
+        "extras",
+        "env",
+        "lock",
+    ]
     assert ex.execute(resumed).ok
 
 

@@ -29,12 +29,13 @@ def test_device_packages_are_the_cheapest_truth(tmp_path):
 
 def test_a_bundling_wheel_is_read_from_its_arch_flags(tmp_path):
     site = _site(tmp_path / "v")
-    blob = (
-        b"\x00" * 4096 + b"gfx900;gfx906:xnack-;gfx1100;gfx1101\x00" + b"gfx1100;gfx11\x00" + b"\x00" * 4096
-    )
-    (site / "torch" / "lib" / "libtorch_hip.so").write_bytes(blob)
+    # The string torch._C._cuda_getArchFlags() returns on ROCm, space-separated (a 2.9.1+rocm7.2.4 build).
+    flags = b"gfx908 gfx90a gfx942 gfx1030 gfx1100 gfx1101 gfx1200 gfx1201 gfx950 gfx1151 gfx1150"
+    blob = b"\x00" * 4096 + flags + b"\x00gfx1100;gfx11\x00" + b"\x00" * 4096
+    (site / "torch" / "lib" / "libtorch_python.so").write_bytes(blob)
     found = read_wheel_archs(tmp_path / "v")
-    assert found.archs == ("gfx1100", "gfx1101", "gfx900", "gfx906") and found.how == "build arch flags"
+    assert found.how == "build arch flags" and len(found.archs) == 11 and "gfx1103" not in found.archs
+    assert {"gfx1151", "gfx942", "gfx1201"} <= set(found.archs)
 
 
 def test_rocm_714_wheel_needs_both_torchs_and_rocms_kernels(tmp_path):

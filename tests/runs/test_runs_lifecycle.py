@@ -97,6 +97,8 @@ def test_finishing_until_report_and_manifest_are_written_then_verify_passes(tmp_
     assert life["state"] == "finished" and life["reason"] == "max_steps" and life["step"] == 2
     assert [h[0] for h in life["history"]][-3:] == ["running", "finishing", "finished"]
     assert run_status(out_dir=run).state == "finished"
+    # #11: the smoke config's 2 warmup steps cover the whole 2-step run: said at start, in the run's log.
+    assert "warning: optim.warmup_steps (2) >= runtime.max_steps (2)" in (run / "train.log").read_text()
     assert main(["train", "verify", str(run)]) == 0  # right after: nothing is still being written
     assert capsys.readouterr().out.startswith("ok: ")
     while not watcher.done:

@@ -41,3 +41,64 @@ def test_bad_values_in_the_events_are_not_measurements():
     ]
     grace = stop_grace(events)
     assert grace.seconds == GRACE_FLOOR_S and grace.step_s is None and grace.checkpoint_s is None
+
+
+def test_verify_refuses_an_unfinished_run_and_judges_an_old_one_by_its_manifest(tmp_path):
+    import json
+
+    import pytest
+
+    from mw_env.errors import InputError
+    from mw_env.runs.runstate import record_exit, set_state
+    from mw_env.runs.verifiable import check_verifiable
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "state.json").write_text(json.dumps({"state": "exited", "returncode": 0, "signal": None}))
+    check_verifiable(run)  # a record from before states: not refused
+    set_state(run, "running", pid=2**22 + 12345)  # a pid no process has
+    set_state(run, "finishing", pid=2**22 + 12345, reason="max_steps", step=3)
+    record_exit(run, returncode=None, signal=9, oom_kills=0, child_pid=None)
+    with pytest.raises(InputError, match="ended without finishing \\(it was finishing\\)"):
+        check_verifiable(run)
+    set_state(run, "finished", reason="max_steps", step=3)
+    check_verifiable(run)
+
+
+def test_watch_says_a_run_that_died_writing_its_report_is_incomplete(tmp_path):
+    import json
+
+    from mw_env.runs.runstate import record_exit, set_state
+    from mw_env.runs.runstatus import RunWatcher, run_status
+
+    run = tmp_path / "run"
+    run.mkdir()
+    events = [
+        {"event": "step", "step": 1, "loss": 1.0, "time": 1.0},
+        {"event": "finished", "step": 1, "time": 2.0},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    set_state(run, "finishing", pid=2**22 + 12345, reason="max_steps", step=1)
+    record_exit(run, returncode=None, signal=9, oom_kills=0, child_pid=None)
+    out = RunWatcher(out_dir=run).poll()
+    assert out[-1]["event"] == "finished" and out[-1]["complete"] is False
+    status = run_status(out_dir=run)
+    assert status.state == "unknown" and any("ended while writing its report" in n for n in status.notes)
+
+
+def test_a_foreground_run_is_judged_by_the_pid_its_state_record_names(tmp_path):
+    import json
+    import os
+
+    from mw_env.runs.runstate import set_state
+    from mw_env.runs.runstatus import run_status
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        json.dumps({"event": "step", "step": 1, "loss": 1.0, "time": 1.0}) + "\n"
+    )
+    set_state(run, "running", pid=os.getpid())  # this process: alive
+    assert run_status(out_dir=run).state == "running"
+    set_state(run, "running", pid=2**22 + 12345)  # no such process: the foreground trainer is gone
+    assert run_status(out_dir=run).state == "dead"

@@ -266,3 +266,60 @@ def test_the_trainer_feeds_tensorboard_when_enabled(tmp_path):
     # The same numbers as metrics.jsonl, the source of truth (TensorBoard stores float32).
     assert [(s.step, pytest.approx(s.value, rel=1e-6)) for s in acc.Scalars("train/loss")] == losses
     assert [s.step for s in acc.Scalars("eval/entity_f1")] == [3]
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_MLFLOW, reason="mlflow is not installed (the `mlflow` extra)")
+def test_mlflow_gets_the_model_loadable_by_pyfunc_and_registrable(tmp_path, no_mlflow_env, monkeypatch):
+    """Issue 20 #14: params, metrics, the report and a checkpoint path, but no model: the registry (a promotion
+    gate) had nothing to promote. Now `model/` is an MLflow pyfunc model (weights, id layout, labels) and the
+    run is tagged with its MANIFEST.sha256."""
+    import subprocess
+
+    import mlflow
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from mw_env.runs.manifest import sha256_file
+
+    run = tmp_path / "smoke"
+    argv = [sys.executable, "-m", "mw_env.trainer", "run", "--config", "smoke"]
+    for item in (
+        f"runtime.out_dir={run}",
+        "runtime.max_steps=3",
+        "runtime.eval_every=3",
+        "runtime.tracking=mlflow",
+    ):
+        argv += ["--set", item]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "logging the model to MLflow failed" not in proc.stderr, proc.stderr
+    saved = json.loads((run / "mlflow-run.json").read_text())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(saved["tracking_uri"])
+    client = MlflowClient(tracking_uri=saved["tracking_uri"])
+    tags = client.get_run(saved["run_id"]).data.tags
+    assert tags["mw-env.manifest_sha256"] == sha256_file(run / "MANIFEST.sha256")
+    assert tags["mw-env.model"] == f"runs:/{saved['run_id']}/model"
+    files = {f.path for f in client.list_artifacts(saved["run_id"], "model/data")}
+    assert files == {"model/data/weights.pt", "model/data/tagger.json"}
+
+    local = Path(client.download_artifacts(saved["run_id"], "model", str(tmp_path / "dl")))
+    assert yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]["loader_module"] == (
+        "mw_env.trainer.mlflow_model"
+    )
+    if importlib.util.find_spec("pandas") is not None:  # mlflow.pyfunc needs it (mlflow-skinny lacks it)
+        model = mlflow.pyfunc.load_model(f"runs:/{saved['run_id']}/model")
+    else:  # the hook mlflow.pyfunc.load_model calls, called directly
+        from mw_env.trainer.mlflow_model import _load_pyfunc
+
+        model = _load_pyfunc(str(local / "data"))
+    addresses = ["10 Downing Street London SW1A 2AA", ["221B", "Baker", "Street"]]
+    tagged = model.predict(addresses)
+    meta = json.loads((run / "report" / "data_card.json").read_text())
+    assert [len(t) for t in tagged] == [6, 3] and all(
+        label in meta["labels"] for row in tagged for label in row
+    )
+    version = mlflow.register_model(f"runs:/{saved['run_id']}/model", "address-tagger")
+    assert int(version.version) == 1

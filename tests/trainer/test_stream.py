@@ -187,8 +187,13 @@ def test_val_fraction_holds_out_whole_row_groups(tmp_path: Path) -> None:
     assert next(s for s in again.sources if "held_out" in s)["held_out"] == held  # seeded, stable
 
 
-def test_jsonl_shards_stream_too(tmp_path: Path) -> None:
+def test_jsonl_shards_stream_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mw_env.trainer.data.shards as shards
     from mw_env.trainer.data import open_corpus
+
+    scans: list[Path] = []
+    real_scan = shards._open_jsonl
+    monkeypatch.setattr(shards, "_open_jsonl", lambda path, i: scans.append(path) or real_scan(path, i))
 
     corpus_dir = tmp_path / "j"
     corpus_dir.mkdir()
@@ -211,6 +216,10 @@ def test_jsonl_shards_stream_too(tmp_path: Path) -> None:
     assert data.counts.rows == 8 and data.micro[0].input_ids.shape[0] == 8
     batches = list(corpus.val.batches(8, 0))
     assert sum(b.input_ids.shape[0] for b, _ in batches) == 20 and corpus.val.counts.rows == 20
+    # Each JSONL shard's line offsets were indexed once; a second open (a resume) takes them from the cache.
+    assert len(scans) == 2
+    again = open_corpus(cfg)
+    assert len(scans) == 2 and again.identity == corpus.identity
 
 
 def _write(path: Path, table) -> Path:
@@ -341,3 +350,28 @@ def test_full_file_sha256_once_in_the_background(tmp_path: Path) -> None:
     again = ShardHasher(corpus.sources, tmp_path)
     assert again._todo == [] and (tmp_path / CACHE).is_file()
     again.close()
+
+
+def test_windows_are_read_in_slices_and_not_past_the_last_step(tmp_path: Path) -> None:
+    import mw_env.trainer.data.reader as reader
+    import mw_env.trainer.data.stream as stream
+
+    corpus = _open(tmp_path, "data.shuffle_rows=50", "data.workers=0")
+    read: list[int] = []
+    real = reader.PieceReader.read
+
+    def spy(self, pieces):
+        read.append(sum(p.rows for p in pieces))
+        return real(self, pieces)
+
+    reader.PieceReader.read = spy
+    old, stream.ENCODE_ROWS = stream.ENCODE_ROWS, 16
+    try:
+        producer = corpus.producer(stop=2)  # steps 0 and 1: rows 0..15 of window 0
+        for s in range(2):
+            producer(s)
+        producer.close()
+    finally:
+        reader.PieceReader.read = real
+        stream.ENCODE_ROWS = old
+    assert read == [16, 16, 16, 2]  # window 0 only (50 rows), 16 rows at a time

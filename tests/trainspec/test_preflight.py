@@ -79,6 +79,10 @@ def test_each_config_problem_is_named_before_anything_heavy(tmp_path):
             r"data\.tokens_column='tokens': .*b\.jsonl has no column 'tokens' \(its columns: words, tags\)",
         ),
         (["data.train_files=[a.parquet]", "data.labels=[O, B-X, O]"], r"data\.labels lists O more than once"),
+        (
+            ["data.train_files=[b.jsonl]", "data.tokens_column=words", "data.labels=[B-X]"],
+            r"data\.labels does not list 'O', found in .*b\.jsonl",
+        ),
     ]
     for overrides, message in cases:
         with pytest.raises(InputError, match=message) as err:
@@ -132,3 +136,15 @@ def test_mw_env_train_says_it_within_the_cli_before_the_doctor_and_without_torch
         and "doctor" not in done.stderr
         and "Traceback" not in done.stderr
     )
+
+
+def test_train_export_without_the_export_extra_is_exit_2_at_once(tmp_path, capsys):
+    """Issue 20 #10: the first export failed with "No module named 'onnx'" after a torch import in the venv."""
+    from mw_env.cli import main
+
+    venv = _bare_venv(tmp_path)
+    (tmp_path / "run").mkdir()
+    assert main(["train", "export", "--venv", str(venv), str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "error: train export needs onnx, onnxruntime, onnxscript" in err
+    assert f"mw-env bootstrap --venv {venv} --extras train,export" in err

@@ -66,8 +66,8 @@ def static_info() -> dict:
     try:
         from importlib import metadata
 
-        names = {(d.metadata["Name"] or "").lower() for d in metadata.distributions()}
-        info["triton_dists"] = sorted(n for n in names if n and "triton" in n)
+        dists = {(d.metadata["Name"] or "").lower() for d in metadata.distributions()}
+        info["triton_dists"] = sorted(n for n in dists if n and "triton" in n)
     except Exception as exc:  # a broken dist-info must not stop the probe
         info["triton_dists_error"] = str(exc)
     return info

@@ -50,6 +50,7 @@ def check_torch(ctx: DoctorContext) -> list[CheckResult]:
     swapped = _installed(ctx)
     if swapped is not None:
         out.append(swapped)
+    out += _source(ctx)
     triton = set(st.get("triton_dists") or [])
     if "triton" in triton and "pytorch-triton-rocm" in triton:
         cause, fix = ctx.fix(
@@ -183,3 +184,45 @@ def _installed(ctx: DoctorContext) -> CheckResult | None:
         bootstrap=ctx.bootstrap_command(),
     )
     return result("torch.installed", AREA, title, "fail", cause, fix)
+
+
+def _source(ctx: DoctorContext) -> list[CheckResult]:
+    """Where the venv's torch came from: a retired index (it keeps working; the replacement is named), and a
+    wheel whose own arch list contradicted the table at install time (the record keeps what bootstrap saw)."""
+    out: list[CheckResult] = []
+    rec = ctx.record
+    src = ctx.selection.torch
+    if rec is None or getattr(rec, "torch_source", None) != src.id:
+        return out
+    if src.retired:
+        argv = f"`mw-env bootstrap --venv {ctx.venv} --recreate" + (
+            f" --source {src.replaced_by}`" if src.replaced_by else "`"
+        )
+        cause, fix = ctx.fix(
+            "torch.source_retired",
+            version=rec.torch_version,
+            source=src.id,
+            index=src.index_url or "?",
+            why=src.retired.rstrip("."),
+            replacement=src.replaced_by or "the profile's current source",
+            command=argv,
+        )
+        out.append(result("torch.source", AREA, "torch source", "warn", cause, fix))
+    wheel = getattr(rec, "wheel_archs", None)
+    if wheel and getattr(rec, "arch_decision", None):
+        gfx = ctx.selection.device_targets or (
+            (ctx.selection.required_arch,) if ctx.selection.required_arch else ()
+        )
+        table_has = [g for g in gfx if g in src.arch_list]
+        wheel_has = [g for g in gfx if g in wheel]
+        if table_has != wheel_has:
+            cause, fix = ctx.fix(
+                "torch.wheel_table_differ",
+                source=src.id,
+                table=", ".join(table_has) or f"no {', '.join(gfx)}",
+                wheel=", ".join(wheel_has) or f"no {', '.join(gfx)} (it has {', '.join(wheel)})",
+                how=rec.wheel_archs_how or "installed files",
+                decision=rec.arch_decision,
+            )
+            out.append(result("torch.archs", AREA, "wheel vs table", "warn", cause, fix))
+    return out

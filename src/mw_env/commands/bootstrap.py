@@ -63,6 +63,15 @@ def _venv_option(verb: str) -> Any:
     help="Reuse a torch of the profile's build that the base image ships (asked when not given).",
 )
 @click.option(
+    "--lock",
+    "lock",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Rebuild exactly the venv this lock names (every wheel, hash checked); a lock for other hardware "
+    "is refused unless --force.",
+)
+@click.option("--force", is_flag=True, help="With --lock: install a lock made for other hardware anyway.")
+@click.option(
     "--all-devices",
     is_flag=True,
     help="Install every GPU's kernels (device-all) instead of only the selected GPU's (AMD multi-arch sources).",
@@ -100,6 +109,8 @@ class BootstrapArgs:
     offline: bool
     recreate: bool
     adopt: bool | None
+    lock: Path | None
+    force: bool
     all_devices: bool
     no_doctor: bool
     dry_run: bool
@@ -107,14 +118,21 @@ class BootstrapArgs:
     verbose: bool
     as_json: bool
 
-    def options(self, env: Mapping[str, str]) -> BootstrapOptions:
+    def options(
+        self, env: Mapping[str, str], lock: Any = None, target: Mapping[str, str] | None = None
+    ) -> BootstrapOptions:
         from mw_env.provision.model import BootstrapOptions
         from mw_env.provision.record import default_venv
 
+        python = self.python
+        if lock is not None:
+            from mw_env.envlock.rebuild import python_request
+
+            python = python_request(lock, self.python)  # the lock's wheels are for its Python
         return BootstrapOptions(
             venv=self.venv or default_venv(env),
-            python=self.python or "3.12",
-            python_explicit=self.python is not None,
+            python=python or "3.12",
+            python_explicit=python is not None,
             project=self.project,
             extras=tuple(e.strip() for e in self.extras.split(",") if e.strip()),
             torch_index=self.torch_index,
@@ -122,11 +140,16 @@ class BootstrapArgs:
             offline=self.offline,
             recreate=self.recreate,
             # --yes answers the question, unless a wheel source was named: then that is the answer
-            # (--find-links / --offline are honoured; --adopt-torch still adopts on request).
-            adopt=True
+            # (--find-links / --offline are honoured; --adopt-torch still adopts on request). A lock names its
+            # torch: an image's torch is never reused for one.
+            adopt=False
+            if lock is not None
+            else True
             if (self.adopt is None and self.yes and not (self.find_links or self.offline))
             else self.adopt,
             doctor=not self.no_doctor,
+            lock=lock,
+            lock_target=dict(target or {}),
         )
 
 
@@ -135,27 +158,53 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from rich.markup import escape
 
     from mw_env.profiles import resolve
+    from mw_env.provision.archtruth import GpuKernels, policy_for
     from mw_env.provision.plan import plan
 
     as_json, dry_run = args.as_json, args.dry_run
     # soft_wrap: a long line (a path, a command) is wrapped by the terminal, never broken mid-phrase by rich
     out = Console(stderr=as_json, highlight=False, soft_wrap=True)
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
-    where = {"root": args.root, "profile": args.profile, "profiles_dirs": args.profiles_dirs, "gpu": args.gpu}
-    resolved = resolve(**where, source=args.source, interpreters=False)
+    resolved = resolve(
+        root=args.root,
+        profile=args.profile,
+        profiles_dirs=args.profiles_dirs,
+        gpu=args.gpu,
+        source=args.source,
+        interpreters=False,
+    )
     sel = resolved.selection
-    options = args.options(resolved.machine.env)
+    lock = _read_lock(args, sel, resolved.machine.env) if args.lock else None
+    from mw_env.envlock.match import target_of
+
+    options = args.options(resolved.machine.env, lock, target_of(sel))
+
+    torch = sel.torch
+    if lock is not None:
+        from mw_env.envlock.rebuild import torch_source_for
+
+        torch = torch_source_for(lock, sel.torch)
 
     def plan_for(options: BootstrapOptions) -> Any:
+        made = _plan(options)
+        # The selection's own warnings (the hang-prone override, a retired source) lead the plan's.
+        return replace(
+            made, warnings=tuple(dict.fromkeys((*sel.warnings, *made.warnings))), reason=redact(sel.reason)
+        )
+
+    def _plan(options: BootstrapOptions) -> Any:
         return plan(
             options=options,
             profile=sel.profile.name,
-            torch=sel.torch,
+            torch=torch,
             runtime_env=dict(sel.env),
             env=resolved.machine.env,
             companions=sel.torch.companions,
-            torch_extras=sel.torch_extras(all_devices=args.all_devices),
-            device_packages=() if args.all_devices else sel.device_packages,
+            kernels=GpuKernels(
+                extras=sel.torch_extras(all_devices=args.all_devices),
+                packages=() if args.all_devices else sel.device_packages,
+                policy=policy_for(sel),
+            ),
         )
 
     the_plan = plan_for(options)
@@ -224,6 +273,16 @@ def _bootstrap(args: BootstrapArgs) -> int:
     return 0
 
 
+def _read_lock(args: BootstrapArgs, sel: Any, env: Mapping[str, str]) -> Any:
+    """`--lock FILE` read, validated and matched to this machine before anything is planned or installed."""
+    from mw_env.envlock.rebuild import load_for_bootstrap
+    from mw_env.provision.wheelhouse import discover
+
+    assert args.lock is not None
+    sources = discover(env=env, find_links=args.find_links)
+    return load_for_bootstrap(args.lock, selection=sel, sources=sources, force=args.force)
+
+
 def _doctor_hook(resolved: Any, out: Any) -> Any:
     from mw_env.checks import run_doctor
 
@@ -250,7 +309,17 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
     )
     if the_plan.python:
         out.print(f"[bold]python[/] {the_plan.python.version} ({the_plan.python.path})")
-    if the_plan.torch:
+    if the_plan.lock is not None:
+        from rich.markup import escape as esc
+
+        from mw_env.envlock.rebuild import describe
+
+        lock = the_plan.lock
+        out.print(
+            f"[bold]lock[/] {esc(redact(lock.source))}: {describe(lock)}, made for {esc(lock.meta.hardware())}",
+            soft_wrap=True,
+        )
+    elif the_plan.torch:
         out.print(
             f"[bold]torch[/] {the_plan.torch.requirement} from {the_plan.torch.origin} "
             f"{redact(the_plan.torch.location or '')}"
@@ -258,6 +327,22 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
         )
     from rich.markup import escape
 
+    data = the_plan.to_dict()
+    if data["device_packages"] or data["torch_extras"]:
+        size = data["download_bytes"]
+        shown = f"{size / 1e9:.2f} GB ({data['download_note']})" if size else (data["download_note"] or "")
+        out.print(
+            f"[bold]GPU kernels[/] {escape(', '.join(data['device_packages']) or 'every GPU (device-all)')}"
+            + (f"; download {shown}" if shown else ""),
+            soft_wrap=True,
+        )
+    if data["override"]:
+        o = data["override"]
+        value = f"HSA_OVERRIDE_GFX_VERSION={o['value']}" if o["set"] else "no HSA_OVERRIDE_GFX_VERSION"
+        out.print(
+            f"[bold]override[/] {value}: {escape(o['reason'] or '')} (decided by {o['decided_by']})",
+            soft_wrap=True,
+        )
     env_line = " ".join(f"{k}={v}" for k, v in the_plan.runtime_env.items()) or "(none)"
     out.print(f"[bold]env[/] {escape(env_line)}")
     for w in the_plan.warnings:

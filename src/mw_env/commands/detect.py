@@ -100,7 +100,7 @@ def _render(resolved: Resolved) -> None:
         f" (container limit {_gib(hw.memory_limit_bytes)})" if hw.memory_limit_bytes else ""
     )
     facts.add_row("Memory", mem)
-    container = hw.container.kind if hw.container.kind != "none" else "none detected"
+    container: str = hw.container.kind if hw.container.kind != "none" else "none detected"
     if hw.container.name:
         container += f" {hw.container.name!r}"
     facts.add_row("Container", container)

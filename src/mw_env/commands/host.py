@@ -52,6 +52,13 @@ def json_text(data: object) -> str:
 )
 @click.option("--pvc", default=None, help="--nodes: an existing ReadWriteMany claim for the run folder.")
 @click.option(
+    "--lock",
+    "lock",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="--nodes: the environment lock the image was built from; each pod refuses a venv with another.",
+)
+@click.option(
     "--out",
     "out_file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -74,6 +81,7 @@ def host_commands(
     train_config: str,
     render_gid: int | None,
     pvc: str | None,
+    lock: str | None,
     out_file: Path | None,
     as_json: bool,
 ) -> None:
@@ -101,6 +109,7 @@ def host_commands(
         render_gid,
         pvc,
         as_json,
+        lock=lock,
     )
     text = "".join(lines)
     if out_file is None:
@@ -128,6 +137,8 @@ def _plan(
     render_gid: int | None,
     pvc: str | None,
     as_json: bool,
+    *,
+    lock: str | None = None,
 ) -> None:
     from mw_env.host import host_plan
     from mw_env.profiles import resolve
@@ -136,9 +147,27 @@ def _plan(
     resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
     if nodes is not None:
         _manifest(
-            echo, resolved, runtime, nodes, image, name, gpus_per_node, train_config, render_gid, pvc, as_json
+            echo,
+            resolved,
+            runtime,
+            nodes,
+            image,
+            name,
+            gpus_per_node,
+            train_config,
+            render_gid,
+            pvc,
+            as_json,
+            lock=lock,
         )
         return
+    if lock is not None:
+        from mw_env.errors import InputError
+
+        raise InputError(
+            "--lock names the lock in a multi-node manifest: it needs --runtime kubernetes --nodes N",
+            hint="for one container, rebuild its venv from the lock inside it: `mw-env bootstrap --lock FILE`",
+        )
     plan = host_plan(
         runtime=runtime,
         container=container,
@@ -171,6 +200,8 @@ def _manifest(
     render_gid: int | None,
     pvc: str | None,
     as_json: bool,
+    *,
+    lock: str | None = None,
 ) -> None:
     from mw_env.errors import InputError
     from mw_env.host_k8s import multinode_manifest
@@ -191,6 +222,7 @@ def _manifest(
         config=train_config,
         render_gid=render_gid,
         pvc=pvc,
+        lock=_lock_of(lock),
     )
     if as_json:
         echo(json_text(manifest.to_dict()))
@@ -198,3 +230,12 @@ def _manifest(
     for note in manifest.notes:
         echo(f"# {note}\n")
     echo(manifest.text)
+
+
+def _lock_of(path: str | None) -> tuple[str, str] | None:
+    """(the lock's file name, its sha256) for the manifest; the lock is read and validated first."""
+    if path is None:
+        return None
+    from mw_env.envlock.lockfile import read_lock
+
+    return Path(path).name, read_lock(path).sha256

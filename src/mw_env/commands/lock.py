@@ -36,14 +36,19 @@ def lock(**params: Any) -> int:
     `mw-env bootstrap --lock FILE` rebuilds exactly that venv on a machine of the same hardware.
     Exit codes: 0 written, 1 uv could not lock a package, 2 bad input.
     """
+    import os
+
     from mw_env.envlock import LOCK_FILE
     from mw_env.envlock.make import lock_venv, write_lock
     from mw_env.profiles import resolve_for_venv
     from mw_env.provision.record import default_venv, read_record
 
     venv_arg = params["venv"]
+    venv = Path(venv_arg).expanduser() if venv_arg else default_venv(os.environ)
+    # The torch source the venv was built with, as the doctor and train judge it (one detection).
+    record = read_record(venv) if (venv / "bin" / "python").exists() else None
     resolved = resolve_for_venv(
-        record=None,
+        record=record,
         root=params["root"],
         profile=params["profile"],
         profiles_dirs=params["profiles_dirs"],
@@ -51,16 +56,6 @@ def lock(**params: Any) -> int:
         source=params["source"],
     )
     env = resolved.machine.env
-    venv = Path(venv_arg).expanduser() if venv_arg else default_venv(env)
-    if (venv / "bin" / "python").exists():  # the torch source the venv was built with, as doctor/train do
-        resolved = resolve_for_venv(
-            record=read_record(venv),
-            root=params["root"],
-            profile=params["profile"],
-            profiles_dirs=params["profiles_dirs"],
-            gpu=params["gpu"],
-            source=params["source"],
-        )
     the_lock = lock_venv(
         venv=venv,
         selection=resolved.selection,

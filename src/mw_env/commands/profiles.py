@@ -33,29 +33,83 @@ def _matches(p: Profile) -> str:
     type=click.Path(file_okay=False),
     help="Extra folder of profile YAML files (repeatable; env MW_ENV_PROFILES, ':'-separated).",
 )
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Compare every torch source with what its index serves now (versions, local tags, device packages, "
+    "Python tags) and list the stale rows.",
+)
+@click.option(
+    "--snapshots",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="With --check: read recorded index snapshots (DIR/<source id>/, laid out like the index) instead.",
+)
+@click.option(
+    "--timeout", type=click.FloatRange(0.1, 120), default=8.0, show_default=True, help="Per index request."
+)
 @json_option
-def profiles(name: str | None, profiles_dirs: tuple[str, ...], as_json: bool) -> None:
-    """List hardware profiles, or show profile NAME in full.
+def profiles(
+    name: str | None,
+    profiles_dirs: tuple[str, ...],
+    check: bool,
+    snapshots: str | None,
+    timeout: float,
+    as_json: bool,
+) -> int:
+    """List hardware profiles, or show profile NAME in full; `--check` compares the tables with the indexes.
 
-    Exit codes: 0 ok, 2 unknown profile or invalid profile file.
+    Exit codes: 0 ok (with --check: no stale row; an index that does not answer is "not checked"), 1 a stale
+    row was found, 2 unknown profile or invalid profile file.
     """
     from pathlib import Path
 
     from mw_env.profiles import get_profile, load_profiles
 
     loaded = load_profiles(extra_dirs=[Path(d) for d in profiles_dirs], env=os.environ)
+    if check or snapshots:
+        if name is not None:
+            get_profile(loaded, name)  # an unknown name is bad input, named
+        return _check(loaded, name, Path(snapshots) if snapshots else None, timeout, as_json)
     if name is not None:
         profile = get_profile(loaded, name)
         if as_json:
             echo_json(profile.to_dict())
         else:
             _render_one(profile)
-        return
+        return 0
     ordered = sorted(loaded.values(), key=lambda p: (-p.match.priority, p.name))
     if as_json:
         echo_json({"profiles": [_summary(p) for p in ordered]})
-        return
+        return 0
     _render_list(ordered)
+    return 0
+
+
+def _check(loaded: Any, name: str | None, snapshots: Any, timeout: float, as_json: bool) -> int:
+    from mw_env.profiles.freshness import check_profiles
+
+    results = check_profiles(loaded, snapshots=snapshots, timeout=timeout, names=[name] if name else [])
+    stale = [r for r in results if r.status == "stale"]
+    if as_json:
+        echo_json({"ok": not stale, "sources": [r.to_dict() for r in results]})
+        return 1 if stale else 0
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(highlight=False, soft_wrap=True)
+    marks = {"fresh": "[green]fresh[/]", "stale": "[red]stale[/]", "not checked": "[dim]not checked[/]"}
+    for r in results:
+        newest = f" (newest listed: {r.versions[0]})" if r.versions else ""
+        console.print(f"{marks[r.status]} {r.profile}/{r.source} {escape(redact(r.index))}{newest}")
+        for f in r.findings:
+            console.print(f"    {escape(redact(f))}")
+    unchecked = sum(r.status == "not checked" for r in results)
+    console.print(
+        f"{len(stale)} stale, {sum(r.status == 'fresh' for r in results)} fresh, {unchecked} not checked"
+        + (" (an index that does not answer leaves its row as it is)" if unchecked else "")
+    )
+    return 1 if stale else 0
 
 
 def _summary(p: Profile) -> dict[str, Any]:
@@ -103,6 +157,7 @@ def _render_list(items: list[Profile]) -> None:
 
 def _render_one(p: Profile) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[bold]{p.name}[/bold]  {p.description}")
@@ -119,8 +174,18 @@ def _render_one(p: Profile) -> None:
         if s.min_driver:
             runtime += f", NVIDIA driver >= {s.min_driver}"
         console.print(f"    {runtime}; archs: {' '.join(s.arch_list) or '-'}")
+        if s.devices is not None:
+            one = (
+                f"torch[{s.devices.extra}] -> {s.devices.kernels}" if s.devices.extra else "no per-GPU choice"
+            )
+            console.print(f"    GPU kernels: {escape(one)}; every GPU: {s.devices.all_extra}")
+        if s.channel != "stable":
+            console.print(f"    {s.channel}: installed only with --source {s.id}")
+        if s.retired:
+            repl = f"; replaced by {s.replaced_by}" if s.replaced_by else ""
+            console.print(f"    retired: {escape(s.retired.rstrip('.'))}{repl}")
         if s.note:
-            console.print(f"    {s.note}")
+            console.print(f"    {escape(s.note)}")  # notes quote requirements: rocm[libraries,device-all]
     console.print()
     if p.hsa_override_when_missing:
         console.print(

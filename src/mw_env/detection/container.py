@@ -9,9 +9,10 @@ mount or KUBERNETES_SERVICE_HOST), and the cgroup/mountinfo heuristics as a last
 from __future__ import annotations
 
 import re
+from typing import cast, get_args
 
 from mw_env.detection.probe import MAX_READ, Probe
-from mw_env.hardware import ContainerInfo
+from mw_env.hardware import ContainerInfo, ContainerKind
 
 _NAMES = {
     "lxc": "lxc",
@@ -37,7 +38,15 @@ def container_info(probe: Probe) -> ContainerInfo:
         kind, evidence = "kubernetes", k8s
     if kind == "none":
         kind, evidence = _cgroup_guess(probe)
-    return ContainerInfo(kind=kind, name=_name(probe, kind), evidence=evidence, id=_container_id(probe, kind))
+    known = _as_kind(kind)
+    return ContainerInfo(
+        kind=known, name=_name(probe, kind), evidence=evidence, id=_container_id(probe, kind)
+    )
+
+
+def _as_kind(kind: str) -> ContainerKind:
+    """The tables above hold only ContainerKind values; anything else (never expected) reads as "other"."""
+    return cast(ContainerKind, kind) if kind in get_args(ContainerKind) else "other"
 
 
 def _kind(probe: Probe) -> tuple[str, str | None]:

@@ -85,7 +85,7 @@ def query_smi(probe: Probe) -> list[SmiRow] | None:
         rows.append(
             SmiRow(
                 index=_int(row.get("index")),
-                slot=normalize_slot(row["pci.bus_id"]) if row.get("pci.bus_id") else None,
+                slot=normalize_slot(bus) if (bus := row.get("pci.bus_id")) else None,
                 name=row.get("name"),
                 driver=row.get("driver_version"),
                 cc=row.get("compute_cap") if _is_cc(row.get("compute_cap")) else None,

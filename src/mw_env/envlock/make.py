@@ -37,6 +37,7 @@ class Frozen:
 
     pins: dict[str, str]  # normalized name -> exact version
     skipped: tuple[str, ...]  # the project (editable / local folder) and other unlockable lines
+    wheel_dirs: tuple[str, ...] = ()  # folders of wheels installed by path (`torch @ file:///w/torch-….whl`)
 
 
 def freeze(uv: str, python: Path, env: Mapping[str, str]) -> Frozen:
@@ -52,8 +53,13 @@ def freeze(uv: str, python: Path, env: Mapping[str, str]) -> Frozen:
 
 
 def parse_freeze(output: str) -> Frozen:
+    from urllib.parse import unquote, urlsplit
+
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
     pins: dict[str, str] = {}
     skipped: list[str] = []
+    dirs: list[str] = []
     for line in output.splitlines():
         line = line.strip()
         if not line or line.startswith(("#", "Using Python", "warning:")):
@@ -61,9 +67,19 @@ def parse_freeze(output: str) -> Frozen:
         name, sep, version = line.partition("==")
         if sep and " " not in name and "@" not in name:
             pins[normalize(name)] = version.strip()
-        else:  # `-e file:///src/mw-env`, `mw-env @ file:///src/mw-env`: the project, installed from a folder
-            skipped.append(line)
-    return Frozen(pins, tuple(skipped))
+            continue
+        name, at, url = line.partition(" @ ")
+        path = Path(unquote(urlsplit(url.strip()).path)) if at and url.startswith("file:") else None
+        if path is not None and path.suffix == ".whl":
+            try:  # a wheel installed by its path: locked by version, its folder searched like a wheelhouse
+                pins[normalize(name)] = str(parse_wheel_filename(path.name)[1])
+                dirs.append(str(path.parent))
+                continue
+            except InvalidWheelFilename:
+                pass
+        # `-e file:///src/mw-env`, `mw-env @ file:///src/mw-env`: the project, installed from a folder
+        skipped.append(line)
+    return Frozen(pins, tuple(skipped), tuple(dict.fromkeys(dirs)))
 
 
 def compile_lock(
@@ -202,6 +218,8 @@ def lock_venv(
         raise InputError(f"{venv} holds no torch", hint=f"re-run `mw-env bootstrap --venv {venv}`")
     sources = discover(env=env, find_links=find_links)
     args = list(source_args) if source_args is not None else sources.uv_args()
+    for folder in frozen.wheel_dirs:
+        args += ["--find-links", folder]
     index = torch_index or _torch_index(record.torch_index, selection)
     if index and "://" not in index:  # torch came from a wheel file: its folder is a wheelhouse
         args += ["--find-links", str(Path(index).parent)]

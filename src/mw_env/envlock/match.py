@@ -73,17 +73,17 @@ def hardware_problem(meta: LockMeta, selection: Any) -> str | None:
     if meta.profile != selection.profile.name:
         return "another profile"
     if meta.build != selection.torch.build:
-        return f"a {meta.build} torch, this profile installs a {selection.torch.build} one"
+        return f"another torch build ({meta.build}; this profile installs {selection.torch.build})"
     if meta.build == "cpu":
         return None
     gpu = selection.gpu
     arch = gpu_arch(gpu)
     if meta.build == "rocm" and meta.arch and arch and meta.arch != arch:
-        return f"a {meta.arch} GPU, this one is {arch}"
+        return f"another GPU arch ({meta.arch}; this GPU is {arch})"
     if meta.build == "cuda":
         if meta.arch and arch and meta.arch != arch:
-            return f"compute capability {meta.arch}, this GPU is {arch}"
+            return f"another CUDA compute capability ({meta.arch}; this GPU is {arch})"
         driver = getattr(gpu, "driver_version", None)
         if meta.driver_floor and driver and version_tuple(driver) < version_tuple(meta.driver_floor):
-            return f"NVIDIA driver {meta.driver_floor} or newer, this one is {driver}"
+            return f"a newer NVIDIA driver ({meta.driver_floor} or newer; this one is {driver})"
     return None

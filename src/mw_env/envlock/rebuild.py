@@ -43,8 +43,8 @@ def load_for_bootstrap(path: Path, *, selection: Any, sources: Any, force: bool)
     problem = hardware_problem(lock.meta, selection)
     if problem and not force:
         raise InputError(
-            f"lock {path} was made for {lock.meta.hardware()}; this machine is {machine_hardware(selection)} "
-            f"(the lock wants {problem})",
+            f"lock {path} was made for {lock.meta.hardware()}; this machine is {machine_hardware(selection)}: "
+            f"{problem}",
             hint="make a lock here: `mw-env bootstrap` writes VENV/pylock.mw-env.toml (or `mw-env lock --venv "
             "VENV` for an existing venv); or pass --force to install this lock anyway",
         )
@@ -123,6 +123,20 @@ def install_failure(output: str, lock: Lock, *, returncode: int) -> StepFailed:
     return StepFailed(
         f"installing the lock {lock.source} failed (exit {returncode}): {detail}",
         hint="see uv's output above; nothing of a failed install is kept",
+    )
+
+
+def torch_source_for(lock: Lock, source: Any) -> Any:
+    """The profile's torch source narrowed to the lock's torch: the exact version, its build and local tag
+    (what the verify step and the pin check), even under --force with another build."""
+    import dataclasses
+
+    local = lock.meta.torch.partition("+")[2]
+    return dataclasses.replace(
+        source,
+        build=lock.meta.build,
+        version=f"=={lock.meta.torch}",
+        local_tag=f"+{local}" if local else "",
     )
 
 

@@ -35,7 +35,7 @@ _URL_RE = re.compile(r"^(https?|file)://[^\s]+$")
 
 # YAML reads `min_hip: 6.2` as a float and a bare `key:` as null: a profile means the text and the default.
 POLICY = Policy(numbers_as_text=True, null_is_default=True)
-SKIP = {Profile: ("path", "shipped")}  # set by the loader, never by the file
+SKIP: dict[type, tuple[str, ...]] = {Profile: ("path", "shipped")}  # set by the loader, never by the file
 
 
 class Ctx:

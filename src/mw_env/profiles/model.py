@@ -176,8 +176,8 @@ class DoctorExpectations:
             for key, row in self.expected_tflops_by_gpu.items():
                 # Whole-token match: "L4" must not pick up an "L40S", nor "A10" an "A100".
                 if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", gpu_name, re.IGNORECASE):
-                    return dict(row)
-        return dict(self.expected_tflops)
+                    return {str(k): v for k, v in row.items()}
+        return {str(k): v for k, v in self.expected_tflops.items()}
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,15 @@ def resolve_for_venv(
     on the CPU. When the record's profile is the one selected, the torch source bootstrap installed is kept, so
     a venv built with `--source` is judged against that source. Pythons on PATH are not listed (not needed).
     """
-    where = {"root": root, "profile": profile, "profiles_dirs": profiles_dirs, "gpu": gpu, "env": env}
-    resolved = resolve(**where, source=source, interpreters=False)
+    resolved = resolve(
+        root=root,
+        profile=profile,
+        profiles_dirs=profiles_dirs,
+        gpu=gpu,
+        env=env,
+        source=source,
+        interpreters=False,
+    )
     recorded = getattr(record, "torch_source", None)
     same_profile = record is not None and getattr(record, "profile", None) == resolved.selection.profile.name
     if source is None and recorded and same_profile and resolved.selection.torch.id != recorded:

@@ -62,33 +62,33 @@ def select(
 
     label = _gpu_label(gpu, hardware)
     if gpu.vendor == "amd":
-        profile, how = _match_amd(gpu, profiles)
-        if profile is None:
+        amd, how = _match_amd(gpu, profiles)
+        if amd is None:
             cpu = _cpu_profile(profiles)
             why = (
                 f"{label}: {how}; using the CPU build. `--profile rocm` tries the GPU anyway "
                 "(expect 'invalid device function')"
             )
             return _build(cpu, hardware, source, why=why, explicit=False)
-        return _build(profile, hardware, source, why=f"{label} {how}", explicit=False)
+        return _build(amd, hardware, source, why=f"{label} {how}", explicit=False)
 
     if gpu.vendor == "nvidia":
-        profile = _best(p for p in profiles.values() if _vendor_matches(p, gpu))
-        if profile is None:
+        matched = _best(p for p in profiles.values() if _vendor_matches(p, gpu))
+        if matched is None:
             cpu = _cpu_profile(profiles)
             return _build(
                 cpu, hardware, source, why=f"{label}: no profile matches NVIDIA GPUs", explicit=False
             )
-        choice = _cuda_choice(profile, hardware)
+        choice = _cuda_choice(matched, hardware)
         if choice.source is None and source is None:
             cpu = _cpu_profile(profiles)
-            hint = minimum_driver_hint(profile.sources, _nvidia_ccs(hardware))
+            hint = minimum_driver_hint(matched.sources, _nvidia_ccs(hardware))
             why = f"{label}: {choice.reason}; using the CPU build"
             if hint:
                 why += f". A host driver >= {hint} would allow a CUDA build"
             return _build(cpu, hardware, source, why=why, explicit=False)
         return _build(
-            profile, hardware, source, why=f"{label} matches profile {profile.name!r}", explicit=False
+            matched, hardware, source, why=f"{label} matches profile {matched.name!r}", explicit=False
         )
 
     cpu = _cpu_profile(profiles)

@@ -177,7 +177,7 @@ def _local_root(index: str) -> Path | None:
     if index.startswith("file://"):
         return Path(urllib.parse.unquote(urllib.parse.urlparse(index).path))
     if "://" not in index:
-        return Path(index).expanduser()
+        return Path(index).expanduser().absolute()
     return None
 
 
@@ -302,3 +302,41 @@ def _hint(kind: str, project: str) -> str:
         "check the network, firewall and proxy (HTTPS_PROXY), or install from a wheelhouse with --find-links DIR "
         "[--offline]"
     )
+
+
+def list_projects(index: str, *, timeout: float = 10.0) -> set[str]:
+    """The project names an index's root page lists (PEP 691 `projects`, or PEP 503 anchors)."""
+    shown = redact(index)
+    root = _local_root(index)
+    if root is not None:
+        page = root / "index.html"
+        if not page.is_file():
+            raise IndexAnswerError(f"the index folder {root} has no index.html", reason="unreachable")
+        text, ctype = page.read_text(encoding="utf-8", errors="replace"), "text/html"
+    else:
+        req = urllib.request.Request(
+            index.rstrip("/") + "/", headers={"Accept": ACCEPT, "User-Agent": "mw-env"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                ctype = resp.headers.get("Content-Type", "")
+                text = resp.read(MAX_PAGE).decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as exc:
+            raise IndexAnswerError(
+                f"the index {shown} answered HTTP {exc.code}", reason="unreachable"
+            ) from None
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise IndexAnswerError(
+                f"the index {shown} did not answer: {getattr(exc, 'reason', exc)}", reason="unreachable"
+            ) from None
+    if "json" in ctype:
+        try:
+            data = json.loads(text)
+            return {canonicalize_name(p["name"]) for p in data.get("projects", []) if isinstance(p, dict)}
+        except (ValueError, AttributeError, KeyError, TypeError):
+            raise _garbage(shown, "(root)", "JSON that is not an index root") from None
+    parser = _Anchors()
+    parser.feed(text)
+    if not parser.links:
+        raise _garbage(shown, "(root)", "an HTML page without links")
+    return {canonicalize_name(label or href.strip("/").rsplit("/", 1)[-1]) for label, href, _ in parser.links}

@@ -40,7 +40,10 @@ def torch_hash(build: str, version_spec: str, local_tag: str, extras: tuple[str,
 
 
 def torch_key(p: Plan, torch_version: str | None = None) -> str:
-    """The profile's torch (build, range, local tag, GPU extras): the installed version is not part of it."""
+    """The profile's torch (build, range, local tag, GPU extras): the installed version is not part of it.
+    From a lock (`--lock`): the lock's text, whose every package the step installs."""
+    if p.lock is not None:
+        return short_hash("lock", p.lock.sha256)
     return torch_hash(p.build, p.version_spec, p.local_tag, p.torch_extras)
 
 
@@ -52,8 +55,14 @@ def with_extras(requirement: str, extras: tuple[str, ...]) -> str:
     return f"torch[{','.join(extras)}]{rest}"
 
 
-def extras_key(p: Plan, torch_version: str) -> str:
-    return short_hash(p.project_args, p.proj_key, torch_version, p.sources.constraints, bool(p.adopted))
+def extras_key(p: Plan, torch_version: str | None) -> str:
+    lock = p.lock.sha256 if p.lock is not None else ""
+    return short_hash(p.project_args, p.proj_key, torch_version, p.sources.constraints, bool(p.adopted), lock)
+
+
+def lock_key(p: Plan, torch_version: str | None) -> str:
+    """The venv's lock was written (or checked) for these extras, torch and hardware."""
+    return short_hash(extras_key(p, torch_version or ""), sorted(p.lock_target.items()), p.profile)
 
 
 def verify_key(p: Plan, torch_version: str | None) -> str:

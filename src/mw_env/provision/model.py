@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,10 +17,16 @@ DISK_NEED = {"rocm": 14 * GiB, "cuda": 9 * GiB, "cpu": 2 * GiB}
 
 
 class TorchSourceLike(Protocol):
-    build: str
-    index_url: str | None
-    version: str
-    local_tag: str
+    """What a plan reads of a profile's torch source (profiles.model.TorchSource, frozen: read-only here)."""
+
+    @property
+    def build(self) -> str: ...
+    @property
+    def index_url(self) -> str | None: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def local_tag(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,10 @@ class BootstrapOptions:
     recreate: bool = False
     adopt: bool | None = None  # reuse an image's torch: True, False, None = not decided (plan reports it)
     doctor: bool = True
+    # `bootstrap --lock FILE`: the validated lock (envlock.lockfile.Lock); its packages are installed exactly.
+    lock: Any = None
+    # The hardware the venv's lock names (gpu, arch, required_arch, driver_floor: envlock.match.target_of).
+    lock_target: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,10 @@ class Plan:
     # per-GPU packages they install (pinned with torch, so the extras step can never swap in PyPI's placeholder).
     torch_extras: tuple[str, ...] = ()
     device_packages: tuple[str, ...] = ()
+    arch_policy: Any = None  # archtruth.ArchPolicy: the GPU target and the table's override (AMD)
+    wheel: Any = None  # archtruth.WheelVerdict: what the installed wheel said (set once torch is in)
+    index_pick: Any = None  # torchpick.IndexPick: the exact torch the index serves, and its stated size
+    reason: str = ""  # the selection's reason: the profile, and why its torch source won
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # one-line facts about the choices (no action needed)
     # Found while planning: the dry run shows it, the preflight step stops on it.
@@ -88,6 +103,16 @@ class Plan:
     options: BootstrapOptions | None = None
     proj_key: str = ""
     env: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def lock(self) -> Any:
+        """The lock this bootstrap installs from (`--lock`), or None."""
+        return self.options.lock if self.options else None
+
+    @property
+    def lock_target(self) -> dict[str, str]:
+        """The hardware the lock written for this venv names."""
+        return dict(self.options.lock_target) if self.options else {}
 
     @property
     def venv_python(self) -> Path:
@@ -113,8 +138,25 @@ class Plan:
             if self.torch
             else None,
             "torch_source": self.torch_source,
+            "reason": self.reason,
             "torch_extras": list(self.torch_extras),
             "device_packages": list(self.device_packages),
+            "torch_version": (self.index_pick.version if self.index_pick else None)
+            or (
+                self.torch.requirement.split("==", 1)[1]
+                if self.torch and "==" in self.torch.requirement
+                else None
+            ),
+            "index": redact(self.torch_index) if self.torch_index else None,
+            "download_bytes": self.index_pick.download_bytes if self.index_pick else None,
+            "download_note": (
+                "stated by the index"
+                if self.index_pick and self.index_pick.sizes_stated
+                else "not stated by the index"
+                if self.index_pick
+                else None
+            ),
+            "override": self._override(),
             "env": dict(self.runtime_env),  # what the env step writes to mw-env.env
             "warnings": list(self.warnings),
             "notes": list(self.notes),
@@ -122,4 +164,23 @@ class Plan:
             "adoptable": {"python": self.adoptable.python.path, "torch": self.adoptable.version}
             if self.adoptable
             else None,
+            "lock": {
+                "source": self.lock.source,
+                "sha256": self.lock.sha256,
+                "hardware": self.lock.meta.hardware(),
+            }
+            if self.lock
+            else None,
         }
+
+    def _override(self) -> dict[str, Any] | None:
+        """The HSA_OVERRIDE_GFX_VERSION decision and why (AMD plans with a known GPU target)."""
+        if self.arch_policy is None:
+            return None
+        value = self.runtime_env.get("HSA_OVERRIDE_GFX_VERSION")
+        out = {"value": value, "set": value is not None, "gfx": self.arch_policy.gfx}
+        out["reason"] = self.wheel.decision if self.wheel is not None else self.arch_policy.reason
+        out["decided_by"] = (
+            "the installed wheel" if self.wheel is not None else "the profile's table (checked after install)"
+        )
+        return out

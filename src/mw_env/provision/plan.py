@@ -15,9 +15,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from mw_env.errors import InputError
 from mw_env.provision import uv as uvmod
+from mw_env.provision.archtruth import NO_KERNELS, GpuKernels, env_with, judge
 from mw_env.provision.choose import (
     AdoptCandidate,
     Choice,
@@ -44,6 +46,7 @@ from mw_env.provision.keys import (
 from mw_env.provision.model import DISK_NEED, BootstrapOptions, GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
 from mw_env.provision.table import build_steps
+from mw_env.provision.torchpick import IndexPick, pick_from_index
 from mw_env.provision.venvinfo import (
     ADOPT_PTH,
     adopted_site,
@@ -54,6 +57,7 @@ from mw_env.provision.venvinfo import (
     site_packages,
     venv_python_version,
 )
+from mw_env.provision.wheelarch import read_wheel_archs
 from mw_env.provision.wheelhouse import Sources, discover, local_dir
 from mw_env.textsafe import redact
 
@@ -91,8 +95,7 @@ def plan(
     options: BootstrapOptions,
     env: Mapping[str, str] | None = None,
     companions: tuple[str, ...] = (),
-    torch_extras: tuple[str, ...] = (),
-    device_packages: tuple[str, ...] = (),
+    kernels: GpuKernels = NO_KERNELS,
 ) -> Plan:
     """The ordered steps for this bootstrap; nothing is changed on disk. Bad input raises InputError; any
     other problem found while planning is the plan's typed `problem` (the preflight step stops on it)."""
@@ -105,12 +108,13 @@ def plan(
     torch_ok = torch_fits(build_venv, installed, request.local_tag, torch.version)
     if venv_python_version(build_venv) and (build_venv / "bin" / "python").exists():
         _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
-        picked = _choose_in_venv(build_venv, request, state, installed, torch_ok, options, torch_extras)
+        picked = _choose_in_venv(build_venv, request, state, installed, torch_ok, options, kernels.extras)
     else:
         picked = _choose_fresh(request, options)
-    choice = picked.choice
+    choice = _for_lock(picked.choice, options)
     if choice.problem and choice.problem.input:
         raise choice.problem.error()
+    choice, truth = _truth(choice, torch, request, kernels, build_venv, torch_ok and installed, runtime_env)
     warnings = [*picked.warnings, *choice.warnings, *_index_not_contacted(options, choice, request.sources)]
     plan_ = Plan(
         profile=profile,
@@ -124,11 +128,10 @@ def plan(
         torch=choice.torch,
         uv=request.uv,
         sources=request.sources,
-        runtime_env=dict(runtime_env),
+        runtime_env=dict(truth.pop("runtime_env", runtime_env)),
         project_args=proj_args,
         companions=companions,
-        torch_extras=torch_extras,
-        device_packages=device_packages,
+        **truth,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
         notes=tuple(redact(n) for n in choice.notes),
@@ -143,6 +146,65 @@ def plan(
     )
     plan_ = replace(plan_, disk_need=_disk_need(plan_, torch_ok))
     return replace(plan_, steps=tuple(build_steps(plan_, state)))
+
+
+def _for_lock(choice: Choice, options: BootstrapOptions) -> Choice:
+    """From a lock (`--lock`), which names every file, the profile's torch source is not consulted: neither its
+    torch choice nor its problems (an unreachable index, no wheel in the wheelhouse) are this bootstrap's."""
+    if options.lock is None or choice.python is None or (choice.problem and choice.problem.input):
+        return choice
+    return replace(choice, torch=None, problem=None, warnings=())
+
+
+def _truth(
+    choice: Choice,
+    torch: TorchSourceLike,
+    request: ChoiceRequest,
+    kernels: GpuKernels,
+    build_venv: Path,
+    installed: str | bool | None,  # the venv's torch, when it is already the profile's
+    runtime_env: Mapping[str, str],
+) -> tuple[Choice, dict[str, Any]]:
+    """The index's and the wheel's word (issue 17): the exact torch the index lists, and, on a re-run, the
+    installed wheel's own override decision (as when it was installed). The Plan fields they fill."""
+    choice, pick = _pick_from_index(choice, torch, request.local_tag, kernels.packages, request.env)
+    fields: dict[str, Any] = {
+        "torch_extras": kernels.extras,
+        "device_packages": kernels.packages,
+        "arch_policy": kernels.policy,
+        "index_pick": pick,
+    }
+    if kernels.policy is not None and installed:
+        verdict = judge(kernels.policy, read_wheel_archs(build_venv))
+        fields["wheel"] = verdict
+        fields["runtime_env"] = env_with(runtime_env, verdict.override)
+    return choice, fields
+
+
+def _pick_from_index(
+    choice: Choice,
+    torch: TorchSourceLike,
+    local_tag: str,
+    device_packages: tuple[str, ...],
+    env: Mapping[str, str],
+) -> tuple[Choice, IndexPick | None]:
+    """Truth from the index: the exact torch it serves in the profile's range (and the download it states);
+    an index that lists none, or answers garbage, is the plan's problem, said before anything is built."""
+    t = choice.torch
+    if t is None or t.origin != "index" or not t.location or choice.problem:
+        return choice, None
+    pick = pick_from_index(
+        t.location,
+        version_spec=torch.version,
+        local_tag=local_tag,
+        python=choice.python.minor if choice.python else None,
+        device_packages=device_packages,
+        env=env,
+    )
+    if pick.version is None:
+        return replace(choice, problem=Problem(pick.problem or "no torch listed", pick.hint)), pick
+    notes = (*choice.notes, pick.note) if pick.note else choice.notes
+    return replace(choice, torch=replace(t, requirement=f"torch=={pick.version}"), notes=notes), pick
 
 
 def _request(

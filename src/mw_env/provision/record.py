@@ -56,10 +56,19 @@ class VenvRecord:
     version: int = RECORD_VERSION
     # The profile's torch source id ("rocm6.4", "therock-gfx110x"): doctor and train select the same one.
     torch_source: str | None = None
+    # Truth from the wheel (AMD): the GPU archs the installed torch carries, how they were read, and the
+    # override decision bootstrap took from them (the wheel wins over the profile's table).
+    wheel_archs: tuple[str, ...] = ()
+    wheel_archs_how: str = ""
+    arch_decision: str = ""
+    device_packages: tuple[
+        str, ...
+    ] = ()  # the per-GPU kernel packages installed ("amd-torch-device-gfx1103")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["extras"] = list(self.extras)
+        for key in ("extras", "wheel_archs", "device_packages"):
+            data[key] = list(data[key])
         return data
 
 
@@ -97,7 +106,12 @@ def read_record(venv: Path) -> VenvRecord | None:
     known = {f for f in VenvRecord.__dataclass_fields__}
     kwargs = {k: v for k, v in data.items() if k in known}
     kwargs["env"] = dict(env)
-    kwargs["extras"] = tuple(data.get("extras") or ())
+    for key in ("extras", "wheel_archs", "device_packages"):
+        value = data.get(key) or ()
+        kwargs[key] = tuple(str(v) for v in value) if isinstance(value, list) else ()
+    for key in ("wheel_archs_how", "arch_decision"):
+        if not isinstance(kwargs.get(key, ""), str):
+            kwargs.pop(key)
     return VenvRecord(**kwargs)
 
 

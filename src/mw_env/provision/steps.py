@@ -104,6 +104,10 @@ def install_torch(run: Run, step: Step) -> str:
         run.state.mark(step.id, "done", keys.torch_key(p))
         return f"reusing torch {p.adopted.version} from {p.adopted.site}"
     run.state.mark(step.id, "started")
+    if p.lock is not None:
+        from mw_env.provision.lockstep import install_lock
+
+        return install_lock(run, step)
     res = run.command(step, step.command or (), timeout=3600)
     if not res.ok:
         raise StepFailed(
@@ -119,6 +123,26 @@ def install_torch(run: Run, step: Step) -> str:
         location=redact(p.torch.location or "") if p.torch else "",
     )
     return venvinfo.installed_version(p.build_venv, "torch") or ""
+
+
+def write_lock(run: Run, step: Step) -> str | StepWarning:
+    from mw_env.provision.lockstep import lock_step
+
+    return lock_step(run, step)
+
+
+def read_wheel_archs(run: Run, step: Step) -> str | StepWarning:
+    """Judge the installed wheel's own GPU archs; the wheel's decision replaces the table's in the env file."""
+    from mw_env.provision.archtruth import env_with, judge
+    from mw_env.provision.wheelarch import read_wheel_archs as read
+
+    p = run.plan
+    verdict = judge(p.arch_policy, read(p.build_venv))
+    run.plan = dataclasses.replace(p, wheel=verdict, runtime_env=env_with(p.runtime_env, verdict.override))
+    shown = f"{', '.join(verdict.archs) or 'unknown'} ({verdict.how}); {verdict.decision}"
+    if verdict.warnings:
+        return StepWarning(f"{shown}. " + " ".join(verdict.warnings))
+    return shown
 
 
 def verify_torch(run: Run, step: Step) -> str:
@@ -172,7 +196,9 @@ class BackgroundVerify:
 def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
     """Judge the overlapped build check, then run the step's own command (with `import torch`) when it has one."""
     python = (step.command or (sys.executable,))[0]
-    imports = bool(step.command) and tuple(step.command) != verify.verify_command(python, import_torch=False)
+    imports = bool(step.command) and tuple(step.command or ()) != verify.verify_command(
+        python, import_torch=False
+    )
     # The step is recorded done only by the last check it owns: with an `import torch` check to come, the
     # static check alone must not mark it (a venv whose torch does not import was later called "ready").
     detail = verify_finish(run, step, static_output, record=not imports)
@@ -274,7 +300,11 @@ def write_env(run: Run, step: Step) -> str:
         created=old.created if old else now(),
         updated=now(),
         mw_env_version=mw_env.__version__,
-        torch_source=p.torch_source,
+        torch_source=(p.lock.meta.torch_source or p.torch_source) if p.lock is not None else p.torch_source,
+        wheel_archs=p.wheel.archs if p.wheel else (),
+        wheel_archs_how=p.wheel.how if p.wheel else "",
+        arch_decision=p.wheel.decision if p.wheel else "",
+        device_packages=tuple(d for d in p.device_packages if venvinfo.installed_version(bv, d)),
     )
     write_record(bv, record)
     run.state.mark(step.id, "done", keys.env_key(p, version))
@@ -284,6 +314,8 @@ def write_env(run: Run, step: Step) -> str:
 def _torch_origin(run: Run, old: VenvRecord | None) -> str | None:
     """The wheel path or index URL torch was installed from (for the record and the doctor's network check)."""
     p = run.plan
+    if p.lock is not None:
+        return p.lock.meta.torch_from or None
     if p.torch and p.torch.origin != "installed":
         return p.torch.location
     if old and old.torch_index:

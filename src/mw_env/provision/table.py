@@ -1,6 +1,7 @@
 """The bootstrap's steps, one object each, in the order they run:
 
-    preflight -> uv -> venv -> torch -> verify-torch -> pin-torch -> extras -> env -> [swap] -> doctor
+    preflight -> uv -> venv -> torch -> [wheel-archs] -> verify-torch -> pin-torch -> extras -> env -> lock
+    -> [swap] -> doctor
 
 A `StepSpec` holds everything about a step: its title, the exact command it would run, its "already done"
 check, the state key that records which inputs it was done for, its action (steps.py), whether part of it
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from mw_env.envlock import LOCK_FILE
 from mw_env.provision import keys
 from mw_env.provision import pin as pinmod
 from mw_env.provision import steps as act
@@ -124,11 +126,18 @@ def _venv_command(f: Facts) -> Command:
 
 
 def _torch_title(f: Facts) -> str:
+    if f.p.lock is not None:
+        return f"Install the lock's packages exactly, torch {f.p.lock.meta.torch} among them (hashes checked)"
     return f"Install torch ({f.p.build}{', ' + f.p.local_tag if f.p.local_tag else ''}) first"
 
 
 def _torch_command(f: Facts) -> Command:
     p = f.p
+    if p.lock is not None:
+        from mw_env.envlock.rebuild import install_command
+
+        # The whole lock in one uv transaction: every file's sha256 is checked before any is installed.
+        return install_command(f.uv, f.py, f.bv / LOCK_FILE, offline=bool(f.offline))
     if p.adopted:
         return None
     # Without a usable source (preflight will stop on the problem) the plan still shows the command that
@@ -149,6 +158,8 @@ def _torch_command(f: Facts) -> Command:
 
 
 def _torch_done(f: Facts) -> bool:
+    if f.p.lock is not None:
+        return f.installed == f.p.lock.meta.torch and TORCH.is_done(f, f.installed)
     if f.p.adopted:
         return f.venv_ok and adopted_site(f.bv) == f.p.adopted.site
     # The state says the step finished; the dist-info says the build is still the profile's.
@@ -157,6 +168,10 @@ def _torch_done(f: Facts) -> bool:
 
 def _torch_detail(f: Facts) -> str:
     p = f.p
+    if p.lock is not None:
+        from mw_env.envlock.rebuild import describe
+
+        return f"{describe(p.lock)} from {p.lock.source}"
     if p.adopted:
         return f"reuse the image's torch {p.adopted.version} from {p.adopted.site}"
     req = p.torch.requirement if p.torch else exact_requirement(p.version_spec, p.local_tag)
@@ -170,7 +185,7 @@ def _verify_command(f: Facts) -> Command:
     return verify_command(f.py, import_torch=not (f.p.options.doctor if f.p.options else True))
 
 
-def _extras_command(f: Facts) -> Command:
+def _extras_command(f: Facts) -> tuple[str, ...]:
     p, bv = f.p, f.bv
     pin_flag = (
         ["--override", str(bv / pinmod.OVERRIDES_FILE)]
@@ -187,7 +202,7 @@ def _no_command(f: Facts) -> Command:
 
 # -- the table --------------------------------------------------------------------------------------------
 
-PREFLIGHT = StepSpec(
+PREFLIGHT: StepSpec = StepSpec(
     "preflight",
     title=lambda f: "Check disk, uv, Python and the torch source",
     command=_no_command,
@@ -196,7 +211,7 @@ PREFLIGHT = StepSpec(
     detail=_preflight_detail,
     changes=False,  # checks only
 )
-UV = StepSpec(
+UV: StepSpec = StepSpec(
     "uv",
     title=lambda f: "Install uv from PyPI" if not f.p.uv else "uv is present",
     command=_uv_command,
@@ -204,14 +219,14 @@ UV = StepSpec(
     action=act.install_uv,
     detail=lambda f: f.p.uv or "",
 )
-VENV = StepSpec(
+VENV: StepSpec = StepSpec(
     "venv",
     title=lambda f: f"Create the venv {f.bv}",
     command=_venv_command,
     done=lambda f: f.venv_ok,
     action=act.create_venv,
 )
-TORCH = StepSpec(
+TORCH: StepSpec = StepSpec(
     "torch",
     title=_torch_title,
     command=_torch_command,
@@ -220,7 +235,18 @@ TORCH = StepSpec(
     state_key=keys.torch_key,
     detail=_torch_detail,
 )
-VERIFY = StepSpec(
+WHEEL_ARCHS: StepSpec = StepSpec(
+    "wheel-archs",
+    # Truth from the wheel (AMD, GPU target known): the archs the installed torch carries decide the override,
+    # before the pin and the env file; a re-run decided it while planning (Plan.wheel).
+    title=lambda f: f"Read the installed wheel's GPU archs ({f.p.arch_policy.gfx})",
+    command=_no_command,
+    done=lambda f: f.all_done and f.p.wheel is not None,
+    action=act.read_wheel_archs,
+    detail=lambda f: f.p.arch_policy.reason,
+    applies=lambda p: p.arch_policy is not None,
+)
+VERIFY: StepSpec = StepSpec(
     "verify-torch",
     title=lambda f: f"Verify torch reports the {f.p.build} build",
     command=_verify_command,
@@ -230,7 +256,7 @@ VERIFY = StepSpec(
     # Its build check reads torch/version.py in a child while the pin and the extras run (BackgroundVerify).
     overlap=Overlap(start=act.BackgroundVerify, finish=act.verify_after_extras),
 )
-PIN = StepSpec(
+PIN: StepSpec = StepSpec(
     "pin-torch",
     title=lambda f: "Pin torch for pip and uv in this venv",
     command=_no_command,
@@ -238,16 +264,21 @@ PIN = StepSpec(
     action=act.pin_torch,
     beside=True,
 )
-EXTRAS = StepSpec(
+EXTRAS: StepSpec = StepSpec(
     "extras",
     title=lambda f: "Install the project's extras with torch pinned",
-    command=lambda f: (*_extras_command(f), *f.p.project_args, "pip"),
+    # From a lock, every dependency is installed already, exactly: the project alone (--no-deps).
+    command=lambda f: (
+        (*_extras_command(f), "--no-deps", *f.p.project_args)
+        if f.p.lock is not None
+        else (*_extras_command(f), *f.p.project_args, "pip")
+    ),
     done=lambda f: f.venv_ok and EXTRAS.is_done(f, f.installed or ""),
     action=act.install_extras,
     state_key=keys.extras_key,
     beside=True,
 )
-ENV = StepSpec(
+ENV: StepSpec = StepSpec(
     "env",
     title=lambda f: "Persist the runtime environment (activate, mw-env.env, mw-env.json)",
     command=_no_command,
@@ -255,7 +286,22 @@ ENV = StepSpec(
     action=act.write_env,
     state_key=keys.env_key,
 )
-SWAP = StepSpec(
+LOCK: StepSpec = StepSpec(
+    "lock",
+    title=lambda f: (
+        f"Check the venv against its lock ({LOCK_FILE})"
+        if f.p.lock is not None
+        else f"Write the venv's lock ({LOCK_FILE}, by uv)"
+    ),
+    command=_no_command,
+    # An adopted torch lives outside the venv: no lock is written for it (the step says so once).
+    done=lambda f: (
+        f.venv_ok and ((f.bv / LOCK_FILE).is_file() or bool(f.p.adopted)) and LOCK.is_done(f, f.installed)
+    ),
+    action=act.write_lock,
+    state_key=keys.lock_key,
+)
+SWAP: StepSpec = StepSpec(
     "swap",
     title=lambda f: f"Replace {f.p.venv} with the new venv",
     command=_no_command,
@@ -264,7 +310,7 @@ SWAP = StepSpec(
     applies=lambda p: bool(p.options and p.options.recreate),
     moves_venv=True,
 )
-DOCTOR = StepSpec(
+DOCTOR: StepSpec = StepSpec(
     "doctor",
     title=lambda f: "Run the doctor",
     command=_no_command,
@@ -274,7 +320,20 @@ DOCTOR = StepSpec(
     applies=lambda p: not p.options or p.options.doctor,
 )
 
-STEPS: tuple[StepSpec, ...] = (PREFLIGHT, UV, VENV, TORCH, VERIFY, PIN, EXTRAS, ENV, SWAP, DOCTOR)
+STEPS: tuple[StepSpec, ...] = (
+    PREFLIGHT,
+    UV,
+    VENV,
+    TORCH,
+    WHEEL_ARCHS,
+    VERIFY,
+    PIN,
+    EXTRAS,
+    ENV,
+    LOCK,
+    SWAP,
+    DOCTOR,
+)
 BY_ID: dict[str, StepSpec] = {s.id: s for s in STEPS}
 
 

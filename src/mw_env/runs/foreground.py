@@ -71,7 +71,7 @@ def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int
     torchrun = Path(launch.argv[0]).name == "torchrun"
     nodes = getattr(launch, "nodes", None)
     multi = bool(nodes is not None and nodes.multi)
-    started = rendezvous.started_file(launch.out_dir, nodes.node_rank if multi else 0)
+    started = rendezvous.started_file(launch.out_dir, nodes.node_rank if nodes is not None and multi else 0)
     if multi:
         launch.out_dir.mkdir(parents=True, exist_ok=True)
         started.unlink(missing_ok=True)

@@ -167,6 +167,27 @@ def _python_path(env: Mapping[str, str]) -> str | None:
     return f"{pkg_parent}{os.pathsep}{existing}" if existing else str(pkg_parent)
 
 
+def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
+    """A manifest made with `host-commands --lock` names the environment every pod must train in."""
+    from mw_env.host_k8s import LOCK_ENV
+
+    wanted = (env.get(LOCK_ENV) or "").strip().lower()
+    if not wanted:
+        return
+    from mw_env.envlock import LOCK_FILE
+    from mw_env.runs.manifest import sha256_file
+
+    lock = venv / LOCK_FILE
+    have = sha256_file(lock) if lock.is_file() else None
+    if have != wanted:
+        raise MwEnvError(
+            f"{LOCK_ENV}={wanted[:16]}... names the environment to train in, but the venv {venv} "
+            + (f"has the lock {have[:16]}..." if have else f"has no {LOCK_FILE}"),
+            hint="build the image from that lock (`mw-env bootstrap --lock FILE`), or remove the variable "
+            "(the manifest's `mw-env host-commands ... --lock FILE`) to train in this venv as it is",
+        )
+
+
 def _write_doctor(out_dir: Path, report: dict[str, Any], node_rank: int = 0) -> Path:
     from mw_env.atomic import write_text_atomic as write_atomic
 
@@ -186,6 +207,8 @@ def _refuse_finished(out_dir: Path, max_steps: int) -> None:
     step = life.get("step")
     if life.get("state") != "finished" or not isinstance(step, int):
         return
+    if not Path(str(life.get("last_checkpoint") or "")).is_file():
+        return  # its checkpoints are gone: the run starts over, as it would anyway
     if step < max_steps and life.get("reason") != "early_stop":
         return  # stopped early by the operator, or max_steps raised: resuming trains on
     raise NothingToDo(
@@ -241,6 +264,7 @@ def prepare(
             hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
         )
     config_path = find_config(config)
+    _check_lock(venv_path, env_in)
     record = read_record(venv_path)
     # The profile is detected (or given), never trusted from the venv: a CPU venv on a GPU machine must fail
     # the doctor's torch-build check rather than train on the CPU unnoticed.

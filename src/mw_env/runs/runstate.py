@@ -78,11 +78,17 @@ def set_state(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
     with _locked(run_dir):
         old = read_state(run_dir) or {}
         # A new life ("running") starts without the previous one's exit facts.
-        kept = {
+        kept: dict[str, Any] = {
             k: old[k] for k in ("child_pid", "exit") if k in old and not (k == "exit" and state == "running")
         }
         history = [h for h in old.get("history", []) if isinstance(h, list)][-50:]
-        record = {**kept, "state": state, **fields, "time": now, "history": [*history, [state, now]]}
+        record: dict[str, Any] = {
+            **kept,
+            "state": state,
+            **fields,
+            "time": now,
+            "history": [*history, [state, now]],
+        }
         write_json_atomic(run_dir / STATE_FILE, record, default=str)
         return record
 

@@ -136,8 +136,8 @@ def supervise(report_fd: int) -> int:
     os.close(report_fd)
     run_dir = Path(spec["run_dir"])
     set_state(run_dir, "running", child_pid=child.pid)
-    for signum in pending:
-        forward(signum, None)
+    for early in pending:
+        forward(early, None)
     returncode = child.wait()
     oom_after = cgroup_oom_kills()
     oom = (oom_after - oom_before) if oom_before is not None and oom_after is not None else 0

@@ -137,7 +137,7 @@ def evaluate_share(
 
 def evaluate(model: torch.nn.Module, val: ValSource, labels: Sequence[str], **kw: object) -> EvalResult:
     """One process's evaluation of its share (the whole split when it is the only one)."""
-    sums, samples = evaluate_share(model, val, labels, **kw)  # type: ignore[arg-type]
+    sums, samples = evaluate_share(model, val, labels, **kw)
     return sums.result(samples)
 
 

@@ -22,6 +22,7 @@ import torch
 from mw_env.errors import StepFailed
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.agree import run_lock
+from mw_env.trainer.checkpoint_parts import restore as restore_parts
 from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts
 from mw_env.trainer.distributed import (
     DistInfo,
@@ -40,13 +41,11 @@ from mw_env.trainer.runtime import (
     environment_facts,
     pick_device,
     resolve_precision,
-    restore_rng_states,
     seed_host_rngs,
     set_determinism,
     step_seed,
 )
 from mw_env.trainer.session import Session
-from mw_env.trainer.state import LoopState
 from mw_env.trainer.step import StepOutcome, Trainer
 from mw_env.trainspec.advice import config_warnings, cpu_warning, resume_warnings
 from mw_env.trainspec.config import ResolvedConfig
@@ -145,23 +144,14 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
 def _restore(session: Session, path: Path, ckpt: dict[str, Any], accepted_changes: list[str]) -> None:
     """Load a checkpoint that passed the resume checks into the session (`accepted_changes`: the corpus
     changes data.allow_changed_corpus let through, said once here)."""
-    s, t = session, session.trainer
+    s = session
     s.accepted_changes = accepted_changes
     for line in accepted_changes:
         s.say(f"warning: corpus changed ({line}); continuing because data.allow_changed_corpus is true")
     try:  # validated when it was picked; a failure here is still a clean error, never a traceback
-        t.model.load_state_dict(ckpt["model"])
-        t.optimizer.load_state_dict(ckpt["optimizer"])
-        t.scheduler.load_state_dict(ckpt["scheduler"])
-        if "scaler" in ckpt:
-            t.scaler.load_state_dict(ckpt["scaler"])
-        s.state = LoopState(**ckpt["loop"])
-        rngs = ckpt.get("rng") or []
-        if s.dist.rank < len(rngs):
-            restore_rng_states(rngs[s.dist.rank])
-        saved_counts = (ckpt.get("data") or {}).get("counts") or []
-        if s.dist.rank < len(saved_counts) and not s.accepted_changes:
-            s.counts = Counts.from_dict(saved_counts[s.dist.rank])
+        restore_parts(
+            s, ckpt
+        )  # model, optimizer, scheduler, scaler, loop counters, this rank's RNG and counts
     except Exception as exc:
         raise ckpt_mod.CheckpointError(
             f"checkpoint {path} could not be restored ({type(exc).__name__}: {str(exc)[:200]})",
@@ -179,7 +169,7 @@ def _wrap(trainer: Trainer, compile_model: bool) -> None:
         dev = trainer.device
         trainer.train_model = DDP(trainer.model, device_ids=[dev.index] if dev.type == "cuda" else None)
     if compile_model:
-        trainer.train_model = torch.compile(trainer.train_model)  # type: ignore[assignment]
+        trainer.train_model = torch.compile(trainer.train_model)
 
 
 def _run(
@@ -299,7 +289,7 @@ def _log_step(s: Session, out: StepOutcome, waited: float, step_s: float) -> Non
 def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     config = s.resolved.config
     rt, dist, state = config.runtime, s.dist, s.state
-    producer = s.corpus.producer()
+    producer = s.corpus.producer(stop=rt.max_steps)
     reader = Prefetcher(
         producer,
         start=state.step,
@@ -314,6 +304,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     t_first = t_start
     t_last = t_start
     s.trainer.train_model.train()
+    assert s.counts is not None  # set (fresh, or from the checkpoint) before the first step
     try:
         with StopFlag() as stop:
             while state.step < rt.max_steps:
@@ -394,9 +385,14 @@ def _finish(
     s: Session, reason: str, last_ckpt: Path | None, losses: list[float], doctor_json: Path | None
 ) -> RunResult:
     rt, state = s.resolved.config.runtime, s.state
+    assert s.counts is not None  # set before the first step
     parts = gather_objects({"counts": s.counts.to_dict(), "position": s.position()}, s.dist)
     last_ckpt = last_ckpt or ckpt_mod.latest_valid_checkpoint(s.ckpt_dir)
-    ended = {"reason": reason, "step": state.step, "last_checkpoint": str(last_ckpt) if last_ckpt else None}
+    ended: dict[str, Any] = {
+        "reason": reason,
+        "step": state.step,
+        "last_checkpoint": str(last_ckpt) if last_ckpt else None,
+    }
     # `finished` in metrics.jsonl is the loop's end (the manifest covers it); the run is finished only
     # when state.json says so, after the report and the manifest.
     mark(s.out_dir, "finishing", main=s.dist.main, **ended)

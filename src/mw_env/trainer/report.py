@@ -6,7 +6,7 @@ The content is built once as blocks (report_doc) and rendered to both formats. F
 matplotlib (the `train` extra); without it the report is still written and says so - a report must
 never be what fails at the end of hours of training. The run folder's MANIFEST.sha256 is rewritten
 last, covering every artifact including this report; then, for runtime.tracking=mlflow, the report,
-the manifest and the final checkpoint's path go to the MLflow run as artifacts.
+the manifest, the final checkpoint's path and the model (mlflow_model.py) go to the MLflow run.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 
 from mw_env.atomic import write_json_atomic
 from mw_env.errors import MwEnvError
+from mw_env.runs.manifest import sha256_file
 from mw_env.trainer.tracking_values import flatten, metric_values
 from mw_env.trainspec.extras import bootstrap_hint
 
@@ -205,6 +206,11 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
             client.log_artifacts(run_id, str(run_dir / "report"), artifact_path="report")
         if (run_dir / "MANIFEST.sha256").is_file():
             client.log_artifact(run_id, str(run_dir / "MANIFEST.sha256"))
+        manifest = run_dir / "MANIFEST.sha256"
+        manifest_sha = sha256_file(manifest) if manifest.is_file() else None
+        if manifest_sha:  # the run this model came from, verifiable: `mw-env train verify RUN`
+            client.set_tag(run_id, "mw-env.manifest_sha256", manifest_sha)
+            client.set_tag(run_id, "mw-env.run_dir", str(run_dir))
         if checkpoint is not None:
             client.set_tag(run_id, "mw-env.checkpoint", str(checkpoint))
             client.log_dict(
@@ -214,4 +220,22 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
             )
     except Exception as exc:  # the report is on disk either way
         return f"mw-env: logging the report to MLflow failed ({type(exc).__name__}: {exc})"
+    if checkpoint is not None:
+        return _log_model(client, run_id, checkpoint, manifest_sha)
+    return None
+
+
+def _log_model(client: Any, run_id: str, checkpoint: Path, manifest_sha: str | None) -> str | None:
+    """The model as `model/` (an MLflow pyfunc model: mlflow_model.py), for the registry to promote."""
+    import tempfile
+
+    from mw_env.trainer.mlflow_model import save_model_dir
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="mw-env-mlflow-") as tmp:
+            folder = save_model_dir(checkpoint, Path(tmp) / "model", manifest_sha256=manifest_sha)
+            client.log_artifacts(run_id, str(folder), artifact_path="model")
+        client.set_tag(run_id, "mw-env.model", f"runs:/{run_id}/model")
+    except Exception as exc:  # a checkpoint that does not load is not logged as the model; the rest stands
+        return f"mw-env: logging the model to MLflow failed ({type(exc).__name__}: {str(exc)[:300]})"
     return None

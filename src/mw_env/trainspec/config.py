@@ -157,7 +157,7 @@ def _read_file(path: Path) -> dict[str, Any]:
             except ModuleNotFoundError:
                 raise InputError(
                     f"{path}: TOML configs need Python >= 3.11 or the tomli package",
-                    hint="pip install tomli, or write the config as YAML",
+                    hint="mw-env depends on tomli on Python 3.10: reinstall mw-env, or write the config as YAML",
                 ) from None
         try:
             data: Any = tomllib.loads(text)

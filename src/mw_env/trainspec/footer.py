@@ -97,7 +97,7 @@ class _Reader:
             size = self.varint()
         return size, head & 0x0F
 
-    def fields(self):  # type: ignore[no-untyped-def]
+    def fields(self):
         """(field id, type) for each field of a struct, until its stop byte."""
         last = 0
         while True:

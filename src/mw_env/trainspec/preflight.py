@@ -91,12 +91,30 @@ def check_columns(config: TrainConfig, base: Path) -> None:
     for key, patterns in (("data.train_files", d.train_files), ("data.val_files", d.val_files)):
         for path in expand(patterns, key, base):
             cols = columns_of(path, key)
+            if d.labels and d.unknown_tags == "error" and path.suffix == ".jsonl" and d.tags_column in cols:
+                _check_tags(path, d.tags_column, d.labels, key)
             for ckey, name in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
                 if name not in cols:
                     raise InputError(
                         f"{ckey}={name!r}: {path} has no column {name!r} (its columns: {', '.join(cols) or 'none'})",
                         hint=f"set {ckey} to the shard's column, e.g. --set {ckey}={cols[0] if cols else 'NAME'}",
                     )
+
+
+def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> None:
+    """A JSONL shard's first 4,096 rows (the trainer's label sample) hold only tags of data.labels."""
+    from mw_env.trainspec.labelscan import jsonl_tags
+
+    try:
+        unknown = sorted(jsonl_tags(path, column) - set(labels))
+    except (OSError, ValueError):
+        return  # unreadable rows are the trainer's to report, with their line numbers
+    if unknown:
+        raise InputError(
+            f"data.labels does not list {', '.join(map(repr, unknown[:8]))}, found in {path} ({key})",
+            hint="add them to data.labels, leave data.labels empty to take the corpus's, or "
+            "--set data.unknown_tags=ignore to train without them",
+        )
 
 
 def check_labels(config: TrainConfig) -> None:

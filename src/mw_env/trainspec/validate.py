@@ -90,11 +90,11 @@ def _check_ranges(config: TrainConfig) -> None:
     for key, (lo, hi) in INT_RANGES.items():
         v = _value(config, key)
         _check(lo <= v <= hi, key, v, f"an integer from {lo} to {hi}")
-    for key, (lo, hi, lo_open, hi_open) in FLOAT_RANGES.items():
+    for key, (low, high, lo_open, hi_open) in FLOAT_RANGES.items():
         v = _value(config, key)
-        above = v > lo if lo_open else v >= lo
-        below = v < hi if hi_open else v <= hi
-        interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        above = v > low if lo_open else v >= low
+        below = v < high if hi_open else v <= high
+        interval = f"{'(' if lo_open else '['}{low:g}, {high:g}{')' if hi_open else ']'}"
         _check(math.isfinite(v) and above and below, key, v, f"a number in {interval}")
 
 

@@ -95,7 +95,8 @@ class Counts:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Counts:
-        return cls(**{k: (list(v) if isinstance(v, list) else v) for k, v in d.items()})
+        fields: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v) for k, v in d.items()}
+        return cls(**fields)
 
 
 def sum_counts(parts: list[dict[str, Any]], n_labels: int) -> Counts:

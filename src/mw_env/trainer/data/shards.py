@@ -16,12 +16,14 @@ import hashlib
 import json
 import stat
 import struct
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
+from mw_env.trainspec.extras import bootstrap_hint
 
 JSONL_BLOCK_BYTES = 4 << 20
 HINT_DAMAGED = (
@@ -138,7 +140,10 @@ def _open_parquet(path: Path, index: int, columns: tuple[str, str]) -> tuple[Sha
     try:
         import pyarrow.parquet  # noqa: F401
     except ModuleNotFoundError:
-        raise InputError(f"{path}: reading Parquet needs pyarrow", hint="install mw-env[train]") from None
+        raise InputError(
+            f"{path}: reading Parquet needs pyarrow",
+            hint=f"add the `train` extra: {bootstrap_hint(sys.prefix)}",
+        ) from None
     try:
         digest, meta = _read_footer(path)
         schema = meta.schema.to_arrow_schema()

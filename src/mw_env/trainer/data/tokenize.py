@@ -6,11 +6,13 @@ elsewhere, so the loss ignores continuation bytes and separators).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError
+from mw_env.trainspec.extras import bootstrap_hint
 
 SPM_MAX_BYTES = 512 * 1024 * 1024  # SentencePiece models are KiB to tens of MiB
 
@@ -46,7 +48,7 @@ class SentencePieceTokenizer:
         except ModuleNotFoundError:
             raise InputError(
                 "data.tokenizer is 'sentencepiece' but the sentencepiece package is not installed",
-                hint="install mw-env[spm] into the training venv, or use data.tokenizer=byte",
+                hint=f"add the `spm` extra: {bootstrap_hint(sys.prefix, 'spm')}, or use data.tokenizer=byte",
             ) from None
         self.proto = model_proto
         self.sp = spm.SentencePieceProcessor()

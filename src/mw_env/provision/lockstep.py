@@ -1,0 +1,76 @@
+"""The bootstrap steps of locks: install a venv from a lock (`--lock`), and write (or check) the venv's lock.
+
+`run` is provision.steps.Run (typed loosely: steps imports this module, and the layout allows no cycle).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mw_env.atomic import write_text_atomic as write_atomic
+from mw_env.errors import MwEnvError, StepFailed
+from mw_env.provision import keys, venvinfo
+from mw_env.provision.events import StepWarning
+
+if TYPE_CHECKING:
+    from mw_env.provision.model import Step
+
+
+def install_lock(run: Any, step: Step) -> str:
+    """`bootstrap --lock`: the validated lock's text (never the file again: it may have changed since it was
+    checked) goes into the venv, and uv installs exactly that."""
+    from mw_env.envlock import LOCK_FILE
+    from mw_env.envlock.rebuild import install_failure
+
+    p = run.plan
+    write_atomic(p.build_venv / LOCK_FILE, p.lock.text)
+    res = run.command(step, step.command or (), timeout=3600)
+    if not res.ok:
+        raise install_failure(res.output, p.lock, returncode=res.returncode)
+    run.state.mark(step.id, "done", keys.torch_key(p), location=p.lock.meta.torch_from)
+    return venvinfo.installed_version(p.build_venv, "torch") or ""
+
+
+def lock_step(run: Any, step: Step) -> str | StepWarning:
+    """Every finished venv gets its lock (or, rebuilt from one, is checked against it)."""
+    from mw_env.envlock import LOCK_FILE
+    from mw_env.envlock.drift import compare, installed
+
+    p = run.plan
+    bv = p.build_venv
+    version = keys.current_torch(p)
+    if p.lock is not None:
+        drift = compare(p.lock, installed(bv))
+        if drift.any:
+            raise StepFailed(
+                "the venv differs from the lock after installing it: " + "; ".join(drift.lines()),
+                hint="the project's own install changed a package (it runs with --no-deps); report this",
+            )
+        run.state.mark(step.id, "done", keys.lock_key(p, version))
+        return f"{len(p.lock.packages)} packages as locked"
+    if p.adopted:
+        run.state.mark(step.id, "done", keys.lock_key(p, version))
+        return "no lock: torch lives in the base image, outside the venv (the image's Dockerfile pins it)"
+    from mw_env.envlock.make import lock_venv
+
+    torch_index = p.torch.location if p.torch and p.torch.origin == "index" else None
+    try:
+        lock = lock_venv(
+            venv=bv,
+            selection=None,
+            env=p.env,
+            uv=run.uv,
+            offline=bool(p.options and p.options.offline),
+            torch_index=torch_index,
+            target=p.lock_target,
+            companions=(*p.companions, *p.device_packages),  # from the torch index, like torch
+            source_args=p.sources.uv_args(),
+        )
+    except MwEnvError as exc:
+        # The venv works; only its lock is missing. Say why, and how to write it later (a re-run does not
+        # retry: `mw-env lock` does, once the cause is fixed).
+        run.state.mark(step.id, "done", keys.lock_key(p, version))
+        return StepWarning(f"no lock written: {exc.message} (later: `mw-env lock --venv {p.venv}`)")
+    write_atomic(bv / LOCK_FILE, lock.text)
+    run.state.mark(step.id, "done", keys.lock_key(p, version))
+    return f"{len(lock.packages)} packages, sha256 {lock.sha256[:12]}"

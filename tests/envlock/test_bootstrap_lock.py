@@ -1,0 +1,94 @@
+"""`mw-env bootstrap --lock`: refused before anything is installed when the lock is for other hardware,
+names a missing wheel with where it was looked for, and reads hostile locks as bad input (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mw_env.cli import main
+
+from .lock_support import lock_text
+
+REPO = Path(__file__).resolve().parents[2]
+MACHINES = REPO / "tests" / "fixtures" / "machines"
+
+
+@pytest.fixture
+def quiet_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No pip.conf, uv config or wheelhouse of this machine: the test's wheelhouse only."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for var in ("PIP_FIND_LINKS", "UV_FIND_LINKS", "MW_ENV_ROOT", "MW_ENV_PROFILE", "MW_ENV_VENV"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    return wheelhouse
+
+
+def _bootstrap(capsys, *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main(["bootstrap", *args])
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+@pytest.mark.parametrize(
+    ("machine", "here"),
+    [
+        ("incus-780m", "profile gfx1103 (AMD Radeon 780M, gfx1103)"),
+        ("strix-halo-8060s", "profile gfx1151 (AMD Radeon 8060S, gfx1151)"),
+    ],
+)
+def test_a_cpu_lock_is_refused_on_amd_machines_naming_both(quiet_env, tmp_path, capsys, machine, here):
+    lock = tmp_path / "pylock.cpu.toml"
+    lock.write_text(lock_text(quiet_env))
+    venv = tmp_path / "venv"
+    rc, text = _bootstrap(
+        capsys,
+        *("--root", str(MACHINES / machine), "--lock", str(lock), "--venv", str(venv)),
+        *("--find-links", str(quiet_env), "--dry-run"),
+    )
+    assert rc == 2, text
+    assert f"was made for profile cpu (no GPU); this machine is {here}: another profile" in text
+    assert "--force" in text and "mw-env lock" in text
+    assert not venv.exists()
+
+
+def test_a_missing_wheel_is_named_with_where_it_was_looked_for(quiet_env, tmp_path, capsys):
+    lock = tmp_path / "pylock.cpu.toml"
+    lock.write_text(lock_text(quiet_env))
+    rc, text = _bootstrap(
+        capsys,
+        *("--root", str(MACHINES / "cpu-only"), "--lock", str(lock), "--venv", str(tmp_path / "venv")),
+        *("--find-links", str(quiet_env), "--dry-run"),
+    )
+    assert rc == 2, text
+    assert f"the wheel of torch is missing: {quiet_env}/torch-2.13.0+cpu" in text.replace("\n", "")
+
+
+def test_a_lock_with_a_wheel_outside_the_wheelhouse_is_bad_input(quiet_env, tmp_path, capsys):
+    lock = tmp_path / "pylock.cpu.toml"
+    lock.write_text(lock_text(tmp_path / "elsewhere"))
+    rc, text = _bootstrap(
+        capsys,
+        *("--root", str(MACHINES / "cpu-only"), "--lock", str(lock), "--venv", str(tmp_path / "venv")),
+        *("--find-links", str(quiet_env), "--dry-run"),
+    )
+    assert rc == 2 and "outside the wheelhouse" in text, text
+
+
+def test_an_explicit_python_other_than_the_locks_is_refused(quiet_env, tmp_path, capsys):
+    (quiet_env / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"not checked here")
+    lock = tmp_path / "pylock.cpu.toml"
+    lock.write_text(lock_text(quiet_env))
+    rc, text = _bootstrap(
+        capsys,
+        *("--root", str(MACHINES / "cpu-only"), "--lock", str(lock), "--venv", str(tmp_path / "venv")),
+        *("--find-links", str(quiet_env), "--python", "3.12", "--dry-run"),
+    )
+    assert rc == 2 and "--python 3.12: the lock was made with Python 3.11.7" in text, text

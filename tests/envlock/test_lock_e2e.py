@@ -1,0 +1,159 @@
+"""The lock end to end, on one real CPU venv (torch from this machine's wheelhouse), shared by the module:
+
+bootstrap writes the lock; `bootstrap --lock` rebuilds the venv offline with the same packages and hashes;
+a changed sha256 is refused naming the package with nothing installed; `uv pip install` of another version
+is drift the doctor names with both versions; a smoke run carries the lock into its folder, manifest and
+report. Skipped cleanly where no wheelhouse holds a CPU torch (as the e2e bootstrap test is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mw_env.envlock import LOCK_FILE
+from mw_env.envlock.lockfile import read_lock
+from mw_env.runs.manifest import read_manifest, sha256_file
+from provision.provision_support import find_uv_binary
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+
+def _cpu_wheel():
+    from mw_env.provision.wheelhouse import discover, matching_torch, wheels_in
+
+    sources = discover(env=os.environ)
+    good, _ = matching_torch(
+        wheels_in(sources.find_links, "torch"), local_tag="+cpu", specifier=">=2.9,<2.15"
+    )
+    return good[0] if good else None
+
+
+@pytest.fixture(scope="module")
+def env() -> dict[str, str]:
+    uv = find_uv_binary()
+    if _cpu_wheel() is None or uv is None:
+        pytest.skip("no wheelhouse holds a CPU torch wheel (or uv is missing)")
+    out = {**os.environ, "UV": uv, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for var in ("VIRTUAL_ENV", "MW_ENV_VENV", "MW_ENV_ROOT", "MW_ENV_PROFILE"):
+        out.pop(var, None)
+    return out
+
+
+def mw_env(env: dict[str, str], *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mw_env", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def freeze(env: dict[str, str], venv: Path) -> list[str]:
+    res = subprocess.run(
+        [env["UV"], "pip", "freeze", "--python", str(venv / "bin" / "python")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [ln for ln in res.stdout.splitlines() if not ln.startswith("-e ")]  # the project itself aside
+
+
+@pytest.fixture(scope="module")
+def first(env, tmp_path_factory) -> Path:
+    venv = tmp_path_factory.mktemp("lock") / "first"
+    res = mw_env(env, "bootstrap", "--profile", "cpu", "--venv", str(venv), "--no-adopt-torch", "--no-doctor")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return venv
+
+
+@pytest.fixture(scope="module")
+def rebuilt(env, first) -> Path:
+    venv = first.parent / "rebuilt"
+    res = mw_env(
+        env,
+        "bootstrap",
+        "--profile",
+        "cpu",
+        "--lock",
+        str(first / LOCK_FILE),
+        "--venv",
+        str(venv),
+        "--offline",
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return venv
+
+
+def test_bootstrap_writes_the_lock_of_the_venv_it_built(env, first):
+    lock = read_lock(first / LOCK_FILE)
+    wheel = _cpu_wheel()
+    torch = lock.package("torch")
+    assert torch.version == wheel.version and lock.meta.profile == "cpu" and lock.meta.build == "cpu"
+    assert torch.wheels[0].sha256 == sha256_file(wheel.path)  # the wheelhouse's very file
+    assert lock.meta.python.startswith("3.") and lock.meta.torch_source
+    # Every installed package is in it, at the installed version (the project itself aside).
+    assert sorted(f"{p.name}=={p.version}" for p in lock.packages) == sorted(
+        f"{n.lower().replace('_', '-')}=={v}" for n, _, v in (ln.partition("==") for ln in freeze(env, first))
+    )
+
+
+def test_a_rebuild_from_the_lock_offline_has_the_same_packages_and_hashes(env, first, rebuilt):
+    assert freeze(env, rebuilt) == freeze(env, first)
+    a, b = read_lock(first / LOCK_FILE), read_lock(rebuilt / LOCK_FILE)
+    assert [(p.name, p.version, [w.sha256 for w in p.wheels]) for p in a.packages] == [
+        (p.name, p.version, [w.sha256 for w in p.wheels]) for p in b.packages
+    ]
+    # The doctor (run by that bootstrap) found the venv as locked.
+    doctor = mw_env({**env, "MW_ENV_VENV": str(rebuilt)}, "doctor", "--profile", "cpu", "--quick", "--json")
+    check = next(c for c in json.loads(doctor.stdout)["checks"] if c["id"] == "venv.lock")
+    assert check["status"] == "pass", check
+
+
+def test_a_changed_sha256_is_refused_naming_the_package_with_nothing_installed(env, first):
+    lock = read_lock(first / LOCK_FILE)
+    victim = next(p for p in lock.packages if p.name != "torch" and p.wheels)
+    digest = victim.wheels[0].sha256
+    bad = first.parent / "pylock.bad.toml"
+    bad.write_text(lock.text.replace(digest, digest[:-1] + ("0" if digest[-1] != "0" else "1")))
+    venv = first.parent / "refused"
+    res = mw_env(env, "bootstrap", "--profile", "cpu", "--lock", str(bad), "--venv", str(venv), "--offline")
+    assert res.returncode == 1, res.stdout + res.stderr
+    said = " ".join((res.stdout + res.stderr).split())
+    assert f"the wheel of {victim.name}=={victim.version} does not match the lock" in said, said
+    assert "nothing was installed" in said
+    assert freeze(env, venv) == []
+
+
+def test_the_doctor_names_a_package_changed_after_the_lock_with_both_versions(env, first, rebuilt):
+    lock = read_lock(rebuilt / LOCK_FILE)
+    # fsspec: in the lock (torch needs it) and published in several versions; any other will do.
+    now = lock.package("fsspec").version
+    other = "2026.7.0" if now != "2026.7.0" else "2026.6.0"
+    subprocess.run(
+        [env["UV"], "pip", "install", "--python", str(rebuilt / "bin" / "python"), f"fsspec=={other}"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    doctor = mw_env({**env, "MW_ENV_VENV": str(rebuilt)}, "doctor", "--profile", "cpu", "--quick", "--json")
+    check = next(c for c in json.loads(doctor.stdout)["checks"] if c["id"] == "venv.lock")
+    assert check["status"] == "warn" and f"fsspec {now} -> {other} (changed)" in check["detail"], check
+    assert f"mw-env bootstrap --lock {rebuilt / LOCK_FILE}" in check["fix"] and "mw-env lock" in check["fix"]
+
+
+def test_a_smoke_run_carries_the_lock(env, first, tmp_path):
+    out = tmp_path / "run"
+    res = mw_env(
+        env,
+        *("train", "--venv", str(first), "--profile", "cpu", "--config", "smoke", "--skip-doctor"),
+        *("--set", f"runtime.out_dir={out}", "--set", "runtime.max_steps=2", "--set", "runtime.eval_every=2"),
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    digest = sha256_file(first / LOCK_FILE)
+    assert sha256_file(out / LOCK_FILE) == digest
+    assert read_manifest(out)[0][LOCK_FILE] == digest
+    assert f"{LOCK_FILE} sha256 {digest}" in (out / "report" / "report.md").read_text()

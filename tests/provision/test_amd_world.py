@@ -1,0 +1,212 @@
+"""The 2026 AMD wheel world end to end, on local indexes laid out like the real ones (tests/amdworld.py) served over
+loopback HTTP: each fake machine root gets a native source, only its GPU's device package, no override and never
+PyPI's placeholder; a forced source without the GPU's kernels gets the override and the hang warning; a wheel whose
+own arch list contradicts the table wins over it, and the record and the doctor say so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amdworld import build_world, profiles_dir
+from indexserver import serve
+from mw_env.provision.venvinfo import installed_version
+
+MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    base = tmp_path_factory.mktemp("amd-world")
+    w = build_world(base)
+    with serve(
+        {"multiarch": w.multiarch, "rocm714": w.rocm714, "lacking": w.rocm714_lacking, "pypi": w.pypi}
+    ) as srv:
+        profiles = profiles_dir(
+            base / "profiles", {"multiarch": srv.url("multiarch"), "rocm714": srv.url("rocm714")}
+        )
+        lacking = profiles_dir(
+            base / "lacking", {"multiarch": srv.url("multiarch"), "rocm714": srv.url("lacking")}
+        )
+        yield {"world": w, "srv": srv, "profiles": profiles, "lacking": lacking}
+
+
+@pytest.fixture
+def env(hermetic_env, world):
+    pypi = world["srv"].url("pypi")
+    # No PYTHONPATH: the venv's own python must see only the venv (this interpreter has mw_env installed).
+    return {**hermetic_env, "PIP_INDEX_URL": pypi, "UV_DEFAULT_INDEX": pypi}
+
+
+def _mw(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mw_env", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+
+def _bootstrap(env, world, root: str, venv: Path, *extra: str, profiles: str = "profiles", project=None):
+    args = ["bootstrap", "--root", str(MACHINES / root), "--profiles-dir", str(world[profiles])]
+    args += ["--venv", str(venv), "--python", sys.executable, "--no-adopt-torch", "--no-doctor", *extra]
+    if project is not None:
+        args += ["--project", str(project)]
+    return _mw(env, *args)
+
+
+@pytest.mark.parametrize(("root", "gfx"), [("incus-780m", "gfx1103"), ("strix-halo-8060s", "gfx1151")])
+def test_dry_run_json_says_version_index_device_packages_size_and_the_override_decision(
+    tmp_path, env, world, indexes, root, gfx
+):
+    res = _bootstrap(env, world, root, tmp_path / "v", "--dry-run", "--json", project=indexes.project)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    srv = world["srv"]
+    assert plan["torch_source"] == "amd-multiarch" and plan["index"] == srv.url("multiarch")
+    assert plan["torch_version"] == "2.14.0+rocm7.14.0"  # the newest the index lists in the profile's range
+    assert plan["device_packages"] == [f"amd-torch-device-{gfx}"] and plan["torch_extras"] == [
+        f"device-{gfx}"
+    ]
+    w = world["world"]
+    sizes = [
+        (w.multiarch / "files" / "torch-2.14.0+rocm7.14.0-py3-none-any.whl").stat().st_size,
+        (w.multiarch / "files" / f"amd_torch_device_{gfx}-2.14.0+rocm7.14.0-py3-none-any.whl").stat().st_size,
+    ]
+    assert plan["download_bytes"] == sum(sizes) and plan["download_note"] == "stated by the index"
+    assert plan["override"]["set"] is False and plan["env"] == {}
+    assert f"ships native {gfx} kernels" in plan["override"]["reason"]
+    cmd = next(s for s in plan["steps"] if s["id"] == "torch")["command"]
+    assert f"torch[device-{gfx}]==2.14.0+rocm7.14.0" in cmd
+    assert cmd[cmd.index("--index") + 1] == srv.url("multiarch") and "first-index" in cmd
+    assert any(n.startswith("torch 2.14.0+rocm7.14.0: the newest +rocm7.14 release") for n in plan["notes"])
+    assert f"amd-multiarch won: the newest torch (2.14) with native {gfx} kernels" in plan["reason"]
+    assert "rocm7.14 has the same torch but installs every GPU's kernels" in plan["reason"]
+
+
+def test_a_forced_source_without_the_gpus_kernels_gets_the_override_and_the_warning(
+    tmp_path, env, world, indexes
+):
+    res = _bootstrap(
+        env,
+        world,
+        "incus-780m",
+        tmp_path / "v",
+        "--source",
+        "rocm6.4",
+        "--offline",
+        "--dry-run",
+        "--json",
+        project=indexes.project,
+    )
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["env"] == {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"} and plan["override"]["set"] is True
+    assert "lacks gfx1103" in plan["override"]["reason"]
+    assert any("hang" in w and "--source amd-multiarch" in w for w in plan["warnings"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("root", "gfx"),
+    [
+        ("incus-780m", "gfx1103"),
+        ("strix-halo-8060s", "gfx1151"),
+        ("rx7900xtx", "gfx1100"),
+        ("igpu-780m-dgpu-7900xtx", "gfx1100"),  # the dGPU is chosen; the iGPU is hidden and gets nothing
+        ("mi300x-x4", "gfx942"),
+    ],
+)
+def test_each_gpu_gets_a_native_source_only_its_device_package_and_never_a_placeholder(
+    tmp_path, env, world, indexes, root, gfx
+):
+    venv = tmp_path / "v"
+    # The user's uv setting that would let PyPI's higher placeholder win is overruled for the torch step.
+    res = _bootstrap(
+        {**env, "UV_INDEX_STRATEGY": "unsafe-best-match"}, world, root, venv, project=indexes.project
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert installed_version(venv, "torch") == "2.14.0+rocm7.14.0"
+    assert installed_version(venv, f"amd-torch-device-{gfx}") == "2.14.0+rocm7.14.0"  # not PyPI's 99.0.0
+    others = [g for g in ("gfx942", "gfx1100", "gfx1103", "gfx1151") if g != gfx]
+    assert all(installed_version(venv, f"amd-torch-device-{g}") is None for g in others)
+    assert "HSA_OVERRIDE_GFX_VERSION" not in (venv / "mw-env.env").read_text()
+    record = json.loads((venv / "mw-env.json").read_text())
+    assert record["torch_source"] == "amd-multiarch" and record["wheel_archs"] == [gfx]
+    assert record["wheel_archs_how"] == "device packages" and record["device_packages"] == [
+        f"amd-torch-device-{gfx}"
+    ]
+    assert record["arch_decision"] == f"no HSA_OVERRIDE_GFX_VERSION: the installed wheel ships {gfx}"
+    # The pin covers the device package: a later install cannot swap in the placeholder.
+    assert f"amd-torch-device-{gfx}==2.14.0+rocm7.14.0" in (venv / "mw-env-constraints.txt").read_text()
+
+
+@pytest.mark.slow
+def test_the_placeholder_would_win_without_the_index_first_rule(tmp_path, env, world, uv_bin):
+    """The control: the same request with uv's unsafe-best-match lets PyPI's higher placeholder in."""
+    venv = tmp_path / "plain"
+    subprocess.run(
+        [uv_bin, "venv", "--python", sys.executable, str(venv)], env=env, check=True, capture_output=True
+    )
+    res = subprocess.run(
+        [
+            uv_bin,
+            "pip",
+            "install",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--index",
+            world["srv"].url("multiarch"),
+            "--index-strategy",
+            "unsafe-best-match",
+            "torch[device-gfx1103]==2.14.0+rocm7.14.0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    assert installed_version(venv, "amd-torch-device-gfx1103") == "99.0.0"
+
+
+@pytest.mark.slow
+def test_a_wheel_whose_arch_list_contradicts_the_table_wins_and_the_doctor_shows_it(
+    tmp_path, env, world, indexes
+):
+    venv = tmp_path / "v"
+    res = _bootstrap(
+        env, world, "incus-780m", venv, "--source", "rocm7.14", profiles="lacking", project=indexes.project
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "the installed wheel contradicts the table" in res.stdout
+    assert "export HSA_OVERRIDE_GFX_VERSION=11.0.0" in (venv / "mw-env.env").read_text()
+    record = json.loads((venv / "mw-env.json").read_text())
+    assert (
+        record["wheel_archs"] == ["gfx1100", "gfx1151", "gfx942"]
+        and record["wheel_archs_how"] == "build arch flags"
+    )
+    assert record["arch_decision"] == "HSA_OVERRIDE_GFX_VERSION=11.0.0: the installed wheel lacks gfx1103"
+    # Every GPU's ROCm kernels: pytorch.org's torch requires rocm[libraries,device-all].
+    assert installed_version(venv, "rocm-sdk-device-gfx942") == "7.14.0"
+    doctor = _mw(
+        env,
+        "doctor",
+        "--json",
+        "--quick",
+        "--root",
+        str(MACHINES / "incus-780m"),
+        "--profiles-dir",
+        str(world["lacking"]),
+        "--venv",
+        str(venv),
+    )
+    checks = {c["id"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["torch.archs"]["status"] == "warn"
+    assert "the installed wheel carries no gfx1103" in checks["torch.archs"]["detail"]
