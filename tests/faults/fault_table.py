@@ -26,7 +26,7 @@ def render(cells: list[dict[str, str]]) -> str:
         "|---|---|---|---|---|---:|---|---:|",
     ]
     for (fault, phase, mode, launch, outcome, resume), n in sorted(counts.items()):
-        code = EXIT.get(outcome, "1" if outcome.startswith("exit 1") else "?")
+        code = EXIT.get(outcome) or (outcome.split()[1].rstrip(",") if outcome.startswith("exit ") else "?")
         lines.append(f"| {fault} | {phase} | {mode} | {launch} | {outcome} | {code} | {resume} | {n} |")
     lines.append("")
     lines.append(f"{sum(counts.values())} runs in {len(counts)} cells; every cell a documented outcome.")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.faults.fault_support import record, table_path
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +60,16 @@ def test_a_checkpoints_folder_that_cannot_be_read(tmp_path: Path) -> None:
     )
     assert "hint:" in err and "kept" in err
     assert (ckpts / "step-000000002.pt").read_bytes() == b"kept"
+    record(
+        table_path(),
+        fault="EACCES (no CAP_DAC_OVERRIDE)",
+        phase="start-up",
+        write="checkpoints folder",
+        mode="single",
+        launch="trainer process",
+        outcome="exit 2, error names the folder",
+        resume="fix the mode",
+    )
 
 
 def test_a_shard_that_cannot_be_read(tmp_path: Path) -> None:
@@ -68,3 +79,13 @@ def test_a_shard_that_cannot_be_read(tmp_path: Path) -> None:
     res = _unprivileged(_trainer(tmp_path / "run", "data.source=files", f"data.train_files=[{shard}]"))
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert "Traceback" not in res.stderr and str(shard) in res.stderr and "hint:" in res.stderr, res.stderr
+    record(
+        table_path(),
+        fault="EACCES (no CAP_DAC_OVERRIDE)",
+        phase="data discovery",
+        write="a shard",
+        mode="single",
+        launch="trainer process",
+        outcome="exit 2, error names the shard",
+        resume="fix the mode",
+    )
