@@ -18,11 +18,14 @@ EXIT = {"interrupted": "130", "stopped": "0", "stopped before the first step": "
 
 
 def render(cells: list[dict[str, str]]) -> str:
+    def where(c: dict[str, str]) -> str:
+        return c["phase"] if c.get("write", "-") == "-" else f"{c['phase']}: {c['write']}"
+
     counts = Counter(
-        (c["fault"], c["phase"], c["mode"], c["launch"], c["outcome"], c.get("resume", "-")) for c in cells
+        (c["fault"], where(c), c["mode"], c["launch"], c["outcome"], c.get("resume", "-")) for c in cells
     )
     lines = [
-        "| fault | phase | processes | launch | outcome | exit | how to resume | runs |",
+        "| fault | phase (write) | processes | launch | outcome | exit | how to resume | runs |",
         "|---|---|---|---|---|---:|---|---:|",
     ]
     for (fault, phase, mode, launch, outcome, resume), n in sorted(counts.items()):
