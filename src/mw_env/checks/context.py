@@ -230,6 +230,13 @@ class DoctorContext:
             )
             info["arch_list"] = list(st.get("blas_gfx") or [])
             info["arch_source"] = "rocBLAS kernel files" if info["arch_list"] else None
+            if not info["arch_list"] and st.get("version_hip"):
+                # ROCm 7.14+ wheels carry each GPU's kernels as packages (amd-torch-device-gfxNNNN): a listing.
+                from mw_env.provision.wheelarch import read_wheel_archs
+
+                found = read_wheel_archs(self.venv, scan=False)
+                if found.known:
+                    info.update(arch_list=list(found.archs), arch_source=f"installed {found.how}")
             info["source"] = "static"
         probe = self.probe()
         imp = probe.stage("import") if probe else None
