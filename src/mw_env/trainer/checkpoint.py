@@ -88,6 +88,9 @@ def save_checkpoint(payload: dict[str, Any], directory: Path, *, keep_last: int)
     import torch
 
     final = checkpoint_path(directory, int(payload["step"]))
+    from mw_env.trainer.lifecycle import hold
+
+    hold("checkpoint")  # the fault harness's checkpoint phase
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with atomic_open(final, "wb") as fh:

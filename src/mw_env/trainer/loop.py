@@ -124,6 +124,7 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
     say(f"device {device}, precision {precision.name} ({precision.reason}), world size {dist.world}")
     seed_host_rngs(rt.seed, dist.rank)
     t0 = time.perf_counter()
+    hold("discovery")  # the fault harness's data-discovery phase (trainer/lifecycle.py)
     corpus = open_corpus(config, rank=dist.rank, world=dist.world)
     say(
         f"corpus: {corpus.source}, {corpus.train_rows:,} train rows ({corpus.rank_rows(dist.rank):,} on this "
