@@ -157,3 +157,16 @@ def test_a_smoke_run_carries_the_lock(env, first, tmp_path):
     assert sha256_file(out / LOCK_FILE) == digest
     assert read_manifest(out)[0][LOCK_FILE] == digest
     assert f"{LOCK_FILE} sha256 {digest}" in (out / "report" / "report.md").read_text()
+    # The run's copy rebuilds the environment that run used.
+    again = mw_env(
+        env,
+        "bootstrap",
+        "--profile",
+        "cpu",
+        "--lock",
+        str(out / LOCK_FILE),
+        "--venv",
+        str(tmp_path / "v"),
+        "--no-doctor",
+    )
+    assert again.returncode == 0 and freeze(env, tmp_path / "v") == freeze(env, first), again.stdout[-2000:]
