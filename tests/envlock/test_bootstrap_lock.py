@@ -128,3 +128,11 @@ def test_a_gfx1103_lock_with_its_profile_named(quiet_env, tmp_path, capsys, mach
         assert f"--preview-features pylock -r {tmp_path / 'venv' / 'pylock.mw-env.toml'}" in said
     else:
         assert rc == 2 and refused in said, text
+
+
+def test_mw_env_lock_of_a_folder_bootstrap_did_not_make_is_bad_input(quiet_env, tmp_path, capsys):
+    capsys.readouterr()
+    rc = main(["lock", "--root", str(MACHINES / "cpu-only"), "--venv", str(tmp_path), "--output", "x.toml"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{tmp_path} is not a venv made by mw-env bootstrap" in " ".join(err.split()), err
+    assert not (tmp_path / "x.toml").exists()
