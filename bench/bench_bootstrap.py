@@ -129,7 +129,11 @@ def main() -> int:
 
     ref = statistics.median(bare)
     med = statistics.median(cold)
-    truth = _amd_truth(Path(tempfile.mkdtemp(prefix="mw-env-bench-amd-")))
+    amd_work = Path(tempfile.mkdtemp(prefix="mw-env-bench-amd-"))
+    try:
+        truth = _amd_truth(amd_work)
+    finally:
+        shutil.rmtree(amd_work, ignore_errors=True)
     truth["ratio"] = (truth["listing_ms"] + truth["devices_ms"]) / 1000 / ref
     rows = [
         ("bare uv sequence, empty uv cache (reference)", ref),
@@ -163,7 +167,7 @@ and the record. Steps (median):
 What an AMD bootstrap adds (issue 17), measured in the same run on a loopback copy of the AMD indexes
 (`tests/amdworld.py`; the real indexes are not reachable from this machine): listing the index's torch and the
 GPU's device package before installing {truth["listing_ms"]:.0f} ms, reading the installed wheel's archs from its
-device packages {truth["devices_ms"]:.1f} ms: together {truth["ratio"]:.3f}x of the bare uv sequence above, so the
+device packages {truth["devices_ms"]:.2f} ms: together {truth["ratio"]:.5f}x of the bare uv sequence above, so the
 AMD path stays within the same ratio. The worst case, a wheel with no device packages whose arch flags are only
 found in a {truth["lib_mb"]} MB HIP library (libtorch_python.so, much smaller, is read first), took
 {truth["scan_ms"]:.0f} ms; it is paid only by the legacy bundling wheels (rocm <= 7.2). Medians of 5.

@@ -108,8 +108,10 @@ corpus = open_corpus(cfg)
 base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 c0, w0 = time.process_time(), time.perf_counter()
 tokens = words = rows = 0
-if mode == "pipeline":
-    producer = corpus.producer()
+if mode == "idle":  # the worker processes started and stopped: their start-up CPU, to subtract
+    corpus.producer(stop=1).close()
+elif mode == "pipeline":
+    producer = corpus.producer(stop=-(-rows_wanted // batch))
     step = 0
     while rows < rows_wanted:
         data = producer(step)
@@ -273,13 +275,17 @@ def main() -> int:
                 print(tok, mode, json.dumps(rate[(tok, mode)]), flush=True)
             assert rate[(tok, "pipeline")]["tokens"] == rate[(tok, "plain")]["tokens"], "not the same ids"
 
-        # 4. workers: 0, 1, 2 encoder processes (SentencePiece: where the encoding is the work)
+        # 4. workers: 0, 1, 2 encoder processes (SentencePiece: where the encoding is the work), 3 epochs
         work: dict[int, dict] = {}
+        idle: dict[int, dict] = {}
         for n in (0, 1, 2):
             work[n] = _measure(
-                py, "pipeline", one, c["val"], tmp / f"w-{n}", ROWS, BATCH, "sentencepiece", spm_model, n
+                py, "pipeline", one, c["val"], tmp / f"w-{n}", 3 * ROWS, BATCH, "sentencepiece", spm_model, n
             )
-            print("workers", n, json.dumps(work[n]), flush=True)
+            idle[n] = _measure(
+                py, "idle", one, c["val"], tmp / f"i-{n}", 0, BATCH, "sentencepiece", spm_model, n
+            )
+            print("workers", n, json.dumps(work[n]), "idle", json.dumps(idle[n]), flush=True)
 
     def per_cpu(m: dict) -> float:
         return m["tokens"] / (m["cpu_s"] + m["children_cpu_s"])
@@ -294,12 +300,21 @@ def main() -> int:
     big, small = rss["big"], rss["small"]
     grow = lambda m: m["rss_mb"] - m["base_rss_mb"]  # noqa: E731
     w_rows = []
+    steady = {n: max(work[n]["children_cpu_s"] - idle[n]["children_cpu_s"], 1e-9) for n in work}
     for n, m in work.items():
+        per_worker = f"{m['tokens'] / steady[n] / 1e6:.2f}M" if n else "–"
         w_rows.append(
-            f"| {n} | {m['tokens'] / m['wall_s'] / 1e6:.2f}M | {per_cpu(m) / 1e6:.2f}M "
-            f"| {m['cpu_s']:.1f} + {m['children_cpu_s']:.1f} | {m['rss_mb']:,.0f} MB |"
+            f"| {n} | {m['tokens'] / m['wall_s'] / 1e6:.2f}M | {m['cpu_s']:.2f} | {steady[n]:.2f} "
+            f"| {idle[n]['children_cpu_s']:.2f} | {m['tokens'] / m['cpu_s'] / 1e6:.2f}M "
+            f"| {per_worker} |"
         )
     speedup = (work[2]["tokens"] / work[2]["wall_s"]) / (work[1]["tokens"] / work[1]["wall_s"])
+    # On free cores: n workers deliver min(n x a worker's rate, the rank thread's rate) (both per CPU-second).
+    rank_rate = (work[1]["tokens"] / work[1]["cpu_s"] + work[2]["tokens"] / work[2]["cpu_s"]) / 2
+    worker_rate = work[1]["tokens"] / steady[1]
+    projected = {n: min(n * worker_rate, rank_rate) for n in (1, 2, 4, 8)}
+    need_workers = -(-H200_TOKENS_PER_S // worker_rate)
+
     body = f"""## The input pipeline at the users' scale (`bench/bench_stream.py`)
 
 _{machine_line()}_
@@ -345,17 +360,26 @@ checked equal):
 - Cores per rank = 2.2M tokens/s (a 30M-parameter encoder's step rate on an H200) / the measured tokens per
   CPU-second; the pipeline's figure counts the reader, the encoder and the padding, everything but the step.
 
-**Workers** (SentencePiece 48k, {ROWS:,} rows; CPU = this process + its workers):
+**Workers** (SentencePiece 48k, 3 epochs of the {ROWS:,}-row shard; the workers' CPU without their start-up,
+measured separately by starting and stopping the same pool):
 
-| data.workers | tokens/s (wall) | tokens per CPU-s | CPU s (rank + workers) | peak RSS (rank) |
-|---|---|---|---|---|
+| data.workers | tokens/s (wall) | rank CPU s | workers CPU s | workers start-up CPU s | tokens per rank CPU-s | tokens per worker CPU-s |
+|---|---|---|---|---|---|---|
 {chr(10).join(w_rows)}
 
-- 2 workers / 1 worker: {speedup:.2f}x the tokens/s on this machine, which has 2 cores for everything (the
-  rank's own reader thread and both workers, and six other jobs): the encoding splits evenly across workers
-  and the rank's thread only decodes and joins, so on free cores the rate grows with the workers until the
-  rank's thread (Parquet decode, batch assembly: the 0-worker CPU minus the encoding) is the limit. Workers add
-  CPU for the pipes and the copies (the per-CPU-second column), so on a CPU-bound host 0 workers is cheapest.
+- Measured wall rate, 2 workers / 1 worker: **{speedup:.2f}x**. This machine has 2 cores for everything (the
+  rank's thread, both workers, and six other jobs' processes), so wall time cannot show the scaling here; the
+  CPU seconds can. With workers the rank's own thread only decodes Parquet, joins slices and pads batches
+  ({rank_rate / 1e6:.1f}M tokens per CPU-second), and each worker encodes {worker_rate / 1e6:.1f}M tokens per
+  CPU-second. On free cores n workers deliver min(n x {worker_rate / 1e6:.1f}M, {rank_rate / 1e6:.1f}M) tokens/s:
+  {", ".join(f"{n} -> {v / 1e6:.1f}M" for n, v in projected.items())}; i.e. the rate grows linearly with the
+  workers until the rank's thread is the limit.
+- **Cores per rank for an H200-class step rate** (2.2M tokens/s, SentencePiece 48k): in one process (0 workers)
+  {H200_TOKENS_PER_S / per_cpu(rate[("sentencepiece", "pipeline")]):.1f} cores of CPU time, but one process is one
+  thread of Python; with workers, {int(need_workers)} worker(s) (2.2M / {worker_rate / 1e6:.1f}M) plus the rank's
+  thread ({H200_TOKENS_PER_S / rank_rate:.2f} of a core): `data.workers: {int(need_workers)}`, {int(need_workers) + 1}
+  cores per rank. The byte tokenizer needs
+  {H200_TOKENS_PER_S / per_cpu(rate[("byte", "pipeline")]):.2f} of a core: no workers.
 """
     update_section("stream", body)
     print(body)

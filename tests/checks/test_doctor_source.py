@@ -49,3 +49,19 @@ def test_the_wheel_that_contradicted_the_table_is_shown(tmp_path):
         "read from its build arch flags" in check.detail and "HSA_OVERRIDE_GFX_VERSION=11.0.0" in check.detail
     )
     assert "torch.source" not in checks  # rocm7.14 is current
+
+
+def test_quick_doctor_reads_the_kernels_from_the_device_packages(tmp_path):
+    venv = fake_venv(
+        tmp_path / "v",
+        version="2.14.0+rocm7.14.0",
+        hip="7.14.0",
+        record={"profile": "gfx1103", "torch_source": "amd-multiarch"},
+    )
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "amd_torch_device_gfx1103-2.14.0+rocm7.14.0.dist-info").mkdir()
+    hw = hardware(GPU_780M)
+    checks = by_id(run(fake_machine("incus-780m"), selection(hw), venv, hw=hw, quick=True))
+    kernels = checks["arch.kernels"]
+    assert kernels.status == "pass" and "gfx1103 is in gfx1103 (installed device packages)" in kernels.detail
+    assert checks["arch.override"].status == "pass"  # no override, none needed

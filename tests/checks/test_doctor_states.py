@@ -365,16 +365,23 @@ def test_kill_active_ends_a_running_probe(tmp_path):
     hung = tmp_path / "hung"
     venv = _hanging_import_venv(tmp_path / "v", marker=hung)
     results = []
+    progress: list[str] = []
     t = threading.Thread(
         target=lambda: results.append(
             probe.run_probe(
-                python=venv / "bin" / "python", env={"PATH": "/usr/bin:/bin"}, timeout=60, config={}
+                python=venv / "bin" / "python",
+                env={"PATH": "/usr/bin:/bin"},
+                timeout=60,
+                config={},
+                progress=progress,
             )
         )
     )
     t.start()
     # The marker appears inside `import torch`, after the probe printed its static stage: the event, not a sleep.
     wait_for(hung.exists, 120, "the probe to reach its hanging import")
+    # While it runs, its progress is known (what the doctor reports when it gives up on a probe).
+    wait_for(lambda: progress == ["static"], 60, "the static stage to be read as progress")
     probe.kill_active()
     t.join(60)
     assert not t.is_alive()

@@ -50,7 +50,7 @@ def test_verify_refuses_an_unfinished_run_and_judges_an_old_one_by_its_manifest(
 
     from mw_env.errors import InputError
     from mw_env.runs.runstate import record_exit, set_state
-    from mw_env.runs.runstatus import check_verifiable
+    from mw_env.runs.verifiable import check_verifiable
 
     run = tmp_path / "run"
     run.mkdir()
@@ -84,3 +84,21 @@ def test_watch_says_a_run_that_died_writing_its_report_is_incomplete(tmp_path):
     assert out[-1]["event"] == "finished" and out[-1]["complete"] is False
     status = run_status(out_dir=run)
     assert status.state == "unknown" and any("ended while writing its report" in n for n in status.notes)
+
+
+def test_a_foreground_run_is_judged_by_the_pid_its_state_record_names(tmp_path):
+    import json
+    import os
+
+    from mw_env.runs.runstate import set_state
+    from mw_env.runs.runstatus import run_status
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        json.dumps({"event": "step", "step": 1, "loss": 1.0, "time": 1.0}) + "\n"
+    )
+    set_state(run, "running", pid=os.getpid())  # this process: alive
+    assert run_status(out_dir=run).state == "running"
+    set_state(run, "running", pid=2**22 + 12345)  # no such process: the foreground trainer is gone
+    assert run_status(out_dir=run).state == "dead"

@@ -341,3 +341,28 @@ def test_full_file_sha256_once_in_the_background(tmp_path: Path) -> None:
     again = ShardHasher(corpus.sources, tmp_path)
     assert again._todo == [] and (tmp_path / CACHE).is_file()
     again.close()
+
+
+def test_windows_are_read_in_slices_and_not_past_the_last_step(tmp_path: Path) -> None:
+    import mw_env.trainer.data.reader as reader
+    import mw_env.trainer.data.stream as stream
+
+    corpus = _open(tmp_path, "data.shuffle_rows=50", "data.workers=0")
+    read: list[int] = []
+    real = reader.PieceReader.read
+
+    def spy(self, pieces):
+        read.append(sum(p.rows for p in pieces))
+        return real(self, pieces)
+
+    reader.PieceReader.read = spy
+    old, stream.ENCODE_ROWS = stream.ENCODE_ROWS, 16
+    try:
+        producer = corpus.producer(stop=2)  # steps 0 and 1: rows 0..15 of window 0
+        for s in range(2):
+            producer(s)
+        producer.close()
+    finally:
+        reader.PieceReader.read = real
+        stream.ENCODE_ROWS = old
+    assert read == [16, 16, 16, 2]  # window 0 only (50 rows), 16 rows at a time

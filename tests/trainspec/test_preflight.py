@@ -136,3 +136,15 @@ def test_mw_env_train_says_it_within_the_cli_before_the_doctor_and_without_torch
         and "doctor" not in done.stderr
         and "Traceback" not in done.stderr
     )
+
+
+def test_train_export_without_the_export_extra_is_exit_2_at_once(tmp_path, capsys):
+    """Issue 20 #10: the first export failed with "No module named 'onnx'" after a torch import in the venv."""
+    from mw_env.cli import main
+
+    venv = _bare_venv(tmp_path)
+    (tmp_path / "run").mkdir()
+    assert main(["train", "export", "--venv", str(venv), str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "error: train export needs onnx, onnxruntime, onnxscript" in err
+    assert f"mw-env bootstrap --venv {venv} --extras train,export" in err

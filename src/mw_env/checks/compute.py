@@ -7,9 +7,11 @@ and the machine's facts tell them apart, not the string.
 from __future__ import annotations
 
 import math
+import os
 
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.ipc import selinux_enforcing, shm_private
+from mw_env.checks.load import read_load
 from mw_env.checks.model import CheckResult, result
 from mw_env.checks.probe import ProbeResult
 
@@ -99,14 +101,19 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
     if probe.timed_out:
         stage = probe.last_stage
         on_cpu = (probe.stage("runtime") or {}).get("device") == "cpu"
-        # Stuck before torch touched a device (or computing on the CPU): slowness, not a GPU fault.
+        # Stuck before torch touched a device (or computing on the CPU): slowness, not a GPU fault. Nor is it
+        # one on an overloaded machine, where every stage waits its turn for a CPU.
+        load = read_load(ctx.machine, ctx.hardware.cpu.cores or os.cpu_count() or 1)
         fix_id = "probe.timeout_slow" if stage in ("start", "static") or on_cpu else "probe.timeout"
+        if fix_id == "probe.timeout" and load is not None and load.overloaded:
+            fix_id = "probe.timeout_overloaded"
         cause, fix = ctx.fix(
             fix_id,
             timeout=f"{ctx.probe_timeout:g}",
             stage=stage,
             doing=NEXT_STEP.get(stage, "the next stage"),
             python=ctx.python,
+            load=load.describe() if load else "",
         )
         return result("probe.run", AREA, title, "fail", cause, fix)
     if probe.crashed:

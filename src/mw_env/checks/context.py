@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,9 @@ class DoctorContext:
     run_env: dict[str, str] | None = None  # the environment training runs with, when the caller knows it
     _static: Background[ProbeResult] | None = field(default=None, repr=False)
     _probe: Background[ProbeResult] | None = field(default=None, repr=False)
+    # The full probe's stages as it reports them, and when it started (how far it got, if it never returns).
+    probe_stages: list[str] = field(default_factory=list, repr=False)
+    probe_started: float | None = field(default=None, repr=False)
 
     # -- facts ------------------------------------------------------------------------------------
     @property
@@ -175,12 +179,26 @@ class DoctorContext:
         )
         self._static.start()
         if not self.quick:
+            self.probe_started = time.monotonic()
             self._probe = Background(
                 lambda: run_probe(
-                    python=self.python, env=self.env, timeout=self.probe_timeout, config=self.probe_config()
+                    python=self.python,
+                    env=self.env,
+                    timeout=self.probe_timeout,
+                    config=self.probe_config(),
+                    progress=self.probe_stages,
                 )
             )
             self._probe.start()
+
+    def probe_progress(self) -> str | None:
+        """How far the full probe got, in words (None when none was started)."""
+        if self.probe_started is None:
+            return None
+        took = time.monotonic() - self.probe_started
+        if not self.probe_stages:
+            return f"the probe reported no stage in {took:.0f}s (still starting its interpreter)"
+        return f"the probe reached stage '{self.probe_stages[-1]}' ({len(self.probe_stages)} stages in {took:.0f}s)"
 
     def probe_config(self) -> dict[str, Any]:
         gpu = self.gpu
@@ -212,6 +230,13 @@ class DoctorContext:
             )
             info["arch_list"] = list(st.get("blas_gfx") or [])
             info["arch_source"] = "rocBLAS kernel files" if info["arch_list"] else None
+            if not info["arch_list"] and st.get("version_hip"):
+                # ROCm 7.14+ wheels carry each GPU's kernels as packages (amd-torch-device-gfxNNNN): a listing.
+                from mw_env.provision.wheelarch import read_wheel_archs
+
+                found = read_wheel_archs(self.venv, scan=False)
+                if found.known:
+                    info.update(arch_list=list(found.archs), arch_source=f"installed {found.how}")
             info["source"] = "static"
         probe = self.probe()
         imp = probe.stage("import") if probe else None

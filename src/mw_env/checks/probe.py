@@ -94,9 +94,16 @@ def parse_output(stdout: str) -> tuple[dict[str, dict[str, Any]], tuple[str, ...
 
 
 def run_probe(
-    *, python: Path, env: Mapping[str, str], timeout: float, config: Mapping[str, Any]
+    *,
+    python: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    config: Mapping[str, Any],
+    progress: list[str] | None = None,
 ) -> ProbeResult:
-    """Run the probe; never raises, never outlives `timeout` by more than the kill."""
+    """Run the probe; never raises, never outlives `timeout` by more than the kill. `progress` receives each
+    stage's name as the probe reports it (while it runs: a caller that gave up waiting can say how far it got).
+    """
     start = time.monotonic()
     child_env = dict(env)
     child_env["PYTHONUNBUFFERED"] = "1"
@@ -117,23 +124,34 @@ def run_probe(
         return ProbeResult(error=str(exc), duration_s=time.monotonic() - start)
     with _ACTIVE_LOCK:
         _ACTIVE.add(proc)
+    # Read as it comes (not communicate()): each stage line is progress the moment it is printed.
+    out_lines: list[str] = []
+    err_parts: list[str] = []
+    readers = [
+        threading.Thread(target=_read_stdout, args=(proc, out_lines, progress), daemon=True),
+        threading.Thread(
+            target=lambda: err_parts.append(proc.stderr.read() if proc.stderr else ""), daemon=True
+        ),
+    ]
+    for reader in readers:
+        reader.start()
     timed_out = False
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc)
         try:
-            out, err = proc.communicate(timeout=2.0)
-        except subprocess.TimeoutExpired:  # a grandchild kept the pipes open
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            out, err = "", ""
-    except ValueError:  # its pipes were closed under us by kill_active(): the doctor is exiting
-        out, err = "", ""
     finally:
         with _ACTIVE_LOCK:
             _ACTIVE.discard(proc)
-    stages, order, other = parse_output(out or "")
+    for reader in readers:
+        reader.join(2.0)  # a grandchild that kept the pipes open: what was read until now is the answer
+    out, err = "".join(out_lines), "".join(err_parts)
+    stages, order, other = parse_output(out)
     return ProbeResult(
         stages=stages,
         order=order,
@@ -143,6 +161,19 @@ def run_probe(
         stderr=err or "",
         stdout_other=other,
     )
+
+
+def _read_stdout(proc: subprocess.Popen[str], lines: list[str], progress: list[str] | None) -> None:
+    if proc.stdout is None:
+        return
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if progress is not None and line.startswith(PREFIX):
+                stage = parse_output(line)[1]
+                progress.extend(stage)
+    except (OSError, ValueError):  # the pipe closed under us: what was read stays
+        return
 
 
 def kill_active() -> None:

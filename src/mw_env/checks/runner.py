@@ -6,6 +6,7 @@ probe timeout), so a hung GPU costs the probe timeout plus a moment, never a hun
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from mw_env.checks import (
 )
 from mw_env.checks.catalogue import load_catalogue
 from mw_env.checks.context import Background, DoctorContext
+from mw_env.checks.load import read_load, timeout_verdict
 from mw_env.checks.model import AREAS, CheckResult, DoctorReport, result
 from mw_env.checks.probe import kill_active
 from mw_env.errors import MwEnvError
@@ -130,16 +132,10 @@ def _run(
         try:
             results, took = job.get(remaining)
         except TimeoutError:
-            checks.append(
-                result(
-                    f"{area}.timeout",
-                    area,
-                    AREAS[area],
-                    "fail",
-                    f"check did not finish within {limit:.0f}s",
-                    "Re-run with -v; a hanging check usually means a hung device or network call.",
-                )
-            )
+            # A busy machine and a hung device both end here: the load and the probe's progress tell which.
+            load = read_load(ctx.machine, ctx.hardware.cpu.cores or os.cpu_count() or 1)
+            detail, fix = timeout_verdict(limit, load, ctx.probe_progress() if needs == "probe" else None)
+            checks.append(result(f"{area}.timeout", area, AREAS[area], "fail", detail, fix))
             continue
         except Exception as exc:
             checks.append(

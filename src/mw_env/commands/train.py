@@ -160,7 +160,7 @@ def _default_venv() -> Path | None:
 def verify_cmd(out_dir: Path, as_json: bool) -> int:
     """Check a finished run folder against its MANIFEST.sha256."""
     from mw_env.runs.manifest import verify_manifest
-    from mw_env.runs.runstatus import check_verifiable
+    from mw_env.runs.verifiable import check_verifiable
 
     check_verifiable(out_dir)
     check = verify_manifest(out_dir)

@@ -79,6 +79,7 @@ def export(
     if target is None:
         raise click.UsageError("name a CHECKPOINT (step-*.pt or a run folder), or pass --out-dir")
     python, env = _venv_python(venv)
+    _check_export_extra(python.parent.parent)
     argv = [
         str(python),
         "-m",
@@ -168,3 +169,17 @@ def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pkg_parent), env.get("PYTHONPATH")) if p)
     env.pop("PYTHONHOME", None)
     return python, env
+
+
+def _check_export_extra(venv: Path) -> None:
+    """onnx/onnxruntime/onnxscript in the venv, read from its metadata here (a second), not found missing by the
+    export process after its torch import: `error:`/`hint:` with the bootstrap command, exit 2."""
+    from mw_env.errors import InputError
+    from mw_env.trainspec.extras import bootstrap_hint, missing
+
+    lacking = missing(venv, "export")
+    if lacking:
+        raise InputError(
+            f"train export needs {', '.join(lacking)}, which the training venv {venv} does not have",
+            hint=f"add the `export` extra: {bootstrap_hint(venv, 'export')}",
+        )

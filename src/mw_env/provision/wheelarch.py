@@ -75,8 +75,9 @@ def _scan(lib: Path) -> tuple[list[str], str]:
         return [], "unknown"
 
 
-def read_wheel_archs(venv: Path) -> WheelArchs:
-    """The gfx archs the venv's torch carries (see the module docstring for the order)."""
+def read_wheel_archs(venv: Path, *, scan: bool = True) -> WheelArchs:
+    """The gfx archs the venv's torch carries (see the module docstring for the order). `scan=False` reads the
+    device packages only (a folder listing: the doctor's quick run)."""
     torch_pkgs: dict[str, str] = {}
     rocm: set[str] = set()
     sites = _site_packages(Path(venv))
@@ -97,7 +98,7 @@ def read_wheel_archs(venv: Path) -> WheelArchs:
     if torch_pkgs:
         archs = tuple(sorted(torch_pkgs))
         return WheelArchs(archs, "device packages", tuple(torch_pkgs[a] for a in archs), tuple(sorted(rocm)))
-    for site in sites:
+    for site in sites if scan else ():
         for name in _HIP_LIBS:
             lib = site / "torch" / "lib" / name
             if lib.is_file():

@@ -207,6 +207,8 @@ def _refuse_finished(out_dir: Path, max_steps: int) -> None:
     step = life.get("step")
     if life.get("state") != "finished" or not isinstance(step, int):
         return
+    if not Path(str(life.get("last_checkpoint") or "")).is_file():
+        return  # its checkpoints are gone: the run starts over, as it would anyway
     if step < max_steps and life.get("reason") != "early_stop":
         return  # stopped early by the operator, or max_steps raised: resuming trains on
     raise NothingToDo(

@@ -298,7 +298,7 @@ def _log_step(s: Session, out: StepOutcome, waited: float, step_s: float) -> Non
 def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     config = s.resolved.config
     rt, dist, state = config.runtime, s.dist, s.state
-    producer = s.corpus.producer()
+    producer = s.corpus.producer(stop=rt.max_steps)
     reader = Prefetcher(
         producer,
         start=state.step,

@@ -1,8 +1,8 @@
 """The labels a files corpus will train with, found without torch: `train summary` counts the head with them.
 
-The trainer (trainer/data/corpus.py) takes `data.labels` when set, else the tags of each shard's first
-block: a Parquet file's row group 0, a JSONL file's first 4 MiB of lines (to the end of the line that
-crosses it), ordered by `label_order`. This reads the same blocks: JSONL with the standard library,
+The trainer (trainer/data/index.py) takes `data.labels` when set, else the tags of each shard's first
+LABEL_SAMPLE_ROWS rows (a Parquet file's first rows, a JSONL file's first non-empty lines), ordered by
+`label_order`. This reads the same rows: JSONL with the standard library,
 Parquet with pyarrow - here if mw-env's interpreter has it, else in the training venv's python (which
 has it: the `train` extra), asked with a small script. None when neither can.
 """
@@ -14,16 +14,17 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-JSONL_BLOCK_BYTES = 4 << 20  # trainer/data/shards.py: a JSONL shard's blocks
+LABEL_SAMPLE_ROWS = 4096  # trainer/data/index.py: the rows of each shard the label set is discovered in
 PARQUET_SCRIPT = """
 import json, sys
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-column, paths = sys.argv[1], sys.argv[2:]
+rows, column, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 seen = set()
 for p in paths:
-    col = pq.ParquetFile(p).read_row_group(0, columns=[column]).column(0)
-    seen.update(t for t in pc.unique(pc.list_flatten(col)).to_pylist() if t is not None)
+    batch = next(pq.ParquetFile(p).iter_batches(batch_size=rows, columns=[column]), None)
+    if batch is not None:
+        seen.update(t for t in pc.unique(pc.list_flatten(batch.column(0))).to_pylist() if t is not None)
 print(json.dumps(sorted(seen)))
 """
 
@@ -47,16 +48,16 @@ def label_order(tags: Iterable[str]) -> tuple[str, ...]:
 
 def jsonl_tags(path: Path, column: str) -> set[str]:
     seen: set[str] = set()
-    consumed = 0
+    rows = 0
     with open(path, "rb") as fh:
         for raw in fh:
-            consumed += len(raw)
             if raw.strip():
                 row = json.loads(raw)
                 tags = row.get(column) if isinstance(row, dict) else None
                 seen.update(t for t in tags or () if isinstance(t, str))
-            if consumed >= JSONL_BLOCK_BYTES:
-                break
+                rows += 1
+                if rows >= LABEL_SAMPLE_ROWS:
+                    break
     return seen
 
 
@@ -70,7 +71,7 @@ def _parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[
         if python is None or not python.exists():
             return None
         done = subprocess.run(
-            [str(python), "-c", PARQUET_SCRIPT, column, *map(str, paths)],
+            [str(python), "-c", PARQUET_SCRIPT, str(LABEL_SAMPLE_ROWS), column, *map(str, paths)],
             capture_output=True,
             text=True,
             timeout=120,
@@ -81,8 +82,9 @@ def _parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[
 
     seen: set[str] = set()
     for p in paths:
-        col = pq.ParquetFile(p).read_row_group(0, columns=[column]).column(0)
-        seen.update(t for t in pc.unique(pc.list_flatten(col)).to_pylist() if t is not None)
+        batch = next(pq.ParquetFile(p).iter_batches(batch_size=LABEL_SAMPLE_ROWS, columns=[column]), None)
+        if batch is not None:
+            seen.update(t for t in pc.unique(pc.list_flatten(batch.column(0))).to_pylist() if t is not None)
     return seen
 
 

@@ -102,7 +102,7 @@ def check_columns(config: TrainConfig, base: Path) -> None:
 
 
 def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> None:
-    """A JSONL shard's first block (what the trainer reads first) holds only tags of data.labels."""
+    """A JSONL shard's first 4,096 rows (the trainer's label sample) hold only tags of data.labels."""
     from mw_env.trainspec.labelscan import jsonl_tags
 
     try:

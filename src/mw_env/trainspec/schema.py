@@ -56,7 +56,9 @@ class DataConfig:
     spm_model: str | None = None  # SentencePiece .model file for tokenizer: sentencepiece
     tokens_column: str = "tokens"  # files: the list<string> column (JSONL: key) of words
     tags_column: str = "tags"  # files: the list<string> column (JSONL: key) of BIO tags, one per word
-    labels: tuple[str, ...] = ()  # files: the label set; empty = discovered from each shard's first row group
+    labels: tuple[
+        str, ...
+    ] = ()  # files: the label set; empty = discovered from each shard's first 4,096 rows
     unknown_tags: UnknownTags = (
         "error"  # a tag outside the label set: "error" | "ignore" (word kept, not a target)
     )

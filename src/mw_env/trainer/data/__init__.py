@@ -1,21 +1,27 @@
 """Data: tokenizers, corpora (synthetic in memory, or JSONL/Parquet shards streamed), the resumable order.
 
-- tokenize.py  tokenizers and row encoding (a word's label on its first sub-token)
+- tokenize.py  tokenizers and the per-row reference encoding (a word's label on its first sub-token)
+- encode.py    the vectorised encoder: Arrow columns of many rows -> flat id/label buffers
 - labels.py    the label set and the BIO consistency count
-- shards.py    shard discovery, identity from footers, reading one block (row group) at a time
+- shards.py    shard discovery, identity from footers (each read once)
+- index.py     the corpus index built once by rank 0, broadcast, cached; the label sample
+- reader.py    reading ranges of rows (pieces of row groups) as Arrow columns
 - order.py     which row every (step, micro-batch, rank) reads: a pure function of the step
-- batches.py   encoding with the label set, collation, the packed in-memory split
-- stream.py    the per-rank producers and the background reader (bounded prefetch queue)
+- batches.py   the Batch and padding
+- stream.py    the file producer (windows of rows), gather/pad/count, the background reader
+- workers.py   encoder worker processes
+- memory.py    the in-memory (synthetic) split on the same encoder and gather
 - card.py      counts of what was read, for the data card
-- corpus.py    opening a corpus (footers only) and building the card
+- corpus.py    opening a corpus (its index) and building the card
 """
 
 from __future__ import annotations
 
-from mw_env.trainer.data.batches import Batch, Split, collate, pad_batch
+from mw_env.trainer.data.batches import Batch, pad_batch
 from mw_env.trainer.data.card import Counts, sum_counts
 from mw_env.trainer.data.corpus import Corpus, ValSource, open_corpus
 from mw_env.trainer.data.labels import BUNDLED, LabelSet, label_order
+from mw_env.trainer.data.memory import Split, collate
 from mw_env.trainer.data.order import Order, micro_batch_indices
 from mw_env.trainer.data.shards import expand_files, identity_diff
 from mw_env.trainer.data.stream import Prefetcher, StepData

@@ -17,15 +17,16 @@ from typing import Any
 from mw_env.errors import InputError
 from mw_env.trainer.data import card as card_mod
 from mw_env.trainer.data import index as index_mod
-from mw_env.trainer.data.batches import Batch, Split, collate
+from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import VectorEncoder
 from mw_env.trainer.data.labels import BUNDLED, LabelSet, from_config, label_order
+from mw_env.trainer.data.memory import MemoryProducer, Split, collate, encode_split
 from mw_env.trainer.data.order import RankOrder, assign_blocks
 from mw_env.trainer.data.reader import PieceReader
 from mw_env.trainer.data.shards import Block, Shard, expand_files
-from mw_env.trainer.data.stream import Encoding, FileProducer, MemoryProducer, gather, iter_val_rows
-from mw_env.trainer.data.tokenize import Tokenizer, encode_row, make_tokenizer
+from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding, FileProducer, gather, iter_val_rows
+from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.synthetic import check_countries, generate_row
 
@@ -69,7 +70,8 @@ class Corpus:
             return len(self.split)
         return sum(self.blocks[b].rows for b in self.owned[rank])
 
-    def producer(self) -> FileProducer | MemoryProducer:
+    def producer(self, stop: int | None = None) -> FileProducer | MemoryProducer:
+        """This rank's producer; `stop`: the step the run ends before (nothing is read ahead past it)."""
         c, o = self.config, self.config.optim
         if self.split is not None:
             return MemoryProducer(
@@ -89,13 +91,21 @@ class Corpus:
             window_rows=c.data.shuffle_rows,
         )
         reader = PieceReader(self.shards, self.blocks, _columns(c))
-        encoding = Encoding(reader, _encoder(self.tokenizer, self.labels, c), self.labels, self.workers)
+        auto = c.data.workers < 0  # the automatic count starts workers only for windows worth splitting
+        encoding = Encoding(
+            reader,
+            _encoder(self.tokenizer, self.labels, c),
+            self.labels,
+            self.workers,
+            min_rows=ENCODE_ROWS if auto else 0,
+        )
         return FileProducer(
             order=order,
             encoding=encoding,
             labels=self.labels,
             batch_size=o.batch_size,
             accumulation=o.accumulation_steps,
+            stop=stop,
         )
 
     @property
@@ -347,16 +357,20 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
 def _synthetic(
     config: TrainConfig, tok: Tokenizer, order_key: dict[str, Any], rank: int, world: int
 ) -> Corpus:
-    data, max_len = config.data, config.model.max_len
+    data = config.data
     check_countries(data.countries)
-    splits = {"train": Split(), "val": Split()}
-    for name, n in (("train", data.synthetic_rows), ("val", data.synthetic_val_rows)):
-        for i in range(n):
-            words, tags = generate_row(
-                seed=data.seed, split=name, index=i, countries=data.countries, noise=data.noise
-            )
-            ids, labels, dropped = encode_row(tok, words, tags, max_len, BUNDLED.index)
-            splits[name].add(ids, labels, words, dropped)
+    encoder = _encoder(tok, BUNDLED, config)
+    splits = {
+        name: encode_split(
+            (
+                generate_row(seed=data.seed, split=name, index=i, countries=data.countries, noise=data.noise)
+                for i in range(n)
+            ),
+            encoder,
+            BUNDLED,
+        )
+        for name, n in (("train", data.synthetic_rows), ("val", data.synthetic_val_rows))
+    }
     source = {
         "kind": "synthetic",
         "generator": "mw_env.trainspec.synthetic",

@@ -1,7 +1,7 @@
 """The label set: names, ids, and the BIO structure used to count inconsistencies.
 
 Where it comes from (corpus.py decides): `data.labels` when set; else the bundled 15 for the
-synthetic source; else discovered from the shards' first row group (tags column only).
+synthetic source; else discovered from a sample of each shard's first rows (index.py).
 """
 
 from __future__ import annotations

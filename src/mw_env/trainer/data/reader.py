@@ -34,14 +34,19 @@ class Chunk:
     tokens: Any  # pyarrow list<string> array
     tags: Any
     shard: np.ndarray  # int32: index into the shard list
-    part: np.ndarray  # int32: row group (Parquet) or -1 (JSONL)
+    part: np.ndarray  # int32: row group (Parquet), -1 (JSONL) or SYNTHETIC
     local: np.ndarray  # int64: row inside the row group (Parquet) or line number (JSONL)
 
     def __len__(self) -> int:
         return len(self.shard)
 
 
+SYNTHETIC = -2  # Chunk.part of a generated row (no shard)
+
+
 def where(shards: Sequence[Shard], shard: int, part: int, local: int) -> str:
+    if part == SYNTHETIC:
+        return f"synthetic row {local}"
     if part < 0:
         return f"{shards[shard].path} line {local}"
     return f"{shards[shard].path} row group {part} row {local}"

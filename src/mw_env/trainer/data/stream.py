@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from mw_env.errors import InputError
-from mw_env.trainer.data.batches import Batch, Split, collate, pad_flat
+from mw_env.trainer.data.batches import Batch, pad_flat
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, BAD_TEXT, Encoded, VectorEncoder
 from mw_env.trainer.data.labels import LabelSet
-from mw_env.trainer.data.order import Order, Piece, RankOrder, Window, micro_batch_indices, stream_rows_of
+from mw_env.trainer.data.order import Piece, RankOrder, Window, stream_rows_of
 from mw_env.trainer.data.reader import Chunk, PieceReader, check_row, where
 from mw_env.trainer.data.shards import Block, Shard
 
@@ -43,21 +43,37 @@ class StepData:
 
 
 class Rows:
-    """Encoded rows with their locations; the Arrow source is kept only when some row is bad."""
+    """Encoded rows with their locations, from one or more chunks read in turn.
+
+    The Arrow words of a chunk are dropped once it is encoded, except in a chunk with a bad row (to
+    name what is wrong when a step reaches it) and the first `head` rows' words (printed samples)."""
 
     def __init__(
-        self, chunk: Chunk, enc: Encoded, labels: LabelSet, shards: Sequence[Shard], head: int = 0
+        self, parts: Sequence[tuple[Chunk, Encoded]], labels: LabelSet, shards: Sequence[Shard], head: int = 0
     ) -> None:
-        self.enc, self.labels, self.shards = enc, labels, shards
-        self.shard, self.part, self.local = chunk.shard, chunk.part, chunk.local
-        self.src = (chunk.tokens, chunk.tags) if enc.problem.any() else None
-        # The words of the first `head` rows (printed evaluation samples); nothing else keeps words.
+        self.labels, self.shards = labels, shards
+        self.enc = Encoded.concat([e for _, e in parts])
+        self.shard = np.concatenate([c.shard for c, _ in parts])
+        self.part = np.concatenate([c.part for c, _ in parts])
+        self.local = np.concatenate([c.local for c, _ in parts])
+        self.sources: list[tuple[int, Any, Any]] = []  # (first row, tokens, tags) of chunks with a bad row
+        start = 0
+        for chunk, enc in parts:
+            if enc.problem.any():
+                self.sources.append((start, chunk.tokens, chunk.tags))
+            start += len(enc)
         self.head: list[list[str]] = []
-        if head:
+        if head and parts:
             try:
-                self.head = chunk.tokens.slice(0, head).to_pylist()
+                self.head = parts[0][0].tokens.slice(0, head).to_pylist()
             except UnicodeDecodeError:  # such a row is an error when it is reached; no samples from it
                 self.head = []
+
+    def _source(self, i: int) -> tuple[Any, Any]:
+        for start, tokens, tags in self.sources:
+            if start <= i < start + len(tokens):
+                return tokens[i - start].as_py(), tags[i - start].as_py()
+        raise AssertionError(f"row {i} is marked bad but its chunk was not kept")
 
     def where(self, i: int) -> str:
         return where(self.shards, int(self.shard[i]), int(self.part[i]), int(self.local[i]))
@@ -74,7 +90,7 @@ class Rows:
                 f"{here}: a word or tag is not valid UTF-8",
                 hint="string columns must hold UTF-8 text; re-export the shard",
             )
-        tokens, tags = self.src[0][i].as_py(), self.src[1][i].as_py()  # type: ignore[index]
+        tokens, tags = self._source(i)
         if code == BAD_ROW:
             check_row(here, tokens, tags)
             raise InputError(f"{here}: a null word or tag", hint="every word and tag is a string")
@@ -110,6 +126,25 @@ def gather(parts: Sequence[tuple[Rows, np.ndarray]], counts: Counts | None) -> B
     return pad_flat(np.concatenate(ids), np.concatenate(labels), np.concatenate(lens))
 
 
+ENCODE_ROWS = 16384
+
+
+def split_pieces(pieces: Sequence[Piece], rows: int) -> list[list[Piece]]:
+    """The pieces cut into consecutive groups of at most `rows` rows (a piece may be cut in two)."""
+    groups: list[list[Piece]] = [[]]
+    room = rows
+    for p in pieces:
+        first, left = p.first, p.rows
+        while left:
+            take = min(left, room)
+            groups[-1].append(Piece(p.block, first, take))
+            first, left, room = first + take, left - take, room - take
+            if not room:
+                groups.append([])
+                room = rows
+    return [g for g in groups if g]
+
+
 class _LoadedWindow:
     def __init__(self, window: Window, rows: Rows) -> None:
         self.window, self.rows, self.perm = window, rows, window.permutation()
@@ -119,22 +154,44 @@ class Encoding:
     """Reads pieces and encodes them: in this process, or split across worker processes."""
 
     def __init__(
-        self, reader: PieceReader, encoder: VectorEncoder, labels: LabelSet, workers: int = 0
+        self,
+        reader: PieceReader,
+        encoder: VectorEncoder,
+        labels: LabelSet,
+        workers: int = 0,
+        *,
+        min_rows: int = 0,
     ) -> None:
         self.reader, self.encoder, self.labels = reader, encoder, labels
+        # The pool starts when a window first has `min_rows` rows to encode: with the automatic count
+        # (min_rows = ENCODE_ROWS) a small corpus never pays for starting processes it cannot use.
+        self.workers, self.min_rows = workers, min_rows
         self.pool: Any = None
-        if workers > 0:
+
+    def _pool(self, rows: int) -> Any:
+        if self.pool is None and self.workers > 0 and rows >= self.min_rows:
             from mw_env.trainer.data.workers import WorkerPool
 
-            self.pool = WorkerPool(workers, encoder.spec())
+            self.pool = WorkerPool(self.workers, self.encoder.spec())
+        return self.pool
 
     def rows(self, pieces: Sequence[Piece], head: int = 0) -> Rows:
-        chunk = self.reader.read(pieces)
-        if self.pool is not None and len(chunk) >= 2 * len(self.pool):
-            enc = self.pool.encode(chunk.tokens, chunk.tags)
-        else:
-            enc = self.encoder.encode(chunk.tokens, chunk.tags)
-        return Rows(chunk, enc, self.labels, self.reader.shards, head)
+        # Read and encode ENCODE_ROWS rows at a time (with workers: one such slice per worker): only that
+        # many rows are ever held as Arrow words, and the encoder's temporaries stay bounded too.
+        pool = self._pool(sum(p.rows for p in pieces))
+        step = ENCODE_ROWS * (len(pool) if pool is not None else 1)
+        parts = []
+        for group in split_pieces(pieces, step):
+            chunk = self.reader.read(group)
+            if pool is not None and len(chunk) >= 2 * len(pool):
+                enc = pool.encode(chunk.tokens, chunk.tags)
+            else:
+                enc = self.encoder.encode(chunk.tokens, chunk.tags)
+            parts.append((chunk, enc))
+        if not parts:
+            chunk = self.reader.read([])
+            parts.append((chunk, self.encoder.encode(chunk.tokens, chunk.tags)))
+        return Rows(parts, self.labels, self.reader.shards, head)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -146,10 +203,19 @@ class FileProducer:
     """Micro-batches of one rank over its blocks of a streamed corpus."""
 
     def __init__(
-        self, *, order: RankOrder, encoding: Encoding, labels: LabelSet, batch_size: int, accumulation: int
+        self,
+        *,
+        order: RankOrder,
+        encoding: Encoding,
+        labels: LabelSet,
+        batch_size: int,
+        accumulation: int,
+        stop: int | None = None,
     ) -> None:
         self.order, self.encoding, self.labels = order, encoding, labels
         self.batch_size, self.accumulation = batch_size, accumulation
+        # The stream row after the last step's rows: no window past it is read ahead.
+        self.end = None if stop is None else stop * accumulation * batch_size
         self._current: _LoadedWindow | None = None
         self._next: tuple[tuple[int, int], Future[_LoadedWindow]] | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mw-env-read-ahead")
@@ -171,7 +237,10 @@ class FileProducer:
             loaded = self._load(w)
         self._current = loaded
         nxt = self.order.following(w)
-        self._next = ((nxt.epoch, nxt.number), self._pool.submit(self._load, nxt))
+        if self.end is None or nxt.epoch * self.order.epoch_rows + nxt.start < self.end:
+            self._next = ((nxt.epoch, nxt.number), self._pool.submit(self._load, nxt))
+        else:
+            self._next = None
         return loaded
 
     def _micro(self, rows: range, counts: Counts) -> Batch:
@@ -202,44 +271,6 @@ class FileProducer:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._current = self._next = None
         self.encoding.close()
-
-
-class MemoryProducer:
-    """Micro-batches of one rank over an in-memory split (the synthetic source)."""
-
-    def __init__(
-        self,
-        *,
-        split: Split,
-        labels: LabelSet,
-        seed: int,
-        rank: int,
-        world: int,
-        batch_size: int,
-        accumulation: int,
-    ) -> None:
-        self.split, self.labels, self.order = split, labels, Order(len(split), seed)
-        self.rank, self.world, self.batch_size, self.accumulation = rank, world, batch_size, accumulation
-
-    def __call__(self, step: int) -> StepData:
-        counts = Counts(len(self.labels))
-        micro = []
-        for m in range(self.accumulation):
-            idx = micro_batch_indices(
-                self.order,
-                step=step,
-                micro=m,
-                rank=self.rank,
-                world=self.world,
-                batch_size=self.batch_size,
-                accumulation=self.accumulation,
-            )
-            micro.append(collate(self.split, idx, counts, self.labels))
-        p = step * self.batch_size * self.accumulation * self.world
-        return StepData(step, micro, counts, {"epoch": p // len(self.split), "stream_row": p})
-
-    def close(self) -> None:
-        pass
 
 
 class Prefetcher:

@@ -77,6 +77,8 @@ class WorkerPool:
         return len(self._procs)
 
     def encode(self, tokens: Any, tags: Any) -> Any:
+        import pyarrow as pa
+
         from mw_env.trainer.data.encode import Encoded
 
         n, rows = len(self._procs), len(tokens)
@@ -85,7 +87,10 @@ class WorkerPool:
         # One task per worker at a time, sent before any result is read: no pipe can fill both ways.
         for p, a, b in zip(self._procs, cuts, cuts[1:], strict=False):
             if b > a:
-                self._call(p, _send, p.stdin, (tokens.slice(a, b - a), tags.slice(a, b - a)))
+                # concat_arrays copies the slice into buffers of its own: a pickled slice would carry
+                # its parent's whole buffers to every worker.
+                part = (pa.concat_arrays([tokens.slice(a, b - a)]), pa.concat_arrays([tags.slice(a, b - a)]))
+                self._call(p, _send, p.stdin, part)
                 used.append(p)
         parts = []
         for p in used:
