@@ -128,3 +128,44 @@ def test_sharded_evaluation_equals_one_process(tmp_path: Path) -> None:
     a, b = summed.result(samples), whole.result(samples)
     assert (a.entity_f1, a.token_acc, a.rows) == (b.entity_f1, b.token_acc, b.rows)
     assert parts[0][1] == samples  # rank 0 prints the same samples
+
+
+def test_a_killed_rank_leaves_no_worker(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mw_env.trainer.data import BUNDLED
+
+    # A process that starts a one-worker pool, prints the worker's pid, then waits to be killed.
+    script = (
+        "import sys, time\n"
+        "from mw_env.trainer.data.workers import WorkerPool\n"
+        f"spec = dict(kind='byte', spm_proto=None, label_names={tuple(BUNDLED.names)!r}, max_len=64, "
+        "unknown_tags='error')\n"
+        "pool = WorkerPool(1, spec)\n"
+        "print(pool._procs[0].pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    rank = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src},
+    )
+    worker = int(rank.stdout.readline())
+    rank.send_signal(signal.SIGKILL)  # no cleanup runs in the rank: the worker must notice on its own
+    rank.wait()
+    deadline = time.monotonic() + 60
+    while True:  # the worker is our grandchild's child: reaped by init once it exits
+        try:
+            os.kill(worker, 0)
+            if Path(f"/proc/{worker}/stat").read_text().split()[2] == "Z":
+                break  # exited, not yet reaped by its new parent
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        assert time.monotonic() < deadline, "the worker outlived its rank"
+        time.sleep(0.05)

@@ -187,8 +187,13 @@ def test_val_fraction_holds_out_whole_row_groups(tmp_path: Path) -> None:
     assert next(s for s in again.sources if "held_out" in s)["held_out"] == held  # seeded, stable
 
 
-def test_jsonl_shards_stream_too(tmp_path: Path) -> None:
+def test_jsonl_shards_stream_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mw_env.trainer.data.shards as shards
     from mw_env.trainer.data import open_corpus
+
+    scans: list[Path] = []
+    real_scan = shards._open_jsonl
+    monkeypatch.setattr(shards, "_open_jsonl", lambda path, i: scans.append(path) or real_scan(path, i))
 
     corpus_dir = tmp_path / "j"
     corpus_dir.mkdir()
@@ -211,6 +216,10 @@ def test_jsonl_shards_stream_too(tmp_path: Path) -> None:
     assert data.counts.rows == 8 and data.micro[0].input_ids.shape[0] == 8
     batches = list(corpus.val.batches(8, 0))
     assert sum(b.input_ids.shape[0] for b, _ in batches) == 20 and corpus.val.counts.rows == 20
+    # Each JSONL shard's line offsets were indexed once; a second open (a resume) takes them from the cache.
+    assert len(scans) == 2
+    again = open_corpus(cfg)
+    assert len(scans) == 2 and again.identity == corpus.identity
 
 
 def _write(path: Path, table) -> Path:

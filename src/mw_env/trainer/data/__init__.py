@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from mw_env.trainer.data.batches import Batch, pad_batch
+from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts, sum_counts
 from mw_env.trainer.data.corpus import Corpus, ValSource, open_corpus
 from mw_env.trainer.data.labels import BUNDLED, LabelSet, label_order
@@ -68,7 +68,6 @@ __all__ = [
     "make_tokenizer",
     "micro_batch_indices",
     "open_corpus",
-    "pad_batch",
     "sum_counts",
     "tokenizer_from_state",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,23 +36,6 @@ class Batch:
             self.n_tokens,
             self.n_labelled,
         )
-
-
-def pad_batch(rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
-    """Pad (ids, labels) rows to the longest one in this micro-batch."""
-    import numpy as np
-    import torch
-
-    width = max(len(ids) for ids, _ in rows)
-    ids = np.full((len(rows), width), PAD, dtype=np.int64)
-    labels = np.full((len(rows), width), IGNORE, dtype=np.int64)
-    for i, (a, b) in enumerate(rows):
-        ids[i, : len(a)] = a
-        labels[i, : len(b)] = b
-    t_ids, t_labels = torch.from_numpy(ids), torch.from_numpy(labels)
-    n_tokens = sum(len(a) for a, _ in rows)
-    n_labelled = int((labels != IGNORE).sum())
-    return Batch(t_ids, t_labels, t_ids != PAD, n_tokens, n_labelled)
 
 
 def pad_flat(ids: Any, labels: Any, lengths: Any) -> Batch:

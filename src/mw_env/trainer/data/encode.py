@@ -66,9 +66,6 @@ class Encoded:
             cat("problem"),
         )
 
-    def nbytes(self) -> int:
-        return sum(getattr(self, k).nbytes for k in self.__dataclass_fields__)
-
 
 def _string_buffers(words: Any) -> tuple[np.ndarray, np.ndarray]:
     """(offsets[len+1], data bytes) of an Arrow string / large_string array, slice offset applied."""

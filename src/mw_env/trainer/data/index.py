@@ -3,7 +3,7 @@
 Built by one process (rank 0) and handed to the others (a broadcast), so N ranks do not open every
 footer N times against the same storage. Each Parquet footer is read once (hashed and parsed from
 the same bytes); a JSONL shard is scanned once for its line offsets. The result is cached in
-`<run>/corpus-index.json` under each shard's file identity (path, size, mtime, inode), so a resume
+`<run>/corpus-index.json` under each shard's file identity (path, size, mtime, ctime, inode), so a resume
 or a second run over the same folder reads no footer and scans no JSONL again.
 
 Labels (when `data.labels` is unset): the tags of the first LABEL_SAMPLE_ROWS rows of each shard,
@@ -31,8 +31,9 @@ T = TypeVar("T")
 
 
 def _stat_key(path: Path, columns: tuple[str, str]) -> str:
+    # ctime too: no tool can set it back, so a shard rewritten with its old size and mtime is read again.
     st = path.stat()
-    return f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{columns[0]}|{columns[1]}"
+    return f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{columns[0]}|{columns[1]}"
 
 
 def sample_tags(path: Path, kind: str, blocks: list[Block], columns: tuple[str, str], meta: Any) -> list[str]:
