@@ -1,6 +1,6 @@
 """The bootstrap plan: named, ordered steps from (profile, options), each knowing if it is already done.
 
-    preflight -> uv -> venv -> torch -> verify-torch -> pin-torch -> extras -> env -> [swap] -> doctor
+    preflight -> uv -> venv -> torch -> verify-torch -> pin-torch -> extras -> env -> lock -> [swap] -> doctor
 
 (the steps themselves: provision/table.py)
 
