@@ -124,6 +124,8 @@ def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int
         log = rendezvous.write_log(launch.out_dir, filt.dropped)  # torchrun's tracebacks: the log, not here
         if multi and filt.rendezvous_error and not started.exists():
             raise rendezvous.never_joined(nodes, f"torchrun: {filt.rendezvous_error}; details in {log}")
+        if multi and filt.store_lost and code != 0 and not filt.said_error:
+            raise rendezvous.store_lost(nodes, launch.out_dir, log)
         if (forwarded or filt.signalled) and code != 0 and _ended_cleanly(launch.out_dir):
             # torchrun exits 1 after passing a SIGTERM on (ours, or one sent to torchrun itself), even when
             # every worker stopped or finished cleanly (the metrics end with `finished`, the report is

@@ -100,6 +100,18 @@ def never_joined(nodes: Any, reason: str, *, argv: Sequence[str] | None = None) 
     )
 
 
+def store_lost(nodes: Any, out_dir: Path, log: Path | None) -> StepFailed:
+    """This node's torchrun lost the rendezvous store: node 0, which serves it at the endpoint, is gone."""
+    ckpts = sorted((Path(out_dir) / "checkpoints").glob("step-*.pt"))
+    kept = f"the newest checkpoint is {ckpts[-1]}" if ckpts else "no checkpoint was written here"
+    return StepFailed(
+        f"a peer of the run stopped answering (this is node {nodes.node_rank} of {nodes.nnodes}; lost node-rank 0, "
+        f"which serves the rendezvous at {nodes.rdzv_endpoint}); {kept}; torchrun's output is in {log}",
+        hint="a node stopped (killed, crashed or unreachable): restart every node with the same command (its own "
+        "--node-rank); they resume together from the newest checkpoint",
+    )
+
+
 def write_log(out_dir: Path, lines: Sequence[str]) -> Path | None:
     """Append torchrun's own output (tracebacks, agent lines) to <run>/torchrun.log; None when nothing."""
     if not lines:

@@ -21,6 +21,8 @@ _FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
 _SIGNALLED = "torch.distributed.elastic.multiprocessing.api.SignalException"
 # The rendezvous gave up (timeout, closed, connection): the nodes never all met; said as one error instead.
 _RENDEZVOUS = "torch.distributed.elastic.rendezvous."
+# torchrun's agent lost the rendezvous store (the node that serves it is gone): a lost node, not a crash.
+_STORE_LOST = ("torch.distributed.DistNetworkError", "torch.distributed.DistStoreError")
 
 
 @dataclass
@@ -33,8 +35,10 @@ class TorchrunStderr:
     _traceback: list[str] | None = None
     _in_summary: bool = False
     _said: set[str] = field(default_factory=set)
+    _skip_frames: bool = False  # after a lost store: the C++ frames torch appends to its message
     signalled: bool = False  # torchrun itself ended by a signal (SIGTERM/SIGHUP passed on to the workers)
     rendezvous_error: str | None = None  # the rendezvous's final exception line, when it failed
+    store_lost: bool = False  # torchrun's agent lost the rendezvous store: the node serving it is gone
     dropped: list[str] = field(default_factory=list)  # torchrun's own lines: for <run>/torchrun.log
 
     @property
@@ -70,7 +74,17 @@ class TorchrunStderr:
                 self.dropped += block
                 self.rendezvous_error = line.rpartition(".")[2]
                 return []
+            if line.startswith(_STORE_LOST) and any("torch/distributed/elastic/" in f for f in block):
+                self.dropped += block  # the agent's own traceback (a worker's would be mw-env's error)
+                self.store_lost = True
+                self._skip_frames = True
+                return []
             return block  # a worker's own traceback: the user needs it
+        if self._skip_frames and (
+            line.startswith(("frame #", "Exception raised from")) or "<omitting" in line
+        ):
+            self.dropped.append(line)
+            return []
         if line.startswith("Traceback (most recent call last):"):
             self._traceback = [line]
             return []
