@@ -81,9 +81,15 @@ class Server:
                     server.hung.set()
                     server.release.wait(30)
                     return self._send(503, b"", "text/plain")
+                if name == "private":  # an index behind Basic auth (user "u", token "t")
+                    if self.headers.get("Authorization") != "Basic dTp0":
+                        return self._send(401, b"", "text/plain", {"WWW-Authenticate": 'Basic realm="x"'})
+                    name = "simple"  # serves the "simple" root's pages
                 if name == "forbidden":
                     return self._send(403, b"Forbidden", "text/plain")
-                root = server.roots.get(name)
+                root = server.roots.get(name) or (
+                    server.roots.get("simple") if parts[0] == "private" else None
+                )
                 if root is None:
                     return self._send(404, b"not found", "text/plain")
                 target = root.joinpath(*rest)

@@ -19,7 +19,6 @@ def _run_json(capsys, *args: str) -> dict:
     return json.loads(out)  # stdout holds JSON and nothing else
 
 
-@pytest.mark.slow
 def test_empty_machine_is_cpu_and_says_why(tmp_path, capsys):
     data = _run_json(capsys, "--root", str(tmp_path))
     assert data["profile"] == "cpu"
@@ -43,21 +42,18 @@ def test_this_machine_detects_and_explains(capsys):
         assert data["profile"] == "cpu"
 
 
-@pytest.mark.slow
 def test_human_output(tmp_path, capsys):
     assert main(["detect", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "Profile" in out and "cpu" in out and "Why" in out and "download.pytorch.org/whl/cpu" in out
 
 
-@pytest.mark.slow
 def test_explicit_profile_and_source(tmp_path, capsys):
     data = _run_json(capsys, "--root", str(tmp_path), "--profile", "gfx1103", "--source", "therock-gfx110x")
     assert data["profile"] == "gfx1103" and data["torch"]["source"] == "therock-gfx110x"
     assert "chosen with --profile" in data["reason"]
 
 
-@pytest.mark.slow
 def test_profile_from_environment(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MW_ENV_PROFILE", "gfx1151")
     assert _run_json(capsys, "--root", str(tmp_path))["profile"] == "gfx1151"
@@ -72,7 +68,6 @@ def test_profile_from_environment(tmp_path, capsys, monkeypatch):
         (["--profiles-dir", "/nonexistent/profiles"], "does not exist"),
     ],
 )
-@pytest.mark.slow
 def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, needle):
     assert main(["detect", "--json", "--root", str(tmp_path), *args]) == 2
     captured = capsys.readouterr()
@@ -138,7 +133,6 @@ def test_detect_help_documents_exit_codes(capsys):
     assert "Exit codes" in out and "--json" in out and "--profiles-dir" in out
 
 
-@pytest.mark.slow
 def test_torch_source_from_the_environment(capsys, monkeypatch):
     monkeypatch.setenv("MW_ENV_TORCH_SOURCE", "therock-gfx110x")
     data = _run_json(capsys, "--root", str(MACHINES / "incus-780m"))

@@ -114,3 +114,15 @@ def test_host_commands_on_bare_metal_says_there_is_nothing_to_pass(tmp_path, cap
     assert main(["host-commands", "--root", str(tmp_path), "--profile", "gfx1103"]) == 0
     out = capsys.readouterr().out
     assert "nothing to pass through" in out and "pass --container NAME (the name" not in out
+
+
+def test_one_profile_shows_device_packages_channels_and_retired_sources_verbatim(capsys):
+    assert main(["profiles", "gfx1103"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # Requirements are shown as written, never eaten as terminal markup.
+    assert "GPU kernels: torch[device-{gfx}] -> amd-torch-device-{gfx}" in out
+    assert "rocm[libraries,device-all]==7.14.*" in out
+    assert "nightly: installed only with --source amd-multiarch-nightly" in out
+    assert (
+        "retired: AMD's per-family indexes get no new releases" in out and "replaced by amd-multiarch" in out
+    )

@@ -156,3 +156,14 @@ def test_bounded_makes_every_string_of_json_data_safe() -> None:
         out["reason"].startswith("\\x1b[2J") and out["reason"].endswith("more)") and len(out["reason"]) < 520
     )
     assert out["n"] == [1, "\\x07"] and out["ok"] == 1.5 and out["event"] == "step"
+
+
+@pytest.mark.parametrize("shipped", [False, True])
+def test_a_repeated_key_is_refused_by_both_loaders(shipped):
+    """The shipped profiles' fast (libyaml) loader keeps the repeated-key rule of the users' loader."""
+    from mw_env.userfile import load_yaml
+
+    with pytest.raises(InputError) as info:
+        load_yaml("model:\n  d: 1\nmodel:\n  d: 2\n", source="profile x.yaml", shipped=shipped)
+    assert "the key 'model' appears twice (lines 1 and 3)" in info.value.message
+    assert load_yaml("a: [1, 2]\nb: {c: 3}\n", source="x", shipped=shipped) == {"a": [1, 2], "b": {"c": 3}}

@@ -181,29 +181,20 @@ def read_stream_tail(stream: IO[Any], *, max_bytes: int, max_total: int) -> tupl
 _RAISE: Any = object()
 
 
-@lru_cache(maxsize=1)
-def _yaml_classes() -> tuple[Any, type[Exception]]:
-    """(loader class, the error it raises for nesting too deep); built on first use (yaml is imported lazily)."""
+@lru_cache(maxsize=2)
+def _yaml_classes(shipped: bool = False) -> tuple[Any, type[Exception]]:
+    """(loader class, the error it raises for nesting too deep); built on first use (yaml is imported lazily).
+
+    `shipped`: for mw-env's own package files (the shipped profiles), libyaml's C parser when PyYAML has it
+    (ten times faster: `detect` parses every profile) with the same repeated-key check; their nesting is
+    ours and fixed, so the depth bound (a Python composer's) is for what users write."""
     import yaml
 
     class TooDeep(yaml.composer.ComposerError):
         """Nesting past YAML_MAX_DEPTH: never a "syntax error" a caller may take as a plain string."""
 
-    class BoundedLoader(yaml.SafeLoader):
-        """SafeLoader that refuses nesting deeper than YAML_MAX_DEPTH while composing (the composer
-        recurses once per level, so `[[[[...` would otherwise end in RecursionError)."""
-
-        _depth = 0
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            self._depth += 1
-            try:
-                if self._depth > YAML_MAX_DEPTH:
-                    mark = self.peek_event().start_mark
-                    raise TooDeep(None, None, f"nested deeper than {YAML_MAX_DEPTH} levels", mark)
-                return super().compose_node(parent, index)
-            finally:
-                self._depth -= 1
+    class StrictKeys(yaml.constructor.SafeConstructor):
+        """A repeated key is an error (the constructor half, shared by both loaders)."""
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             # SafeLoader keeps the last of two equal keys silently: `model:` twice would drop the first
@@ -226,6 +217,22 @@ def _yaml_classes() -> tuple[Any, type[Exception]]:
                     seen[key] = key_node
             return super().construct_mapping(node, deep=deep)
 
+    class BoundedLoader(StrictKeys, yaml.SafeLoader):
+        """SafeLoader that refuses nesting deeper than YAML_MAX_DEPTH while composing (the composer
+        recurses once per level, so `[[[[...` would otherwise end in RecursionError)."""
+
+        _depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self._depth += 1
+            try:
+                if self._depth > YAML_MAX_DEPTH:
+                    mark = self.peek_event().start_mark
+                    raise TooDeep(None, None, f"nested deeper than {YAML_MAX_DEPTH} levels", mark)
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
     class Duplicate(yaml.constructor.ConstructorError):
         def __init__(self, first: Any, second: Any, key: Any) -> None:
             super().__init__(
@@ -235,17 +242,25 @@ def _yaml_classes() -> tuple[Any, type[Exception]]:
                 second,
             )
 
+    if shipped and getattr(yaml, "__with_libyaml__", False):
+
+        class ShippedLoader(StrictKeys, yaml.CSafeLoader):
+            pass
+
+        return ShippedLoader, TooDeep
+
     return BoundedLoader, TooDeep
 
 
-def load_yaml(text: str, *, source: str, syntax_fallback: Any = _RAISE) -> Any:
+def load_yaml(text: str, *, source: str, syntax_fallback: Any = _RAISE, shipped: bool = False) -> Any:
     """Parse YAML from a user; any failure is an InputError that names `source` (a file, or `--set key`).
 
     `syntax_fallback`, when given, is returned for text that is not YAML syntax at all (a `--set` value
-    such as `a: b: c` means that string); tags, nesting and size are checked all the same."""
+    such as `a: b: c` means that string); tags, nesting and size are checked all the same. `shipped`: a file
+    of mw-env's own package (see _yaml_classes)."""
     import yaml
 
-    loader, too_deep = _yaml_classes()
+    loader, too_deep = _yaml_classes(shipped)
     try:
         data = yaml.load(text, Loader=loader)
     except yaml.MarkedYAMLError as exc:
@@ -292,6 +307,6 @@ def check_size(data: Any, *, source: str) -> None:
             stack.extend(item)
 
 
-def load_yaml_file(path: str | os.PathLike[str] | Path, *, what: str = "file") -> Any:
+def load_yaml_file(path: str | os.PathLike[str] | Path, *, what: str = "file", shipped: bool = False) -> Any:
     """`load_yaml(read_text(path))`: a bounded read of a regular UTF-8 file, then the YAML entry point."""
-    return load_yaml(read_text(path, what=what), source=f"{what} {os.fspath(path)}")
+    return load_yaml(read_text(path, what=what), source=f"{what} {os.fspath(path)}", shipped=shipped)

@@ -202,7 +202,8 @@ def test_corrupt_record_is_a_failed_check_not_a_traceback(tmp_path):
     (venv / "mw-env.json").write_text("{not json")
     report = _quick("doctor-cpu-docker-shm64m", None, venv, container="docker")
     rec = by_id(report)["venv.record"]
-    assert rec.status == "fail" and "mw-env.json is not valid JSON" in rec.detail
+    # The one JSON reader's wording (mw_env.userjson): the file, then why.
+    assert rec.status == "fail" and "mw-env.json: not valid JSON" in rec.detail, rec.detail
 
 
 def test_a_crashing_check_is_reported_as_crashed(tmp_path, monkeypatch):

@@ -92,3 +92,47 @@ def test_an_explicit_python_other_than_the_locks_is_refused(quiet_env, tmp_path,
         *("--find-links", str(quiet_env), "--python", "3.12", "--dry-run"),
     )
     assert rc == 2 and "--python 3.12: the lock was made with Python 3.11.7" in text, text
+
+
+def _rocm_lock(tmp_path: Path, wheelhouse: Path) -> Path:
+    torch = "2.9.1+rocm6.4"
+    (wheelhouse / f"torch-{torch}-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"PK")
+    lock = tmp_path / "pylock.gfx1103.toml"
+    lock.write_text(
+        lock_text(
+            wheelhouse, profile="gfx1103", build="rocm", torch=torch, arch="gfx1103", gpu="AMD Radeon 780M"
+        )
+    )
+    return lock
+
+
+@pytest.mark.parametrize(
+    ("machine", "refused"),
+    [
+        ("incus-780m", None),  # the machine it was made for
+        ("cpu-only", None),  # a `docker build`: no GPU in sight, the named profile is the hardware
+        ("strix-halo-8060s", "another GPU arch (gfx1103; this GPU is gfx1151)"),
+    ],
+)
+def test_a_gfx1103_lock_with_its_profile_named(quiet_env, tmp_path, capsys, machine, refused):
+    lock = _rocm_lock(tmp_path, quiet_env)
+    rc, text = _bootstrap(
+        capsys,
+        *("--root", str(MACHINES / machine), "--profile", "gfx1103", "--lock", str(lock)),
+        *("--venv", str(tmp_path / "venv"), "--find-links", str(quiet_env), "--offline", "--dry-run"),
+    )
+    said = " ".join(text.split())
+    if refused is None:
+        assert rc == 0, text
+        assert "Install the lock's packages exactly, torch 2.9.1+rocm6.4 among them" in said
+        assert f"--preview-features pylock -r {tmp_path / 'venv' / 'pylock.mw-env.toml'}" in said
+    else:
+        assert rc == 2 and refused in said, text
+
+
+def test_mw_env_lock_of_a_folder_bootstrap_did_not_make_is_bad_input(quiet_env, tmp_path, capsys):
+    capsys.readouterr()
+    rc = main(["lock", "--root", str(MACHINES / "cpu-only"), "--venv", str(tmp_path), "--output", "x.toml"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{tmp_path} is not a venv made by mw-env bootstrap" in " ".join(err.split()), err
+    assert not (tmp_path / "x.toml").exists()

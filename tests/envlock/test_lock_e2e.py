@@ -157,3 +157,22 @@ def test_a_smoke_run_carries_the_lock(env, first, tmp_path):
     assert sha256_file(out / LOCK_FILE) == digest
     assert read_manifest(out)[0][LOCK_FILE] == digest
     assert f"{LOCK_FILE} sha256 {digest}" in (out / "report" / "report.md").read_text()
+    # The run's copy is the venv's lock byte for byte (the rebuild test installs that one): bootstrap takes it.
+    plan = mw_env(
+        env,
+        *("bootstrap", "--profile", "cpu", "--lock", str(out / LOCK_FILE)),
+        *("--venv", str(tmp_path / "v"), "--dry-run", "--json"),
+    )
+    assert plan.returncode == 0 and json.loads(plan.stdout)["lock"]["sha256"] == digest, plan.stderr
+
+
+def test_mw_env_lock_writes_the_same_packages_for_an_existing_venv(env, first, tmp_path):
+    out = tmp_path / "pylock.again.toml"
+    res = mw_env(env, "lock", "--profile", "cpu", "--venv", str(first), "--output", str(out), "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    said = json.loads(res.stdout)
+    again, bootstrap_lock = read_lock(out), read_lock(first / LOCK_FILE)
+    assert said["sha256"] == again.sha256 and said["hardware"] == "profile cpu (no GPU)"
+    assert [(p.name, p.version, p.wheels) for p in again.packages] == [
+        (p.name, p.version, p.wheels) for p in bootstrap_lock.packages
+    ]

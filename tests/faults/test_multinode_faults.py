@@ -108,7 +108,18 @@ def test_a_lost_node_is_named_with_the_newest_checkpoint(tmp_path: Path) -> None
     extra = ("--set", "runtime.max_steps=100000", "--set", "runtime.checkpoint_every=2")
     procs = [_node(run0, 0, port, tag, *extra), _node(run1, 1, port, tag, *extra)]
     try:
-        wait_until(lambda: _checkpointed(run0), timeout=TIMEOUT, what="the first checkpoint")
+        try:
+            wait_until(
+                lambda: _checkpointed(run0) or any(p.poll() is not None for p in procs),
+                timeout=TIMEOUT,
+                what="the first checkpoint",
+            )
+        except AssertionError:
+            for p in procs:
+                p.kill()
+            raise AssertionError([p.communicate()[1][-2000:] for p in procs]) from None
+        ended = [p for p in procs if p.poll() is not None]
+        assert not ended, [p.communicate() for p in ended]  # a node that ended early says why
         procs[1].send_signal(signal.SIGKILL)  # node 1 is gone (its torchrun and workers die with it)
         _out, err = procs[0].communicate(timeout=TIMEOUT)
     finally:

@@ -102,3 +102,13 @@ def test_a_missing_project_in_a_local_index(index):
     with pytest.raises(IndexAnswerError, match="has no project 'numpy'") as err:
         list_project(str(root), "numpy")
     assert err.value.reason == "missing"
+
+
+def test_credentials_in_the_url_are_sent_and_their_absence_named(index):
+    root, _ = index
+    with serve({"simple": root}) as srv:
+        authed = srv.url("private").replace("http://", "http://u:t@")
+        assert list_project(authed, "torch").versions("3.12", "x86_64")[0] == "2.14.0+rocm7.14.0"
+        with pytest.raises(IndexAnswerError) as err:
+            list_project(srv.url("private"), "torch")
+    assert err.value.reason == "auth" and "wants credentials" in err.value.message

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mw_env.provision import steps
-from mw_env.provision.events import NoEvents, StepOutcome, StepWarning
+from mw_env.provision.events import NoEvents, StepResult, StepWarning
 from mw_env.provision.execute import execute
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.state import State
@@ -179,9 +179,9 @@ def test_the_disk_hint_wins_over_a_network_word_in_the_same_output():
 def test_a_step_warning_is_a_warn_outcome_with_its_message(tmp_path):
     class Recorder(NoEvents):
         def __init__(self) -> None:
-            self.finished: list[StepOutcome] = []
+            self.finished: list[StepResult] = []
 
-        def step_finished(self, step: Step, outcome: StepOutcome) -> None:
+        def step_finished(self, step: Step, outcome: StepResult) -> None:
             self.finished.append(outcome)
 
     venv = tmp_path / "venv"

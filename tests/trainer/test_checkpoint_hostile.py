@@ -234,3 +234,17 @@ def test_a_full_disk_in_the_trainer_cli_prints_error_and_hint_only(
     assert rc == 1 and "Traceback" not in err
     assert "error: cannot write checkpoint" in err and "hint: free space" in err
     assert (run / "checkpoints" / NEWEST).exists() and (run / "checkpoints" / PREVIOUS).exists()
+
+
+def test_a_written_checkpoint_holds_exactly_the_parts_table(tiny_run):
+    """One owner: what a run writes is checkpoint_parts.PARTS (the scaler only in fp16), and every part the
+    run restores is one the table names, so a key cannot be written without being validated and restored."""
+    import torch
+
+    from mw_env.trainer.checkpoint_parts import PARTS, REQUIRED_KEYS
+
+    ckpt = torch.load(tiny_run / "checkpoints" / NEWEST, map_location="cpu", weights_only=True)
+    assert list(ckpt) == [p.key for p in PARTS if p.key != "scaler"]  # a fp32 run: no GradScaler state
+    assert set(REQUIRED_KEYS) <= set(ckpt)
+    restored = {p.key for p in PARTS if p.restore is not None}
+    assert restored == {"model", "optimizer", "scheduler", "loop", "rng", "scaler", "data"}

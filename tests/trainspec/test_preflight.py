@@ -83,6 +83,10 @@ def test_each_config_problem_is_named_before_anything_heavy(tmp_path):
             ["data.train_files=[b.jsonl]", "data.tokens_column=words", "data.labels=[B-X]"],
             r"data\.labels does not list 'O', found in .*b\.jsonl",
         ),
+        (
+            ["data.train_files=[a.parquet]", "data.labels=[B-X]"],
+            r"data\.labels does not list 'O', found in .*a\.parquet row group 0",
+        ),
     ]
     for overrides, message in cases:
         with pytest.raises(InputError, match=message) as err:
@@ -148,3 +152,13 @@ def test_train_export_without_the_export_extra_is_exit_2_at_once(tmp_path, capsy
     err = capsys.readouterr().err
     assert "error: train export needs onnx, onnxruntime, onnxscript" in err
     assert f"mw-env bootstrap --venv {venv} --extras train,export" in err
+
+
+def test_without_pyarrow_here_the_parquet_tags_are_read_in_the_venv(tmp_path, monkeypatch):
+    """mw-env's own interpreter has no pyarrow (it is the `train` extra): the venv's python reads row group 0."""
+    from mw_env.trainspec.labelscan import parquet_tags
+
+    path = _parquet(tmp_path / "a.parquet", tokens=[["1", "Main"]], tags=[["B-HOUSE", "B-ROAD"]])
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` fails here
+    assert parquet_tags([path], "tags", Path(sys.prefix)) == {"B-HOUSE", "B-ROAD"}
+    assert parquet_tags([path], "tags", None) is None  # neither here nor a venv: unknown, not a guess

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mw_env.commands.common import json_option, profile_options, root_option
+
+if TYPE_CHECKING:  # the CLI module stays light at start-up: the type only, for the checker
+    from mw_env.profiles.model import Resolved
 
 
 def json_text(data: object) -> str:
@@ -190,7 +194,7 @@ def _plan(
 
 def _manifest(
     echo: Callable[[str], None],
-    resolved: object,
+    resolved: Resolved,
     runtime: str | None,
     nodes: int,
     image: str | None,
@@ -213,8 +217,8 @@ def _manifest(
             "(docs/training.md, Several nodes)",
         )
     manifest = multinode_manifest(
-        hardware=resolved.hardware,  # type: ignore[attr-defined]
-        selection=resolved.selection,  # type: ignore[attr-defined]
+        hardware=resolved.hardware,
+        selection=resolved.selection,
         nodes=nodes,
         image=image,
         name=name,

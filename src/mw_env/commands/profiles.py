@@ -157,6 +157,7 @@ def _render_list(items: list[Profile]) -> None:
 
 def _render_one(p: Profile) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[bold]{p.name}[/bold]  {p.description}")
@@ -173,8 +174,18 @@ def _render_one(p: Profile) -> None:
         if s.min_driver:
             runtime += f", NVIDIA driver >= {s.min_driver}"
         console.print(f"    {runtime}; archs: {' '.join(s.arch_list) or '-'}")
+        if s.devices is not None:
+            one = (
+                f"torch[{s.devices.extra}] -> {s.devices.kernels}" if s.devices.extra else "no per-GPU choice"
+            )
+            console.print(f"    GPU kernels: {escape(one)}; every GPU: {s.devices.all_extra}")
+        if s.channel != "stable":
+            console.print(f"    {s.channel}: installed only with --source {s.id}")
+        if s.retired:
+            repl = f"; replaced by {s.replaced_by}" if s.replaced_by else ""
+            console.print(f"    retired: {escape(s.retired.rstrip('.'))}{repl}")
         if s.note:
-            console.print(f"    {s.note}")
+            console.print(f"    {escape(s.note)}")  # notes quote requirements: rocm[libraries,device-all]
     console.print()
     if p.hsa_override_when_missing:
         console.print(

@@ -5,11 +5,16 @@ a launch (a leaf of the command layer: train and train_runs both import it, neit
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mw_env.commands.common import profile_options, root_option, source_option
+
+if TYPE_CHECKING:  # types only: `mw-env --help` imports no launch code
+    from typing import Unpack
+
+    from mw_env.runs.launch import Launch, LaunchOptions
 
 
 def config_options(func: Any) -> Any:
@@ -131,7 +136,7 @@ def launch_options(func: Any) -> Any:
     return func
 
 
-def prepare_launch(*, config_name: str | None, **options: Any) -> Any:
+def prepare_launch(*, config_name: str | None, **options: Unpack[LaunchOptions]) -> Launch:
     """`mw_env.runs.launch.prepare` from the launch options (the doctor's quick checks included)."""
     from mw_env.runs.launch import prepare
 

@@ -108,11 +108,12 @@ def compile_lock(
             req.write_text("".join(f"{n}=={v}\n" for n, v in sorted(group.items())), encoding="utf-8")
             out = Path(tmp) / f"pylock.{i}.toml"
             argv = [uv, "pip", "compile", "--quiet", "--format", "pylock.toml", "--no-header", "--no-deps"]
-            argv += ["--python", str(python), *(["--offline"] if offline else []), *source_args]
+            argv += ["--python", str(python), *(["--offline"] if offline else [])]
             if index:
-                # first-index: torch from the torch index even where another index lists the same version.
+                # As bootstrap's torch step: the torch index first (uv asks `--index`es in the order given),
+                # first-index so that no other index's torch (PyPI's CUDA build) can answer for it.
                 argv += ["--index", index, "--index-strategy", "first-index"]
-            argv += [str(req), "-o", str(out)]
+            argv += [*source_args, str(req), "-o", str(out)]
             text = _run_compile(argv, env, out)
             head, _, body = text.partition("[[packages]]")
             header = header or head

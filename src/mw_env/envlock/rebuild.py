@@ -11,6 +11,7 @@ follows with `--no-deps` under the torch pin.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +19,36 @@ from mw_env.envlock.lockfile import Lock, read_lock
 from mw_env.envlock.match import hardware_problem, machine_hardware
 from mw_env.errors import InputError, StepFailed
 
+# uv's own settings that name indexes and wheelhouses (uv reads them itself; mw-env's Sources does not).
+UV_SOURCES = ("UV_DEFAULT_INDEX", "UV_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS")
 
-def local_roots(sources: Any) -> list[Path]:
-    """The folders a lock's local wheels may come from: the wheelhouses (find-links) and local indexes (a
-    `…/simple` index with its files beside it: its parent folder)."""
+
+def local_roots(
+    sources: Any, indexes: Sequence[str | None] = (), env: Mapping[str, str] | None = None
+) -> list[Path]:
+    """The folders a lock's local wheels may come from: the wheelhouses (find-links) and local indexes, the
+    torch source's and uv's own among them (a `…/simple` index with its files beside it: its parent)."""
     from mw_env.provision.wheelhouse import local_dir
 
     roots: list[Path] = []
+    uv_own = [u for var in UV_SOURCES for u in (env or {}).get(var, "").split()]
     for link in sources.find_links:
         d = local_dir(link)
         if d is not None:
             roots.append(d)
-    for url in (sources.index_url, *sources.extra_index_urls):
+    for url in (sources.index_url, *sources.extra_index_urls, *indexes, *uv_own):
         d = local_dir(url) if url else None
         if d is not None:
             roots.append(d.parent if d.name == "simple" else d)
     return [r.expanduser().absolute() for r in roots]
 
 
-def load_for_bootstrap(path: Path, *, selection: Any, sources: Any, force: bool) -> Lock:
+def load_for_bootstrap(
+    path: Path, *, selection: Any, sources: Any, force: bool, env: Mapping[str, str] | None = None
+) -> Lock:
     """The lock, validated and checked against this machine; InputError before anything is installed."""
-    roots = local_roots(sources)
+    torch = selection.torch
+    roots = local_roots(sources, (torch.index_url, *getattr(torch, "extra_index_urls", ())), env)
     lock = read_lock(path, wheelhouses=roots)
     problem = hardware_problem(lock.meta, selection)
     if problem and not force:

@@ -33,7 +33,7 @@ def load_profile_file(path: Path, *, shipped: bool = False) -> Profile:
     """Read and validate one profile file (a bounded read of a regular UTF-8 file, then strict YAML)."""
     from mw_env.userfile import load_yaml_file
 
-    data = load_yaml_file(path, what="profile")
+    data = load_yaml_file(path, what="profile", shipped=shipped)
     profile = parse_profile(data, path=path, shipped=shipped)
     if profile.name != path.stem:
         raise Ctx(path).fail(

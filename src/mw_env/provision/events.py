@@ -16,7 +16,7 @@ from mw_env.provision.model import Step
 class Events(Protocol):
     def step_started(self, step: Step) -> None: ...
     def step_output(self, step: Step, line: str) -> None: ...
-    def step_finished(self, step: Step, outcome: StepOutcome) -> None: ...
+    def step_finished(self, step: Step, outcome: StepResult) -> None: ...
 
 
 class NoEvents:
@@ -26,7 +26,7 @@ class NoEvents:
     def step_output(self, step: Step, line: str) -> None:
         pass
 
-    def step_finished(self, step: Step, outcome: StepOutcome) -> None:
+    def step_finished(self, step: Step, outcome: StepResult) -> None:
         pass
 
 
@@ -46,7 +46,7 @@ class Status(str, Enum):
 
 
 @dataclass(frozen=True)
-class StepOutcome:
+class StepResult:
     id: str
     status: Status
     duration_s: float = 0.0

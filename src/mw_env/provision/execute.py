@@ -17,7 +17,7 @@ from typing import Any
 
 from mw_env.errors import MwEnvError, StepFailed
 from mw_env.provision import keys
-from mw_env.provision.events import DoctorHook, Events, NoEvents, Status, StepOutcome, StepWarning
+from mw_env.provision.events import DoctorHook, Events, NoEvents, Status, StepResult, StepWarning
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
@@ -29,7 +29,7 @@ from mw_env.textsafe import redact
 @dataclass(frozen=True)
 class BootstrapResult:
     plan: Plan
-    outcomes: tuple[StepOutcome, ...]
+    outcomes: tuple[StepResult, ...]
     ok: bool
     total_s: float
     torch_version: str | None = None
@@ -103,7 +103,7 @@ class _Runner:
 
     def __init__(self, run: Run) -> None:
         self.run, self.events, self.plan = run, run.events, run.plan  # run.plan moves with the venv
-        self.outcomes: list[StepOutcome] = []
+        self.outcomes: list[StepResult] = []
         self.changed = False
         self.pending: tuple[Step, BackgroundVerify, int] | None = None
 
@@ -129,7 +129,7 @@ class _Runner:
                 raise _os_failure(step, exc) from exc
         except KeyboardInterrupt:
             self.run.state.mark(step.id, Status.INTERRUPTED.value)
-            outcome = StepOutcome(id=step.id, status=Status.INTERRUPTED, duration_s=time.monotonic() - t0)
+            outcome = StepResult(id=step.id, status=Status.INTERRUPTED, duration_s=time.monotonic() - t0)
             self.events.step_finished(step, outcome)
             raise
         except MwEnvError as exc:
@@ -164,12 +164,12 @@ class _Runner:
     def _finished(
         self, step: Step, status: Status, duration: float, detail: str, at: int | None = None
     ) -> None:
-        outcome = StepOutcome(id=step.id, status=status, duration_s=duration, detail=detail)
+        outcome = StepResult(id=step.id, status=status, duration_s=duration, detail=detail)
         self.events.step_finished(step, outcome)
         self.outcomes.insert(len(self.outcomes) if at is None else at, outcome)
 
     def _failed(self, step: Step, exc: MwEnvError, t0: float, at: int | None = None) -> _Failure:
-        outcome = StepOutcome(
+        outcome = StepResult(
             id=step.id,
             status=Status.FAILED,
             duration_s=time.monotonic() - t0,

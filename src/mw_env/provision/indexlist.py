@@ -203,14 +203,21 @@ def list_project(
         if files is None:
             raise _garbage(shown, norm, "an HTML page without links")
         return Listing(index, norm, tuple(_with_local_sizes(files)), "html")
-    url = index.rstrip("/") + f"/{norm}/"
-    req = urllib.request.Request(url, headers={"Accept": ACCEPT, "User-Agent": "mw-env"})
+    url, auth = _split_auth(index.rstrip("/") + f"/{norm}/")
+    req = urllib.request.Request(url, headers={"Accept": ACCEPT, "User-Agent": "mw-env", **auth})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             ctype = resp.headers.get("Content-Type", "")
             body = resp.read(MAX_PAGE + 1)
             final = resp.geturl()
     except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            raise IndexAnswerError(
+                f"the index {shown} wants credentials for {norm!r} (HTTP 401)",
+                reason="auth",
+                hint="put them in the index URL (https://user:token@host/...) or let uv's own configuration "
+                "supply them",
+            ) from None
         if exc.code in (404, 403, 410):
             # AMD's index answers 403 for a project it does not serve (LocalAI#10997): "not here", like a 404.
             raise IndexAnswerError(
@@ -252,6 +259,22 @@ def list_project(
     if files is None:
         raise _garbage(shown, norm, "an HTML page without links (a login or error page?)")
     return Listing(index, norm, tuple(files), "html")
+
+
+def _split_auth(url: str) -> tuple[str, dict[str, str]]:
+    """A URL with user:password@ as (the URL without them, a Basic Authorization header): urllib sends none."""
+    import base64
+
+    parts = urllib.parse.urlsplit(url)
+    if not parts.username:
+        return url, {}
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
 
 
 def list_wheelhouse(folders: Iterable[str | Path], project: str) -> Listing:

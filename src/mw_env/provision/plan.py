@@ -1,6 +1,6 @@
 """The bootstrap plan: named, ordered steps from (profile, options), each knowing if it is already done.
 
-    preflight -> uv -> venv -> torch -> verify-torch -> pin-torch -> extras -> env -> [swap] -> doctor
+    preflight -> uv -> venv -> torch -> verify-torch -> pin-torch -> extras -> env -> lock -> [swap] -> doctor
 
 (the steps themselves: provision/table.py)
 
@@ -201,6 +201,10 @@ def _pick_from_index(
         device_packages=device_packages,
         env=env,
     )
+    if (
+        pick.version is None and pick.problem is None
+    ):  # not listable here (credentials): uv resolves the range
+        return replace(choice, notes=(*choice.notes, pick.note)), pick
     if pick.version is None:
         return replace(choice, problem=Problem(pick.problem or "no torch listed", pick.hint)), pick
     notes = (*choice.notes, pick.note) if pick.note else choice.notes

@@ -36,7 +36,7 @@ class Run:
     doctor_report: Any = None
     outputs: dict[str, str] = field(default_factory=dict)
 
-    def command(self, step: Step, argv: tuple[str, ...], *, timeout: float | None = None) -> uvmod.RunResult:
+    def command(self, step: Step, argv: tuple[str, ...], *, timeout: float | None = None) -> uvmod.CommandRun:
         argv = tuple(self.uv if (i == 0 and a == "uv" and self.uv) else a for i, a in enumerate(argv))
         res = uvmod.run_streaming(
             argv,

@@ -127,6 +127,11 @@ def pick_from_index(
     try:
         listing = list_project(index, "torch", env=env, timeout=timeout)
     except IndexAnswerError as exc:
+        if exc.reason == "auth":
+            # Credentials uv has (its own configuration, keyring) but this listing does not: uv resolves the range.
+            return IndexPick(
+                None, note=f"{exc.message}: uv resolves {version_spec} itself", reason=exc.reason
+            )
         return IndexPick(None, problem=exc.message, hint=exc.hint, reason=exc.reason)
     pick = pick_from_listing(listing, version_spec=version_spec, local_tag=local_tag, python=python)
     if pick.version is None or not device_packages:

@@ -25,7 +25,7 @@ MIN_UV = (0, 5, 0)
 
 
 @dataclass(frozen=True)
-class RunResult:
+class CommandRun:
     argv: tuple[str, ...]
     returncode: int
     output: str
@@ -99,7 +99,7 @@ def _user_bin_path(env: Mapping[str, str]) -> str:
     return f"{home}/.local/bin:{env.get('PATH', os.defpath)}"
 
 
-def _run_quiet(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> RunResult:
+def _run_quiet(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> CommandRun:
     start = time.monotonic()
     try:
         proc = subprocess.run(
@@ -112,8 +112,8 @@ def _run_quiet(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> R
             preexec_fn=preexec(signal.SIGKILL),  # a killed bootstrap leaves no child behind
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return RunResult(tuple(argv), 127, str(exc), time.monotonic() - start)
-    return RunResult(
+        return CommandRun(tuple(argv), 127, str(exc), time.monotonic() - start)
+    return CommandRun(
         tuple(argv), proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start, stdout=proc.stdout
     )
 
@@ -146,7 +146,7 @@ def run_streaming(
     on_line: Callable[[str], None] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     timeout: float | None = None,
-) -> RunResult:
+) -> CommandRun:
     """Run a command, passing each output line to `on_line` as it comes; never through a shell.
 
     Ctrl-C terminates the child (then kills it) before the KeyboardInterrupt propagates, so an
@@ -168,7 +168,7 @@ def run_streaming(
             preexec_fn=preexec(signal.SIGKILL),  # uv/verify die with a bootstrap killed by any signal
         )
     except OSError as exc:
-        return RunResult(tuple(argv), 127, f"could not start {argv[0]}: {exc}", time.monotonic() - start)
+        return CommandRun(tuple(argv), 127, f"could not start {argv[0]}: {exc}", time.monotonic() - start)
 
     timer = None
     if timeout is not None:
@@ -189,7 +189,7 @@ def run_streaming(
     finally:
         if timer is not None:
             timer.cancel()
-    return RunResult(tuple(argv), rc, "\n".join(lines), time.monotonic() - start)
+    return CommandRun(tuple(argv), rc, "\n".join(lines), time.monotonic() - start)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

@@ -115,6 +115,10 @@ def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int
             for _ in proc.stderr:  # keep draining, or workers writing their last lines block
                 pass
         proc.wait()
+        if torchrun:  # the workers' own "interrupted" went to torchrun's stderr, drained above
+            write(
+                f"interrupted: the checkpoints in {launch.out_dir / 'checkpoints'} stay; the same command resumes"
+            )
         return EXIT_INTERRUPTED
     if filt is not None:
         log = rendezvous.write_log(launch.out_dir, filt.dropped)  # torchrun's tracebacks: the log, not here

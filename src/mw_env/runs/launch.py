@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from mw_env.errors import InputError, MwEnvError
 from mw_env.runs.supervise import RUN_ID_ENV
@@ -217,6 +217,28 @@ def _refuse_finished(out_dir: Path, max_steps: int) -> None:
         hint="to start again: add --fresh (the old checkpoints and metrics are kept, renamed) or "
         "--set runtime.out_dir=ANOTHER; to train on from it: --set runtime.max_steps=N (larger)",
     )
+
+
+class LaunchOptions(TypedDict, total=False):
+    """`prepare`'s options but the config, as the CLI passes them on (commands.train_options.prepare_launch)."""
+
+    venv: Path | None
+    overrides: Sequence[str]
+    skip_doctor: bool
+    profile: str | None
+    profiles_dirs: Sequence[str | Path]
+    root: str | None
+    gpu: int | None
+    nproc_per_node: int
+    resume: Path | None
+    fresh: bool
+    base_env: Mapping[str, str] | None
+    source: str | None
+    nnodes: int
+    node_rank: int
+    rdzv_endpoint: str | None
+    rdzv_id: str | None
+    rdzv_timeout: int | None
 
 
 def prepare(

@@ -246,6 +246,17 @@ class RunWatcher:
         metrics_path = self.out_dir / METRICS_FILE
         log_path = self.record.log_file if self.record else self.out_dir / LOG_FILE
         if self.record is None and not metrics_path.exists() and not log_path.exists():
+            from mw_env.runs.runlock import check_free, describe, holder
+
+            try:
+                check_free(self.out_dir)
+            except InputError:  # a live trainer holds the folder: a run starting, not "no run"
+                raise InputError(
+                    f"a trainer is starting in {self.out_dir} ({describe(holder(self.out_dir))}); it has not "
+                    f"logged its first event to {METRICS_FILE} yet",
+                    hint="run the same status command again in a moment (a foreground run prints its progress in "
+                    "its own terminal)",
+                ) from None
             raise InputError(
                 f"no training run in {self.out_dir}: no run.json, {METRICS_FILE} or {LOG_FILE}",
                 hint="pass the run's --out-dir (runtime.out_dir of its config)",

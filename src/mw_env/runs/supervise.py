@@ -108,9 +108,16 @@ def supervise(report_fd: int) -> int:
     def forward(signum: int, _frame: Any) -> None:
         if child is None:
             pending.append(signum)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signum)
+            return
+        # A detached run has no Ctrl-C: SIGINT asks it to stop, as SIGTERM does (the graceful stop, exit 0).
+        # Under torchrun the workers get it themselves: torchrun, given it, would end with exit 1 and its
+        # own traceback in train.log, and SIGKILL the workers 30 s later (issue 22).
+        from mw_env.runs.foreground import children
+
+        workers = children(child.pid) if Path(spec["argv"][0]).name == "torchrun" else []
+        for pid in workers or [child.pid]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)

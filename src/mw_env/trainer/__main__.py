@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.resume and args.fresh:
             raise MwEnvError("--resume and --fresh exclude each other", exit_code=2)
+        from mw_env.trainer.lifecycle import hold
+
+        hold("startup")  # the fault harness's start-up phase: before torch, the process group, the corpus
         from mw_env.trainer.loop import train
 
         result = train(
@@ -119,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (OSError, RuntimeError) as exc:
+        # A fault of the machine at any write (metrics, data card, report, manifest, export): one sentence
+        # naming the fault and the file, exit 1; torch's RuntimeError that wraps an OSError counts as it.
+        cause = os_error_in(exc)
+        if cause is None:
+            raise
+        return _fault(cause)
     except BaseException as exc:
         from mw_env.trainer.stopping import StopRequested, stopped_before_start
 
@@ -129,13 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("RANK", "0") in ("", "0"):
             _say(message)
         return 0
-    except (OSError, RuntimeError) as exc:
-        # A fault of the machine at any write (metrics, data card, report, manifest, export): one sentence
-        # naming the fault and the file, exit 1; torch's RuntimeError that wraps an OSError counts as it.
-        cause = os_error_in(exc)
-        if cause is None:
-            raise
-        return _fault(cause)
 
 
 def _out_dir(args: argparse.Namespace) -> Path | None:

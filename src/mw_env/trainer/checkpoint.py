@@ -8,7 +8,8 @@ only after the new one is in place. A full disk is a clean error that keeps ever
 
 Reading: weights_only=True (tensors and plain containers only), the sidecar's hash checked when there is
 one, and then the whole structure: every key the loop reads, its type, and the tensors' shapes against
-the model the checkpoint's own config describes (`CHECKS`, one table: add a key there). Any failure is a
+the model the checkpoint's own config describes (checkpoint_parts.PARTS, the one table of what a checkpoint
+holds: add a key there). Any failure is a
 CheckpointError; `find_latest` turns it into "unreadable: falling back to the previous checkpoint".
 """
 
@@ -23,11 +24,9 @@ from typing import Any
 from mw_env.atomic import atomic_open, write_text_atomic
 from mw_env.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault, os_words
 from mw_env.runs.manifest import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
+from mw_env.trainer.checkpoint_parts import CHECKS, FORMAT_VERSION, PARTS, REQUIRED_KEYS
 from mw_env.trainer.checkpoint_schema import (
-    CHECKS,
     CKPT_RE,
-    FORMAT_VERSION,
-    REQUIRED_KEYS,
     CheckpointError,
     check_for_run,
     first_line,
@@ -89,6 +88,9 @@ def save_checkpoint(payload: dict[str, Any], directory: Path, *, keep_last: int)
     import torch
 
     final = checkpoint_path(directory, int(payload["step"]))
+    from mw_env.trainer.lifecycle import hold
+
+    hold("checkpoint")  # the fault harness's checkpoint phase
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with atomic_open(final, "wb") as fh:
@@ -241,6 +243,7 @@ __all__ = [
     "CHECKS",
     "CKPT_RE",
     "FORMAT_VERSION",
+    "PARTS",
     "REQUIRED_KEYS",
     "CheckpointError",
     "check_for_run",

@@ -1,35 +1,28 @@
-"""What a checkpoint must hold, checked in one place: `CHECKS` (key -> required, test, what it must be),
-then the tensors against the model the checkpoint's own config builds, then (`check_for_run`) against the
-running trainer's model, optimizer and labels. Every failure is a CheckpointError ("unreadable ...").
-
-A part that adds a key to the payload (a data position, a stream offset, a node count) adds a row to CHECKS.
+"""A loaded checkpoint checked in one place: every part of `checkpoint_parts.PARTS` (the one table of what a
+checkpoint holds) against its test, then the tensors against the model the checkpoint's own config builds,
+then (`check_for_run`) against the running trainer's model, optimizer and labels. Every failure is a
+CheckpointError ("unreadable ...").
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from mw_env.errors import InputError
+from mw_env.trainer.checkpoint_parts import (
+    CHECKS,
+    FORMAT_VERSION,
+    REQUIRED_KEYS,
+    is_int,
+    is_number,
+)
 from mw_env.trainspec.extras import bootstrap_hint
 
-FORMAT_VERSION = 1
 CKPT_RE = re.compile(r"step-(\d{9})\.pt")
-REQUIRED_KEYS = (
-    "format_version",
-    "step",
-    "model",
-    "optimizer",
-    "scheduler",
-    "loop",
-    "world_size",
-    "config",
-    "tokenizer",
-    "labels",
-)
 
 
 class CheckpointError(InputError):
@@ -47,95 +40,6 @@ def unreadable(path: Path, why: str) -> CheckpointError:
         hint="it may be truncated or not an mw-env checkpoint; name an older step-*.pt "
         "(training: --resume PATH, or --fresh to start over)",
     )
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> TypeGuard[int | float]:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _tensor_dict(v: Any) -> bool:
-    import torch
-
-    return isinstance(v, Mapping) and all(
-        isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items()
-    )
-
-
-def _optimizer_ok(v: Any) -> bool:
-    return (
-        isinstance(v, Mapping)
-        and isinstance(v.get("state"), Mapping)
-        and isinstance(v.get("param_groups"), list)
-        and all(isinstance(g, Mapping) and isinstance(g.get("params"), list) for g in v["param_groups"])
-    )
-
-
-def _loop_ok(v: Any) -> bool:
-    from mw_env.trainer.state import LoopState
-
-    if not isinstance(v, Mapping) or set(v) - set(LoopState().to_dict()):
-        return False
-    types = {"best_f1": _is_number}
-    return all(types.get(k, _is_int)(x) for k, x in v.items()) and _is_int(v.get("step"))
-
-
-def _data_ok(v: Any) -> bool:
-    """The streamed corpus's record (trainer/resume.py DATA_KEYS): what the resume and the data card read."""
-    if not isinstance(v, Mapping):
-        return False
-    lists = ("shards", "val_shards", "position", "counts")
-    if not all(isinstance(v.get(k, []), list) for k in lists) or not isinstance(v.get("order", {}), Mapping):
-        return False
-    if not all(isinstance(x, Mapping) for k in lists for x in v.get(k, [])):
-        return False
-    ints = ("next_step", "stream_row", "epoch", "rows_consumed")
-    return all(_is_int(p[k]) and p[k] >= 0 for p in v.get("position", []) for k in ints if k in p)
-
-
-# Key -> (required, test, what it must be). The loop, export and resume read exactly these; a key another
-# part adds (a data position, a stream offset) gets a row here and is then checked like the others.
-CHECKS: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
-    "format_version": (True, lambda v: v == FORMAT_VERSION, f"{FORMAT_VERSION}"),
-    "step": (True, lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    "model": (True, _tensor_dict, "a state dict of tensors"),
-    "optimizer": (True, _optimizer_ok, "an optimizer state dict (state, param_groups)"),
-    "scheduler": (
-        True,
-        lambda v: isinstance(v, Mapping) and _is_int(v.get("last_epoch")),
-        "a scheduler state dict",
-    ),
-    "loop": (True, _loop_ok, "the loop counters (step, best_f1, best_step, bad_evals, ...)"),
-    "world_size": (True, lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "config": (
-        True,
-        lambda v: isinstance(v, Mapping) and all(isinstance(s, Mapping) for s in v.values()),
-        "a config dict",
-    ),
-    "tokenizer": (
-        True,
-        lambda v: isinstance(v, Mapping) and v.get("kind") in ("byte", "sentencepiece"),
-        "a tokenizer state",
-    ),
-    "labels": (
-        True,
-        lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v),
-        "a list of label names",
-    ),
-    "rng": (
-        False,
-        lambda v: isinstance(v, list) and all(isinstance(r, Mapping) for r in v),
-        "a list of RNG states",
-    ),
-    "scaler": (False, lambda v: isinstance(v, Mapping), "a GradScaler state dict"),
-    "data": (False, _data_ok, "the data record (source, order, shards, per-rank position and counts)"),
-    "config_sha256": (False, lambda v: isinstance(v, str), "a string"),
-    "config_sources": (False, lambda v: isinstance(v, Mapping), "a mapping"),
-    "meta": (False, lambda v: isinstance(v, Mapping), "a mapping"),
-}
 
 
 def validate_checkpoint(ckpt: Any, *, source: Path | str) -> None:
@@ -230,21 +134,21 @@ def _check_optimizer(ckpt: dict[str, Any], n_params: int, path: Path) -> None:
     """Every parameter exactly once across the groups, states keyed by those ids, one base lr per group."""
     opt = ckpt["optimizer"]
     ids = [i for g in opt["param_groups"] for i in g["params"]]
-    if not all(_is_int(i) for i in ids) or sorted(ids) != list(range(n_params)):
+    if not all(is_int(i) for i in ids) or sorted(ids) != list(range(n_params)):
         raise unreadable(path, f"optimizer names {len(ids)} parameters, the model has {n_params}")
     import torch
 
     for idx, entry in opt["state"].items():
-        if not _is_int(idx) or not 0 <= idx < n_params or not isinstance(entry, Mapping):
+        if not is_int(idx) or not 0 <= idx < n_params or not isinstance(entry, Mapping):
             raise unreadable(path, f"optimizer state {idx!r} is not a parameter's state")
-        if not all(isinstance(v, torch.Tensor) or _is_number(v) for v in entry.values()):
+        if not all(isinstance(v, torch.Tensor) or is_number(v) for v in entry.values()):
             raise unreadable(
                 path, f"optimizer state {idx} holds a value that is neither a tensor nor a number"
             )
     groups = len(opt["param_groups"])
     base = ckpt["scheduler"].get("base_lrs")
     if base is not None and (
-        not isinstance(base, list) or len(base) != groups or not all(map(_is_number, base))
+        not isinstance(base, list) or len(base) != groups or not all(map(is_number, base))
     ):
         raise unreadable(path, f"scheduler.base_lrs does not match the {groups} parameter group(s)")
 
@@ -276,8 +180,8 @@ def _like(live: Any, found: Any, where: str) -> str | None:
         )
     if isinstance(live, bool):
         return None if isinstance(found, bool) else f"{where} is not true/false"
-    if _is_number(live):
-        ok = _is_number(found) and math.isfinite(found)
+    if is_number(live):
+        ok = is_number(found) and math.isfinite(found)
         return None if ok else f"{where} is not a finite number"
     if isinstance(live, torch.Tensor):
         ok = isinstance(found, torch.Tensor) and found.shape == live.shape and found.dtype == live.dtype
@@ -300,7 +204,7 @@ def _adam_state(entry: Mapping[str, Any], shape: tuple[int, ...], amsgrad: bool)
             return f"{name} is not a float tensor of the parameter's shape {shape}"
     step = entry.get("step")
     value = float(step) if isinstance(step, torch.Tensor) and step.numel() == 1 else step
-    if not (_is_number(value) and math.isfinite(value) and value >= 1):
+    if not (is_number(value) and math.isfinite(value) and value >= 1):
         return "step is not a count >= 1"  # step 0 divides by zero in Adam's bias correction
     return None
 

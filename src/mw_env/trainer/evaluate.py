@@ -155,6 +155,9 @@ def evaluate_and_decide(
 ) -> bool:
     """Every rank evaluates its share of the split; one all-reduce sums them (and carries no decision:
     rank 0 decides early stopping and shares it in a second, tiny reduce)."""
+    from mw_env.trainer.lifecycle import hold
+
+    hold("eval")  # the fault harness's eval phase
     stop = 0.0
     sums, samples = evaluate_share(
         model,

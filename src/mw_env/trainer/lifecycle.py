@@ -6,8 +6,10 @@ report and MANIFEST.sha256 are complete, so `status`, `watch` and `verify` never
 still writing its report for a finished one.
 
 MW_ENV_TEST_HOLD=POINT:PATH[,POINT:PATH] (tests only) holds the trainer at POINT until PATH exists,
-having first created PATH.waiting. POINT is `step-N` (before computing the step after N done steps)
-or `report` (state `finishing`, before the report is written). A test gets a step or a report phase
+having first created PATH.waiting. POINT is `step-N` (before computing the step after N done steps),
+`report` (state `finishing`, before the report is written), or one of the fault harness's phases
+(tests/faults/test_signals.py): `startup` (config read; before torch, the process group and the corpus),
+`discovery` (before the corpus is opened), `eval`, `checkpoint` (before the write), `manifest`. A test gets a step or a report phase
 as long as it needs on the real trainer by waiting for events instead of for time (a slow step on a
 slow machine, without sleeps).
 """
@@ -48,7 +50,8 @@ def hold(point: str) -> None:
         at, _, path = item.partition(":")
         if at == point and path:
             Path(f"{path}.waiting").touch()
-            while not Path(path).exists():
+            # A stop signal lets go too: the harness need not guess when a forwarded signal arrived.
+            while not Path(path).exists() and not stopping.received():
                 time.sleep(0.02)  # the SIGTERM handler runs between these waits, as between kernels
 
 
@@ -67,6 +70,7 @@ class StopFlag:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
+        stopping.note()
 
     def __exit__(self, *exc: object) -> None:
         stopping.enter("finishing")  # a SIGTERM from here on waits for the report (trainer/stopping.py)

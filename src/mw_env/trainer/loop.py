@@ -22,6 +22,7 @@ import torch
 from mw_env.errors import StepFailed
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.agree import run_lock
+from mw_env.trainer.checkpoint_parts import restore as restore_parts
 from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts
 from mw_env.trainer.distributed import (
     DistInfo,
@@ -40,13 +41,11 @@ from mw_env.trainer.runtime import (
     environment_facts,
     pick_device,
     resolve_precision,
-    restore_rng_states,
     seed_host_rngs,
     set_determinism,
     step_seed,
 )
 from mw_env.trainer.session import Session
-from mw_env.trainer.state import LoopState
 from mw_env.trainer.step import StepOutcome, Trainer
 from mw_env.trainspec.advice import config_warnings, cpu_warning, resume_warnings
 from mw_env.trainspec.config import ResolvedConfig
@@ -125,6 +124,7 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
     say(f"device {device}, precision {precision.name} ({precision.reason}), world size {dist.world}")
     seed_host_rngs(rt.seed, dist.rank)
     t0 = time.perf_counter()
+    hold("discovery")  # the fault harness's data-discovery phase (trainer/lifecycle.py)
     corpus = open_corpus(config, rank=dist.rank, world=dist.world)
     say(
         f"corpus: {corpus.source}, {corpus.train_rows:,} train rows ({corpus.rank_rows(dist.rank):,} on this "
@@ -144,23 +144,14 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
 def _restore(session: Session, path: Path, ckpt: dict[str, Any], accepted_changes: list[str]) -> None:
     """Load a checkpoint that passed the resume checks into the session (`accepted_changes`: the corpus
     changes data.allow_changed_corpus let through, said once here)."""
-    s, t = session, session.trainer
+    s = session
     s.accepted_changes = accepted_changes
     for line in accepted_changes:
         s.say(f"warning: corpus changed ({line}); continuing because data.allow_changed_corpus is true")
     try:  # validated when it was picked; a failure here is still a clean error, never a traceback
-        t.model.load_state_dict(ckpt["model"])
-        t.optimizer.load_state_dict(ckpt["optimizer"])
-        t.scheduler.load_state_dict(ckpt["scheduler"])
-        if "scaler" in ckpt:
-            t.scaler.load_state_dict(ckpt["scaler"])
-        s.state = LoopState(**ckpt["loop"])
-        rngs = ckpt.get("rng") or []
-        if s.dist.rank < len(rngs):
-            restore_rng_states(rngs[s.dist.rank])
-        saved_counts = (ckpt.get("data") or {}).get("counts") or []
-        if s.dist.rank < len(saved_counts) and not s.accepted_changes:
-            s.counts = Counts.from_dict(saved_counts[s.dist.rank])
+        restore_parts(
+            s, ckpt
+        )  # model, optimizer, scheduler, scaler, loop counters, this rank's RNG and counts
     except Exception as exc:
         raise ckpt_mod.CheckpointError(
             f"checkpoint {path} could not be restored ({type(exc).__name__}: {str(exc)[:200]})",

@@ -22,6 +22,7 @@ from typing import Any
 from mw_env.atomic import write_json_atomic, write_text_atomic
 from mw_env.errors import os_error_in
 from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
+from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
 from mw_env.trainer.report_card import card_blocks
 from mw_env.trainer.report_doc import (
@@ -299,6 +300,7 @@ def write_report(
     write_text_atomic(out / "report.html", to_html(title, blocks))
     # A forced stop's note (runs/stop.py) was about an attempt this complete report supersedes.
     (out / "stop.md").unlink(missing_ok=True)
+    hold("manifest")  # the fault harness's manifest phase (trainer/lifecycle.py)
     write_manifest(run_dir)
     if resolved.config.runtime.tracking == "mlflow":
         _log_to_mlflow(run_dir)

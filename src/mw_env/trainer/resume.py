@@ -19,7 +19,6 @@ from mw_env.trainer.distributed import DistInfo
 from mw_env.trainspec.config import TrainConfig, architecture_diff, config_from_dict
 
 Echo = Callable[[str], None]
-DATA_KEYS = ("source", "order", "shards", "val_shards", "position", "counts")  # the checkpoint's `data`
 
 
 def pick_checkpoint(

@@ -1,20 +1,19 @@
 """One run's state between setup and the report, and the checkpoint it writes.
 
-Checkpoint payload keys (checkpoint.py validates the required ones): format_version, step, model,
-optimizer, scheduler, scaler (fp16 only), loop, world_size, rng (a list by rank: torch, numpy,
-python, cuda), data (resume.DATA_KEYS: source, order, shards, val_shards, and by rank position and
-counts), config, config_sha256, config_sources, tokenizer, labels, meta.
+What the checkpoint holds is one table, trainer/checkpoint_parts.py PARTS (format_version, step, model,
+optimizer, scheduler, loop, world_size, config, tokenizer, labels, rng by rank, scaler in fp16, data with
+each rank's position and counts, config_sha256, config_sources, meta): `save` writes its `payload`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mw_env.trainer import checkpoint as ckpt_mod
+from mw_env.trainer.checkpoint_parts import payload
 from mw_env.trainer.data import Corpus, Counts
 from mw_env.trainer.distributed import DistInfo, barrier, gather_objects
 from mw_env.trainer.metrics import MetricsWriter
@@ -63,7 +62,6 @@ class Session:
 
     def save(self) -> Path | None:
         """All ranks: gather RNG states, positions and counts; rank 0 writes the checkpoint."""
-        t = self.trainer
         assert self.counts is not None  # set before the first step, so before any checkpoint
         parts = gather_objects(
             {"rng": rng_states(), "position": self.position(), "counts": self.counts.to_dict()}, self.dist
@@ -74,30 +72,8 @@ class Session:
             config, state = self.resolved.config, self.state
             path = ckpt_mod.checkpoint_path(self.ckpt_dir, state.step)
             self.metrics.log("checkpoint", step=state.step, path=str(path), phase="start")
-            payload = {
-                "format_version": ckpt_mod.FORMAT_VERSION,
-                "step": state.step,
-                "model": t.model.state_dict(),
-                "optimizer": t.optimizer.state_dict(),
-                "scheduler": t.scheduler.state_dict(),
-                "loop": state.to_dict(),
-                "world_size": self.dist.world,
-                "rng": [p["rng"] for p in parts],
-                "data": {
-                    **self.corpus.identity,
-                    "position": [p["position"] for p in parts],
-                    "counts": [p["counts"] for p in parts],
-                },
-                "config": config.to_dict(),
-                "config_sha256": config.sha256(),
-                "config_sources": dict(self.resolved.sources),
-                "tokenizer": self.corpus.tokenizer.to_state(),
-                "labels": list(self.corpus.labels.names),
-                "meta": json.loads(json.dumps(self.facts, default=str)),  # plain types only (weights_only)
-            }
-            if t.precision.name == "fp16":
-                payload["scaler"] = t.scaler.state_dict()
-            ckpt_mod.save_checkpoint(payload, self.ckpt_dir, keep_last=config.runtime.keep_last)
+            # What a checkpoint holds is checkpoint_parts.PARTS' (written, restored and validated from there).
+            ckpt_mod.save_checkpoint(payload(self, parts), self.ckpt_dir, keep_last=config.runtime.keep_last)
             self.metrics.log("checkpoint", step=state.step, path=str(path), phase="done")
         barrier(self.dist)
         return path

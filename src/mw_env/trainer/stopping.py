@@ -29,7 +29,16 @@ class StopRequested(BaseException):
         self.signum = signum
 
 
-_state: dict[str, Any] = {"phase": "startup", "pending": None, "installed": False}
+_state: dict[str, Any] = {"phase": "startup", "pending": None, "installed": False, "received": False}
+
+
+def note() -> None:
+    """A stop signal reached this process (the loop's flag calls this too): the test hook lets go."""
+    _state["received"] = True
+
+
+def received() -> bool:
+    return bool(_state["received"])
 
 
 def install() -> None:
@@ -39,6 +48,7 @@ def install() -> None:
 
 
 def _handle(signum: int, _frame: Any) -> None:
+    note()
     if _state["phase"] == "startup":
         raise StopRequested(signum)
     _state["pending"] = signum  # after the steps: the report and manifest are finished first

@@ -61,7 +61,7 @@ def jsonl_tags(path: Path, column: str) -> set[str]:
     return seen
 
 
-def _parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[str] | None:
+def parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[str] | None:
     if not paths:
         return set()
     try:
@@ -95,7 +95,7 @@ def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = No
         for path in shards:
             if path.suffix == ".jsonl":
                 seen |= jsonl_tags(path, column)
-        found = _parquet_tags([p for p in shards if p.suffix == ".parquet"], column, venv)
+        found = parquet_tags([p for p in shards if p.suffix == ".parquet"], column, venv)
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
     if found is None:
@@ -103,4 +103,4 @@ def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = No
     return label_order(seen | found)
 
 
-__all__ = ["corpus_labels", "jsonl_tags", "label_order"]
+__all__ = ["corpus_labels", "jsonl_tags", "label_order", "parquet_tags"]

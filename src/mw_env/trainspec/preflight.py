@@ -86,19 +86,25 @@ def columns_of(path: Path, key: str) -> list[str]:
     raise InputError(f"{key}: {path} is empty", hint="drop it from the file list")
 
 
-def check_columns(config: TrainConfig, base: Path) -> None:
+def check_columns(config: TrainConfig, base: Path, venv: Path | None = None) -> None:
     d = config.data
+    parquet: list[tuple[Path, str]] = []
     for key, patterns in (("data.train_files", d.train_files), ("data.val_files", d.val_files)):
         for path in expand(patterns, key, base):
             cols = columns_of(path, key)
-            if d.labels and d.unknown_tags == "error" and path.suffix == ".jsonl" and d.tags_column in cols:
-                _check_tags(path, d.tags_column, d.labels, key)
             for ckey, name in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
                 if name not in cols:
                     raise InputError(
                         f"{ckey}={name!r}: {path} has no column {name!r} (its columns: {', '.join(cols) or 'none'})",
                         hint=f"set {ckey} to the shard's column, e.g. --set {ckey}={cols[0] if cols else 'NAME'}",
                     )
+            if d.labels and d.unknown_tags == "error":
+                if path.suffix == ".jsonl":
+                    _check_tags(path, d.tags_column, d.labels, key)
+                else:
+                    parquet.append((path, key))
+    if parquet:
+        _check_parquet_tags(parquet, d.tags_column, d.labels, venv)
 
 
 def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> None:
@@ -115,6 +121,24 @@ def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> Non
             hint="add them to data.labels, leave data.labels empty to take the corpus's, or "
             "--set data.unknown_tags=ignore to train without them",
         )
+
+
+def _check_parquet_tags(
+    shards: list[tuple[Path, str]], column: str, labels: Sequence[str], venv: Path | None
+) -> None:
+    """Row group 0 of each Parquet shard against data.labels (pyarrow here, else in the venv; skipped when
+    neither can read it: the trainer then reports the tag with its shard and row)."""
+    from mw_env.trainspec.labelscan import parquet_tags
+
+    for path, key in shards:
+        found = parquet_tags([path], column, venv)
+        unknown = sorted((found or set()) - set(labels))
+        if unknown:
+            raise InputError(
+                f"data.labels does not list {', '.join(map(repr, unknown[:8]))}, found in {path} row group 0 ({key})",
+                hint="add them to data.labels, leave data.labels empty to take the corpus's, or "
+                "--set data.unknown_tags=ignore to train without them",
+            )
 
 
 def check_labels(config: TrainConfig) -> None:
@@ -145,7 +169,7 @@ def check_on_host(config: TrainConfig, *, venv: Path | None, base: Path) -> None
     """Everything about the config that can be known before the doctor; InputError (exit 2) on the first problem."""
     check_labels(config)
     if config.data.source == "files":
-        check_columns(config, base)
+        check_columns(config, base, venv)
     if venv is not None:
         check_packages(config, venv)
 
