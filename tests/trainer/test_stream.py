@@ -48,19 +48,22 @@ def test_labels_discovered_once_footers_read_once(tmp_path: Path, monkeypatch: p
     import mw_env.trainer.data.index as index
     import mw_env.trainer.data.shards as shards
 
-    reads = {"footer": 0, "sample": 0}
+    calls: list[str] = []  # list.append is atomic: the shards are indexed by several threads
 
     def counted(name, real):
         def wrapper(*a, **k):
-            reads[name] += 1
+            calls.append(name)
             return real(*a, **k)
 
         return wrapper
 
+    def reads() -> dict[str, int]:
+        return {"footer": calls.count("footer"), "sample": calls.count("sample")}
+
     monkeypatch.setattr(shards, "_read_footer", counted("footer", shards._read_footer))
     monkeypatch.setattr(index, "sample_tags", counted("sample", index.sample_tags))
     corpus = _open(tmp_path)
-    assert reads == {"footer": 3, "sample": 3}  # each shard's footer once, one tags sample per shard
+    assert reads() == {"footer": 3, "sample": 3}  # each shard's footer once, one tags sample per shard
     assert corpus.labels.names[0] == "O" and "B-street" in corpus.labels.names
     assert corpus.labels.origin.startswith("discovered")
     # Every entity comes with both its B- and I- tag, in a fixed order.
@@ -70,12 +73,12 @@ def test_labels_discovered_once_footers_read_once(tmp_path: Path, monkeypatch: p
     for rank in (0, 1):
         again = _open(tmp_path, rank=rank, world=2)
         assert again.labels == corpus.labels and again.identity["shards"] == corpus.identity["shards"]
-    assert reads == {"footer": 3, "sample": 3}
+    assert reads() == {"footer": 3, "sample": 3}
     # A rewritten shard is read again (its file identity changed), the others are not.
     first = tmp_path / "corpus" / "shard-00.parquet"
     pq.write_table(pq.read_table(first).slice(0, 100), first, row_group_size=32)
     _open(tmp_path)
-    assert reads == {"footer": 4, "sample": 4}
+    assert reads() == {"footer": 4, "sample": 4}
 
 
 def test_a_tag_outside_the_sample_names_where_it_is(tmp_path: Path) -> None:

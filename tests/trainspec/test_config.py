@@ -234,3 +234,14 @@ def test_out_of_range_values_are_refused_with_the_range(item: str, expect: str) 
     with pytest.raises(InputError) as info:
         resolve_config(path=find_config("smoke"), overrides=[item])
     assert re.search(expect, f"{info.value.message} {info.value.hint}"), info.value
+
+
+def test_a_checkpoint_config_with_a_retired_key_still_loads() -> None:
+    from mw_env.trainspec.config import config_from_dict, find_config, resolve_config
+
+    stored = resolve_config(path=find_config("smoke")).config.to_dict()
+    stored["data"]["shuffle_window"] = 4  # written before windows were counted in rows
+    assert config_from_dict(stored).data.shuffle_rows == 65536
+    stored["data"]["no_such_key"] = 1
+    with pytest.raises(Exception, match="no_such_key"):
+        config_from_dict(stored)

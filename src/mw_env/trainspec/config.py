@@ -241,11 +241,19 @@ def resolve_config(
     return ResolvedConfig(config=config, sources=sources, path=path)
 
 
+# data.shuffle_window (row groups per window) became data.shuffle_rows: a checkpoint that has it still loads,
+# and its data order (which records the window) is then reported as changed by the resume's corpus check.
+RETIRED = (("data", "shuffle_window"),)
+
+
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
     """Rebuild a TrainConfig from `to_dict()` output (a checkpoint's); unknown keys are an error."""
     # Sections this version does not know are passed over (an older mw-env reading a newer checkpoint);
     # unknown keys inside a known section are an error.
     known = {section: data[section] for section in SECTIONS if section in data}
+    for section, key in RETIRED:  # keys older checkpoints hold that this version replaced
+        if isinstance(known.get(section), Mapping) and key in known[section]:
+            known[section] = {k: v for k, v in known[section].items() if k != key}
     flat = _reader("checkpoint config").flatten(TrainConfig, known)
     return typed.build(TrainConfig, {k: _coerce(k, v, "checkpoint config") for k, v in flat.items()})
 

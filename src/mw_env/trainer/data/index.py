@@ -83,32 +83,46 @@ def _shard(path: Path, index: int, e: dict[str, Any]) -> Shard:
     return Shard(path, e["kind"], e["size"], e["footer_sha256"], blocks)
 
 
+READERS = 8  # shards indexed at once: footer and sample reads wait on storage, and Arrow releases the GIL
+
+
+def _index_one(path: Path, i: int, columns: tuple[str, str], key: str, labels: bool) -> dict[str, Any]:
+    meta = None
+    if path.suffix == ".parquet":
+        shard, meta = shards_mod._open_parquet(path, i, columns)
+    else:
+        shard = shards_mod._open_jsonl(path, i)
+    if shard.rows == 0:
+        raise InputError(f"{key}: {path} has no rows", hint="drop the empty shard from the file list")
+    tags = sample_tags(path, shard.kind, shard.blocks, columns, meta) if labels else None
+    return _entry(shard, tags)
+
+
 def index_shards(
     paths: Sequence[Path], columns: tuple[str, str], *, key: str, labels: bool, cache: dict[str, Any]
 ) -> list[tuple[Shard, list[str] | None]]:
-    """Each shard and its tag sample (None when labels are configured); `cache` is read and updated."""
-    out = []
-    for i, path in enumerate(paths):
+    """Each shard and its tag sample (None when labels are configured); `cache` is read and updated.
+    Shards the cache lacks are read READERS at a time; the first failing shard in list order is the error."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    stats = []
+    for path in paths:
         try:
-            stat = _stat_key(path, columns)
+            stats.append(_stat_key(path, columns))
         except OSError as exc:
             raise InputError(
                 f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check the path"
             ) from None
-        e = cache.get(stat)
-        if e is None or (labels and e.get("tags") is None):
-            meta = None
-            if path.suffix == ".parquet":
-                shard, meta = shards_mod._open_parquet(path, i, columns)
-            else:
-                shard = shards_mod._open_jsonl(path, i)
-            if shard.rows == 0:
-                raise InputError(f"{key}: {path} has no rows", hint="drop the empty shard from the file list")
-            tags = sample_tags(path, shard.kind, shard.blocks, columns, meta) if labels else None
-            e = _entry(shard, tags)
-            cache[stat] = e
-        out.append((_shard(path, i, e), e.get("tags")))
-    return out
+    todo = [i for i, st in enumerate(stats) if st not in cache or (labels and cache[st].get("tags") is None)]
+    if todo:
+        with ThreadPoolExecutor(min(READERS, len(todo)), thread_name_prefix="mw-env-index") as pool:
+            futures = {i: pool.submit(_index_one, paths[i], i, columns, key, labels) for i in todo}
+            for i in todo:  # in list order: the error a run reports does not depend on timing
+                cache[stats[i]] = futures[i].result()
+    return [
+        (_shard(path, i, cache[st]), cache[st].get("tags"))
+        for i, (path, st) in enumerate(zip(paths, stats, strict=True))
+    ]
 
 
 def load_cache(run_dir: Path) -> dict[str, Any]:
