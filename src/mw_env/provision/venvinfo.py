@@ -111,11 +111,14 @@ def free_bytes(path: Path) -> int | None:
 
 
 def installed_fingerprint(venv: Path) -> str:
-    """A digest of every installed file's path and size, from the dist-infos' RECORD lists (no interpreter).
+    """A digest of the installed files that differ from what their dist-info's RECORD says (no interpreter).
 
-    Part of the verify step's key: a venv that was verified and later lost a file (a disk that filled
-    during an install leaves numpy without version.py; a user's `rm`) no longer matches, so bootstrap
-    verifies again instead of saying "already complete" over a torch that does not import."""
+    Part of the verify step's key: a venv that was verified and later lost or damaged a file (a disk that
+    filled during an install leaves numpy without version.py; a user's `rm`) no longer matches, so bootstrap
+    verifies again instead of saying "already complete" over a torch that does not import. Only the damage
+    is digested, not the list of packages: a later `pip install` of something else leaves a healthy venv's
+    key unchanged, so a re-run stays a no-op. Sizes, not hashes, are compared: a stat per file is cheap,
+    and a half-written or truncated file changes its size."""
     import csv
 
     site = site_packages(venv)
@@ -123,18 +126,18 @@ def installed_fingerprint(venv: Path) -> str:
     if site is None:
         return h.hexdigest()[:16]
     for record in sorted(site.glob("*.dist-info/RECORD")):
-        h.update(record.parent.name.encode())
         try:
             rows = list(csv.reader(record.read_text(encoding="utf-8", errors="replace").splitlines()))
         except (OSError, csv.Error):
-            h.update(b"unreadable")
+            h.update(f"{record.parent.name}\0unreadable\n".encode())
             continue
         for row in rows:
-            if not row or row[0].endswith(".pyc") or row[0].startswith(".."):
-                continue  # byte-code comes and goes; files outside site-packages (scripts) are not torch's
+            if len(row) < 3 or not row[2].isdigit() or row[0].startswith(".."):
+                continue  # RECORD itself and byte-code have no size; files outside site-packages are not torch's
             try:
                 size = os.stat(site / row[0]).st_size
             except OSError:
                 size = -1
-            h.update(f"{row[0]}\0{size}\n".encode())
+            if size != int(row[2]):
+                h.update(f"{row[0]}\0{size}\n".encode())
     return h.hexdigest()[:16]
