@@ -309,8 +309,7 @@ def test_unknown_tags_error_or_are_counted(tmp_path: Path) -> None:
 
 
 def test_bio_inconsistencies_are_counted_not_fatal(tmp_path: Path) -> None:
-    from mw_env.trainer.data import BUNDLED
-    from mw_env.trainer.data.labels import label_order
+    from mw_env.trainer.data import BUNDLED, label_order
 
     ids = [BUNDLED.index[t] for t in ["O", "I-street", "B-street", "I-street", "I-locality"]]
     assert BUNDLED.bio_errors(ids) == 2

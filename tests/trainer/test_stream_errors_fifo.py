@@ -13,7 +13,7 @@ pytestmark = pytest.mark.torch
 
 
 def test_a_fifo_as_a_shard_is_an_error_not_a_hang(tmp_path: Path) -> None:
-    from mw_env.trainer.data.shards import expand_files
+    from mw_env.trainspec.files import expand_files
 
     fifo = tmp_path / "shard-000.parquet"
     os.mkfifo(fifo)

@@ -52,7 +52,7 @@ def test_the_head_is_counted_for_the_corpus_labels(tmp_path, suffix, monkeypatch
 
 @pytest.mark.torch
 def test_the_order_is_the_trainers():
-    from mw_env.trainer.data.labels import label_order as trainers
+    from mw_env.trainer.data import label_order as trainers
 
     tags = ["I-ROAD", "O", "B-CITY", "X-ODD", "B-ROAD", "MISC", "I-CITY"]
     assert label_order(tags) == trainers(tags)

@@ -30,8 +30,8 @@ print(json.dumps(sorted(seen)))
 
 
 def label_order(tags: Iterable[str]) -> tuple[str, ...]:
-    """`O` first, then the other tags, then per entity type B- before I- (trainer/data/labels.py's order;
-    tests/trainspec/test_summary_labels.py keeps the two the same)."""
+    """`O` first, then the other tags, then per entity type (alphabetical) B- before I-; every entity gets
+    both. The one ordering: the trainer's LabelSet (trainer/data/labels.py) takes it from here."""
     entities: set[str] = set()
     other: set[str] = set()
     for tag in tags:

@@ -9,53 +9,17 @@ a JSONL shard's from its first row, the packages from the venv's metadata (nothi
 
 from __future__ import annotations
 
-import glob
 import json
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from mw_env.errors import InputError
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.extras import bootstrap_hint, installed, missing, needed_extras
+from mw_env.trainspec.files import expand_files
 from mw_env.trainspec.footer import FooterError, parquet_columns
 
 FIRST_LINE_MAX = 16 << 20  # a JSONL shard's first row longer than this is not a row
-
-
-def expand(patterns: Sequence[str], key: str, base: Path) -> list[Path]:
-    """Each pattern's matches (relative to `base`, as the trainer sees them); a pattern that matches
-    nothing, or a match that is not a regular .jsonl/.parquet file, is bad input."""
-    out: list[Path] = []
-    for pattern in patterns:
-        full = Path(pattern).expanduser()
-        full = full if full.is_absolute() else base / full
-        matches = sorted(glob.glob(str(full)))
-        if not matches:
-            raise InputError(
-                f"{key}: no file matches {pattern!r}"
-                + (f" (in {base})" if not Path(pattern).is_absolute() else ""),
-                hint="check the path (globs are allowed; a relative path is relative to the current folder)",
-            )
-        for m in matches:
-            path = Path(m)
-            if path.suffix not in (".jsonl", ".parquet"):
-                raise InputError(
-                    f"{key}: {path} is neither .jsonl nor .parquet", hint="data files are .jsonl or .parquet"
-                )
-            try:
-                regular = stat.S_ISREG(path.stat().st_mode)
-            except OSError as exc:
-                raise InputError(
-                    f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check its permissions"
-                ) from None
-            if not regular:
-                raise InputError(
-                    f"{key}: {path} is not a regular file (a FIFO, device or folder)",
-                    hint="data files are regular .jsonl or .parquet files",
-                )
-            out.append(path)
-    return out
 
 
 def columns_of(path: Path, key: str) -> list[str]:
@@ -90,7 +54,7 @@ def check_columns(config: TrainConfig, base: Path, venv: Path | None = None) -> 
     d = config.data
     parquet: list[tuple[Path, str]] = []
     for key, patterns in (("data.train_files", d.train_files), ("data.val_files", d.val_files)):
-        for path in expand(patterns, key, base):
+        for path in expand_files(patterns, key, base):
             cols = columns_of(path, key)
             for ckey, name in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
                 if name not in cols:
@@ -174,4 +138,4 @@ def check_on_host(config: TrainConfig, *, venv: Path | None, base: Path) -> None
         check_packages(config, venv)
 
 
-__all__ = ["check_on_host", "columns_of", "expand"]
+__all__ = ["check_on_host", "columns_of"]

@@ -49,12 +49,12 @@ def _labels(config: TrainConfig, base: Path | None, venv: Path | None) -> tuple[
     if d.labels:
         return list(d.labels), "data.labels"
     from mw_env.errors import InputError
+    from mw_env.trainspec.files import expand_files
     from mw_env.trainspec.labelscan import corpus_labels
-    from mw_env.trainspec.preflight import expand
 
     where = base or Path.cwd()
     try:
-        shards = expand(d.train_files, "data.train_files", where) + expand(
+        shards = expand_files(d.train_files, "data.train_files", where) + expand_files(
             d.val_files, "data.val_files", where
         )
     except InputError:

@@ -20,10 +20,10 @@ from __future__ import annotations
 from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts, sum_counts
 from mw_env.trainer.data.corpus import Corpus, ValSource, open_corpus
-from mw_env.trainer.data.labels import BUNDLED, LabelSet, label_order
+from mw_env.trainer.data.labels import BUNDLED, LabelSet
 from mw_env.trainer.data.memory import Split, collate
 from mw_env.trainer.data.order import Order, micro_batch_indices
-from mw_env.trainer.data.shards import expand_files, identity_diff
+from mw_env.trainer.data.shards import identity_diff
 from mw_env.trainer.data.stream import Prefetcher, StepData
 from mw_env.trainer.data.tokenize import (
     CLS,
@@ -39,6 +39,8 @@ from mw_env.trainer.data.tokenize import (
     make_tokenizer,
     tokenizer_from_state,
 )
+from mw_env.trainspec.files import expand_files
+from mw_env.trainspec.labelscan import label_order
 
 __all__ = [
     "BUNDLED",

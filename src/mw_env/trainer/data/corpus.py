@@ -20,14 +20,16 @@ from mw_env.trainer.data import index as index_mod
 from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import VectorEncoder
-from mw_env.trainer.data.labels import BUNDLED, LabelSet, from_config, label_order
+from mw_env.trainer.data.labels import BUNDLED, LabelSet, from_config
 from mw_env.trainer.data.memory import MemoryProducer, Split, collate, encode_split
 from mw_env.trainer.data.order import RankOrder, assign_blocks
 from mw_env.trainer.data.reader import PieceReader
-from mw_env.trainer.data.shards import Block, Shard, expand_files
+from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding, FileProducer, gather, iter_val_rows
 from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
 from mw_env.trainspec.config import TrainConfig
+from mw_env.trainspec.files import expand_files
+from mw_env.trainspec.labelscan import label_order
 from mw_env.trainspec.synthetic import check_countries, generate_row
 
 

@@ -6,27 +6,11 @@ synthetic source; else discovered from a sample of each shard's first rows (inde
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mw_env.errors import InputError
 from mw_env.trainspec.synthetic import LABELS
-
-
-def label_order(tags: Iterable[str]) -> tuple[str, ...]:
-    """`O` first, then per entity type (alphabetical) B- before I-; every entity gets both."""
-    entities: set[str] = set()
-    other: set[str] = set()
-    for tag in tags:
-        prefix, sep, typ = tag.partition("-")
-        if sep and prefix in ("B", "I") and typ:
-            entities.add(typ)
-        elif tag != "O":
-            other.add(tag)
-    out = ["O", *sorted(other)]
-    for typ in sorted(entities):
-        out += [f"B-{typ}", f"I-{typ}"]
-    return tuple(out)
 
 
 @dataclass(frozen=True)

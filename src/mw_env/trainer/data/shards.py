@@ -11,10 +11,8 @@ full-file sha256 (which would be a pass over 30 GB at every start).
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
-import stat
 import struct
 import sys
 from collections.abc import Sequence
@@ -63,46 +61,6 @@ class Shard:
             "row_groups" if self.kind == "parquet" else "blocks": len(self.blocks),
             "footer_sha256": self.footer_sha256,
         }
-
-
-def expand_files(patterns: Sequence[str], key: str) -> list[Path]:
-    out: list[Path] = []
-    for pattern in patterns:
-        matches = sorted(glob.glob(str(Path(pattern).expanduser())))
-        if not matches:
-            raise InputError(f"{key}: no file matches {pattern!r}", hint="check the path (globs are allowed)")
-        for m in matches:
-            try:
-                # strict: a link loop (or a self-link) is a fault of the file list, said as one; Python 3.11
-                # raises RuntimeError for a loop, later versions OSError(ELOOP).
-                path = Path(m).resolve(strict=True)
-            except (OSError, RuntimeError) as exc:
-                reason = getattr(exc, "strerror", None) or (
-                    "a symbolic link loop" if isinstance(exc, RuntimeError) else str(exc)
-                )
-                raise InputError(
-                    f"{key}: cannot read {m}: {reason}",
-                    hint="point the glob at real .jsonl/.parquet files (a link must lead to one)",
-                ) from None
-            if path.suffix not in (".jsonl", ".parquet"):
-                raise InputError(
-                    f"{key}: {path} is neither .jsonl nor .parquet", hint="data files are .jsonl or .parquet"
-                )
-            # A FIFO or a device named as a shard would block the footer read forever (or stream /dev/zero):
-            # only regular files are shards.
-            try:
-                regular = stat.S_ISREG(path.stat().st_mode)
-            except OSError as exc:
-                raise InputError(
-                    f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check the path and permissions"
-                ) from None
-            if not regular:
-                raise InputError(
-                    f"{key}: {path} is not a regular file (a FIFO, device or folder)",
-                    hint="data files are regular .jsonl or .parquet files",
-                )
-            out.append(path)
-    return out
 
 
 def _is_str_list(t: Any) -> bool:
