@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,35 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """
     for var in [v for v in os.environ if v.startswith("MW_ENV_")]:
         monkeypatch.delenv(var)
+
+
+@pytest.fixture(autouse=True)
+def _no_run_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A detached run that a test started in its tmp_path is ended when the test ends, passed or not.
+
+    A test that fails before it stops its run (an assertion while waiting for progress) would otherwise
+    leave a trainer with max_steps=100000 taking a core for the rest of the suite, which slows every later
+    test on a 2-core CI machine. The run's processes are found by the run id in their environment, the
+    way `train stop` finds them, so a reused pid is never hit."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is None:
+        return
+    import signal
+
+    from mw_env.runs.runs import RUN_FILE, read_run
+    from mw_env.runs.supervise import marked_processes
+
+    for found in tmp.rglob(RUN_FILE):
+        try:
+            record = read_run(found.parent)
+        except Exception:  # a test's deliberately broken run.json is not ours to judge here
+            continue
+        if record is None or not record.run_id:
+            continue
+        for pid in marked_processes(record.run_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
