@@ -14,45 +14,36 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from tests.faults.fault_support import record, table_path
 
 from proctools import assert_none_left, free_port, kill_tagged, new_tag
+from smokeargs import TRAIN, smoke_args
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-VENV = Path(sys.executable).parent.parent
 TIMEOUT = 240
 
 
 def _node(run: Path, rank: int, port: int, tag: str, *extra: str) -> subprocess.Popen[str]:
     argv = [
-        sys.executable,
-        "-m",
-        "mw_env",
-        "train",
-        "--config",
-        "smoke",
-        "--venv",
-        str(VENV),
-        "--skip-doctor",
+        *TRAIN,
+        *smoke_args(
+            run,
+            None,
+            "dist.timeout_s=30",
+            "data.synthetic_rows=96",
+            "data.synthetic_val_rows=16",
+            "optim.batch_size=8",
+            "runtime.threads=1",
+            "runtime.eval_every=100000",
+        ),
     ]
-    argv += ["--profile", "cpu", "--nnodes", "2", "--node-rank", str(rank)]
+    argv += ["--nnodes", "2", "--node-rank", str(rank)]
     argv += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"f{port}"]
-    for item in (
-        f"runtime.out_dir={run}",
-        "dist.timeout_s=30",
-        "data.synthetic_rows=96",
-        "data.synthetic_val_rows=16",
-        "optim.batch_size=8",
-        "runtime.threads=1",
-        "runtime.eval_every=100000",
-    ):
-        argv += ["--set", item]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src"), "MW_ENV_TEST_TAG": tag}
     return subprocess.Popen(
         [*argv, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

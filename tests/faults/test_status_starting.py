@@ -12,10 +12,10 @@ import pytest
 from tests.runs.runs_helpers import wait_until
 
 from proctools import kill_tagged, new_tag
+from smokeargs import TRAIN, smoke_args
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-VENV = Path(sys.executable).parent.parent
 
 
 def test_status_of_a_run_that_is_starting(tmp_path: Path) -> None:
@@ -26,23 +26,7 @@ def test_status_of_a_run_that_is_starting(tmp_path: Path) -> None:
         "MW_ENV_TEST_TAG": tag,
         "MW_ENV_TEST_HOLD": f"discovery:{hold}",
     }
-    argv = [
-        sys.executable,
-        "-m",
-        "mw_env",
-        "train",
-        "--config",
-        "smoke",
-        "--venv",
-        str(VENV),
-        "--skip-doctor",
-        "--profile",
-        "cpu",
-        "--set",
-        f"runtime.out_dir={run}",
-        "--set",
-        "runtime.max_steps=1",
-    ]
+    argv = [*TRAIN, *smoke_args(run, 1)]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(

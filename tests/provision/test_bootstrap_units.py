@@ -278,6 +278,27 @@ def test_activate_patch_is_idempotent_and_hooks_deactivate():
     assert once.rstrip().endswith("# <<< mw-env <<<") and '. "/v/mw-env.env"' in once
 
 
+def _choose_cpu(uv_bin, env: dict[str, str], request: str, index_url: str, *, wheelhouse: Path):
+    """choose() for a CPU torch >=2.9 from `wheelhouse` (find-links) or `index_url`, the Python not explicit."""
+    from mw_env.provision.wheelhouse import Sources
+
+    return choose(
+        ChoiceRequest(
+            uv=uv_bin,
+            env=env,
+            request=request,
+            explicit=False,
+            build="cpu",
+            version_spec=">=2.9",
+            local_tag="+cpu",
+            index_url=index_url,
+            offline=False,
+            requires_python=">=3.10",
+            sources=Sources(find_links=(str(wheelhouse),)),
+        )
+    )
+
+
 def test_wheel_for_another_python_wins_when_the_index_is_unreachable(tmp_path, uv_bin):
     """3.12 is there, but the only torch at hand is a cp3X wheel for the running Python: use that Python."""
     import glob
@@ -293,24 +314,8 @@ def test_wheel_for_another_python_wins_when_the_index_is_unreachable(tmp_path, u
     other = Path(others[0])
     other_minor = other.name.removeprefix("python")
     fake_torch(tmp_path, "2.13.0+cpu", python_tag=f"cp3{sys.version_info[1]}", abi_tag="none")
-    from mw_env.provision.wheelhouse import Sources
-
     env = {"PATH": f"{other.parent}:{Path(sys.executable).parent}:/usr/bin:/bin"}
-    got = choose(
-        ChoiceRequest(
-            uv=uv_bin,
-            env=env,
-            request=other_minor,
-            explicit=False,
-            build="cpu",
-            version_spec=">=2.9",
-            local_tag="+cpu",
-            index_url="https://no-such-host.invalid/whl/cpu",
-            offline=False,
-            requires_python=">=3.10",
-            sources=Sources(find_links=(str(tmp_path),)),
-        )
-    )
+    got = _choose_cpu(uv_bin, env, other_minor, "https://no-such-host.invalid/whl/cpu", wheelhouse=tmp_path)
     assert got.torch is not None and got.torch.origin == "wheelhouse", got
     assert got.python.version.startswith(mine + ".")
     # The wheelhouse decides: a one-line note, no warning, and the index is never asked.
@@ -332,23 +337,8 @@ def test_wheelhouse_that_fits_picks_the_python_with_no_network(tmp_path, uv_bin,
     monkeypatch.setattr(socket, "create_connection", no_network)
     mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
     fake_torch(tmp_path, "2.13.0+cpu", python_tag=f"cp3{sys.version_info[1]}", abi_tag="none")
-    from mw_env.provision.wheelhouse import Sources
-
-    got = choose(
-        ChoiceRequest(
-            uv=uv_bin,
-            env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
-            request="3.99",
-            explicit=False,
-            build="cpu",
-            version_spec=">=2.9",
-            local_tag="+cpu",
-            index_url="https://download.pytorch.org/whl/cpu",
-            offline=False,
-            requires_python=">=3.10",
-            sources=Sources(find_links=(str(tmp_path),)),
-        )
-    )
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    got = _choose_cpu(uv_bin, env, "3.99", "https://download.pytorch.org/whl/cpu", wheelhouse=tmp_path)
     assert got.torch is not None and got.torch.origin == "wheelhouse" and got.python.version.startswith(mine)
     assert got.warnings == () and got.notes and "the default Python 3.99 has no wheel there" in got.notes[0]
 

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
-from pathlib import Path
 
 from mw_env.cli import main
 from mw_env.runs.runs import read_exit
 from mw_env.runs.runstatus import RunWatcher
+from smokeargs import smoke_args
 
 from .runs_helpers import wait_until
-
-VENV = Path(sys.executable).parent.parent
 
 NAN_RUN = """
 ev("step", step=1, loss=2.0, lr=1e-3, tokens_per_s=500.0)
@@ -104,21 +101,7 @@ def test_start_refuses_a_folder_with_a_live_run(start_child, tmp_path, capsys):
     start_child("ready()\ntime.sleep(60)\n")
     run = tmp_path / "run"
     wait_until(lambda: (run / "ready").exists())
-    code = main(
-        [
-            "train",
-            "start",
-            "--config",
-            "smoke",
-            "--venv",
-            str(VENV),
-            "--skip-doctor",
-            "--profile",
-            "cpu",
-            "--set",
-            f"runtime.out_dir={run}",
-        ]
-    )
+    code = main(["train", "start", *smoke_args(run)])
     assert code == 2
     err = capsys.readouterr().err
     assert "a run is already alive" in err and "mw-env train stop --out-dir" in err

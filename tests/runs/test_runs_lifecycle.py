@@ -8,7 +8,6 @@ the gate file. No sleeps, no timed assertions: a slow machine only makes the wai
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from pathlib import Path
 
@@ -18,35 +17,21 @@ from mw_env.cli import main
 from mw_env.runs.runs import read_exit, read_run
 from mw_env.runs.runstate import read_state
 from mw_env.runs.runstatus import RunWatcher, run_status
+from smokeargs import smoke_args
 
 from .runs_helpers import wait_until
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
-VENV = Path(sys.executable).parent.parent  # the test venv: real torch, this mw-env importable
 WAIT = (
     300.0  # the bound on each wait for the trainer (imports on a loaded machine); never reached when it works
 )
 
 
 def _train_args(run: Path, max_steps: int, checkpoint_every: int = 100000) -> list[str]:
-    return [
-        "--config",
-        "smoke",
-        "--venv",
-        str(VENV),
-        "--skip-doctor",
-        "--profile",
-        "cpu",
-        "--set",
-        f"runtime.out_dir={run}",
-        "--set",
-        f"runtime.max_steps={max_steps}",
-        "--set",
-        f"runtime.checkpoint_every={checkpoint_every}",
-        "--set",
-        "runtime.eval_every=100000",
-    ]
+    return smoke_args(
+        run, max_steps, f"runtime.checkpoint_every={checkpoint_every}", "runtime.eval_every=100000"
+    )
 
 
 def _start(run: Path, capsys, **kwargs) -> None:

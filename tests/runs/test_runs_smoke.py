@@ -4,7 +4,6 @@ finished; then `status` exits 0. Goes through the CLI exactly as a user would.""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -13,12 +12,11 @@ import pytest
 from mw_env.cli import main
 from mw_env.runs.runs import read_exit, read_run
 from mw_env.runs.runstatus import RunWatcher, run_status
+from smokeargs import smoke_args
 
 from .runs_helpers import wait_until
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
-
-VENV = Path(sys.executable).parent.parent  # the test venv: real torch, this mw-env importable
 
 
 def _start(run: Path, max_steps: int, capsys) -> str:
@@ -26,21 +24,7 @@ def _start(run: Path, max_steps: int, capsys) -> str:
         [
             "train",
             "start",
-            "--config",
-            "smoke",
-            "--venv",
-            str(VENV),
-            "--skip-doctor",
-            "--profile",
-            "cpu",
-            "--set",
-            f"runtime.out_dir={run}",
-            "--set",
-            f"runtime.max_steps={max_steps}",
-            "--set",
-            "runtime.checkpoint_every=100000",
-            "--set",
-            "runtime.eval_every=100000",
+            *smoke_args(run, max_steps, "runtime.checkpoint_every=100000", "runtime.eval_every=100000"),
         ]
     )
     out = capsys.readouterr().out

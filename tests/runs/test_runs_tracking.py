@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -239,26 +240,32 @@ def test_an_unreachable_tracking_uri_is_a_clear_error(tmp_path, monkeypatch, no_
     assert "runtime.tracking=none" in err.value.hint
 
 
-@pytest.mark.torch
-@pytest.mark.slow
-@pytest.mark.skipif(not HAVE_TB, reason="tensorboard is not installed (the `tracking` extra)")
-def test_the_trainer_feeds_tensorboard_when_enabled(tmp_path):
-    import json
-    import subprocess
-
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    run = tmp_path / "smoke"
+def _train_smoke(run: Path, tracking: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """The real trainer on the smoke config, 3 steps with one eval at the last, feeding `tracking`; it must
+    succeed (its output is in the assertion message when it does not)."""
     argv = [sys.executable, "-m", "mw_env.trainer", "run", "--config", "smoke"]
     for item in (
         f"runtime.out_dir={run}",
         "runtime.max_steps=3",
         "runtime.eval_every=3",
-        "runtime.tracking=tensorboard",
+        f"runtime.tracking={tracking}",
     ):
         argv += ["--set", item]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TB, reason="tensorboard is not installed (the `tracking` extra)")
+def test_the_trainer_feeds_tensorboard_when_enabled(tmp_path):
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "smoke"
+    _train_smoke(run, "tensorboard", timeout=300)
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -275,7 +282,6 @@ def test_mlflow_gets_the_model_loadable_by_pyfunc_and_registrable(tmp_path, no_m
     """Issue 20 #14: params, metrics, the report and a checkpoint path, but no model: the registry (a promotion
     gate) had nothing to promote. Now `model/` is an MLflow pyfunc model (weights, id layout, labels) and the
     run is tagged with its MANIFEST.sha256."""
-    import subprocess
 
     import mlflow
     import yaml
@@ -284,16 +290,7 @@ def test_mlflow_gets_the_model_loadable_by_pyfunc_and_registrable(tmp_path, no_m
     from mw_env.runs.manifest import sha256_file
 
     run = tmp_path / "smoke"
-    argv = [sys.executable, "-m", "mw_env.trainer", "run", "--config", "smoke"]
-    for item in (
-        f"runtime.out_dir={run}",
-        "runtime.max_steps=3",
-        "runtime.eval_every=3",
-        "runtime.tracking=mlflow",
-    ):
-        argv += ["--set", item]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _train_smoke(run, "mlflow", timeout=600)
     assert "logging the model to MLflow failed" not in proc.stderr, proc.stderr
     saved = json.loads((run / "mlflow-run.json").read_text())
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")

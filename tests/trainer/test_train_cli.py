@@ -12,6 +12,7 @@ import pytest
 
 from mw_env.cli import main
 from mw_env.errors import MwEnvError
+from smokeargs import TRAIN, smoke_args
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_VENV = Path(sys.executable).parent.parent  # the venv running the tests has torch and mw-env
@@ -221,26 +222,8 @@ def test_train_in_a_venv_built_by_bootstrap(tmp_path: Path) -> None:
     )
     assert boot.returncode == 0, boot.stdout[-3000:] + boot.stderr[-3000:]
     run = tmp_path / "run"
-    argv = [
-        sys.executable,
-        "-m",
-        "mw_env",
-        "train",
-        "--config",
-        "smoke",
-        "--venv",
-        str(venv),
-        "--profile",
-        "cpu",
-        "--set",
-        f"runtime.out_dir={run}",
-        "--set",
-        "runtime.max_steps=4",
-        "--set",
-        "runtime.eval_every=2",
-        "--set",
-        "data.synthetic_rows=128",
-    ]
+    args = smoke_args(run, 4, "runtime.eval_every=2", "data.synthetic_rows=128", venv=venv, skip_doctor=False)
+    argv = [*TRAIN, *args]
     proc = subprocess.run(
         argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False
     )
