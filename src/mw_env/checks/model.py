@@ -44,7 +44,7 @@ class CheckResult:
     def with_duration(self, seconds: float) -> CheckResult:
         return replace(self, duration_s=round(seconds, 4))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
             "area": self.area,
@@ -83,7 +83,7 @@ class DoctorReport:
                 return c
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "profile": self.profile,
             "ok": self.ok,

@@ -112,7 +112,7 @@ def _check(loaded: Any, name: str | None, snapshots: Any, timeout: float, as_jso
     return 1 if stale else 0
 
 
-def _summary(p: Profile) -> dict[str, Any]:
+def _summary(p: Profile) -> dict[str, object]:
     src = p.default_source
     return {
         "name": p.name,

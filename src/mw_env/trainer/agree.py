@@ -106,7 +106,7 @@ def _local(
     return found
 
 
-def _describe_found(found: Found | None) -> dict[str, Any] | None:
+def _describe_found(found: Found | None) -> dict[str, object] | None:
     if found is None:
         return None
     path = found[0]

@@ -66,7 +66,7 @@ class ExportResult:
     files: tuple[Path, ...] = ()  # everything written beside the .onnx
     runtime_check: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "onnx": str(self.onnx_path),
             "metadata": str(self.metadata_path),
@@ -261,9 +261,10 @@ def export_onnx(
     if tokenizer.kind == "sentencepiece":
         from mw_env.atomic import write_bytes_atomic
 
-        write_bytes_atomic(out.parent / tok["model"], bytes(tokenizer.proto))
-        tok["sha256"] = sha256_file(out.parent / tok["model"])
-        files.append(out.parent / tok["model"])
+        spm_path = out.parent / str(tok["model"])
+        write_bytes_atomic(spm_path, bytes(tokenizer.proto))
+        tok["sha256"] = sha256_file(spm_path)
+        files.append(spm_path)
     meta_path = out.with_suffix(".json")
     metadata = {
         "format": bundle.FORMAT,

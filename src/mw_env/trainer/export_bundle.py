@@ -27,7 +27,7 @@ FP16_MAX_DIFF = 5e-2  # fp16 weights/activations: logits move by ~1e-3 on the sh
 DEFAULT_MIN_AGREEMENT = 0.98  # reduced-precision variants: share of real tokens with the same label
 
 
-def id_layout(tokenizer: Any) -> dict[str, Any]:
+def id_layout(tokenizer: Any) -> dict[str, object]:
     from mw_env.trainer.data import CLS, N_SPECIAL, PAD, SEP, UNK
 
     return {
@@ -45,7 +45,7 @@ def id_layout(tokenizer: Any) -> dict[str, Any]:
     }
 
 
-def tokenizer_entry(tokenizer: Any, stem: str) -> dict[str, Any]:
+def tokenizer_entry(tokenizer: Any, stem: str) -> dict[str, object]:
     if tokenizer.kind == "sentencepiece":
         return {
             "kind": "sentencepiece",
@@ -63,7 +63,7 @@ def tokenizer_entry(tokenizer: Any, stem: str) -> dict[str, Any]:
     }
 
 
-def io_spec(n_labels: int) -> dict[str, Any]:
+def io_spec(n_labels: int) -> dict[str, object]:
     return {
         "inputs": [
             {"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"]},

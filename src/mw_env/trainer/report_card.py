@@ -26,7 +26,7 @@ def label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _scalar(value: Any) -> bool:
+def _scalar(value: object) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
@@ -46,7 +46,7 @@ def _cell(value: Any, key: str = "") -> Cell:
     return fmt(value, key) if _scalar(value) else Code(fmt(value))
 
 
-def is_histogram(value: Any) -> bool:
+def is_histogram(value: object) -> bool:
     return (
         isinstance(value, Mapping)
         and isinstance(value.get("counts"), list)
