@@ -237,7 +237,7 @@ def payload(session: Any, gathered: Gathered) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not OMIT}
 
 
-def restore(session: Any, ckpt: Mapping[str, Any]) -> None:
+def restore(session: Any, ckpt: Mapping[str, object]) -> None:
     """Load a validated checkpoint's parts into the session (the model, optimizer, loop counters, RNG...)."""
     for part in PARTS:
         if part.restore is not None and part.key in ckpt:

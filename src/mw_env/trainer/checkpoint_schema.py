@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import InputError
 from mw_env.trainer.checkpoint_parts import (
@@ -21,6 +21,9 @@ from mw_env.trainer.checkpoint_parts import (
     is_number,
 )
 from mw_env.trainspec.extras import bootstrap_hint
+
+if TYPE_CHECKING:
+    import torch
 
 CKPT_RE = re.compile(r"step-(\d{9})\.pt")
 
@@ -213,10 +216,10 @@ def check_for_run(
     path: Path,
     ckpt: Mapping[str, Any],
     *,
-    model: Any,
-    optimizer: Any,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
     labels: list[str],
-    scheduler: Any = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> None:
     """What only the running trainer can check, against its own objects: the weights' shapes (the tokenizer
     may differ), the optimizer's groups (hyperparameters of the same kinds, betas below 1) and moments (shaped

@@ -30,7 +30,7 @@ def _scalar(value: object) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def fmt(value: Any, key: str = "") -> str:
+def fmt(value: object, key: str = "") -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int):
@@ -42,7 +42,7 @@ def fmt(value: Any, key: str = "") -> str:
     return json.dumps(value, default=str, separators=(", ", ": "))
 
 
-def _cell(value: Any, key: str = "") -> Cell:
+def _cell(value: object, key: str = "") -> Cell:
     return fmt(value, key) if _scalar(value) else Code(fmt(value))
 
 
@@ -130,7 +130,7 @@ def _value_blocks(
     return [Heading(title, 3), Bullets((Code(fmt(value)),))]
 
 
-def card_blocks(card: Any, draw: HistogramDrawer) -> list[Block]:
+def card_blocks(card: object, draw: HistogramDrawer) -> list[Block]:
     """Blocks for the data card; `draw(name, title, counts, bin_width)` makes a histogram figure or None."""
     if not isinstance(card, Mapping) or not card:
         return [Para("No data card was recorded for this run.")]

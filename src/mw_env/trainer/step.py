@@ -17,7 +17,6 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +46,7 @@ class Trainer:
     model: torch.nn.Module  # the unwrapped module (clipping, state)
     train_model: torch.nn.Module  # DDP / compiled wrapper that runs forward/backward
     optimizer: torch.optim.Optimizer
-    scheduler: Any
+    scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
     optim: OptimConfig
     sdpa_backend: str
