@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-Status = Literal["pass", "warn", "fail", "skip"]
-STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
+CheckStatus = Literal["pass", "warn", "fail", "skip"]
+STATUSES: tuple[CheckStatus, ...] = ("pass", "warn", "fail", "skip")
 
 # Areas in report order: the first failure explains the later ones (no device node -> no GPU in torch).
 AREAS: dict[str, str] = {
@@ -35,7 +35,7 @@ class CheckResult:
     id: str  # "devices.kfd", "torch.build", "probe.matmul.bf16"
     area: str  # a key of AREAS
     title: str
-    status: Status
+    status: CheckStatus
     detail: str = ""
     fix: str = ""
     duration_s: float = 0.0
@@ -98,7 +98,7 @@ def result(
     id: str,
     area: str,
     title: str,
-    status: Status,
+    status: CheckStatus,
     detail: str = "",
     fix: str = "",
     info: tuple[str, ...] = (),

@@ -26,10 +26,10 @@ from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
 from mw_env.trainer.report_card import HistogramDrawer, card_blocks
 from mw_env.trainer.report_doc import (
-    Block,
     Bullets,
     Cell,
     Code,
+    DocBlock,
     Fig,
     Heading,
     Para,
@@ -202,9 +202,9 @@ def build_blocks(
     doctor: dict[str, object] | None,
     events: Sequence[dict[str, Any]],
     out: Path,
-) -> list[Block]:
+) -> list[DocBlock]:
     figures, draw, note = _draw_figures(events, out, resolved)
-    blocks: list[Block] = [
+    blocks: list[DocBlock] = [
         Heading("Summary"),
         kv_table(summary_pairs(run_dir, events, facts, doctor, resolved), "kv summary"),
     ]

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from mw_env.trainer.data import IGNORE, Batch
 from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.model import sdpa_context
-from mw_env.trainer.runtime import Precision, autocast
+from mw_env.trainer.runtime import ChosenPrecision, autocast
 from mw_env.trainspec.config import OptimConfig
 
 
@@ -51,7 +51,7 @@ class Trainer:
     optim: OptimConfig
     sdpa_backend: str
     device: torch.device
-    precision: Precision
+    precision: ChosenPrecision
     dist: DistInfo
 
     def step(self, micro: list[Batch], stop_requested: Callable[[], bool] = lambda: False) -> StepOutcome:
