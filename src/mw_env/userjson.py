@@ -38,7 +38,7 @@ class NotText(ValueError):
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def _check_text(text: str | bytes, obj: Any) -> None:
+def _check_text(text: str | bytes, obj: object) -> None:
     raw = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
     found = _SURROGATE.search(raw)
     if found is None:

@@ -70,7 +70,7 @@ def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: object) -> float | None:
     """A step, a count or a time: a finite number (Python's json reads NaN, Infinity and 1e400 too; a loss
     may be NaN, a step may not)."""
     number = _num(value)

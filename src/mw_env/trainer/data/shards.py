@@ -22,13 +22,17 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import InputError, StepFailed
 from mw_env.trainspec.extras import bootstrap_hint
+
+if TYPE_CHECKING:
+    from pyarrow import NativeFile
+    from pyarrow.parquet import FileMetaData
 
 JSONL_BLOCK_BYTES = 4 << 20
 HINT_DAMAGED = (
@@ -134,7 +138,7 @@ def _is_str_list(t: Any) -> bool:
     return pa.types.is_string(v) or pa.types.is_large_string(v)
 
 
-def _footer_bytes(path: Path, size: int, read_at: Any) -> tuple[bytes, bytes]:
+def _footer_bytes(path: Path, size: int, read_at: Callable[[int, int], bytes]) -> tuple[bytes, bytes]:
     """The footer and the 8-byte trailer of a Parquet file of `size` bytes; read_at(offset, n) -> bytes."""
     if size < 12:
         raise InputError(f"{path}: not a Parquet file ({size} bytes)", hint=HINT_DAMAGED)
@@ -145,7 +149,7 @@ def _footer_bytes(path: Path, size: int, read_at: Any) -> tuple[bytes, bytes]:
     return read_at(size - 8 - length, length), tail
 
 
-def _parse_footer(footer: bytes, tail: bytes) -> Any:
+def _parse_footer(footer: bytes, tail: bytes) -> FileMetaData:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -153,7 +157,7 @@ def _parse_footer(footer: bytes, tail: bytes) -> Any:
     return pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
 
 
-def _read_footer(path: Path) -> tuple[str, Any]:
+def _read_footer(path: Path) -> tuple[str, FileMetaData]:
     """The footer's sha256 and its parsed metadata, from one read of the footer bytes."""
     with path.open("rb") as fh:
 
@@ -165,7 +169,7 @@ def _read_footer(path: Path) -> tuple[str, Any]:
     return hashlib.sha256(footer).hexdigest(), _parse_footer(footer, tail)
 
 
-def open_checked(shard: Shard) -> tuple[Any, Any]:
+def open_checked(shard: Shard) -> tuple[NativeFile, FileMetaData]:
     """A Parquet shard opened for reading (a pyarrow file) and its footer's metadata, once the open file is
     checked to be the one discovery read: its stamp, and its footer against the footer's sha256."""
     import pyarrow as pa
