@@ -242,3 +242,23 @@ def test_redact_keeps_harmless_parameters() -> None:
 
     assert redact("https://h/x?page=2&token=t") == "https://h/x?page=2&token=***"
     assert redact("--set runtime.key=1") == "--set runtime.key=1"  # not a URL query
+
+
+def test_a_foreground_run_that_ended_while_writing_its_report_is_not_finished(tmp_path: Path) -> None:
+    """Found with a full disk at report/environment.json (a write the fault table did not list): the run
+    exits 1, its metrics end with the loop's `finished` and state.json still says `finishing`, its writer
+    gone. `status` said "finished"; it says the report may be incomplete and how to complete it."""
+    from mw_env.runs.runstate import set_state
+    from mw_env.runs.runstatus import run_status
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"event": "step", "step": 2, "time": 1.0}\n{"event": "finished", "step": 2, "reason": "max_steps"}\n'
+    )
+    set_state(run, "finishing", pid=2**22 + 12345, reason="max_steps", step=2)  # no such process
+    status = run_status(out_dir=run)
+    assert status.state != "finished", status
+    assert any("ended while writing its report" in note for note in status.notes), status.notes
+    set_state(run, "finished", pid=2**22 + 12345, reason="max_steps", step=2)
+    assert run_status(out_dir=run).state == "finished"
