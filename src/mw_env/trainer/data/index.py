@@ -16,6 +16,7 @@ and row (or line), with the hint to list the label set in `data.labels`.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,10 +31,11 @@ VERSION = 1
 T = TypeVar("T")
 
 
-def _stat_key(path: Path, columns: tuple[str, str]) -> str:
+def _stat_key(path: Path, columns: tuple[str, str]) -> tuple[str, os.stat_result]:
     # ctime too: no tool can set it back, so a shard rewritten with its old size and mtime is read again.
     st = path.stat()
-    return f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{columns[0]}|{columns[1]}"
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{columns[0]}|{columns[1]}"
+    return key, st
 
 
 def sample_tags(path: Path, kind: str, blocks: list[Block], columns: tuple[str, str], meta: Any) -> list[str]:
@@ -78,9 +80,12 @@ def _entry(shard: Shard, tags: list[str] | None) -> dict[str, Any]:
     }
 
 
-def _shard(path: Path, index: int, e: dict[str, Any]) -> Shard:
+def _shard(path: Path, index: int, e: dict[str, Any], st: os.stat_result) -> Shard:
+    """The shard of a cache entry, stamped with the stat its key was taken from: the reader compares the
+    file with it at every block (shards.check_stamp)."""
     blocks = [Block(index, p, r, a, z, f) for p, r, a, z, f in e["blocks"]]
-    return Shard(path, e["kind"], e["size"], e["footer_sha256"], blocks)
+    stamp = shards_mod.stamp_of(st)
+    return Shard(path, e["kind"], e["size"], e["footer_sha256"], blocks, stamp, shards_mod.HOST)
 
 
 READERS = 8  # shards indexed at once: footer and sample reads wait on storage, and Arrow releases the GIL
@@ -105,10 +110,12 @@ def index_shards(
     Shards the cache lacks are read READERS at a time; the first failing shard in list order is the error."""
     from concurrent.futures import ThreadPoolExecutor
 
-    stats = []
+    stats, stamps = [], []
     for path in paths:
         try:
-            stats.append(_stat_key(path, columns))
+            found, st = _stat_key(path, columns)
+            stats.append(found)
+            stamps.append(st)
         except OSError as exc:
             raise InputError(
                 f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check the path"
@@ -120,7 +127,7 @@ def index_shards(
             for i in todo:  # in list order: the error a run reports does not depend on timing
                 cache[stats[i]] = futures[i].result()
     return [
-        (_shard(path, i, cache[st]), cache[st].get("tags"))
+        (_shard(path, i, cache[st], stamps[i]), cache[st].get("tags"))
         for i, (path, st) in enumerate(zip(paths, stats, strict=True))
     ]
 
