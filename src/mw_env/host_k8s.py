@@ -37,7 +37,7 @@ class Manifest:
     notes: tuple[str, ...]
     documents: tuple[dict[str, Any], ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"runtime": "kubernetes", "manifest": self.text, "notes": list(self.notes)}
 
 

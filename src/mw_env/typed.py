@@ -117,7 +117,7 @@ def leaf_types(cls: type, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def build(cls: type, flat: Mapping[str, Any]) -> Any:
+def build(cls: type, flat: Mapping[str, object]) -> Any:
     """Construct nested dataclasses from dotted keys (missing keys take the field defaults)."""
     kwargs: dict[str, Any] = {}
     for name, tp in field_types(cls).items():

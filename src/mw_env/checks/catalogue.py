@@ -124,7 +124,7 @@ class Catalogue:
         return Catalogue(messages=(*extra, *self.messages), fixes=self.fixes)
 
 
-def _fill(template: str, values: Mapping[str, Any]) -> str:
+def _fill(template: str, values: Mapping[str, object]) -> str:
     class _Keep(dict):
         def __missing__(self, key: str) -> str:
             return "{" + key + "}"

@@ -21,7 +21,8 @@ from mw_env.errors import MwEnvError
 if TYPE_CHECKING:
     from mw_env.hardware import Gpu, Hardware
     from mw_env.machine import Machine
-    from mw_env.profiles.model import Selection
+    from mw_env.profiles.model import Profile, Selection
+    from mw_env.provision.record import VenvRecord
 
 T = TypeVar("T")
 GIB = 1024**3
@@ -76,7 +77,7 @@ class DoctorContext:
     quick: bool = False
     probe_timeout: float = 60.0
     network: bool = False
-    record: Any = None  # VenvRecord | None
+    record: VenvRecord | None = None
     record_error: str | None = None
     run_env: dict[str, str] | None = None  # the environment training runs with, when the caller knows it
     _static: Background[ProbeResult] | None = field(default=None, repr=False)
@@ -87,7 +88,7 @@ class DoctorContext:
 
     # -- facts ------------------------------------------------------------------------------------
     @property
-    def profile(self) -> Any:
+    def profile(self) -> Profile:
         return self.selection.profile
 
     @property

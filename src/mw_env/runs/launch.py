@@ -20,12 +20,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from mw_env.errors import InputError, MwEnvError
+from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
 from mw_env.runs.supervise import RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
 from mw_env.trainspec.preflight import check_on_host
+
+if TYPE_CHECKING:
+    from mw_env.profiles.model import Selection
 
 DOCTOR_FILE = "doctor.json"
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
@@ -34,45 +38,7 @@ DOCTOR_FILE = "doctor.json"
 DOCTOR_PENDING = ".doctor-pending.json"
 NODE_RANK_ENV = "MW_ENV_NODE_RANK"  # the node as the user numbered it, for the trainer's messages
 _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))$")
-DEFAULT_RDZV_TIMEOUT = 600
 _RDZV_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-@dataclass(frozen=True)
-class Nodes:
-    """Where this node sits in a multi-node run (one node: the defaults, torchrun --standalone)."""
-
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    rdzv_timeout: int = DEFAULT_RDZV_TIMEOUT  # seconds the nodes wait for each other at the rendezvous
-
-    @property
-    def multi(self) -> bool:
-        return self.nnodes > 1
-
-    def torchrun_args(self) -> list[str]:
-        if not self.multi:
-            return ["--standalone"]
-        assert self.rdzv_endpoint is not None
-        return [
-            f"--nnodes={self.nnodes}",
-            f"--node-rank={self.node_rank}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={self.rdzv_endpoint}",
-            f"--rdzv-id={self.rdzv_id or default_rdzv_id(self.rdzv_endpoint)}",
-            # join_timeout: how long this node waits for all the others (torchrun's default is 600 s, said
-            # nowhere); mw-env says it while waiting (runs/rendezvous.py) and names the missing nodes after.
-            f"--rdzv-conf=join_timeout={self.rdzv_timeout}",
-        ]
-
-
-def default_rdzv_id(endpoint: str) -> str:
-    """The same on every node without being told: it depends only on the shared endpoint."""
-    import hashlib
-
-    return "mw-env-" + hashlib.sha256(endpoint.encode()).hexdigest()[:12]
 
 
 def check_nodes(
@@ -146,7 +112,7 @@ class Launch:
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
 
 
-def profile_defaults(selection: Any) -> dict[str, Any]:
+def profile_defaults(selection: Selection) -> dict[str, object]:
     # The profile's defaults fitted to this GPU (bf16 only where it is native), not the profile's raw ones.
     trainer = getattr(selection, "trainer", None) or selection.profile.trainer
     return {

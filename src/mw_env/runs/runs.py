@@ -62,7 +62,7 @@ class RunRecord:
     metrics_inode: int | None = None
     run_id: str | None = None  # MW_ENV_RUN_ID in the environment of each of the run's processes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["run_dir"], data["log_file"], data["argv"] = (
             str(self.run_dir),

@@ -51,7 +51,7 @@ class Progress:
     last_eval: dict[str, Any] | None = None
     last_event_time: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return json_safe(dict(self.__dict__))
 
 
@@ -66,7 +66,7 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
@@ -131,7 +131,7 @@ class RunStatus:
     def exit_code(self) -> int:
         return exit_code_for(self.anomalies)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "run_dir": str(self.run_dir),
             "state": self.state,

@@ -15,15 +15,15 @@ from typing import Any, TypeGuard
 FORMAT_VERSION = 1
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def is_number(v: Any) -> TypeGuard[int | float]:
+def is_number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _tensor_dict(v: Any) -> bool:
+def _tensor_dict(v: object) -> bool:
     import torch
 
     return isinstance(v, Mapping) and all(
@@ -31,7 +31,7 @@ def _tensor_dict(v: Any) -> bool:
     )
 
 
-def _optimizer_ok(v: Any) -> bool:
+def _optimizer_ok(v: object) -> bool:
     return (
         isinstance(v, Mapping)
         and isinstance(v.get("state"), Mapping)
@@ -40,7 +40,7 @@ def _optimizer_ok(v: Any) -> bool:
     )
 
 
-def _loop_ok(v: Any) -> bool:
+def _loop_ok(v: object) -> bool:
     from mw_env.trainer.state import LoopState
 
     if not isinstance(v, Mapping) or set(v) - set(LoopState().to_dict()):
@@ -49,7 +49,7 @@ def _loop_ok(v: Any) -> bool:
     return all(types.get(k, is_int)(x) for k, x in v.items()) and is_int(v.get("step"))
 
 
-def _data_ok(v: Any) -> bool:
+def _data_ok(v: object) -> bool:
     """The streamed corpus's record (DATA_KEYS below): what the resume and the data card read."""
     if not isinstance(v, Mapping):
         return False
@@ -237,7 +237,7 @@ def payload(session: Any, gathered: Gathered) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not OMIT}
 
 
-def restore(session: Any, ckpt: Mapping[str, Any]) -> None:
+def restore(session: Any, ckpt: Mapping[str, object]) -> None:
     """Load a validated checkpoint's parts into the session (the model, optimizer, loop counters, RNG...)."""
     for part in PARTS:
         if part.restore is not None and part.key in ckpt:

@@ -20,7 +20,6 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from mw_env.trainer.data import IGNORE, Batch
 from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.model import sdpa_context
-from mw_env.trainer.runtime import Precision, autocast
+from mw_env.trainer.runtime import ChosenPrecision, autocast
 from mw_env.trainspec.config import OptimConfig
 
 
@@ -52,12 +51,12 @@ class Trainer:
     model: torch.nn.Module  # the unwrapped module (clipping, state)
     train_model: torch.nn.Module  # DDP / compiled wrapper that runs forward/backward
     optimizer: torch.optim.Optimizer
-    scheduler: Any
+    scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
     optim: OptimConfig
     sdpa_backend: str
     device: torch.device
-    precision: Precision
+    precision: ChosenPrecision
     dist: DistInfo
 
     def step(self, micro: list[Batch], stop_requested: Callable[[], bool] = lambda: False) -> StepOutcome:
