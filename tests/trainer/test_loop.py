@@ -31,7 +31,8 @@ def _count_host_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object
     real = step_mod.read_host
 
     def counted(t: torch.Tensor) -> list:
-        reads.append(("flags", t.numel()) if t.dim() == 1 else ("metrics", t.shape[0]))
+        # flags: one row of 2 (finite, keep going); metrics: one row of 4 per step read
+        reads.append(("flags", t.shape[1]) if t.shape[1] == 2 else ("metrics", t.shape[0]))
         return real(t)
 
     monkeypatch.setattr(step_mod, "read_host", counted)

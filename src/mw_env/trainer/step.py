@@ -31,9 +31,10 @@ from mw_env.trainer.runtime import ChosenPrecision, autocast
 from mw_env.trainspec.config import OptimConfig
 
 
-def read_host(t: torch.Tensor) -> list[Any]:
-    """A device tensor's values on the host: a synchronisation (the only one the step loop makes)."""
-    return t.tolist()
+def read_host(t: torch.Tensor) -> list[list[float]]:
+    """A 2-D device tensor's rows on the host: a synchronisation (the only kind the step loop makes)."""
+    rows: list[list[float]] = t.tolist()
+    return rows
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class Trainer:
         all_reduce(flags, dist, "min")
         # Queued before the update (which does not touch these tensors); read by the loop on log steps.
         stats = torch.cat([torch.stack([loss_sum.double(), grad_norm.to(loss_sum.device).double()]), counts])
-        ok, go_on = read_host(flags)  # the step's one host synchronisation
+        ((ok, go_on),) = read_host(flags[None])  # the step's one host synchronisation
         lr = self.optimizer.param_groups[0]["lr"]  # the rate this step uses (read before the schedule moves)
         if ok > 0:
             self.scaler.step(self.optimizer)

@@ -18,7 +18,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -63,7 +62,7 @@ class StepLog:
         if step % self.log_every == 0 or step == 1 or time.monotonic() - self._last_read >= FLUSH_S:
             self.flush()
 
-    def flush(self) -> dict[str, Any] | None:
+    def flush(self) -> dict[str, object] | None:
         """Read every held step's metrics in one copy and log them; the last step's event (None if none)."""
         if not self._pending:
             return None

@@ -20,7 +20,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from pyarrow.parquet import ColumnChunkMetaData, FileMetaData
+
+# A compact-protocol value as read here: integers and booleans, structs as {field id: value}; strings,
+# doubles and containers are skipped (None), the page header needs none of them.
+Thrift: TypeAlias = "int | bool | dict[int, Thrift] | None"
 
 MAX_BYTES = 256 << 10  # a tag dictionary is bytes to a few KiB; far below pyarrow's 1 MiB fallback point
 DICTIONARY_PAGE = 2  # parquet.thrift PageType
@@ -51,7 +58,7 @@ def _zigzag(n: int) -> int:
     return (n >> 1) ^ -(n & 1)
 
 
-def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[Any, int]:
+def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[Thrift, int]:
     """One compact-protocol value of type `kind` at `pos`: (the value, or None for skipped kinds; the end)."""
     if kind in (1, 2):  # a boolean field carries its value in the type
         return kind == 1, pos
@@ -90,8 +97,8 @@ def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[Any, int]:
     raise ValueError(f"thrift type {kind}")
 
 
-def _struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Any], int]:
-    fields: dict[int, Any] = {}
+def _struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Thrift], int]:
+    fields: dict[int, Thrift] = {}
     last = 0
     while True:
         byte = buf[pos]
@@ -121,7 +128,7 @@ def _plain_strings(page: bytes, count: int) -> list[str]:
     return out
 
 
-def _leaf(meta: Any, group: int, column: str) -> Any:
+def _leaf(meta: FileMetaData, group: int, column: str) -> ColumnChunkMetaData | None:
     """The column chunk of `column`'s one leaf (a list<string> has one: `tags.list.element`)."""
     rg = meta.row_group(group)
     leaves = [
@@ -130,7 +137,7 @@ def _leaf(meta: Any, group: int, column: str) -> Any:
     return leaves[0] if len(leaves) == 1 else None
 
 
-def dictionary_values(path: Path, meta: Any, column: str, group: int = 0) -> list[str] | None:
+def dictionary_values(path: Path, meta: FileMetaData, column: str, group: int = 0) -> list[str] | None:
     """The distinct values of list<string> `column` in row group `group`, from its dictionary page; None
     when it cannot be read that way (the caller then decodes rows). `meta`: the file's parsed footer."""
     try:
