@@ -130,7 +130,7 @@ class DoctorContext:
             merged.update(getattr(self.record, "env", {}) or {})
         return merged
 
-    def fix(self, fix_id: str, **values: Any) -> tuple[str, str]:
+    def fix(self, fix_id: str, **values: object) -> tuple[str, str]:
         return self.catalogue.fix_for(fix_id, **values)
 
     def bootstrap_command(self, *, recreate: bool = False) -> str:

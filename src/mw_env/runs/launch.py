@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.errors import InputError, MwEnvError
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
@@ -107,7 +107,7 @@ class Launch:
     cwd: Path = field(default_factory=Path.cwd)
     profile: str | None = None
     venv: Path | None = None
-    doctor: dict[str, Any] | None = None  # the quick doctor's report (None when skipped)
+    doctor: dict[str, object] | None = None  # the quick doctor's report (None when skipped)
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
 
@@ -154,7 +154,7 @@ def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
         )
 
 
-def _write_doctor(out_dir: Path, report: dict[str, Any], node_rank: int = 0) -> Path:
+def _write_doctor(out_dir: Path, report: dict[str, object], node_rank: int = 0) -> Path:
     from mw_env.atomic import write_text_atomic as write_atomic
 
     # Nodes sharing a run folder each keep their own report (rank 0's goes into the run report).
@@ -301,7 +301,7 @@ def prepare(
     if nodes.multi:
         env[NODE_RANK_ENV] = str(nodes.node_rank)
 
-    doctor: dict[str, Any] | None = None
+    doctor: dict[str, object] | None = None
     if not skip_doctor:
         from mw_env.checks import run_doctor
 

@@ -84,7 +84,7 @@ def resolve_precision(requested: str, device: torch.device) -> ChosenPrecision:
     )
 
 
-def autocast(device: torch.device, precision: ChosenPrecision) -> contextlib.AbstractContextManager[Any]:
+def autocast(device: torch.device, precision: ChosenPrecision) -> contextlib.AbstractContextManager[object]:
     if precision.dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=precision.dtype)
