@@ -8,6 +8,7 @@ mw_env.trainer.export inside the training venv, where torch lives.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -79,7 +80,7 @@ def _thresholds(silence: float, first: float, checkpoint: float, factor: float) 
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):  # a clock from a mangled metrics file
         return "?"
     seconds = int(seconds)
     if seconds < 90:

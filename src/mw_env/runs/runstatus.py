@@ -70,20 +70,29 @@ def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _finite(value: object) -> float | None:
+    """A step, a count or a time: a finite number (Python's json reads NaN, Infinity and 1e400 too; a loss
+    may be NaN, a step may not)."""
+    number = _num(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
 def compute_progress(events: Sequence[dict[str, Any]], *, max_steps: int | None) -> Progress:
     """Latest step, loss, lr, tokens/s; steps/s over the last few steps; ETA when max_steps is known."""
     steps = [e for e in events if e.get("event") == "step"]
     if not steps:
         return Progress(max_steps=max_steps, **_last_markers(events))
     last = steps[-1]
-    max_steps = max_steps or (int(last["max_steps"]) if _num(last.get("max_steps")) else None)
+    max_steps = max_steps or (int(last["max_steps"]) if _finite(last.get("max_steps")) else None)
     rate = None
     recent = [
-        e for e in steps[-RATE_WINDOW:] if _num(e.get("time")) is not None and _num(e.get("step")) is not None
+        e
+        for e in steps[-RATE_WINDOW:]
+        if _finite(e.get("time")) is not None and _finite(e.get("step")) is not None
     ]
     if len(recent) >= 2 and recent[-1]["time"] > recent[0]["time"]:
         rate = (recent[-1]["step"] - recent[0]["step"]) / (recent[-1]["time"] - recent[0]["time"])
-    step = int(last["step"]) if _num(last.get("step")) is not None else None
+    step = int(last["step"]) if _finite(last.get("step")) is not None else None
     eta = None
     if rate and rate > 0 and max_steps is not None and step is not None:
         eta = max(0.0, (max_steps - step) / rate)
@@ -103,7 +112,7 @@ def compute_progress(events: Sequence[dict[str, Any]], *, max_steps: int | None)
 def _last_markers(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     checkpoints = [e for e in events if e.get("event") == "checkpoint" and e.get("phase", "done") == "done"]
     evals = [e for e in events if e.get("event") == "eval"]
-    times = [e["time"] for e in events if _num(e.get("time")) is not None]
+    times = [e["time"] for e in events if _finite(e.get("time")) is not None]
     return {
         "last_checkpoint": {k: checkpoints[-1].get(k) for k in ("step", "path", "time")}
         if checkpoints

@@ -19,6 +19,7 @@ list the label set in `data.labels`.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,10 +34,11 @@ VERSION = 1
 T = TypeVar("T")
 
 
-def _stat_key(path: Path, columns: tuple[str, str]) -> str:
+def _stat_key(path: Path, columns: tuple[str, str]) -> tuple[str, os.stat_result]:
     # ctime too: no tool can set it back, so a shard rewritten with its old size and mtime is read again.
     st = path.stat()
-    return f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{columns[0]}|{columns[1]}"
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{columns[0]}|{columns[1]}"
+    return key, st
 
 
 def sample_tags(path: Path, kind: str, blocks: list[Block], columns: tuple[str, str], meta: Any) -> list[str]:
@@ -87,9 +89,12 @@ def _entry(shard: Shard, tags: list[str] | None) -> dict[str, Any]:
     }
 
 
-def _shard(path: Path, index: int, e: dict[str, Any]) -> Shard:
+def _shard(path: Path, index: int, e: dict[str, Any], st: os.stat_result) -> Shard:
+    """The shard of a cache entry, stamped with the stat its key was taken from: the reader compares the
+    file with it at every block (shards.check_stamp)."""
     blocks = [Block(index, p, r, a, z, f) for p, r, a, z, f in e["blocks"]]
-    return Shard(path, e["kind"], e["size"], e["footer_sha256"], blocks)
+    stamp = shards_mod.stamp_of(st)
+    return Shard(path, e["kind"], e["size"], e["footer_sha256"], blocks, stamp, shards_mod.HOST)
 
 
 def _index_one(path: Path, i: int, columns: tuple[str, str], key: str, labels: bool) -> dict[str, Any]:
@@ -112,10 +117,12 @@ def index_shards(
     error). Not in a thread pool: a shard is ~0.15 ms of CPU (a stat, the footer, the tags dictionary page),
     and starting 8 threads in a process that has imported torch cost more CPU than 80 shards' reads; on
     high-latency storage the ~3 small reads a shard are paid once per run folder, then the cache answers."""
-    stats = []
+    stats, stamps = [], []
     for path in paths:
         try:
-            stats.append(_stat_key(path, columns))
+            found, st = _stat_key(path, columns)
+            stats.append(found)
+            stamps.append(st)
         except OSError as exc:
             raise InputError(
                 f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check the path"
@@ -124,7 +131,7 @@ def index_shards(
     for i in todo:
         cache[stats[i]] = _index_one(paths[i], i, columns, key, labels)
     return [
-        (_shard(path, i, cache[st]), cache[st].get("tags"))
+        (_shard(path, i, cache[st], stamps[i]), cache[st].get("tags"))
         for i, (path, st) in enumerate(zip(paths, stats, strict=True))
     ]
 
