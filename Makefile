@@ -25,9 +25,11 @@ help:
 	$(PYTHON) -m venv .tools
 	.tools/bin/python -m pip install --quiet uv
 
+# --compile-bytecode: uv (unlike pip) leaves the .py files to be compiled on first import, which never
+# sticks under PYTHONDONTWRITEBYTECODE - click, PyYAML and packaging compiled on every run doubled `mw-env`'s start-up.
 $(VENV)/.stamp: pyproject.toml $(UV)
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
-	$(UV) pip install --quiet --python $(VENV)/bin/python -e '.[dev]'
+	$(UV) pip install --quiet --compile-bytecode --python $(VENV)/bin/python -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.stamp

@@ -6,9 +6,11 @@
    detection that reads sysfs/procfs and runs the fake nvidia-smi, without interpreter discovery.
 3. The whole command `mw-env detect --root tests/fixtures/machines/cpu-only --json` (a fresh process, this
    host's PATH: none of its Pythons or its uv runs for a fake root) vs `mw-env --version` (the CLI's start-up
-   alone). Wall and CPU time (user + sys of the child): on a loaded machine the CPU time is the fairer figure.
+   alone), the runs interleaved so both see the same load. Wall and CPU time (user + sys of the child): on a
+   loaded machine the CPU time is the fairer figure. `--against REV` adds the same command from git revision
+   REV's src/ (extracted with `git archive`), interleaved too: the before/after of a change in one run.
 
-Usage: python bench/bench_detect.py [--reps N]
+Usage: python bench/bench_detect.py [--reps N] [--cli-reps N] [--against REV]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,23 +41,46 @@ def median_time(func, reps: int) -> float:
     return statistics.median(times)
 
 
-def command_time(argv: list[str], reps: int) -> tuple[float, float]:
-    """Median wall and CPU seconds of one command run in a fresh process (its output discarded)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    walls, cpus = [], []
+def one_run(argv: list[str], src: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one command run in a fresh process (its output discarded)."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, env=env, check=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def interleaved(cases: dict[str, tuple[list[str], Path]], reps: int) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU seconds per case, the cases taking turns so a load spike hits them alike."""
+    for argv, src in cases.values():
+        # Bytecode as an installed package has it (PYTHONDONTWRITEBYTECODE would otherwise leave a new module
+        # to be compiled on every run), then one untimed run to warm the page cache.
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True)
+        one_run(argv, src)
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     for _ in range(reps):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, env=env, check=True)
-        walls.append(time.perf_counter() - start)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return statistics.median(walls), statistics.median(cpus)
+        for name, (argv, src) in cases.items():
+            runs[name].append(one_run(argv, src))
+    return {
+        name: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
+        for name, r in runs.items()
+    }
+
+
+def extract(rev: str, into: Path) -> Path:
+    """src/ of git revision `rev`, extracted under `into`."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--cli-reps", type=int, default=10, help="runs of each whole command (median)")
+    parser.add_argument("--against", metavar="REV", help="also time the command from this git revision")
     args = parser.parse_args()
 
     import cpuinfo
@@ -82,10 +108,14 @@ def main() -> int:
         t = median_time(lambda root=root, env=env: detect(Machine(root=root, env=env)), args.reps)
         rows.append((root.name, t))
     cli = [sys.executable, "-m", "mw_env"]
-    startup = command_time([*cli, "--version"], max(args.reps, 5))
-    fake_cli = command_time(
-        [*cli, "detect", "--root", str(machines / "cpu-only"), "--json"], max(args.reps, 5)
-    )
+    detect_argv = [*cli, "detect", "--root", str(machines / "cpu-only"), "--json"]
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = {"version": ([*cli, "--version"], REPO / "src"), "detect": (detect_argv, REPO / "src")}
+        if args.against:
+            cases["before"] = (detect_argv, extract(args.against, Path(tmp)))
+        load_before = os.getloadavg()[0]
+        timed = interleaved(cases, args.cli_reps)
+        load_after = os.getloadavg()[0]
     lines = [
         "## detect()",
         "",
@@ -100,14 +130,14 @@ def main() -> int:
     lines += [
         f"| detect() on fake root `{name}` | {t * 1000:.1f} ms | {t / reference:.3f} |" for name, t in rows
     ]
-    load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    startup, fake_cli = timed["version"], timed["detect"]
     lines += [
         "",
-        "The whole command, a fresh process each time (median of "
-        f"{max(args.reps, 5)}; reference: `mw-env --version`, the CLI's start-up alone; load average "
-        f"{load} on {os.cpu_count()} CPUs when measured, so the CPU time is the figure to compare). Before the "
-        "Machine seam held (issue 19) the same command ran every Python on the host's PATH and `uv python "
-        "list`: 5.9 s wall, 1.4 s CPU on this host under load 16, against 1.1 s and 0.23 s after, same run.",
+        f"The whole command, a fresh process each time: median of {args.cli_reps} runs, the commands taking "
+        f"turns (reference: `mw-env --version`, the CLI's start-up alone). Load average {load_before:.2f} "
+        f"before and {load_after:.2f} after, on {os.cpu_count()} CPUs shared with other jobs: the CPU time is "
+        "the figure that measures the code. Before the Machine seam held (issue 19) the same command ran every "
+        "Python on the host's PATH and `uv python list`: 5.9 s wall, 1.4 s CPU on this host under load 16.",
         "",
         "| command | wall | CPU (user+sys) | ratio (wall) to `--version` |",
         "|---|---|---|---|",
@@ -116,6 +146,12 @@ def main() -> int:
         f"{len(on_path)} python3* runs) | {fake_cli[0] * 1000:.0f} ms | {fake_cli[1] * 1000:.0f} ms "
         f"| {fake_cli[0] / startup[0]:.2f} |",
     ]
+    if "before" in timed:
+        before = timed["before"]
+        lines.append(
+            f"| the same command from `{args.against}` (before) | {before[0] * 1000:.0f} ms "
+            f"| {before[1] * 1000:.0f} ms | {before[0] / startup[0]:.2f} |"
+        )
     update_section("detect", "\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -91,3 +91,11 @@ def test_kubernetes_pod_names_follow_dns_1123(capsys):
         capsys, "--root", str(MACHINES / "incus-780m"), "--runtime", "kubernetes", "--container", "Bad_Name"
     )
     assert code == 2 and "invalid kubernetes container name 'Bad_Name'" in err and "lower-case" in err
+
+
+def test_the_click_options_are_the_planners_options():
+    # One list of what host-commands is asked (HostOptions): the command passes its options on as they are,
+    # so an option added to the command but not to HostOptions (or the reverse) fails here, not in use.
+    from mw_env.commands.host import HostOptions, host_commands
+
+    assert {p.name for p in host_commands.params} - {"out_file"} == set(HostOptions.__annotations__)

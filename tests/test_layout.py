@@ -221,3 +221,56 @@ def test_detection_reaches_the_machine_only_through_machine(name: str) -> None:
     )
     imports = GRAPH[name] & {"subprocess", "glob"}
     assert not bad and not imports, f"{name} reaches the host directly: {bad or sorted(imports)}"
+
+
+# -- names and types --------------------------------------------------------------------------------------
+
+
+def _type_names() -> dict[str, list[str]]:
+    """Top-level classes and type aliases (`Name = A | B`, capitalised, not a CONSTANT) -> where defined."""
+    found: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(f"{name} (class)")
+            elif (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                alias = node.targets[0].id
+                if alias[:1].isupper() and not alias.isupper():
+                    found.setdefault(alias, []).append(f"{name} (alias)")
+    return found
+
+
+def test_a_class_name_has_one_meaning() -> None:
+    """A class is defined once, and no type alias elsewhere takes its name: `Block` was a transformer block,
+    a shard's block and a report block, `Tagger` the network and the exported runtime (now TransformerBlock,
+    DocBlock, TaggerNet)."""
+    names = _type_names()
+    assert "Block" in names and "Tagger" in names  # the rule is live: the names that stayed are still here
+    clashes = {
+        n: where for n, where in names.items() if len(where) > 1 and any(w.endswith("(class)") for w in where)
+    }
+    assert not clashes, f"one name, several meanings: {clashes}; rename all but one"
+
+
+# The count of `Any` in src/ (issue 19: 441 when measured first, 632 at its peak, then the seams were typed).
+# Raise it only with a reason in the same change: a new seam gets a dataclass, a TypedDict, a Protocol or the
+# real class under TYPE_CHECKING instead.
+ANY_BUDGET = 415
+
+
+def test_the_count_of_any_does_not_rise() -> None:
+    import re
+
+    count = sum(len(re.findall(r"\bAny\b", p.read_text(encoding="utf-8"))) for p in MODULES.values())
+    assert count <= ANY_BUDGET, (
+        f"src/ has {count} `Any` (budget {ANY_BUDGET}): type the new seam instead "
+        "(a dataclass, TypedDict, Protocol, or the real class under TYPE_CHECKING)"
+    )
+    # Lower the budget when the count falls, so a later rise is caught from there.
+    assert count > ANY_BUDGET - 20, (
+        f"src/ has {count} `Any`: lower ANY_BUDGET in tests/test_layout.py to {count}"
+    )

@@ -206,3 +206,45 @@ def test_an_unknown_key_suggests_the_close_name_and_a_number_reads_as_text(tmp_p
     (tmp_path / "lab-cpu.yaml").write_text(base + "doctor:\n  expected_tflops: {fp32: 0}\n")
     with pytest.raises(InputError, match=r"doctor\.expected_tflops\.fp32: must be a positive number"):
         load_profiles(extra_dirs=[tmp_path], env={})
+
+
+def test_the_shipped_index_is_current():
+    # profiles/shipped.json is the parsed copy every command reads instead of the YAML; a stale entry would
+    # only cost speed (the text is compared), so staleness is this test's to catch.
+    import json
+
+    from mw_env.profiles import index
+
+    assert json.loads(index.INDEX.read_text(encoding="utf-8")) == index.build(SHIPPED_DIR), (
+        "run: python -m mw_env.profiles.index"
+    )
+
+
+def test_a_shipped_file_edited_in_place_is_parsed_from_its_yaml(tmp_path, monkeypatch):
+    from mw_env.profiles import index, loader
+
+    text = (SHIPPED_DIR / "cpu.yaml").read_text(encoding="utf-8")
+    assert index.cached("cpu.yaml", text) is not None
+    edited = text.replace("CPU only", "CPU only, edited")
+    assert edited != text and index.cached("cpu.yaml", edited) is None
+    # The loader on a copy of the shipped folder whose cpu.yaml was edited: the edit is what loads.
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for f in SHIPPED_DIR.glob("*.yaml"):
+        (shipped / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+    (shipped / "cpu.yaml").write_text(edited, encoding="utf-8")
+    monkeypatch.setattr(loader, "SHIPPED_DIR", shipped)
+    assert loader.load_profiles(env={})["cpu"].description.startswith("CPU only, edited")
+
+
+def test_loading_the_shipped_profiles_imports_neither_yaml_nor_packaging():
+    # The start-up cost `mw-env detect` saves (docs/benchmarks.md): both imports are ~10 ms each.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from mw_env.profiles import load_profiles; load_profiles(env={}); "
+        "print(sorted(m for m in ('yaml', 'packaging') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -167,3 +167,34 @@ def test_a_repeated_key_is_refused_by_both_loaders(shipped):
         load_yaml("model:\n  d: 1\nmodel:\n  d: 2\n", source="profile x.yaml", shipped=shipped)
     assert "the key 'model' appears twice (lines 1 and 3)" in info.value.message
     assert load_yaml("a: [1, 2]\nb: {c: 3}\n", source="x", shipped=shipped) == {"a": [1, 2], "b": {"c": 3}}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['out: "/tmp/x\\ud800"', 'labels: [O, "B-\\udfff"]', '"k\\ud83d": 1', 'emoji: "\\ud83d\\ude00"'],
+    ids=["value", "in-a-list", "key", "a-pair-yaml-does-not-join"],
+)
+def test_a_lone_surrogate_escape_is_not_text(text: str) -> None:
+    """Issue 22 (a variant of cases 3 and 8): `"\\ud800"` parses as YAML but no path, file or Arrow column can
+    hold it; refused naming the source, never a UnicodeEncodeError later."""
+    with pytest.raises(InputError, match="half of a surrogate pair: not text") as info:
+        load_yaml(text, source="config c.yaml")
+    assert info.value.message.startswith("config c.yaml") and info.value.hint
+    assert load_yaml('emoji: "\\U0001F600 \\u00e9"', source="x") == {"emoji": "\U0001f600 \u00e9"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": "\\ud800"}', '{"a": ["x\\uDFFFy"]}', '{"\\udc80": 1}', b'{"a": "\\ud800"}'],
+    ids=["value", "in-a-list", "key", "bytes"],
+)
+def test_json_with_a_lone_surrogate_escape_is_refused(text: str | bytes) -> None:
+    from mw_env.userjson import NotText, json_refusal, load_json, loads
+
+    with pytest.raises(NotText) as info:
+        loads(text)
+    assert "surrogate pair: not text" in json_refusal(info.value)
+    assert loads('{"a": "\\ud83d\\ude00 \\u00e9"}') == {"a": "\U0001f600 \u00e9"}  # a pair is one character
+    if isinstance(text, str):
+        with pytest.raises(InputError, match=r"run\.json: not valid JSON .*surrogate pair"):
+            load_json(text, source="run.json")

@@ -57,7 +57,7 @@ class _FailingWriter:
     def __init__(self, fh: IO[Any], fault: OSError, allow: int = 4096) -> None:
         self._fh, self._fault, self._left = fh, fault, allow
 
-    def write(self, data: Any) -> int:
+    def write(self, data: str | bytes) -> int:
         if len(data) > self._left:
             if self._left:
                 self._fh.write(data[: self._left])
@@ -153,6 +153,6 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, mode: int | None = None
         fh.write(data)
 
 
-def write_json_atomic(path: str | Path, data: Any, *, indent: int | None = 2, **dumps: Any) -> None:
+def write_json_atomic(path: str | Path, data: object, *, indent: int | None = 2, **dumps: Any) -> None:
     """JSON plus a final newline; `dumps` passes sort_keys, default, ... to json.dumps."""
     write_text_atomic(path, json.dumps(data, indent=indent, **dumps) + "\n")

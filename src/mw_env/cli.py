@@ -16,7 +16,7 @@ import sys
 import click
 
 from mw_env import __version__
-from mw_env.errors import EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError, os_fault
+from mw_env.errors import EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError, os_error_in, os_fault
 from mw_env.textsafe import safe_message
 
 # name -> (module, attribute, one-line help). Order is the order of `mw-env --help`.
@@ -134,12 +134,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except OSError as exc:
-        if debug:
+    except (OSError, RuntimeError) as exc:
+        # pathlib's resolve() turns ELOOP into `RuntimeError: Symlink loop from ...` (a link loop named as any
+        # path option: --out-dir, verify's folder), torch's zip writer an ENOSPC into its own RuntimeError:
+        # the OSError behind it is the fault. A RuntimeError with no OSError behind it is a bug: raised.
+        cause = os_error_in(exc)
+        if debug or cause is None:
             raise
         # The net under every command: a fault of the machine or of a path (a full disk, EIO, a name too
         # long) that no narrower handler caught is still one sentence with the documented exit code.
-        err = os_fault(exc, "use")
+        err = os_fault(cause, "use")
         click.echo(f"error: {safe_message(err.message)}", err=True)
         click.echo(f"hint: {safe_message(err.hint)}", err=True)
         return err.exit_code

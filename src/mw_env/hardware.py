@@ -7,7 +7,7 @@ Fields may be added (with defaults); never renamed or removed without updating e
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 Vendor = Literal["amd", "nvidia", "intel", "other"]
 ContainerKind = Literal["incus", "lxc", "docker", "podman", "kubernetes", "wsl", "other", "none"]
@@ -124,7 +124,7 @@ class Hardware:
             return None
         return self.gpus[self.selected_gpu]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         for g, gpu in zip(data["gpus"], self.gpus, strict=True):
             g["device_nodes_ok"] = gpu.device_nodes_ok

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -35,9 +35,9 @@ RUNS_MOUNT = "/runs"
 class Manifest:
     text: str  # YAML documents, ready for `kubectl apply -f -`
     notes: tuple[str, ...]
-    documents: tuple[dict[str, Any], ...]
+    documents: tuple[dict[str, object], ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"runtime": "kubernetes", "manifest": self.text, "notes": list(self.notes)}
 
 
@@ -90,7 +90,7 @@ def multinode_manifest(
         "a failed pod fails the Job (backoffLimit 0); to resume, delete the Job and apply again: every rank "
         "resumes the newest checkpoint of the shared run folder",
     ]
-    security: dict[str, Any] = {}
+    security: dict[str, object] = {}
     if vendor == "amd":
         gid = render_gid if render_gid is not None else _device_gid(hardware)
         if gid is None:
@@ -112,8 +112,8 @@ def multinode_manifest(
     args = ["train", "--config", config, "--nnodes", str(nodes), "--node-rank", "$(NODE_RANK)"]
     args += ["--rdzv-endpoint", endpoint, "--rdzv-id", name, "--nproc-per-node", str(gpus_per_node)]
     args += ["--set", f"runtime.out_dir={run_dir}"]
-    train_env: list[dict[str, Any]] = []
-    job_meta: dict[str, Any] = {"name": name}
+    train_env: list[dict[str, object]] = []
+    job_meta: dict[str, object] = {"name": name}
     if lock is not None:
         lock_name, digest = lock
         # Every pod's `mw-env train` compares its venv's lock with this hash and refuses another environment.
@@ -124,7 +124,7 @@ def multinode_manifest(
             f"`mw-env bootstrap --profile {selection.profile.name} --lock {lock_name}`; a pod whose venv has "
             f"another lock refuses to train ({LOCK_ENV})"
         )
-    service = {
+    service: dict[str, object] = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name},
@@ -136,7 +136,7 @@ def multinode_manifest(
             "ports": [{"name": "rendezvous", "port": PORT}],
         },
     }
-    pod_spec: dict[str, Any] = {
+    pod_spec: dict[str, object] = {
         "subdomain": name,
         "restartPolicy": "Never",
         # Pod 0's name resolves once its pod exists; torchrun would give up on a name that does not resolve yet.
@@ -180,7 +180,7 @@ def multinode_manifest(
     }
     if security:
         pod_spec["securityContext"] = security
-    job = {
+    job: dict[str, object] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": job_meta,
@@ -192,7 +192,7 @@ def multinode_manifest(
             "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
         },
     }
-    docs: list[dict[str, Any]] = [service, job]
+    docs: list[dict[str, object]] = [service, job]
     if pvc is None:
         docs.insert(
             0,

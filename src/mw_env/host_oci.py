@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from mw_env.hardware import DeviceNode, Hardware
 
@@ -22,7 +21,7 @@ class HostPlan:
     vendor: str = "amd"
     checks: tuple[str, ...] = field(default=())  # commands that verify the result (also in `commands`)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "runtime": self.runtime,
             "container": self.container,

@@ -32,7 +32,7 @@ class Issue:
 
     key: str
     kind: IssueKind
-    value: Any = None
+    value: object = None
     expected: str = ""  # kind "type": what the field takes ("an integer", "a mapping")
     allowed: str | None = None  # the allowed values or keys, for the hint
     suggestions: tuple[str, ...] = ()  # kind "unknown": the close matches
@@ -57,7 +57,7 @@ class Issue:
 Render = Callable[[Issue], InputError]
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def _short(value: object, limit: int = 80) -> str:
     """repr(value), cut to `limit` characters: a pasted blob must not become a screenful of error."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -117,7 +117,7 @@ def leaf_types(cls: type, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def build(cls: type, flat: Mapping[str, Any]) -> Any:
+def build(cls: type, flat: Mapping[str, object]) -> Any:
     """Construct nested dataclasses from dotted keys (missing keys take the field defaults)."""
     kwargs: dict[str, Any] = {}
     for name, tp in field_types(cls).items():
@@ -159,7 +159,7 @@ def _inner(tp: Any) -> Any:
     return args[0]
 
 
-def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
+def _leaves(value: object, key: str) -> list[tuple[str, object]]:
     """(key, value) of every item below lists and mappings (a `Rule(each=True)` checks each one)."""
     if isinstance(value, tuple):
         return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{key}[{i}]")]
@@ -216,7 +216,7 @@ class Reader:
                 raise self.unknown(key, str(k), names)
         return names
 
-    def _not_mapping(self, cls: type, value: Any, key: str) -> InputError:
+    def _not_mapping(self, cls: type, value: object, key: str) -> InputError:
         return self.fail(Issue(key, "type", value, "a mapping", allowed=f"keys {', '.join(self.names(cls))}"))
 
     def read(self, cls: type, data: Any, key: str = "", **extra: Any) -> Any:
@@ -348,7 +348,7 @@ class Reader:
             out.append(item)
         return tuple(out)
 
-    def _text(self, value: Any, bad: Callable[..., InputError]) -> str:
+    def _text(self, value: object, bad: Callable[..., InputError]) -> str:
         if isinstance(value, str):
             return value.strip() if self.policy.numbers_as_text else value
         if self.policy.numbers_as_text and isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -287,7 +287,9 @@ def load_yaml(text: str, *, source: str, syntax_fallback: Any = _RAISE, shipped:
 
 
 def check_size(data: Any, *, source: str) -> None:
-    """InputError when parsed config data has more than YAML_MAX_NODES values (aliases expanded)."""
+    """InputError when parsed config data has more than YAML_MAX_NODES values (aliases expanded), or a
+    string that is not text: a `"\\ud800"` escape without the other half of its surrogate pair parses,
+    but no path, file or Arrow column can hold it (a traceback far from the line it came from)."""
     # Count nodes as a validator would see them: aliases expanded, so a document that refers to one list a
     # million times is refused here rather than when something walks or prints it.
     count = 0
@@ -305,6 +307,17 @@ def check_size(data: Any, *, source: str) -> None:
             stack.extend(item.values())
         elif isinstance(item, (list, tuple, set)):
             stack.extend(item)
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                from mw_env.textsafe import safe
+
+                raise InputError(
+                    f"{source}: the string {safe(item, limit=80)} holds {item[exc.start]!a}, half of a "
+                    "surrogate pair: not text",
+                    hint="write the character itself (or, in YAML, its code point: \\U0001F600, not a \\uD83D\\uDE00 pair)",
+                ) from None
 
 
 def load_yaml_file(path: str | os.PathLike[str] | Path, *, what: str = "file", shipped: bool = False) -> Any:

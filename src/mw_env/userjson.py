@@ -3,7 +3,9 @@
 `json.loads` keeps the last of two equal keys without a word (`{"step": 1, "step": 2}` is `{"step": 2}`),
 and valid JSON can still be refused by Python with an exception that is not a `JSONDecodeError`: nesting
 past the recursion limit (`RecursionError`) and integers of more than 4300 digits (`ValueError`,
-`sys.set_int_max_str_digits`). Both are bad input, so both become an `InputError` naming the source.
+`sys.set_int_max_str_digits`). Both are bad input, so both become an `InputError` naming the source. So
+is a `\ud800` escape without its other half: valid JSON, but not text (it cannot be written as UTF-8, so
+it would fail later, far from the line it came from: in Arrow, in a report, in a path).
 
 The fast path is the C scanner with an `object_pairs_hook` that only looks for repeats; only when it finds
 one does a second, slow scan look up the lines of both keys for the message. Stdlib only: the trainer in
@@ -13,6 +15,7 @@ the venv uses it for JSONL corpus rows too.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from mw_env.errors import InputError
@@ -22,6 +25,28 @@ class DuplicateKey(ValueError):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
+
+
+class NotText(ValueError):
+    def __init__(self, escape: str) -> None:
+        super().__init__(escape)
+        self.escape = escape
+
+
+# A \uD800-\uDFFF escape: half of a surrogate pair. A pair is one character once parsed; a lone half is not
+# text. Only a text holding such an escape is checked further (a search, not a walk of every value).
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _check_text(text: str | bytes, obj: object) -> None:
+    raw = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    found = _SURROGATE.search(raw)
+    if found is None:
+        return
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise NotText(found.group(0)) from None
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -41,6 +66,8 @@ def json_refusal(exc: BaseException) -> str:
         return "nested too deeply"
     if isinstance(exc, DuplicateKey):
         return f"the key {exc.key!r} appears twice"
+    if isinstance(exc, NotText):
+        return f"a {exc.escape} escape without the other half of its surrogate pair: not text"
     text = str(exc)
     if "int" in text and "digits" in text:
         return "a number with more than 4300 digits"
@@ -82,8 +109,13 @@ def duplicate_lines(text: str, key: str) -> tuple[int, int] | None:
 
 
 def loads(text: str | bytes) -> Any:
-    """`json.loads` that raises DuplicateKey for a repeated key; other refusals as json.loads raises them."""
-    return json.loads(text, object_pairs_hook=_pairs)
+    """`json.loads` that raises DuplicateKey for a repeated key and NotText for a lone surrogate escape; other
+    refusals as json.loads raises them."""
+    obj = json.loads(text, object_pairs_hook=_pairs)
+    escaped = (b"\\u" in text) if isinstance(text, bytes) else ("\\u" in text)
+    if escaped:
+        _check_text(text, obj)
+    return obj
 
 
 def load_json(text: str, *, source: str, hint: str = "fix the JSON") -> Any:

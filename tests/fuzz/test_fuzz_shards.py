@@ -93,12 +93,15 @@ def test_symlink_loops_matched_by_a_glob(tmp_path: Path, kind: str) -> None:
         ('{"tokens": ' + "[" * 100_000 + "]" * 100_000 + ', "tags": []}', "nested too deeply"),
         ('{"tokens": [' + "9" * 5000 + '], "tags": ["O"]}', "4300 digits"),
         ('{"tokens": ["a"], "tags": ["O"], "tokens": ["b"]}', "appears twice"),
+        ('{"tokens": ["\\ud800x"], "tags": ["O"]}', "surrogate pair: not text"),
+        ('{"tokens": ["a"], "tags": ["B-\\udfff"]}', "surrogate pair: not text"),
+        ('{"tokens": ["a"], "tags": ["O"], "\\ud83d": 1}', "surrogate pair: not text"),
         (
             '{"tokens": ["a"], "tags": ["O"], "x": {"y": ' + "[" * 5000 + "]" * 5000 + "}}",
             "nested too deeply",
         ),
     ],
-    ids=["deep", "bigint", "duplicate", "deep-extra"],
+    ids=["deep", "bigint", "duplicate", "surrogate-token", "surrogate-tag", "surrogate-key", "deep-extra"],
 )
 @pytest.mark.parametrize("where", ["train", "val"])
 def test_jsonl_lines_python_refuses(tmp_path: Path, line: str, expect: str, where: str) -> None:

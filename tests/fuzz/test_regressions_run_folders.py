@@ -18,7 +18,11 @@ BIG = "9" * 5000
 # -- case 4: train status on a metrics.jsonl with lines Python refuses -----------------------------------
 
 
-@pytest.mark.parametrize("value", [DEEP, BIG, '1, "step": 2'], ids=["deep", "bigint", "duplicate"])
+@pytest.mark.parametrize(
+    "value",
+    [DEEP, BIG, '1, "step": 2', "1e400", "NaN", '2, "time": -Infinity'],
+    ids=["deep", "bigint", "duplicate", "overflow", "nan", "time-infinite"],
+)
 @pytest.mark.parametrize("as_json", [False, True])
 def test_status_on_metrics_lines_python_refuses(tmp_path: Path, value: str, as_json: bool) -> None:
     run = tmp_path / "st"
@@ -30,6 +34,50 @@ def test_status_on_metrics_lines_python_refuses(tmp_path: Path, value: str, as_j
     assert rc in (0, 1, 2) and "Traceback" not in err, err
     if as_json:
         json.loads(out)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        '"pid": 1e400, "start_ticks": 1',
+        '"pid": 1, "start_ticks": NaN',
+        '"pid": 1, "start_ticks": 1, "max_steps": 1e400',
+    ],
+    ids=["pid-overflow", "ticks-nan", "max-steps-overflow"],
+)
+def test_a_run_record_with_numbers_that_are_not_counts(tmp_path: Path, record: str) -> None:
+    """A variant of cases 4 and 8: Python's json reads NaN, Infinity and 1e400 (inf) where run.json holds a
+    pid or a count; int() of them is OverflowError/ValueError. Exit 2 naming run.json, never a traceback."""
+    run = tmp_path / "rr"
+    run.mkdir()
+    (run / "run.json").write_text("{" + record + ', "argv": ["x"], "started_at": 1}')
+    for cmd in (["status"], ["stop"]):
+        rc, _, err = mw(["train", *cmd, "--out-dir", str(run)])
+        assert rc == 2 and "Traceback" not in err and "run.json" in err and "hint:" in err, (cmd, rc, err)
+
+
+@pytest.mark.parametrize("kind", ["loop", "self", "under-a-loop"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status", "--out-dir"],
+        ["status", "--json", "--out-dir"],
+        ["watch", "--out-dir"],
+        ["stop", "--out-dir"],
+        ["verify"],
+    ],
+    ids=["status", "status-json", "watch", "stop", "verify"],
+)
+def test_a_run_folder_that_is_a_link_loop(tmp_path: Path, kind: str, command: list[str]) -> None:
+    """Case 2's class on the run-folder commands: pathlib's resolve() raises `RuntimeError: Symlink loop`;
+    exit 2 `cannot use DIR: a symbolic link loop` with a hint, never a traceback."""
+    os.symlink("b", tmp_path / "a")
+    os.symlink("a", tmp_path / "b")
+    os.symlink("self", tmp_path / "self")
+    target = {"loop": tmp_path / "a", "self": tmp_path / "self", "under-a-loop": tmp_path / "a" / "run"}[kind]
+    rc, _, err = mw(["train", *command, str(target)])
+    assert rc == 2 and "Traceback" not in err, (rc, err)
+    assert f"error: cannot use {target}: a symbolic link loop" in err and "hint:" in err, err
 
 
 # -- case 5: verify hashes only files inside the run folder -----------------------------------------------

@@ -13,9 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mw_env.errors import InputError
+
+if TYPE_CHECKING:
+    from mw_env.profiles.model import Profile
 
 CATALOGUE_FILE = Path(__file__).with_name("catalogue.yaml")
 Severity = Literal["harmless", "warning", "fatal"]
@@ -88,7 +91,7 @@ class Catalogue:
     messages: tuple[Message, ...]
     fixes: Mapping[str, FixText]
 
-    def fix_for(self, fix_id: str, **values: Any) -> tuple[str, str]:
+    def fix_for(self, fix_id: str, **values: object) -> tuple[str, str]:
         """(cause, fix) for a finding, with its placeholders filled; unknown placeholders stay visible."""
         entry = self.fixes.get(fix_id)
         if entry is None:  # a programming error, but never lose the finding over it
@@ -124,7 +127,7 @@ class Catalogue:
         return Catalogue(messages=(*extra, *self.messages), fixes=self.fixes)
 
 
-def _fill(template: str, values: Mapping[str, Any]) -> str:
+def _fill(template: str, values: Mapping[str, object]) -> str:
     class _Keep(dict):
         def __missing__(self, key: str) -> str:
             return "{" + key + "}"
@@ -226,7 +229,7 @@ def _load_file(path: str) -> Catalogue:
     return parse_catalogue(data, source=path)
 
 
-def profile_messages(profile: Any) -> list[Message]:
+def profile_messages(profile: Profile) -> list[Message]:
     """A profile's additions: `doctor.harmless_messages` substrings and optional `doctor.catalogue` entries."""
     doctor = getattr(profile, "doctor", None)
     name = getattr(profile, "name", "profile")
@@ -248,7 +251,7 @@ def profile_messages(profile: Any) -> list[Message]:
     return out
 
 
-def load_catalogue(*, profile: Any = None, extra_files: Sequence[Path] = ()) -> Catalogue:
+def load_catalogue(*, profile: Profile | None = None, extra_files: Sequence[Path] = ()) -> Catalogue:
     """The shipped catalogue, extended by extra YAML files and the profile's entries."""
     cat = _load_file(str(CATALOGUE_FILE))
     for path in extra_files:

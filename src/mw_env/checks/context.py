@@ -21,7 +21,8 @@ from mw_env.errors import MwEnvError
 if TYPE_CHECKING:
     from mw_env.hardware import Gpu, Hardware
     from mw_env.machine import Machine
-    from mw_env.profiles.model import Selection
+    from mw_env.profiles.model import Profile, Selection
+    from mw_env.provision.record import VenvRecord
 
 T = TypeVar("T")
 GIB = 1024**3
@@ -76,7 +77,7 @@ class DoctorContext:
     quick: bool = False
     probe_timeout: float = 60.0
     network: bool = False
-    record: Any = None  # VenvRecord | None
+    record: VenvRecord | None = None
     record_error: str | None = None
     run_env: dict[str, str] | None = None  # the environment training runs with, when the caller knows it
     _static: Background[ProbeResult] | None = field(default=None, repr=False)
@@ -87,7 +88,7 @@ class DoctorContext:
 
     # -- facts ------------------------------------------------------------------------------------
     @property
-    def profile(self) -> Any:
+    def profile(self) -> Profile:
         return self.selection.profile
 
     @property
@@ -129,7 +130,7 @@ class DoctorContext:
             merged.update(getattr(self.record, "env", {}) or {})
         return merged
 
-    def fix(self, fix_id: str, **values: Any) -> tuple[str, str]:
+    def fix(self, fix_id: str, **values: object) -> tuple[str, str]:
         return self.catalogue.fix_for(fix_id, **values)
 
     def bootstrap_command(self, *, recreate: bool = False) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mw_env.checks.context import DoctorContext
-from mw_env.checks.model import CheckResult, Status, result
+from mw_env.checks.model import CheckResult, CheckStatus, result
 
 AREA = "devices"
 
@@ -280,7 +280,7 @@ def _gid_mismatch(ctx: DoctorContext, nodes: list[str]) -> CheckResult | None:
             group_gid=render_gid,
             group="render",
         )
-        status: Status = "pass" if ctx.machine.can_access(node) else "warn"
+        status: CheckStatus = "pass" if ctx.machine.can_access(node) else "warn"
         return result(
             "devices.render_gid", AREA, "render group GID", status, cause, fix if status == "warn" else ""
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mw_env.checks.context import DoctorContext, human_bytes
-from mw_env.checks.model import CheckResult, Status, result
+from mw_env.checks.model import CheckResult, CheckStatus, result
 
 if TYPE_CHECKING:
     from mw_env.machine import Machine
@@ -85,7 +85,7 @@ def _shm(ctx: DoctorContext) -> CheckResult:
         cause, fix = ctx.fix(fix_id, size=size, host_commands=_ipc_command(ctx))
         # ROCm fails every allocation there ("Memory critical error ... Memory in use"); CUDA/CPU only
         # lose DataLoader workers, so that is a warning - as it is when the probe's GPU allocation worked.
-        status: Status = "fail" if ctx.vendor == "amd" and not gpu_alloc_worked(ctx) else "warn"
+        status: CheckStatus = "fail" if ctx.vendor == "amd" and not gpu_alloc_worked(ctx) else "warn"
         return result("ipc.shm", AREA, title, status, cause, fix)
     if du.total < 1024 * MIB:
         cause, fix = ctx.fix("ipc.shm_small", size=size)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mw_env.checks.context import DoctorContext
-from mw_env.checks.model import CheckResult, Status, result
+from mw_env.checks.model import CheckResult, CheckStatus, result
 
 AREA = "messages"
 # Entries that only make sense in a log read without context: the doctor judges the torch build itself
@@ -32,7 +32,7 @@ def check_messages(ctx: DoctorContext) -> list[CheckResult]:
         if msg.id in seen:
             continue
         seen.add(msg.id)
-        status: Status = "fail" if msg.severity == "fatal" else "warn"
+        status: CheckStatus = "fail" if msg.severity == "fatal" else "warn"
         out.append(
             result(
                 f"messages.{msg.id}",

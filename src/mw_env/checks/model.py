@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-Status = Literal["pass", "warn", "fail", "skip"]
-STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
+CheckStatus = Literal["pass", "warn", "fail", "skip"]
+STATUSES: tuple[CheckStatus, ...] = ("pass", "warn", "fail", "skip")
 
 # Areas in report order: the first failure explains the later ones (no device node -> no GPU in torch).
 AREAS: dict[str, str] = {
@@ -35,7 +35,7 @@ class CheckResult:
     id: str  # "devices.kfd", "torch.build", "probe.matmul.bf16"
     area: str  # a key of AREAS
     title: str
-    status: Status
+    status: CheckStatus
     detail: str = ""
     fix: str = ""
     duration_s: float = 0.0
@@ -44,7 +44,7 @@ class CheckResult:
     def with_duration(self, seconds: float) -> CheckResult:
         return replace(self, duration_s=round(seconds, 4))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
             "area": self.area,
@@ -83,7 +83,7 @@ class DoctorReport:
                 return c
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "profile": self.profile,
             "ok": self.ok,
@@ -98,7 +98,7 @@ def result(
     id: str,
     area: str,
     title: str,
-    status: Status,
+    status: CheckStatus,
     detail: str = "",
     fix: str = "",
     info: tuple[str, ...] = (),

@@ -98,7 +98,7 @@ def run_probe(
     python: Path,
     env: Mapping[str, str],
     timeout: float,
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     progress: list[str] | None = None,
 ) -> ProbeResult:
     """Run the probe; never raises, never outlives `timeout` by more than the kill. `progress` receives each

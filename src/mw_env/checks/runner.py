@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mw_env.checks import (
     apu,
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mw_env.hardware import Hardware
     from mw_env.machine import Machine
     from mw_env.profiles.model import Selection
+    from mw_env.provision.record import VenvRecord
 
 AreaFn = Callable[[DoctorContext], list[CheckResult]]
 # (area, function, what it waits for: "" nothing, "static" the venv inspection, "probe" the full probe).
@@ -56,7 +57,7 @@ AREA_CHECKS: tuple[tuple[str, AreaFn, str], ...] = (
     ("disk", disk.check_disk, ""),
 )
 # The venv record as read once per command: (record or None, the reason it could not be read).
-RecordRead = tuple[Any, "str | None"]
+RecordRead = tuple["VenvRecord | None", "str | None"]
 CHECK_TIMEOUT = 10.0
 STATIC_TIMEOUT = 35.0  # the venv's python answering without importing torch
 
@@ -88,7 +89,7 @@ def run_doctor(
         from mw_env.detect import detect
 
         hardware = detect(machine, gpu=selection.gpu.index if selection.gpu is not None else None)
-    record, record_error = record if record is not None else read_venv_record(venv)
+    venv_record, record_error = record if record is not None else read_venv_record(venv)
     ctx = DoctorContext(
         machine=machine,
         hardware=hardware,
@@ -98,7 +99,7 @@ def run_doctor(
         quick=quick,
         probe_timeout=probe_timeout,
         network=(not quick and machine.is_real) if network is None else network,
-        record=record,
+        record=venv_record,
         record_error=record_error,
         run_env=dict(run_env) if run_env is not None else None,
     )
@@ -178,9 +179,9 @@ def read_venv_record(venv: Path) -> RecordRead:
         return None, exc.message
 
 
-def _facts(ctx: DoctorContext) -> dict[str, Any]:
+def _facts(ctx: DoctorContext) -> dict[str, object]:
     """Figures for --json: the torch build and, when the probe ran, device and TFLOP/s per dtype."""
-    facts: dict[str, Any] = {}
+    facts: dict[str, object] = {}
     try:
         info = ctx.torch_info()
         probe = ctx.probe()

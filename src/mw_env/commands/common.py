@@ -64,7 +64,7 @@ def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON only, on stdout.")(func)
 
 
-def echo_json(data: Any) -> None:
+def echo_json(data: object) -> None:
     """JSON on stdout, nothing else."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 

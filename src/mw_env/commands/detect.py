@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 _GIB = 1024**3
 
 
-def detect_dict(resolved: Resolved) -> dict[str, Any]:
+def detect_dict(resolved: Resolved) -> dict[str, object]:
     """The `detect --json` document (design.md, "Contracts that others rely on")."""
     hw, sel = resolved.hardware, resolved.selection
     gpus = [

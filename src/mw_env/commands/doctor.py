@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +13,8 @@ from mw_env.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, InputError, MwEnvErr
 from mw_env.textsafe import safe, safe_message
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from mw_env.checks.catalogue import Hit
     from mw_env.checks.model import DoctorReport
 
@@ -20,7 +22,7 @@ MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red
 HIT_MARKS = {"harmless": ("•", "bright_black"), "warning": ("!", "yellow"), "fatal": ("✗", "red")}
 
 
-def _console(stderr: bool = False) -> Any:
+def _console(stderr: bool = False) -> Console:
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False, soft_wrap=True)

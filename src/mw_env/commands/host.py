@@ -4,14 +4,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
 from mw_env.commands.common import json_option, profile_options, root_option
 
 if TYPE_CHECKING:  # the CLI module stays light at start-up: the type only, for the checker
+    from typing import Unpack
+
     from mw_env.profiles.model import Resolved
+
+
+class HostOptions(TypedDict):
+    """What `host-commands` is asked (its options but --out), as the command and the planner both read it: the
+    options are named here once (tests/test_cmd_host.py checks the click options against these keys)."""
+
+    root: str | None
+    profile: str | None
+    profiles_dirs: tuple[str, ...]
+    gpu: int | None
+    runtime: str | None  # incus | docker | podman | kubernetes; None: the detected one
+    container: str | None
+    image: str | None
+    nodes: int | None  # kubernetes: a multi-node manifest for this many nodes
+    name: str
+    gpus_per_node: int
+    train_config: str
+    render_gid: int | None
+    pvc: str | None
+    lock: str | None
+    as_json: bool
 
 
 def json_text(data: object) -> str:
@@ -71,24 +94,7 @@ def json_text(data: object) -> str:
     "behind when the command fails).",
 )
 @json_option
-def host_commands(
-    root: str | None,
-    profile: str | None,
-    profiles_dirs: tuple[str, ...],
-    gpu: int | None,
-    runtime: str | None,
-    container: str | None,
-    image: str | None,
-    nodes: int | None,
-    name: str,
-    gpus_per_node: int,
-    train_config: str,
-    render_gid: int | None,
-    pvc: str | None,
-    lock: str | None,
-    out_file: Path | None,
-    as_json: bool,
-) -> None:
+def host_commands(out_file: Path | None, **options: Unpack[HostOptions]) -> None:
     """Print the host-side commands that pass the GPU into this container.
 
     The output is a shell script for the host: notes are comments. With `--runtime kubernetes --nodes N` it is
@@ -97,24 +103,7 @@ def host_commands(
     """
     lines: list[str] = []
     # Everything is built first: an error leaves nothing half-printed and no --out file touched.
-    _plan(
-        lines,
-        root,
-        profile,
-        profiles_dirs,
-        gpu,
-        runtime,
-        container,
-        image,
-        nodes,
-        name,
-        gpus_per_node,
-        train_config,
-        render_gid,
-        pvc,
-        as_json,
-        lock=lock,
-    )
+    _plan(lines, options)
     text = "".join(lines)
     if out_file is None:
         click.echo(text, nl=False)
@@ -125,47 +114,22 @@ def host_commands(
     click.echo(f"wrote {out_file}", err=True)
 
 
-def _plan(
-    lines: list[str],
-    root: str | None,
-    profile: str | None,
-    profiles_dirs: tuple[str, ...],
-    gpu: int | None,
-    runtime: str | None,
-    container: str | None,
-    image: str | None,
-    nodes: int | None,
-    name: str,
-    gpus_per_node: int,
-    train_config: str,
-    render_gid: int | None,
-    pvc: str | None,
-    as_json: bool,
-    *,
-    lock: str | None = None,
-) -> None:
+def _plan(lines: list[str], o: HostOptions) -> None:
     from mw_env.host import host_plan
     from mw_env.profiles import resolve
 
     echo = lines.append
-    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
-    if nodes is not None:
-        _manifest(
-            echo,
-            resolved,
-            runtime,
-            nodes,
-            image,
-            name,
-            gpus_per_node,
-            train_config,
-            render_gid,
-            pvc,
-            as_json,
-            lock=lock,
-        )
+    resolved = resolve(
+        root=o["root"],
+        profile=o["profile"],
+        profiles_dirs=o["profiles_dirs"],
+        gpu=o["gpu"],
+        interpreters=False,
+    )
+    if o["nodes"] is not None:
+        _manifest(echo, resolved, o["nodes"], o)
         return
-    if lock is not None:
+    if o["lock"] is not None:
         from mw_env.errors import InputError
 
         raise InputError(
@@ -173,14 +137,14 @@ def _plan(
             hint="for one container, rebuild its venv from the lock inside it: `mw-env bootstrap --lock FILE`",
         )
     plan = host_plan(
-        runtime=runtime,
-        container=container,
+        runtime=o["runtime"],
+        container=o["container"],
         hardware=resolved.hardware,
         selection=resolved.selection,
         machine=resolved.machine,
-        image=image,
+        image=o["image"],
     )
-    if as_json:
+    if o["as_json"]:
         echo(json_text(plan.to_dict()))
         return
     echo(
@@ -192,25 +156,11 @@ def _plan(
         echo(cmd + "\n")
 
 
-def _manifest(
-    echo: Callable[[str], None],
-    resolved: Resolved,
-    runtime: str | None,
-    nodes: int,
-    image: str | None,
-    name: str,
-    gpus_per_node: int,
-    train_config: str,
-    render_gid: int | None,
-    pvc: str | None,
-    as_json: bool,
-    *,
-    lock: str | None = None,
-) -> None:
+def _manifest(echo: Callable[[str], None], resolved: Resolved, nodes: int, o: HostOptions) -> None:
     from mw_env.errors import InputError
     from mw_env.host_k8s import multinode_manifest
 
-    if runtime != "kubernetes":
+    if o["runtime"] != "kubernetes":
         raise InputError(
             "--nodes prints a Kubernetes manifest: it needs --runtime kubernetes",
             hint="for bare metal and incus/docker hosts, run `mw-env train --nnodes N ...` on each node "
@@ -220,15 +170,15 @@ def _manifest(
         hardware=resolved.hardware,
         selection=resolved.selection,
         nodes=nodes,
-        image=image,
-        name=name,
-        gpus_per_node=gpus_per_node,
-        config=train_config,
-        render_gid=render_gid,
-        pvc=pvc,
-        lock=_lock_of(lock),
+        image=o["image"],
+        name=o["name"],
+        gpus_per_node=o["gpus_per_node"],
+        config=o["train_config"],
+        render_gid=o["render_gid"],
+        pvc=o["pvc"],
+        lock=_lock_of(o["lock"]),
     )
-    if as_json:
+    if o["as_json"]:
         echo(json_text(manifest.to_dict()))
         return
     for note in manifest.notes:

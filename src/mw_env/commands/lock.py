@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -30,7 +29,18 @@ from mw_env.commands.common import echo_json, json_option, profile_options, root
 @click.option("--find-links", "find_links", multiple=True, help="Wheelhouse folder/URL uv may look in.")
 @click.option("--offline", is_flag=True, help="Only uv's cache and the wheelhouse: never contact an index.")
 @json_option
-def lock(**params: Any) -> int:
+def lock(
+    root: str | None,
+    profile: str | None,
+    profiles_dirs: tuple[str, ...],
+    gpu: int | None,
+    source: str | None,
+    venv: Path | None,
+    output: Path | None,
+    find_links: tuple[str, ...],
+    offline: bool,
+    as_json: bool,
+) -> int:
     """Lock a venv: every package with its version, source and sha256, plus the hardware it is for.
 
     `mw-env bootstrap --lock FILE` rebuilds exactly that venv on a machine of the same hardware.
@@ -43,28 +53,27 @@ def lock(**params: Any) -> int:
     from mw_env.profiles import resolve_for_venv
     from mw_env.provision.record import default_venv, read_record
 
-    venv_arg = params["venv"]
-    venv = Path(venv_arg).expanduser() if venv_arg else default_venv(os.environ)
+    venv = Path(venv).expanduser() if venv else default_venv(os.environ)
     # The torch source the venv was built with, as the doctor and train judge it (one detection).
     record = read_record(venv) if (venv / "bin" / "python").exists() else None
     resolved = resolve_for_venv(
         record=record,
-        root=params["root"],
-        profile=params["profile"],
-        profiles_dirs=params["profiles_dirs"],
-        gpu=params["gpu"],
-        source=params["source"],
+        root=root,
+        profile=profile,
+        profiles_dirs=profiles_dirs,
+        gpu=gpu,
+        source=source,
     )
     env = resolved.machine.env
     the_lock = lock_venv(
         venv=venv,
         selection=resolved.selection,
         env=env,
-        find_links=params["find_links"],
-        offline=params["offline"],
+        find_links=find_links,
+        offline=offline,
     )
-    output = write_lock(the_lock, params["output"] or venv / LOCK_FILE)
-    if params["as_json"]:
+    output = write_lock(the_lock, output or venv / LOCK_FILE)
+    if as_json:
         echo_json(
             {
                 "lock": str(output),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +11,9 @@ from mw_env.commands.common import echo_json, json_option
 from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
     from mw_env.profiles.model import Profile
 
 
@@ -86,7 +89,9 @@ def profiles(
     return 0
 
 
-def _check(loaded: Any, name: str | None, snapshots: Any, timeout: float, as_json: bool) -> int:
+def _check(
+    loaded: Mapping[str, Profile], name: str | None, snapshots: Path | None, timeout: float, as_json: bool
+) -> int:
     from mw_env.profiles.freshness import check_profiles
 
     results = check_profiles(loaded, snapshots=snapshots, timeout=timeout, names=[name] if name else [])
@@ -112,7 +117,7 @@ def _check(loaded: Any, name: str | None, snapshots: Any, timeout: float, as_jso
     return 1 if stale else 0
 
 
-def _summary(p: Profile) -> dict[str, Any]:
+def _summary(p: Profile) -> dict[str, object]:
     src = p.default_source
     return {
         "name": p.name,

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +22,12 @@ from mw_env.commands.train_options import (
 )
 from mw_env.errors import EXIT_FAILED
 from mw_env.textsafe import safe
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from mw_env.commands.train_options import ConfigSelection
+    from mw_env.runs.launch import LaunchOptions
 
 RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
 
@@ -53,7 +59,7 @@ class TrainGroup(click.Group):
 @click.group(cls=TrainGroup, invoke_without_command=True)
 @launch_options
 @click.pass_context
-def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | None:
+def train(ctx: click.Context, config_name: str | None, **options: Unpack[LaunchOptions]) -> int | None:
     """Train the bundled address tagger in the provisioned venv (or manage runs).
 
     Exit codes: 0 finished (or stopped by SIGTERM), 1 training failed, 2 bad input, 130 interrupted.
@@ -83,7 +89,7 @@ def train(ctx: click.Context, config_name: str | None, **options: Any) -> int | 
 @root_option
 @profile_options
 @click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is always JSON.")
-def config_cmd(as_json: bool, **selection: Any) -> None:
+def config_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
     """Print the resolved settings as JSON, with where each value came from."""
     echo_json(resolve_train_config(**selection).to_dict())
 
@@ -93,7 +99,7 @@ def config_cmd(as_json: bool, **selection: Any) -> None:
 @root_option
 @profile_options
 @json_option
-def summary_cmd(as_json: bool, **selection: Any) -> None:
+def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
     """The model (parameters per block, total), the data and the schedule."""
     from mw_env.trainspec.summary import summarize
 

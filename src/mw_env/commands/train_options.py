@@ -5,19 +5,20 @@ a launch (a leaf of the command layer: train and train_runs both import it, neit
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
-from mw_env.commands.common import profile_options, root_option, source_option
+from mw_env.commands.common import F, profile_options, root_option, source_option
 
 if TYPE_CHECKING:  # types only: `mw-env --help` imports no launch code
     from typing import Unpack
 
     from mw_env.runs.launch import Launch, LaunchOptions
+    from mw_env.trainspec.config import ResolvedConfig
 
 
-def config_options(func: Any) -> Any:
+def config_options(func: F) -> F:
     func = click.option(
         "--set",
         "overrides",
@@ -34,9 +35,21 @@ def config_options(func: Any) -> Any:
     )(func)
 
 
+class ConfigSelection(TypedDict):
+    """What resolves a training config (`train config`, `train summary`): the config, its --set values and
+    the profile options."""
+
+    config_name: str | None
+    overrides: tuple[str, ...]
+    root: str | None
+    profile: str | None
+    profiles_dirs: tuple[str, ...]
+    gpu: int | None
+
+
 def _profile_defaults(
     root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None
-) -> tuple[dict[str, Any], str]:
+) -> tuple[dict[str, object], str]:
     from mw_env.profiles import resolve
     from mw_env.runs.launch import profile_defaults
 
@@ -54,7 +67,7 @@ def resolve_train_config(
     profile: str | None,
     profiles_dirs: tuple[str, ...],
     gpu: int | None,
-) -> Any:
+) -> ResolvedConfig:
     from mw_env.trainspec.config import find_config, resolve_config
 
     if not config_name:
@@ -64,7 +77,7 @@ def resolve_train_config(
     return resolve_config(path=path, overrides=overrides, profile_defaults=defaults, profile_name=name)
 
 
-def launch_options(func: Any) -> Any:
+def launch_options(func: F) -> F:
     """The options that say what to run and where: `mw-env train` and `mw-env train start` share them."""
     for deco in reversed(
         [
@@ -138,11 +151,11 @@ def launch_options(func: Any) -> Any:
 
 def prepare_launch(*, config_name: str | None, **options: Unpack[LaunchOptions]) -> Launch:
     """`mw_env.runs.launch.prepare` from the launch options (the doctor's quick checks included)."""
-    from mw_env.runs.launch import prepare
+    from mw_env.runs.launch import LaunchRequest, prepare
 
     if not config_name:
         raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
-    return prepare(config=config_name, **options)
+    return prepare(LaunchRequest(config=config_name, **options))
 
 
 def run_folder_options(func: Any) -> Any:

@@ -8,18 +8,26 @@ mw_env.trainer.export inside the training venv, where torch lives.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from mw_env.commands.common import echo_json, json_option
+from mw_env.commands.common import F, echo_json, json_option
 from mw_env.commands.train_export import export
 from mw_env.commands.train_options import launch_options, prepare_launch, run_folder_options
 from mw_env.errors import EXIT_FAILED, MwEnvError
 from mw_env.textsafe import bounded
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from mw_env.runs.anomalies import Thresholds
+    from mw_env.runs.launch import LaunchOptions
+    from mw_env.runs.runstatus import RunStatus
 
 STATUS_EPILOG = (
     "Exit codes: 0 no anomaly (running, finished or stopped), 2 no run there / bad input, "
@@ -29,7 +37,7 @@ STATUS_EPILOG = (
 )
 
 
-def _threshold_options(func: Any) -> Any:
+def _threshold_options(func: F) -> F:
     func = click.option(
         "--divergence-factor",
         type=click.FloatRange(min=1.0, min_open=True),
@@ -60,7 +68,7 @@ def _threshold_options(func: Any) -> Any:
     )(func)
 
 
-def _thresholds(silence: float, first: float, checkpoint: float, factor: float) -> Any:
+def _thresholds(silence: float, first: float, checkpoint: float, factor: float) -> Thresholds:
     from mw_env.runs.anomalies import Thresholds
 
     return Thresholds(
@@ -72,7 +80,7 @@ def _thresholds(silence: float, first: float, checkpoint: float, factor: float) 
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):  # a clock from a mangled metrics file
         return "?"
     seconds = int(seconds)
     if seconds < 90:
@@ -88,11 +96,11 @@ def _duration(seconds: float | None) -> str:
 @click.command("start", epilog="Exit codes: 0 started, 1 could not start, 2 bad input or a live run there.")
 @launch_options
 @json_option
-def start(config_name: str | None, overrides: tuple[str, ...], as_json: bool, **options: Any) -> int:
+def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOptions]) -> int:
     """Start training detached from the terminal; print where to look."""
     from mw_env.runs.runs import start_run
 
-    launch = prepare_launch(config_name=config_name, overrides=overrides, **options)
+    launch = prepare_launch(config_name=config_name, **options)
     # Nodes other than 0 keep their own supervision (run.json, train.log, state.json) beside the run, so nodes
     # that share the run folder never overwrite each other's; rank 0 writes the metrics and checkpoints.
     rank = launch.nodes.node_rank
@@ -101,7 +109,7 @@ def start(config_name: str | None, overrides: tuple[str, ...], as_json: bool, **
         env=launch.env,
         out_dir=launch.out_dir / f"node-{rank}" if rank else launch.out_dir,
         cwd=launch.cwd,
-        max_steps=_max_steps(launch.config_path, overrides),
+        max_steps=_max_steps(launch.config_path, tuple(options.get("overrides", ()))),
     )
     if as_json:
         echo_json(record.to_dict())
@@ -155,7 +163,7 @@ def status(
     return result.exit_code
 
 
-def _render_status(result: Any) -> None:
+def _render_status(result: RunStatus) -> None:
     p = result.progress
     who = f"pid {result.pid}" if result.pid else "no run.json: a foreground run"
     click.echo(f"run {result.run_dir}: {result.state} ({who})")

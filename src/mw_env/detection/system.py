@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shlex
-from concurrent.futures import ThreadPoolExecutor
 
 from mw_env.detection.probe import Probe
 from mw_env.hardware import CpuInfo, OsInfo, PythonInfo, UvInfo
@@ -184,6 +183,10 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
     # there are cores - on a busy 2-core machine eight at once made a 2.5 s shim miss its 5 s budget.
     def ask(p: str, timeout: float = PYTHON_TIMEOUT) -> CommandResult:
         return m.run([p, "-I", "-S", "-c", _VERSION_SNIPPET], timeout=timeout)
+
+    # Imported here: only the real host runs Pythons, and the thread pool (with logging) costs ~8 ms of
+    # start-up that `detect --root` (no Pythons run) should not pay.
+    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
         results = list(pool.map(ask, candidates))

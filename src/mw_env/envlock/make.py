@@ -20,10 +20,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mw_env.envlock.lockfile import FORMAT, Lock, LockMeta, normalize, parse_lock
 from mw_env.errors import InputError, StepFailed
 from mw_env.textsafe import redact, safe
+
+if TYPE_CHECKING:
+    from mw_env.profiles.model import Selection
 
 HEADER = (
     "# Written by mw-env: the exact packages of a training venv, for the hardware in [tool.mw-env].\n"
@@ -178,7 +182,7 @@ def write_lock(lock: Lock, output: Path) -> Path:
 def lock_venv(
     *,
     venv: Path,
-    selection: object,
+    selection: Selection | None,
     env: Mapping[str, str],
     uv: str | None = None,
     find_links: Sequence[str] = (),
@@ -237,9 +241,12 @@ def lock_venv(
         companions=companions,
         offline=offline or sources.no_index,
     )
+    if target is None:
+        assert selection is not None, "lock_venv needs the target hardware or the selection it comes from"
+        target = target_of(selection)
     meta = meta_for(
         record,
-        target if target is not None else target_of(selection),
+        target,
         mw_env_version=mw_env.__version__,
         created=now_iso(),
         platform=machine_platform(),
@@ -247,7 +254,7 @@ def lock_venv(
     return render(text, meta, source=f"the lock of {venv}")
 
 
-def _torch_index(recorded: str | None, selection: object) -> str | None:
+def _torch_index(recorded: str | None, selection: Selection | None) -> str | None:
     """The record keeps the index URL with its credentials hidden; the profile's own URL restores them."""
     profile_url = getattr(getattr(selection, "torch", None), "index_url", None)
     if recorded and profile_url and redact(profile_url) == recorded:

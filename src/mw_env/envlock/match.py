@@ -9,13 +9,18 @@ of them is another machine, and its lock is refused before anything is installed
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mw_env.envlock.lockfile import LockMeta
 from mw_env.versions import version_tuple
 
+if TYPE_CHECKING:
+    from mw_env.hardware import Gpu
+    from mw_env.profiles.model import Selection
+    from mw_env.provision.record import VenvRecord
 
-def gpu_arch(gpu: Any) -> str:
+
+def gpu_arch(gpu: Gpu | None) -> str:
     """`gfx1103` (AMD), `sm_86` (NVIDIA), "" (no GPU)."""
     if gpu is None:
         return ""
@@ -25,7 +30,7 @@ def gpu_arch(gpu: Any) -> str:
     return f"sm_{str(cc).replace('.', '')}" if cc else ""
 
 
-def target_of(selection: Any) -> dict[str, str]:
+def target_of(selection: Selection) -> dict[str, str]:
     """The hardware facts of a lock, from this machine's selection (what LockMeta keeps beside the torch)."""
     cpu = selection.torch.build == "cpu"
     gpu = None if cpu else selection.gpu
@@ -38,7 +43,7 @@ def target_of(selection: Any) -> dict[str, str]:
 
 
 def meta_for(
-    record: Any, target: Mapping[str, str], *, mw_env_version: str, created: str, platform: str
+    record: VenvRecord, target: Mapping[str, str], *, mw_env_version: str, created: str, platform: str
 ) -> LockMeta:
     """The [tool.mw-env] table for a venv bootstrapped with `record` on the hardware `target`."""
     from mw_env.textsafe import redact
@@ -61,14 +66,14 @@ def meta_for(
     )
 
 
-def machine_hardware(selection: Any) -> str:
+def machine_hardware(selection: Selection) -> str:
     """This machine in the words of LockMeta.hardware()."""
     gpu = None if selection.torch.build == "cpu" else selection.gpu
     what = ", ".join(x for x in ((gpu.name if gpu else ""), gpu_arch(gpu)) if x) or "no GPU"
     return f"profile {selection.profile.name} ({what})"
 
 
-def hardware_problem(meta: LockMeta, selection: Any) -> str | None:
+def hardware_problem(meta: LockMeta, selection: Selection) -> str | None:
     """Why the lock does not fit this machine's selection, None when it fits."""
     if meta.profile != selection.profile.name:
         return "another profile"

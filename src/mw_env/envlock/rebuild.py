@@ -13,18 +13,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from mw_env.envlock.lockfile import Lock, read_lock
 from mw_env.envlock.match import hardware_problem, machine_hardware
 from mw_env.errors import InputError, StepFailed
+
+if TYPE_CHECKING:
+    from mw_env.profiles.model import Build, Selection, TorchSource
+    from mw_env.provision.wheelhouse import Sources
 
 # uv's own settings that name indexes and wheelhouses (uv reads them itself; mw-env's Sources does not).
 UV_SOURCES = ("UV_DEFAULT_INDEX", "UV_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS")
 
 
 def local_roots(
-    sources: Any, indexes: Sequence[str | None] = (), env: Mapping[str, str] | None = None
+    sources: Sources, indexes: Sequence[str | None] = (), env: Mapping[str, str] | None = None
 ) -> list[Path]:
     """The folders a lock's local wheels may come from: the wheelhouses (find-links) and local indexes, the
     torch source's and uv's own among them (a `…/simple` index with its files beside it: its parent)."""
@@ -44,7 +48,7 @@ def local_roots(
 
 
 def load_for_bootstrap(
-    path: Path, *, selection: Any, sources: Any, force: bool, env: Mapping[str, str] | None = None
+    path: Path, *, selection: Selection, sources: Sources, force: bool, env: Mapping[str, str] | None = None
 ) -> Lock:
     """The lock, validated and checked against this machine; InputError before anything is installed."""
     torch = selection.torch
@@ -136,7 +140,7 @@ def install_failure(output: str, lock: Lock, *, returncode: int) -> StepFailed:
     )
 
 
-def torch_source_for(lock: Lock, source: Any) -> Any:
+def torch_source_for(lock: Lock, source: TorchSource) -> TorchSource:
     """The profile's torch source narrowed to the lock's torch: the exact version, its build and local tag
     (what the verify step and the pin check), even under --force with another build."""
     import dataclasses
@@ -144,7 +148,7 @@ def torch_source_for(lock: Lock, source: Any) -> Any:
     local = lock.meta.torch.partition("+")[2]
     return dataclasses.replace(
         source,
-        build=lock.meta.build,
+        build=cast("Build", lock.meta.build),  # one of BUILDS: the lock's reader checked it
         version=f"=={lock.meta.torch}",
         local_tag=f"+{local}" if local else "",
     )

@@ -32,6 +32,11 @@ _OVERRIDE_RE = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}\.[0-9]{1,2}$")
 _DOTTED_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,3}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_RE = re.compile(r"^(https?|file)://[^\s]+$")
+# Clauses of an operator and a release number (">=2.9,<2.15", "==2.9.1"): valid PEP 440 specifiers by their
+# form, so they need not import packaging (with packaging.tags, platform and logging: ~10 ms of every
+# command's start-up). Anything else, and every refusal, is packaging's verdict.
+_PLAIN_CLAUSE = r"(?:==|!=|>=|<=|<|>)[0-9]+(?:\.[0-9]+)*|~=[0-9]+(?:\.[0-9]+)+"
+_PLAIN_SPEC_RE = re.compile(rf"^(?:{_PLAIN_CLAUSE})(?:,(?:{_PLAIN_CLAUSE}))*$")
 
 # YAML reads `min_hip: 6.2` as a float and a bare `key:` as null: a profile means the text and the default.
 POLICY = Policy(numbers_as_text=True, null_is_default=True)
@@ -73,6 +78,8 @@ def _arch(value: str) -> str | None:
 
 
 def _specifier(text: str) -> str | None:
+    if _PLAIN_SPEC_RE.fullmatch(text):
+        return None
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     try:

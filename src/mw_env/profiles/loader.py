@@ -31,15 +31,28 @@ __all__ = [
 
 def load_profile_file(path: Path, *, shipped: bool = False) -> Profile:
     """Read and validate one profile file (a bounded read of a regular UTF-8 file, then strict YAML)."""
-    from mw_env.userfile import load_yaml_file
+    from mw_env.userfile import load_yaml, read_text
 
-    data = load_yaml_file(path, what="profile", shipped=shipped)
+    text = read_text(path, what="profile")
+    data = _shipped_data(path, text) if shipped else None
+    if data is None:
+        data = load_yaml(text, source=f"profile {path}", shipped=shipped)
     profile = parse_profile(data, path=path, shipped=shipped)
     if profile.name != path.stem:
         raise Ctx(path).fail(
             "name", f"{profile.name!r} differs from the file name {path.stem!r}", f"name: {path.stem}"
         )
     return profile
+
+
+def _shipped_data(path: Path, text: str) -> object | None:
+    # A shipped file's data from the JSON index (profiles/index.py) while the file is unchanged: no PyYAML
+    # import or parse for the files every command reads.
+    if path.parent != SHIPPED_DIR:
+        return None
+    from mw_env.profiles.index import cached
+
+    return cached(path.name, text)
 
 
 def _dir_profiles(folder: Path, *, shipped: bool) -> list[Profile]:

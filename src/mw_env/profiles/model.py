@@ -127,7 +127,7 @@ class TorchSource:
 
         return SpecifierSet(self.version).contains(Version(v.public), prereleases=True)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -229,7 +229,7 @@ class Profile:
                 return src
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["path"] = str(self.path) if self.path else None
         return data
@@ -294,7 +294,7 @@ class Selection:
             )
         return self.required_arch in arch_list
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "profile": self.profile.name,
             "reason": self.reason,

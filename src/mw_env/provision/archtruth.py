@@ -10,22 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mw_env.profiles.amd import HSA_OVERRIDE, decide_override
 from mw_env.provision.wheelarch import WheelArchs
 
+if TYPE_CHECKING:
+    from mw_env.profiles.model import Profile, Selection
+
 
 @dataclass(frozen=True)
 class ArchPolicy:
-    profile: Any  # mw_env.profiles.model.Profile
+    profile: Profile
     gfx: str  # the GPU's own target, e.g. "gfx1103"
     source_id: str
     table_archs: tuple[str, ...]
     table_override: str | None  # what the table implied (None: native kernels)
     reason: str = ""  # the selection's own sentence on the override
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "gfx": self.gfx,
             "value": self.table_override,
@@ -34,7 +37,7 @@ class ArchPolicy:
         }
 
 
-def policy_for(selection: Any) -> ArchPolicy | None:
+def policy_for(selection: Selection) -> ArchPolicy | None:
     """The policy for an AMD selection whose GPU target is known; None otherwise (NVIDIA, CPU, unknown gfx)."""
     if selection.torch.build != "rocm":
         return None

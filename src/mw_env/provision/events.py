@@ -8,9 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mw_env.provision.model import Step
+
+if TYPE_CHECKING:
+    from mw_env.checks.model import DoctorReport
 
 
 class Events(Protocol):
@@ -63,4 +66,4 @@ class StepWarning:
 
 
 # Doctor hook: given the finished venv, return (ok, report). The command layer supplies it.
-DoctorHook = Callable[[Path], tuple[bool, Any]]
+DoctorHook = Callable[[Path], "tuple[bool, DoctorReport | None]"]

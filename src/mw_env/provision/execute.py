@@ -13,7 +13,7 @@ import errno
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mw_env.errors import MwEnvError, StepFailed
 from mw_env.provision import keys
@@ -25,6 +25,9 @@ from mw_env.provision.steps import BackgroundVerify, Run, recover_swap
 from mw_env.provision.table import spec_of
 from mw_env.textsafe import redact
 
+if TYPE_CHECKING:
+    from mw_env.checks.model import DoctorReport
+
 
 @dataclass(frozen=True)
 class BootstrapResult:
@@ -35,11 +38,11 @@ class BootstrapResult:
     torch_version: str | None = None
     error: MwEnvError | None = None
     failed_step: str | None = None
-    doctor_report: Any = None
+    doctor_report: DoctorReport | None = None
     record: VenvRecord | None = None
     changed: bool = False  # whether any step did work (False: a no-op re-run)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "profile": self.plan.profile,
             "venv": str(self.plan.venv),
@@ -59,7 +62,7 @@ class BootstrapResult:
                 for o in self.outcomes
             ],
             "warnings": list(self.plan.warnings),
-            "doctor": self.doctor_report.to_dict() if hasattr(self.doctor_report, "to_dict") else None,
+            "doctor": self.doctor_report.to_dict() if self.doctor_report is not None else None,
         }
 
 

@@ -1,11 +1,12 @@
 """The bootstrap steps of locks: install a venv from a lock (`--lock`), and write (or check) the venv's lock.
 
-`run` is provision.steps.Run (typed loosely: steps imports this module, and the layout allows no cycle).
+`run` is a provision.steps.Run, seen through the StepRun protocol (steps imports this module, and the layout
+allows no cycle).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import MwEnvError, StepFailed
@@ -13,16 +14,29 @@ from mw_env.provision import keys, venvinfo
 from mw_env.provision.events import StepWarning
 
 if TYPE_CHECKING:
-    from mw_env.provision.model import Step
+    from mw_env.provision.model import Plan, Step
+    from mw_env.provision.state import State
+    from mw_env.provision.uv import CommandRun
 
 
-def install_lock(run: Any, step: Step) -> str:
+class StepRun(Protocol):
+    """What the lock steps need of provision.steps.Run."""
+
+    plan: Plan
+    state: State
+    uv: str | None
+
+    def command(self, step: Step, argv: tuple[str, ...], *, timeout: float | None = None) -> CommandRun: ...
+
+
+def install_lock(run: StepRun, step: Step) -> str:
     """`bootstrap --lock`: the validated lock's text (never the file again: it may have changed since it was
     checked) goes into the venv, and uv installs exactly that."""
     from mw_env.envlock import LOCK_FILE
     from mw_env.envlock.rebuild import install_failure
 
     p = run.plan
+    assert p.lock is not None  # called only for `bootstrap --lock` (steps.install_torch)
     write_atomic(p.build_venv / LOCK_FILE, p.lock.text)
     res = run.command(step, step.command or (), timeout=3600)
     if not res.ok:
@@ -31,7 +45,7 @@ def install_lock(run: Any, step: Step) -> str:
     return venvinfo.installed_version(p.build_venv, "torch") or ""
 
 
-def lock_step(run: Any, step: Step) -> str | StepWarning:
+def lock_step(run: StepRun, step: Step) -> str | StepWarning:
     """Every finished venv gets its lock (or, rebuilt from one, is checked against it)."""
     from mw_env.envlock import LOCK_FILE
     from mw_env.envlock.drift import compare, installed

@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mw_env.provision.choose import AdoptCandidate, Interpreter, Problem, TorchChoice
 from mw_env.provision.wheelhouse import Sources
 from mw_env.textsafe import redact
+
+if TYPE_CHECKING:
+    from mw_env.envlock.lockfile import Lock
+    from mw_env.provision.archtruth import ArchPolicy, WheelVerdict
+    from mw_env.provision.torchpick import IndexPick
 
 GiB = 1024**3
 # Free space a torch install needs (wheel download in uv's cache + unpacked venv), by build.
@@ -43,7 +48,7 @@ class BootstrapOptions:
     adopt: bool | None = None  # reuse an image's torch: True, False, None = not decided (plan reports it)
     doctor: bool = True
     # `bootstrap --lock FILE`: the validated lock (envlock.lockfile.Lock); its packages are installed exactly.
-    lock: Any = None
+    lock: Lock | None = None
     # The hardware the venv's lock names (gpu, arch, required_arch, driver_floor: envlock.match.target_of).
     lock_target: Mapping[str, str] = field(default_factory=dict)
 
@@ -56,7 +61,7 @@ class Step:
     done: bool
     detail: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
             "title": self.title,
@@ -86,9 +91,9 @@ class Plan:
     # per-GPU packages they install (pinned with torch, so the extras step can never swap in PyPI's placeholder).
     torch_extras: tuple[str, ...] = ()
     device_packages: tuple[str, ...] = ()
-    arch_policy: Any = None  # archtruth.ArchPolicy: the GPU target and the table's override (AMD)
-    wheel: Any = None  # archtruth.WheelVerdict: what the installed wheel said (set once torch is in)
-    index_pick: Any = None  # torchpick.IndexPick: the exact torch the index serves, and its stated size
+    arch_policy: ArchPolicy | None = None  # the GPU target and the table's override (AMD)
+    wheel: WheelVerdict | None = None  # what the installed wheel said (set once torch is in)
+    index_pick: IndexPick | None = None  # the exact torch the index serves, and its stated size
     reason: str = ""  # the selection's reason: the profile, and why its torch source won
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # one-line facts about the choices (no action needed)
@@ -105,7 +110,7 @@ class Plan:
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
-    def lock(self) -> Any:
+    def lock(self) -> Lock | None:
         """The lock this bootstrap installs from (`--lock`), or None."""
         return self.options.lock if self.options else None
 
@@ -121,7 +126,7 @@ class Plan:
     def step(self, step_id: str) -> Step:
         return next(s for s in self.steps if s.id == step_id)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The `bootstrap --dry-run --json` contract (design.md), plus a few extra fields."""
         return {
             "profile": self.profile,

@@ -13,7 +13,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import InputError
@@ -65,7 +64,7 @@ class VenvRecord:
         str, ...
     ] = ()  # the per-GPU kernel packages installed ("amd-torch-device-gfx1103")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         for key in ("extras", "wheel_archs", "device_packages"):
             data[key] = list(data[key])

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import MwEnvError, StepFailed
@@ -23,6 +23,7 @@ from mw_env.provision.state import State
 from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
+    from mw_env.checks.model import DoctorReport
     from mw_env.provision.events import DoctorHook, Events
 
 
@@ -33,7 +34,7 @@ class Run:
     events: Events
     uv: str | None
     doctor: DoctorHook | None
-    doctor_report: Any = None
+    doctor_report: DoctorReport | None = None
     outputs: dict[str, str] = field(default_factory=dict)
 
     def command(self, step: Step, argv: tuple[str, ...], *, timeout: float | None = None) -> uvmod.CommandRun:
@@ -137,6 +138,7 @@ def read_wheel_archs(run: Run, step: Step) -> str | StepWarning:
     from mw_env.provision.wheelarch import read_wheel_archs as read
 
     p = run.plan
+    assert p.arch_policy is not None  # the step applies only to a plan with a policy (table.WHEEL_ARCHS)
     verdict = judge(p.arch_policy, read(p.build_venv))
     run.plan = dataclasses.replace(p, wheel=verdict, runtime_env=env_with(p.runtime_env, verdict.override))
     shown = f"{', '.join(verdict.archs) or 'unknown'} ({verdict.how}); {verdict.decision}"

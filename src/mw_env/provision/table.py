@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from mw_env.envlock import LOCK_FILE
 from mw_env.provision import keys
@@ -31,6 +32,9 @@ from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
 from mw_env.provision.state import State
 from mw_env.provision.venvinfo import adopted_site, installed_version
+
+if TYPE_CHECKING:
+    from mw_env.provision.archtruth import ArchPolicy
 
 Command = tuple[str, ...] | None
 
@@ -166,6 +170,11 @@ def _torch_done(f: Facts) -> bool:
     return f.torch_fits and TORCH.is_done(f, f.installed)
 
 
+def _policy(f: Facts) -> ArchPolicy:
+    assert f.p.arch_policy is not None  # WHEEL_ARCHS applies only to a plan with a policy
+    return f.p.arch_policy
+
+
 def _torch_detail(f: Facts) -> str:
     p = f.p
     if p.lock is not None:
@@ -239,11 +248,11 @@ WHEEL_ARCHS: StepSpec = StepSpec(
     "wheel-archs",
     # Truth from the wheel (AMD, GPU target known): the archs the installed torch carries decide the override,
     # before the pin and the env file; a re-run decided it while planning (Plan.wheel).
-    title=lambda f: f"Read the installed wheel's GPU archs ({f.p.arch_policy.gfx})",
+    title=lambda f: f"Read the installed wheel's GPU archs ({_policy(f).gfx})",
     command=_no_command,
     done=lambda f: f.all_done and f.p.wheel is not None,
     action=act.read_wheel_archs,
-    detail=lambda f: f.p.arch_policy.reason,
+    detail=lambda f: _policy(f).reason,
     applies=lambda p: p.arch_policy is not None,
 )
 VERIFY: StepSpec = StepSpec(

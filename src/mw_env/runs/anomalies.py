@@ -76,7 +76,7 @@ class Anomaly:
     def code(self) -> int:
         return KINDS[self.kind][0]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "code": self.code,
@@ -124,7 +124,7 @@ class Liveness:
 # Metrics
 
 
-def _as_float(value: Any) -> float | None:
+def _as_float(value: object) -> float | None:
     """A metrics number; strings like "nan"/"inf" (some loggers write those) count too."""
     if isinstance(value, bool):
         return None
@@ -138,7 +138,7 @@ def _as_float(value: Any) -> float | None:
     return None
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: object) -> bool:
     number = _as_float(value)
     return number is not None and math.isfinite(number)
 

@@ -15,12 +15,31 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Protocol
 
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.lifeline import preexec
 from mw_env.runs import rendezvous
+from mw_env.runs.rendezvous import Nodes
 from mw_env.runs.torchrun_output import TorchrunStderr
+
+
+class Launched(Protocol):
+    """What running a launch needs of runs.launch.Launch (which imports this package's supervisor: a
+    Protocol here, not an import, keeps the modules free of a cycle)."""
+
+    @property
+    def argv(self) -> list[str]: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    @property
+    def out_dir(self) -> Path: ...
+    @property
+    def cwd(self) -> Path: ...
+    @property
+    def nodes(self) -> Nodes | None: ...
+
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 
@@ -37,7 +56,7 @@ def stoppable_start(stopped: list[int]) -> Iterator[None]:
     signal; the caller then says so and exits 0 (nothing ran, nothing to keep). After the block a signal is
     only recorded in `stopped` until run_foreground takes over (no instant where it would kill us)."""
 
-    def stop(signum: int, _frame: Any) -> None:
+    def stop(signum: int, _frame: FrameType | None) -> None:
         raise _StopBeforeLaunch(signum)
 
     installed = []
@@ -61,7 +80,7 @@ def stopped_before_launch(signum: int) -> str:
     )
 
 
-def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int] | None = None) -> int:
+def run_foreground(launch: Launched, *, write: Callable[[str], None], early: list[int] | None = None) -> int:
     """Run `launch` (a runs.launch.Launch) to its end; `write` receives each relayed stderr line. `early`:
     signals recorded before (stoppable_start): they stop the run before or right after its start."""
     early = early if early is not None else []
@@ -69,16 +88,17 @@ def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int
         write(stopped_before_launch(early[0]))
         return 0
     torchrun = Path(launch.argv[0]).name == "torchrun"
-    nodes = getattr(launch, "nodes", None)
-    multi = bool(nodes is not None and nodes.multi)
-    started = rendezvous.started_file(launch.out_dir, nodes.node_rank if nodes is not None and multi else 0)
+    nodes: Nodes | None = getattr(launch, "nodes", None)  # a stand-in launch may have none
+    multi_nodes = nodes if nodes is not None and nodes.multi else None
+    multi = multi_nodes is not None
+    started = rendezvous.started_file(launch.out_dir, multi_nodes.node_rank if multi_nodes is not None else 0)
     if multi:
         launch.out_dir.mkdir(parents=True, exist_ok=True)
         started.unlink(missing_ok=True)
         launch.env[rendezvous.STARTED_ENV] = str(started)
     oom_before = oom_kills()
     forwarded: list[int] = []
-    box: list[subprocess.Popen[Any]] = []
+    box: list[subprocess.Popen[str]] = []
     handlers = (
         contextlib.ExitStack()
     )  # from before the start: a SIGTERM in between is passed on, never our death
@@ -103,7 +123,11 @@ def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
     filt = None
-    announcer = rendezvous.Announcer(nodes, started, write) if multi else contextlib.nullcontext()
+    announcer = (
+        rendezvous.Announcer(multi_nodes, started, write)
+        if multi_nodes is not None
+        else contextlib.nullcontext()
+    )
     try:
         with handlers, announcer:
             if torchrun:
@@ -122,10 +146,10 @@ def run_foreground(launch: Any, *, write: Callable[[str], None], early: list[int
         return EXIT_INTERRUPTED
     if filt is not None:
         log = rendezvous.write_log(launch.out_dir, filt.dropped)  # torchrun's tracebacks: the log, not here
-        if multi and filt.rendezvous_error and not started.exists():
-            raise rendezvous.never_joined(nodes, f"torchrun: {filt.rendezvous_error}; details in {log}")
-        if multi and filt.store_lost and code != 0 and not filt.said_error:
-            raise rendezvous.store_lost(nodes, launch.out_dir, log)
+        if multi_nodes is not None and filt.rendezvous_error and not started.exists():
+            raise rendezvous.never_joined(multi_nodes, f"torchrun: {filt.rendezvous_error}; details in {log}")
+        if multi_nodes is not None and filt.store_lost and code != 0 and not filt.said_error:
+            raise rendezvous.store_lost(multi_nodes, launch.out_dir, log)
         if (forwarded or filt.signalled) and code != 0 and _ended_cleanly(launch.out_dir):
             # torchrun exits 1 after passing a SIGTERM on (ours, or one sent to torchrun itself), even when
             # every worker stopped or finished cleanly (the metrics end with `finished`, the report is
@@ -227,7 +251,7 @@ def _ended_cleanly(out_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def _forwarding(
-    box: list[subprocess.Popen[Any]], forwarded: list[int], *, workers: bool = False
+    box: list[subprocess.Popen[str]], forwarded: list[int], *, workers: bool = False
 ) -> Iterator[None]:
     """While the child runs, SIGTERM/SIGHUP of this process become a SIGTERM of the child (not our death).
 
@@ -236,7 +260,7 @@ def _forwarding(
     a slow disk; the workers stop on their own and torchrun then ends with them. Before the workers exist
     (the rendezvous), torchrun gets it."""
 
-    def forward(signum: int, _frame: Any) -> None:
+    def forward(signum: int, _frame: FrameType | None) -> None:
         forwarded.append(signum)
         if not box:
             return  # not started yet: run_foreground passes it on once the process exists

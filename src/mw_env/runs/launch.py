@@ -20,12 +20,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.errors import InputError, MwEnvError
+from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
 from mw_env.runs.supervise import RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
 from mw_env.trainspec.preflight import check_on_host
+
+if TYPE_CHECKING:
+    from mw_env.profiles.model import Selection
 
 DOCTOR_FILE = "doctor.json"
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
@@ -34,45 +38,7 @@ DOCTOR_FILE = "doctor.json"
 DOCTOR_PENDING = ".doctor-pending.json"
 NODE_RANK_ENV = "MW_ENV_NODE_RANK"  # the node as the user numbered it, for the trainer's messages
 _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))$")
-DEFAULT_RDZV_TIMEOUT = 600
 _RDZV_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-@dataclass(frozen=True)
-class Nodes:
-    """Where this node sits in a multi-node run (one node: the defaults, torchrun --standalone)."""
-
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    rdzv_timeout: int = DEFAULT_RDZV_TIMEOUT  # seconds the nodes wait for each other at the rendezvous
-
-    @property
-    def multi(self) -> bool:
-        return self.nnodes > 1
-
-    def torchrun_args(self) -> list[str]:
-        if not self.multi:
-            return ["--standalone"]
-        assert self.rdzv_endpoint is not None
-        return [
-            f"--nnodes={self.nnodes}",
-            f"--node-rank={self.node_rank}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={self.rdzv_endpoint}",
-            f"--rdzv-id={self.rdzv_id or default_rdzv_id(self.rdzv_endpoint)}",
-            # join_timeout: how long this node waits for all the others (torchrun's default is 600 s, said
-            # nowhere); mw-env says it while waiting (runs/rendezvous.py) and names the missing nodes after.
-            f"--rdzv-conf=join_timeout={self.rdzv_timeout}",
-        ]
-
-
-def default_rdzv_id(endpoint: str) -> str:
-    """The same on every node without being told: it depends only on the shared endpoint."""
-    import hashlib
-
-    return "mw-env-" + hashlib.sha256(endpoint.encode()).hexdigest()[:12]
 
 
 def check_nodes(
@@ -141,12 +107,12 @@ class Launch:
     cwd: Path = field(default_factory=Path.cwd)
     profile: str | None = None
     venv: Path | None = None
-    doctor: dict[str, Any] | None = None  # the quick doctor's report (None when skipped)
+    doctor: dict[str, object] | None = None  # the quick doctor's report (None when skipped)
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
 
 
-def profile_defaults(selection: Any) -> dict[str, Any]:
+def profile_defaults(selection: Selection) -> dict[str, object]:
     # The profile's defaults fitted to this GPU (bf16 only where it is native), not the profile's raw ones.
     trainer = getattr(selection, "trainer", None) or selection.profile.trainer
     return {
@@ -188,7 +154,7 @@ def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
         )
 
 
-def _write_doctor(out_dir: Path, report: dict[str, Any], node_rank: int = 0) -> Path:
+def _write_doctor(out_dir: Path, report: dict[str, object], node_rank: int = 0) -> Path:
     from mw_env.atomic import write_text_atomic as write_atomic
 
     # Nodes sharing a run folder each keep their own report (rank 0's goes into the run report).
@@ -219,8 +185,35 @@ def _refuse_finished(out_dir: Path, max_steps: int) -> None:
     )
 
 
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What to train and where: everything `prepare` is asked (the config, its --set values, the venv, the
+    profile options, the process and node layout). `mw-env train` and `train start` build it from their
+    options (LaunchOptions: the same names but the config, as click passes them)."""
+
+    config: str | Path
+    venv: Path | None = None
+    overrides: Sequence[str] = ()
+    skip_doctor: bool = False
+    profile: str | None = None
+    profiles_dirs: Sequence[str | Path] = ()
+    root: str | None = None
+    gpu: int | None = None
+    nproc_per_node: int = 1
+    resume: Path | None = None
+    fresh: bool = False
+    base_env: Mapping[str, str] | None = None  # the environment to start from (default: this process's)
+    source: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    rdzv_timeout: int | None = None
+
+
 class LaunchOptions(TypedDict, total=False):
-    """`prepare`'s options but the config, as the CLI passes them on (commands.train_options.prepare_launch)."""
+    """LaunchRequest's fields but the config, as the CLI passes them on (commands.train_options.prepare_launch;
+    tests/trainer/test_train_cli.py holds the two to the same names)."""
 
     venv: Path | None
     overrides: Sequence[str]
@@ -241,69 +234,53 @@ class LaunchOptions(TypedDict, total=False):
     rdzv_timeout: int | None
 
 
-def prepare(
-    *,
-    venv: Path | None,
-    config: str | Path,
-    overrides: Sequence[str] = (),
-    skip_doctor: bool = False,
-    profile: str | None = None,
-    profiles_dirs: Sequence[str | Path] = (),
-    root: str | None = None,
-    gpu: int | None = None,
-    nproc_per_node: int = 1,
-    resume: Path | None = None,
-    fresh: bool = False,
-    base_env: Mapping[str, str] | None = None,
-    source: str | None = None,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    rdzv_timeout: int | None = None,
-) -> Launch:
+def prepare(request: LaunchRequest) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
+    r = request
     from mw_env.profiles import resolve_for_venv
     from mw_env.provision.record import default_venv, read_record
 
-    env_in = dict(os.environ if base_env is None else base_env)
-    if nproc_per_node < 1:
-        raise InputError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
-    if resume is not None and fresh:
+    env_in = dict(os.environ if r.base_env is None else r.base_env)
+    if r.nproc_per_node < 1:
+        raise InputError(f"--nproc-per-node {r.nproc_per_node}: must be >= 1")
+    if r.resume is not None and r.fresh:
         raise InputError("--resume and --fresh exclude each other", hint="pick one")
     nodes = check_nodes(
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id,
-        rdzv_timeout=rdzv_timeout,
+        nnodes=r.nnodes,
+        node_rank=r.node_rank,
+        rdzv_endpoint=r.rdzv_endpoint,
+        rdzv_id=r.rdzv_id,
+        rdzv_timeout=r.rdzv_timeout,
     )
-    venv_path = Path(venv).expanduser() if venv else default_venv(env_in)
+    venv_path = Path(r.venv).expanduser() if r.venv else default_venv(env_in)
     python = venv_path / "bin" / "python"
     if not python.exists():
         raise InputError(
             f"no training venv at {venv_path} (no {python})",
             hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
         )
-    config_path = find_config(config)
+    config_path = find_config(r.config)
     _check_lock(venv_path, env_in)
     record = read_record(venv_path)
     # The profile is detected (or given), never trusted from the venv: a CPU venv on a GPU machine must fail
     # the doctor's torch-build check rather than train on the CPU unnoticed.
     resolved_env = resolve_for_venv(
         record=record,
-        root=root,
-        profile=profile,
-        profiles_dirs=profiles_dirs,
-        gpu=gpu,
+        root=r.root,
+        profile=r.profile,
+        profiles_dirs=r.profiles_dirs,
+        gpu=r.gpu,
         env=env_in,
-        source=source,
+        source=r.source,
     )
     selection = resolved_env.selection
     defaults = profile_defaults(selection)
     # Validate the config and the --set values here, before any process starts.
     resolved = resolve_config(
-        path=config_path, overrides=overrides, profile_defaults=defaults, profile_name=selection.profile.name
+        path=config_path,
+        overrides=r.overrides,
+        profile_defaults=defaults,
+        profile_name=selection.profile.name,
     )
     cwd = Path.cwd()
     # Files, columns, labels and the venv's packages: checked now, not after the doctor and a torch import.
@@ -315,7 +292,7 @@ def prepare(
         from mw_env.runs.runlock import check_free
 
         check_free(out_dir)
-        if not fresh and resume is None:
+        if not r.fresh and r.resume is None:
             _refuse_finished(out_dir, resolved.config.runtime.max_steps)
 
     # The environment the trainer will run with; the doctor judges that one (the override applied).
@@ -335,8 +312,8 @@ def prepare(
     if nodes.multi:
         env[NODE_RANK_ENV] = str(nodes.node_rank)
 
-    doctor: dict[str, Any] | None = None
-    if not skip_doctor:
+    doctor: dict[str, object] | None = None
+    if not r.skip_doctor:
         from mw_env.checks import run_doctor
 
         report = run_doctor(
@@ -357,23 +334,23 @@ def prepare(
             )
 
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
-    for item in overrides:
+    for item in r.overrides:
         args += ["--set", item]
     args += ["--profile-defaults", json.dumps(defaults)]
     if doctor is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         args += ["--doctor-json", str(_write_doctor(out_dir, doctor, nodes.node_rank))]
-    if resume is not None:
-        args += ["--resume", str(Path(resume).expanduser().resolve())]
-    if fresh:
+    if r.resume is not None:
+        args += ["--resume", str(Path(r.resume).expanduser().resolve())]
+    if r.fresh:
         args.append("--fresh")
-    if nproc_per_node > 1 or nodes.multi:
+    if r.nproc_per_node > 1 or nodes.multi:
         torchrun = venv_path / "bin" / "torchrun"
         if not torchrun.exists():
             raise MwEnvError(
                 f"{torchrun} is missing", hint="the venv's torch install is incomplete; re-run bootstrap"
             )
-        argv = [str(torchrun), *nodes.torchrun_args(), f"--nproc-per-node={nproc_per_node}", *args]
+        argv = [str(torchrun), *nodes.torchrun_args(), f"--nproc-per-node={r.nproc_per_node}", *args]
     else:
         argv = [str(python), *args]
     return Launch(

@@ -14,8 +14,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mw_env.errors import StepFailed
 
@@ -24,13 +24,51 @@ TORCHRUN_LOG = "torchrun.log"
 # The first line comes at once, then one every REPEAT_S: often enough to see it is alive, rarely enough
 # not to bury the rest of the terminal.
 REPEAT_S = 15.0
+DEFAULT_RDZV_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Where this node sits in a multi-node run (one node: the defaults, torchrun --standalone)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    rdzv_timeout: int = DEFAULT_RDZV_TIMEOUT  # seconds the nodes wait for each other at the rendezvous
+
+    @property
+    def multi(self) -> bool:
+        return self.nnodes > 1
+
+    def torchrun_args(self) -> list[str]:
+        if not self.multi:
+            return ["--standalone"]
+        assert self.rdzv_endpoint is not None
+        return [
+            f"--nnodes={self.nnodes}",
+            f"--node-rank={self.node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={self.rdzv_endpoint}",
+            f"--rdzv-id={self.rdzv_id or default_rdzv_id(self.rdzv_endpoint)}",
+            # join_timeout: how long this node waits for all the others (torchrun's default is 600 s, said
+            # nowhere); mw-env says it while waiting (runs/rendezvous.py) and names the missing nodes after.
+            f"--rdzv-conf=join_timeout={self.rdzv_timeout}",
+        ]
+
+
+def default_rdzv_id(endpoint: str) -> str:
+    """The same on every node without being told: it depends only on the shared endpoint."""
+    import hashlib
+
+    return "mw-env-" + hashlib.sha256(endpoint.encode()).hexdigest()[:12]
 
 
 def started_file(out_dir: Path, node_rank: int) -> Path:
     return Path(out_dir) / f".node-{node_rank}.started"
 
 
-def waiting_line(nodes: Any, left_s: float) -> str:
+def waiting_line(nodes: Nodes, left_s: float) -> str:
     return (
         f"node {nodes.node_rank}: waiting for all {nodes.nnodes} nodes at {nodes.rdzv_endpoint} "
         f"(rendezvous id {nodes.rdzv_id or 'default'}); giving up in {max(0, round(left_s))} s "
@@ -41,7 +79,7 @@ def waiting_line(nodes: Any, left_s: float) -> str:
 class Announcer:
     """While the rendezvous is open: say so now, and again every REPEAT_S, until the trainer starts."""
 
-    def __init__(self, nodes: Any, started: Path, write: Callable[[str], None]) -> None:
+    def __init__(self, nodes: Nodes, started: Path, write: Callable[[str], None]) -> None:
         self.nodes, self.started, self.write = nodes, started, write
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rendezvous-announcer", daemon=True)
@@ -83,7 +121,7 @@ def node_command(argv: Sequence[str], node_rank: int) -> str:
     return shlex.join(["mw-env", *out, "--node-rank", str(node_rank)])
 
 
-def never_joined(nodes: Any, reason: str, *, argv: Sequence[str] | None = None) -> StepFailed:
+def never_joined(nodes: Nodes, reason: str, *, argv: Sequence[str] | None = None) -> StepFailed:
     """The error when the rendezvous timed out or failed: the missing node ranks and what to run there."""
     others = [r for r in range(nodes.nnodes) if r != nodes.node_rank]
     who = (
@@ -100,7 +138,7 @@ def never_joined(nodes: Any, reason: str, *, argv: Sequence[str] | None = None) 
     )
 
 
-def store_lost(nodes: Any, out_dir: Path, log: Path | None) -> StepFailed:
+def store_lost(nodes: Nodes, out_dir: Path, log: Path | None) -> StepFailed:
     """This node's torchrun lost the rendezvous store: node 0, which serves it at the endpoint, is gone."""
     ckpts = sorted((Path(out_dir) / "checkpoints").glob("step-*.pt"))
     kept = f"the newest checkpoint is {ckpts[-1]}" if ckpts else "no checkpoint was written here"

@@ -50,7 +50,7 @@ def holder(run_dir: Path) -> dict[str, Any] | None:
     """What the lock file says about its (last) holder, None when it says nothing readable."""
     try:
         data = json.loads(lock_path(run_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # torn, not JSON, or nested past the stack
         return None
     return data if isinstance(data, dict) else None
 

@@ -62,7 +62,7 @@ class RunRecord:
     metrics_inode: int | None = None
     run_id: str | None = None  # MW_ENV_RUN_ID in the environment of each of the run's processes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["run_dir"], data["log_file"], data["argv"] = (
             str(self.run_dir),
@@ -92,7 +92,7 @@ class RunRecord:
                 metrics_inode=int(data["metrics_inode"]) if data.get("metrics_inode") is not None else None,
                 run_id=str(data["run_id"]) if data.get("run_id") else None,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # int(1e400): OverflowError
             raise InputError(
                 f"{where} is not a valid run record ({exc.__class__.__name__}: {exc})",
                 hint="it needs pid, start_ticks, argv and started_at; delete it if no run is alive there",
@@ -168,7 +168,7 @@ def read_exit(out_dir: Path) -> ExitRecord | None:
             oom_kills=int(data.get("oom_kills") or 0),
             time=float(data.get("time") or 0.0),
         )
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):  # a NaN or 1e400 where a count belongs
         return None
 
 

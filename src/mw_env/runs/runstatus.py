@@ -51,7 +51,7 @@ class Progress:
     last_eval: dict[str, Any] | None = None
     last_event_time: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return json_safe(dict(self.__dict__))
 
 
@@ -66,8 +66,15 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _finite(value: object) -> float | None:
+    """A step, a count or a time: a finite number (Python's json reads NaN, Infinity and 1e400 too; a loss
+    may be NaN, a step may not)."""
+    number = _num(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def compute_progress(events: Sequence[dict[str, Any]], *, max_steps: int | None) -> Progress:
@@ -76,14 +83,16 @@ def compute_progress(events: Sequence[dict[str, Any]], *, max_steps: int | None)
     if not steps:
         return Progress(max_steps=max_steps, **_last_markers(events))
     last = steps[-1]
-    max_steps = max_steps or (int(last["max_steps"]) if _num(last.get("max_steps")) else None)
+    max_steps = max_steps or (int(last["max_steps"]) if _finite(last.get("max_steps")) else None)
     rate = None
     recent = [
-        e for e in steps[-RATE_WINDOW:] if _num(e.get("time")) is not None and _num(e.get("step")) is not None
+        e
+        for e in steps[-RATE_WINDOW:]
+        if _finite(e.get("time")) is not None and _finite(e.get("step")) is not None
     ]
     if len(recent) >= 2 and recent[-1]["time"] > recent[0]["time"]:
         rate = (recent[-1]["step"] - recent[0]["step"]) / (recent[-1]["time"] - recent[0]["time"])
-    step = int(last["step"]) if _num(last.get("step")) is not None else None
+    step = int(last["step"]) if _finite(last.get("step")) is not None else None
     eta = None
     if rate and rate > 0 and max_steps is not None and step is not None:
         eta = max(0.0, (max_steps - step) / rate)
@@ -103,7 +112,7 @@ def compute_progress(events: Sequence[dict[str, Any]], *, max_steps: int | None)
 def _last_markers(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     checkpoints = [e for e in events if e.get("event") == "checkpoint" and e.get("phase", "done") == "done"]
     evals = [e for e in events if e.get("event") == "eval"]
-    times = [e["time"] for e in events if _num(e.get("time")) is not None]
+    times = [e["time"] for e in events if _finite(e.get("time")) is not None]
     return {
         "last_checkpoint": {k: checkpoints[-1].get(k) for k in ("step", "path", "time")}
         if checkpoints
@@ -131,7 +140,7 @@ class RunStatus:
     def exit_code(self) -> int:
         return exit_code_for(self.anomalies)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "run_dir": str(self.run_dir),
             "state": self.state,

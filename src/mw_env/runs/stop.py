@@ -64,7 +64,7 @@ class Grace:
         return f"{self.seconds:.0f}s ({measured}; --grace overrides)"
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
@@ -108,7 +108,7 @@ class StopResult:
     grace: Grace | None = None
     last_good_checkpoint: str | None = None  # after a kill: the newest checkpoint whose sha256 checks out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "run_dir": str(self.run_dir),
             "was_running": self.was_running,

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
 from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
 
@@ -105,7 +105,7 @@ def supervise(report_fd: int) -> int:
     child: subprocess.Popen[bytes] | None = None
     pending: list[int] = []
 
-    def forward(signum: int, _frame: Any) -> None:
+    def forward(signum: int, _frame: FrameType | None) -> None:
         if child is None:
             pending.append(signum)
             return

@@ -22,13 +22,16 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import InputError, MwEnvError
 from mw_env.runs import runlock
 from mw_env.runs.manifest import sha256_file
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.distributed import DistInfo, gather_objects
+
+if TYPE_CHECKING:
+    from mw_env.trainspec.config import TrainConfig
 
 Found = tuple[Path, dict[str, Any]]
 # Raises (CheckpointError: skip to the previous one; InputError: stop) when a loaded checkpoint cannot serve.
@@ -65,7 +68,7 @@ def run_lock(out_dir: Path, dist: DistInfo) -> Iterator[None]:
 PER_NODE_KEYS = (("runtime", "out_dir"), ("runtime", "threads"))
 
 
-def config_fingerprint(config: Any) -> str:
+def config_fingerprint(config: TrainConfig) -> str:
     data = config.to_dict()
     for section, key in PER_NODE_KEYS:
         data.get(section, {}).pop(key, None)
@@ -106,7 +109,7 @@ def _local(
     return found
 
 
-def _describe_found(found: Found | None) -> dict[str, Any] | None:
+def _describe_found(found: Found | None) -> dict[str, object] | None:
     if found is None:
         return None
     path = found[0]
@@ -124,7 +127,7 @@ def agree_on_checkpoint(
     *,
     resume: Path | None,
     fresh: bool,
-    config: Any,
+    config: TrainConfig,
     warn: Callable[[str], None] | None = None,
     check: Check | None = None,
 ) -> Found | None:

@@ -19,7 +19,7 @@ import errno
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.atomic import atomic_open, write_text_atomic
 from mw_env.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault, os_words
@@ -33,6 +33,10 @@ from mw_env.trainer.checkpoint_schema import (
     unreadable,
     validate_checkpoint,
 )
+
+if TYPE_CHECKING:
+    from mw_env.trainer.data import Tokenizer
+    from mw_env.trainer.model import TaggerNet
 
 SIDECAR_SUFFIX = ".sha256"
 
@@ -222,10 +226,10 @@ def latest_valid_checkpoint(directory: Path, *, warn: Callable[[str], None] | No
     return found[0] if found else None
 
 
-def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[Any, Any, list[str]]:
+def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[TaggerNet, Tokenizer, list[str]]:
     """(model in eval mode on CPU, tokenizer, label names) from a checkpoint dict or path."""
     from mw_env.trainer.data import tokenizer_from_state
-    from mw_env.trainer.model import Tagger
+    from mw_env.trainer.model import TaggerNet
     from mw_env.trainspec.config import config_from_dict
 
     if not isinstance(ckpt, Mapping):
@@ -233,7 +237,7 @@ def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[Any, An
     config = config_from_dict(ckpt["config"])
     tokenizer = tokenizer_from_state(ckpt["tokenizer"])
     labels = list(ckpt["labels"])
-    model = Tagger(config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels))
+    model = TaggerNet(config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels))
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, tokenizer, labels

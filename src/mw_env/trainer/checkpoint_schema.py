@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import InputError
 from mw_env.trainer.checkpoint_parts import (
@@ -21,6 +21,9 @@ from mw_env.trainer.checkpoint_parts import (
     is_number,
 )
 from mw_env.trainspec.extras import bootstrap_hint
+
+if TYPE_CHECKING:
+    import torch
 
 CKPT_RE = re.compile(r"step-(\d{9})\.pt")
 
@@ -78,7 +81,7 @@ def validate_checkpoint(ckpt: Any, *, source: Path | str) -> None:
 def _check_shapes(ckpt: dict[str, Any], path: Path) -> None:
     import torch
 
-    from mw_env.trainer.model import Tagger
+    from mw_env.trainer.model import TaggerNet
     from mw_env.trainspec.config import config_from_dict
     from mw_env.trainspec.validate import validate
 
@@ -91,7 +94,7 @@ def _check_shapes(ckpt: dict[str, Any], path: Path) -> None:
     if vocab is None:
         raise unreadable(path, "its tokenizer state is invalid")
     with torch.device("meta"):  # shapes only: no memory, however large the config says the model is
-        meta = Tagger(config.model, vocab_size=vocab, n_labels=len(ckpt["labels"]))
+        meta = TaggerNet(config.model, vocab_size=vocab, n_labels=len(ckpt["labels"]))
     expected = meta.state_dict()
     found = ckpt["model"]
     if set(found) != set(expected):
@@ -213,10 +216,10 @@ def check_for_run(
     path: Path,
     ckpt: Mapping[str, Any],
     *,
-    model: Any,
-    optimizer: Any,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
     labels: list[str],
-    scheduler: Any = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> None:
     """What only the running trainer can check, against its own objects: the weights' shapes (the tokenizer
     may differ), the optimizer's groups (hyperparameters of the same kinds, betas below 1) and moments (shaped

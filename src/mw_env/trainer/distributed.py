@@ -9,12 +9,14 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
 from mw_env.errors import StepFailed
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -82,10 +84,11 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
+def gather_objects(obj: T, info: DistInfo) -> list[T]:
+    """Every rank's `obj`, in rank order (picklable objects)."""
     if not info.enabled:
         return [obj]
-    out: list[Any] = [None] * info.world
+    out = [obj] * info.world  # placeholders: all_gather_object fills every rank's slot
     dist.all_gather_object(out, obj)
     return out
 

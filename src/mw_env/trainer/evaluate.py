@@ -13,7 +13,7 @@ from mw_env.trainer.data import IGNORE, Corpus, ValSource
 from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.metrics import MetricsWriter, spans
 from mw_env.trainer.model import sdpa_context
-from mw_env.trainer.runtime import Precision, autocast
+from mw_env.trainer.runtime import ChosenPrecision, autocast
 from mw_env.trainspec.config import OptimConfig, RuntimeConfig
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def evaluate_share(
     batch_size: int,
     max_batches: int,
     device: torch.device,
-    precision: Precision,
+    precision: ChosenPrecision,
     sdpa_backend: str,
     n_samples: int,
 ) -> tuple[EvalSums, tuple[str, ...]]:
@@ -148,7 +148,7 @@ def evaluate_and_decide(
     rt: RuntimeConfig,
     o: OptimConfig,
     device: torch.device,
-    precision: Precision,
+    precision: ChosenPrecision,
     metrics: MetricsWriter,
     say: Callable[[str], None],
     dist: DistInfo,

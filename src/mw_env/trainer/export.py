@@ -26,10 +26,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.atomic import atomic_path, write_json_atomic
 from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed, os_error_in, os_fault
+
+if TYPE_CHECKING:
+    import torch
 from mw_env.runs.manifest import sha256_file
 from mw_env.trainer.export_bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
 from mw_env.trainer.export_verify import OUTPUT_NAME
@@ -66,7 +69,7 @@ class ExportResult:
     files: tuple[Path, ...] = ()  # everything written beside the .onnx
     runtime_check: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "onnx": str(self.onnx_path),
             "metadata": str(self.metadata_path),
@@ -109,7 +112,13 @@ def run_dir_of(checkpoint: Path) -> Path | None:
 
 
 def _export(
-    model: Any, example: tuple[Any, Any], path: Path, *, opset: int, max_len: int, exporter: str
+    model: torch.nn.Module,
+    example: tuple[torch.Tensor, torch.Tensor],
+    path: Path,
+    *,
+    opset: int,
+    max_len: int,
+    exporter: str,
 ) -> str:
     """Write the ONNX file; returns the exporter used. "auto" = dynamo, else the TorchScript exporter."""
     import torch
@@ -203,6 +212,7 @@ def export_onnx(
 
     from mw_env.trainer import export_bundle as bundle
     from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.data import SentencePieceTokenizer
     from mw_env.trainer.export_verify import check_runtime_helper, held_out_inputs, verify
 
     ckpt_path = resolve_checkpoint(checkpoint)
@@ -258,12 +268,13 @@ def export_onnx(
         fp32_bytes = tmp.stat().st_size
     files = [out, *(out.with_name(v["onnx"]) for v in variants.values())]
     tok = bundle.tokenizer_entry(tokenizer, stem)
-    if tokenizer.kind == "sentencepiece":
+    if isinstance(tokenizer, SentencePieceTokenizer):
         from mw_env.atomic import write_bytes_atomic
 
-        write_bytes_atomic(out.parent / tok["model"], bytes(tokenizer.proto))
-        tok["sha256"] = sha256_file(out.parent / tok["model"])
-        files.append(out.parent / tok["model"])
+        spm_path = out.parent / str(tok["model"])
+        write_bytes_atomic(spm_path, bytes(tokenizer.proto))
+        tok["sha256"] = sha256_file(spm_path)
+        files.append(spm_path)
     meta_path = out.with_suffix(".json")
     metadata = {
         "format": bundle.FORMAT,

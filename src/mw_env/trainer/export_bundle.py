@@ -15,10 +15,14 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import MwEnvError, StepFailed
+
+if TYPE_CHECKING:
+    from mw_env.trainer.data import Tokenizer
 
 RUNTIME_HELPER = "mw_tagger.py"
 FORMAT = "mw-env-onnx-tagger/1"
@@ -27,7 +31,7 @@ FP16_MAX_DIFF = 5e-2  # fp16 weights/activations: logits move by ~1e-3 on the sh
 DEFAULT_MIN_AGREEMENT = 0.98  # reduced-precision variants: share of real tokens with the same label
 
 
-def id_layout(tokenizer: Any) -> dict[str, Any]:
+def id_layout(tokenizer: Tokenizer) -> dict[str, object]:
     from mw_env.trainer.data import CLS, N_SPECIAL, PAD, SEP, UNK
 
     return {
@@ -45,7 +49,7 @@ def id_layout(tokenizer: Any) -> dict[str, Any]:
     }
 
 
-def tokenizer_entry(tokenizer: Any, stem: str) -> dict[str, Any]:
+def tokenizer_entry(tokenizer: Tokenizer, stem: str) -> dict[str, object]:
     if tokenizer.kind == "sentencepiece":
         return {
             "kind": "sentencepiece",
@@ -63,7 +67,7 @@ def tokenizer_entry(tokenizer: Any, stem: str) -> dict[str, Any]:
     }
 
 
-def io_spec(n_labels: int) -> dict[str, Any]:
+def io_spec(n_labels: int) -> dict[str, object]:
     return {
         "inputs": [
             {"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"]},
@@ -79,7 +83,7 @@ def io_spec(n_labels: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _quiet() -> Any:
+def _quiet() -> Iterator[None]:
     """onnxruntime's tools log advice ("consider pre-processing") and warnings per node: not the user's news."""
     root = logging.getLogger()
     level = root.level

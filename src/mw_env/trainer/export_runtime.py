@@ -19,7 +19,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # types only: this file runs beside the model with numpy and onnxruntime, nothing else
+    import numpy as np
+    from onnxruntime import InferenceSession
 
 
 class InputTooLong(ValueError):
@@ -54,11 +58,11 @@ class Tagger:
                 f"{self.meta_path}: no {variant!r} variant (this export has {', '.join(variants)})"
             )
         self.onnx_path = self.meta_path.parent / variants[variant]["onnx"]
-        self._session: Any = None
+        self._session: InferenceSession | None = None
         self._providers = list(providers or ["CPUExecutionProvider"])
 
     @property
-    def session(self) -> Any:
+    def session(self) -> InferenceSession:
         if self._session is None:
             import onnxruntime
 
@@ -97,7 +101,7 @@ class Tagger:
         ids.append(self.sep)
         return ids, starts
 
-    def logits(self, batch: Sequence[Sequence[int]]) -> Any:
+    def logits(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Run rows of ids (padded here) and return the float32 logits [batch, seq, labels]."""
         import numpy as np
 

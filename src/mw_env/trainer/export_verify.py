@@ -10,9 +10,17 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import StepFailed
+
+if TYPE_CHECKING:
+    import torch
+
+    from mw_env.trainer.data import Tokenizer
+
+# (name, input_ids, attention_mask): one batch the exported model and torch must agree on.
+Case = tuple[str, "torch.Tensor", "torch.Tensor"]
 
 OUTPUT_NAME = "logits"
 # Real-world shaped addresses the synthetic training data does not contain verbatim.
@@ -27,15 +35,13 @@ HELD_OUT_ADDRESSES = (
 )
 
 
-def held_out_inputs(
-    tokenizer: Any, *, max_len: int, vocab_size: int, seed: int = 0
-) -> list[tuple[str, Any, Any]]:
+def held_out_inputs(tokenizer: Tokenizer, *, max_len: int, vocab_size: int, seed: int = 0) -> list[Case]:
     """(name, input_ids, attention_mask) batches: the addresses, then random rows of other shapes."""
     import torch
 
     from mw_env.trainer.data import CLS, N_SPECIAL, PAD, SEP, encode_row
 
-    def batch(rows: list[list[int]]) -> tuple[Any, Any]:
+    def batch(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), PAD, dtype=torch.long)
         for i, row in enumerate(rows):
@@ -57,7 +63,7 @@ def held_out_inputs(
     return cases
 
 
-def verify(onnx_path: Path, model: Any, cases: Sequence[tuple[str, Any, Any]]) -> dict[str, Any]:
+def verify(onnx_path: Path, model: torch.nn.Module, cases: Sequence[Case]) -> dict[str, Any]:
     """Max and mean |logit difference| and argmax agreement over real tokens, onnxruntime vs PyTorch eager."""
     import numpy as np
     import onnxruntime as ort
@@ -97,7 +103,7 @@ def verify(onnx_path: Path, model: Any, cases: Sequence[tuple[str, Any, Any]]) -
     }
 
 
-def check_runtime_helper(meta_path: Path, tokenizer: Any, *, max_len: int) -> dict[str, Any]:
+def check_runtime_helper(meta_path: Path, tokenizer: Tokenizer, *, max_len: int) -> dict[str, Any]:
     """The shipped mw_tagger.py encodes exactly as training did, tags, and refuses a too-long address."""
     import importlib.util
 

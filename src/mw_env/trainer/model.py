@@ -17,7 +17,7 @@ from torch import nn
 from mw_env.trainspec.config import ModelConfig, TrainConfig
 
 
-class Block(nn.Module):
+class TransformerBlock(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -42,7 +42,7 @@ class Block(nn.Module):
         return x + self.drop(self.ff2(F.gelu(self.ff1(self.ln2(x)))))
 
 
-class Tagger(nn.Module):
+class TaggerNet(nn.Module):
     """Token ids [B, T] + attention mask [B, T] (True = real token) -> label logits [B, T, n_labels]."""
 
     def __init__(self, cfg: ModelConfig, *, vocab_size: int, n_labels: int) -> None:
@@ -52,7 +52,7 @@ class Tagger(nn.Module):
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            Block(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout) for _ in range(cfg.n_layers)
+            TransformerBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout) for _ in range(cfg.n_layers)
         )
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, n_labels)
@@ -76,11 +76,11 @@ class Tagger(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def build_model(config: TrainConfig, *, vocab_size: int, n_labels: int) -> Tagger:
+def build_model(config: TrainConfig, *, vocab_size: int, n_labels: int) -> TaggerNet:
     """Initialise the weights from runtime.seed alone, so every rank and every rerun start equal."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.runtime.seed)
-        return Tagger(config.model, vocab_size=vocab_size, n_labels=n_labels)
+        return TaggerNet(config.model, vocab_size=vocab_size, n_labels=n_labels)
 
 
 _BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
@@ -105,7 +105,7 @@ def sdpa_context(backend: str) -> Iterator[None]:
         yield
 
 
-def parameter_table(model: Tagger) -> list[tuple[str, int]]:
+def parameter_table(model: TaggerNet) -> list[tuple[str, int]]:
     """(part, parameters) rows: embeddings, each block, the head; the sum is the model's total."""
     rows = [
         ("embeddings", sum(p.numel() for p in (*model.tok_emb.parameters(), *model.pos_emb.parameters())))

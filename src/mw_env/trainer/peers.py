@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mw_env.errors import StepFailed
+
+if TYPE_CHECKING:
+    from mw_env.trainer.distributed import DistInfo
 
 # Transport failures of gloo and NCCL that mean "the other side is gone", not a bug in the step.
 _LOST = re.compile(
@@ -25,7 +28,7 @@ _LOST = re.compile(
 _ADDRESS = re.compile(r"\[([0-9A-Za-z.:-]+)\]:(\d+)")
 
 
-def lost_peer(exc: BaseException, dist: Any, ckpt_dir: Path) -> StepFailed | None:
+def lost_peer(exc: BaseException, dist: DistInfo, ckpt_dir: Path) -> StepFailed | None:
     """The error for `exc` when it is a lost peer of a distributed run; None for anything else."""
     if not getattr(dist, "enabled", False) or not isinstance(exc, RuntimeError):
         return None

@@ -24,12 +24,12 @@ from mw_env.errors import os_error_in
 from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
 from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
-from mw_env.trainer.report_card import card_blocks
+from mw_env.trainer.report_card import HistogramDrawer, card_blocks
 from mw_env.trainer.report_doc import (
-    Block,
     Bullets,
     Cell,
     Code,
+    DocBlock,
     Fig,
     Heading,
     Para,
@@ -76,7 +76,7 @@ def _duration(seconds: float) -> str:
     return f"{h} h {m:02d} min" if h else f"{m} min {s % 60:02d} s"
 
 
-def _num(value: Any, spec: str = ".4f") -> str:
+def _num(value: object, spec: str = ".4f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "n/a"
 
 
@@ -94,7 +94,7 @@ def summary_pairs(
     run_dir: Path,
     events: Sequence[dict[str, Any]],
     facts: dict[str, Any],
-    doctor: Any,
+    doctor: dict[str, object] | None,
     resolved: ResolvedConfig,
 ) -> list[tuple[str, Cell]]:
     steps = latest_by_step(events, "step")
@@ -160,7 +160,7 @@ def summary_pairs(
 
 def _draw_figures(
     events: Sequence[dict[str, Any]], out: Path, resolved: ResolvedConfig
-) -> tuple[list[Figure], Any, str | None]:
+) -> tuple[list[Figure], HistogramDrawer, str | None]:
     """(run figures, histogram drawer, note): figures need matplotlib; without it, a note instead."""
     try:
         import matplotlib  # noqa: F401  (the import that fails where the extra is missing)
@@ -197,14 +197,14 @@ def build_blocks(
     run_dir: Path,
     *,
     resolved: ResolvedConfig,
-    card: Any,
+    card: object,
     facts: dict[str, Any],
-    doctor: Any,
+    doctor: dict[str, object] | None,
     events: Sequence[dict[str, Any]],
     out: Path,
-) -> list[Block]:
+) -> list[DocBlock]:
     figures, draw, note = _draw_figures(events, out, resolved)
-    blocks: list[Block] = [
+    blocks: list[DocBlock] = [
         Heading("Summary"),
         kv_table(summary_pairs(run_dir, events, facts, doctor, resolved), "kv summary"),
     ]
@@ -254,7 +254,7 @@ def build_blocks(
     return blocks
 
 
-def _read_doctor(run_dir: Path, doctor_json: Path | None) -> Any:
+def _read_doctor(run_dir: Path, doctor_json: Path | None) -> dict[str, object] | None:
     if not (doctor_json and Path(doctor_json).is_file()):
         return None
     doctor = json.loads(Path(doctor_json).read_text(encoding="utf-8"))

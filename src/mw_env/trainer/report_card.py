@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mw_env.trainer.report_doc import Block, Bullets, Cell, Code, Fig, Heading, Para, Table, kv_table
+from mw_env.trainer.report_doc import Bullets, Cell, Code, DocBlock, Fig, Heading, Para, Table, kv_table
 from mw_env.trainer.report_figures import Figure
 
 MAX_LIST = 20  # a list of scalars longer than this is summarised
@@ -26,11 +26,11 @@ def label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _scalar(value: Any) -> bool:
+def _scalar(value: object) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def fmt(value: Any, key: str = "") -> str:
+def fmt(value: object, key: str = "") -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int):
@@ -42,11 +42,11 @@ def fmt(value: Any, key: str = "") -> str:
     return json.dumps(value, default=str, separators=(", ", ": "))
 
 
-def _cell(value: Any, key: str = "") -> Cell:
+def _cell(value: object, key: str = "") -> Cell:
     return fmt(value, key) if _scalar(value) else Code(fmt(value))
 
 
-def is_histogram(value: Any) -> bool:
+def is_histogram(value: object) -> bool:
     return (
         isinstance(value, Mapping)
         and isinstance(value.get("counts"), list)
@@ -80,9 +80,9 @@ def _split_table(value: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -
     return Table(header=("", *splits), rows=rows, numeric=tuple(range(1, len(splits) + 1)))
 
 
-def _histogram_blocks(key: str, title: str, hist: Mapping[str, Any], draw: HistogramDrawer) -> list[Block]:
+def _histogram_blocks(key: str, title: str, hist: Mapping[str, Any], draw: HistogramDrawer) -> list[DocBlock]:
     counts, width = hist["counts"], float(hist["bin_width"])
-    blocks: list[Block] = [Heading(title, 3)]
+    blocks: list[DocBlock] = [Heading(title, 3)]
     stats = [(label(k), _cell(v)) for k, v in hist.items() if k not in ("counts", "bin_width") and _scalar(v)]
     stats.append(("bin width", fmt(hist["bin_width"])))
     fig_title = f"{title[:1].upper()}{title[1:]}: rows per bin of {width:g}"
@@ -98,14 +98,14 @@ def _histogram_blocks(key: str, title: str, hist: Mapping[str, Any], draw: Histo
 
 def _value_blocks(
     key: str, value: Any, order: Sequence[str], draw: HistogramDrawer, depth: int = 0
-) -> list[Block]:
+) -> list[DocBlock]:
     title = label(key)
     if value is None or (isinstance(value, (list, Mapping)) and not value):
         return []  # nothing recorded (a BIO-examples list with no examples): no empty heading
     if is_histogram(value):
         return _histogram_blocks(key, title, value, draw)
     if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-        blocks: list[Block] = [Heading(title, 3), _records_table(value)]
+        blocks: list[DocBlock] = [Heading(title, 3), _records_table(value)]
         if len(value) > MAX_ROWS:
             blocks.append(Para(f"first {MAX_ROWS} of {len(value):,} rows; all of them in data_card.json"))
         return blocks
@@ -119,7 +119,7 @@ def _value_blocks(
             pairs = [(label(k), _cell(v, k)) for k, v in value.items() if v is not None]
             return [Heading(title, 3), kv_table(pairs)] if pairs else []
         if depth < 2:
-            out: list[Block] = []
+            out: list[DocBlock] = []
             scalars = [(label(k), _cell(v)) for k, v in value.items() if _scalar(v) and v is not None]
             if scalars:
                 out += [Heading(title, 3), kv_table(scalars)]
@@ -130,13 +130,13 @@ def _value_blocks(
     return [Heading(title, 3), Bullets((Code(fmt(value)),))]
 
 
-def card_blocks(card: Any, draw: HistogramDrawer) -> list[Block]:
+def card_blocks(card: object, draw: HistogramDrawer) -> list[DocBlock]:
     """Blocks for the data card; `draw(name, title, counts, bin_width)` makes a histogram figure or None."""
     if not isinstance(card, Mapping) or not card:
         return [Para("No data card was recorded for this run.")]
     order = [str(x) for x in card.get("labels") or [] if _scalar(x)]
     overview: list[tuple[str, Cell]] = []
-    rest: list[Block] = []
+    rest: list[DocBlock] = []
     for key, value in card.items():
         if value is None:
             continue  # a setting that does not apply to this run (`window blocks null`): not shown

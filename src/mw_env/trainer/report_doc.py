@@ -61,7 +61,7 @@ class Fig:
     figure: Figure
 
 
-Block = Heading | Para | Bullets | Table | Fig
+DocBlock = Heading | Para | Bullets | Table | Fig
 
 
 def kv_table(pairs: Sequence[tuple[str, Cell]], css: str = "kv") -> Table:
@@ -79,7 +79,7 @@ def _md_cell(cell: Cell) -> str:
     return text
 
 
-def to_markdown(title: str, blocks: Sequence[Block], *, base: Path) -> str:
+def to_markdown(title: str, blocks: Sequence[DocBlock], *, base: Path) -> str:
     lines = [f"# {_t(title)}", ""]
     for block in blocks:
         if isinstance(block, Heading):
@@ -159,7 +159,7 @@ def _html_table(block: Table) -> str:
     return f'<div class="table"><table{cls}>{head}<tbody>{body}</tbody></table></div>'
 
 
-def to_html(title: str, blocks: Sequence[Block]) -> str:
+def to_html(title: str, blocks: Sequence[DocBlock]) -> str:
     parts = []
     for block in blocks:
         if isinstance(block, Heading):

@@ -13,10 +13,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.atomic import write_bytes_atomic
 from mw_env.trainer.metrics import latest_by_step
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure as MplFigure
 
 MAX_POINTS = 2000
 SIZE_IN = (8.0, 4.0)  # inches; PNGs at 120 dpi are 960 x 480
@@ -74,7 +78,7 @@ def moving_average(points: Points, window: int) -> Points:
     ]
 
 
-def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[Any, Any]:
+def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[MplFigure, Axes]:
     from matplotlib.figure import Figure as MplFigure
 
     fig = MplFigure(figsize=SIZE_IN, layout="constrained")
@@ -90,7 +94,7 @@ def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[Any, Any]:
     return fig, ax
 
 
-def _save(fig: Any, out_dir: Path, name: str, title: str) -> Figure:
+def _save(fig: MplFigure, out_dir: Path, name: str, title: str) -> Figure:
     import matplotlib
 
     png = io.BytesIO()
@@ -104,7 +108,7 @@ def _save(fig: Any, out_dir: Path, name: str, title: str) -> Figure:
     return Figure(name=name, title=title, png=out_dir / f"{name}.png", svg=text[text.index("<svg") :])
 
 
-def _plot(ax: Any, points: Points, **style: Any) -> None:
+def _plot(ax: Axes, points: Points, **style: object) -> None:
     if points:
         ax.plot([p[0] for p in points], [p[1] for p in points], **style)
 

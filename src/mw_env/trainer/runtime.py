@@ -45,7 +45,7 @@ def _cpu_native_bf16() -> bool:
 
 
 @dataclass(frozen=True)
-class Precision:
+class ChosenPrecision:
     name: str  # "fp32" | "bf16" | "fp16"
     reason: str
 
@@ -54,7 +54,7 @@ class Precision:
         return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.name)
 
 
-def resolve_precision(requested: str, device: torch.device) -> Precision:
+def resolve_precision(requested: str, device: torch.device) -> ChosenPrecision:
     """bf16 autocast only where the device has native bf16; fp16 (with loss scaling) only on GPUs."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -72,17 +72,19 @@ def resolve_precision(requested: str, device: torch.device) -> Precision:
     else:
         native, what = _cpu_native_bf16(), f"CPU ({platform.processor() or platform.machine()})"
     if requested == "fp32":
-        return Precision("fp32", "fp32 requested")
+        return ChosenPrecision("fp32", "fp32 requested")
     if requested == "fp16":
         if device.type == "cuda":
-            return Precision("fp16", f"fp16 requested on {what}; dynamic loss scaling on")
-        return Precision("fp32", f"fp16 requested but {what} runs fp16 autocast poorly; using fp32")
+            return ChosenPrecision("fp16", f"fp16 requested on {what}; dynamic loss scaling on")
+        return ChosenPrecision("fp32", f"fp16 requested but {what} runs fp16 autocast poorly; using fp32")
     if native:
-        return Precision("bf16", f"{requested}: {what} has native bf16")
-    return Precision("fp32", f"{requested}: {what} has no native bf16, so fp32 (bf16 would be emulated)")
+        return ChosenPrecision("bf16", f"{requested}: {what} has native bf16")
+    return ChosenPrecision(
+        "fp32", f"{requested}: {what} has no native bf16, so fp32 (bf16 would be emulated)"
+    )
 
 
-def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager[Any]:
+def autocast(device: torch.device, precision: ChosenPrecision) -> contextlib.AbstractContextManager[object]:
     if precision.dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=precision.dtype)
@@ -150,7 +152,7 @@ def restore_rng_states(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def environment_facts(device: torch.device, precision: Precision, world: int) -> dict[str, Any]:
+def environment_facts(device: torch.device, precision: ChosenPrecision, world: int) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "python": sys.version.split()[0],
         "torch": str(torch.__version__),  # TorchVersion would not load weights_only

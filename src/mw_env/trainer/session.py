@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.checkpoint_parts import payload
@@ -21,6 +21,9 @@ from mw_env.trainer.runtime import rng_states
 from mw_env.trainer.state import LoopState
 from mw_env.trainer.step import Trainer
 from mw_env.trainspec.config import ResolvedConfig
+
+if TYPE_CHECKING:
+    from mw_env.trainer.data.digest import ShardHasher
 
 Echo = Callable[[str], None]
 
@@ -40,7 +43,7 @@ class Session:
     state: LoopState = field(default_factory=LoopState)
     counts: Counts | None = None
     accepted_changes: list[str] = field(default_factory=list)
-    hasher: Any = None  # data.digest.ShardHasher on rank 0 with data.hash_shards
+    hasher: ShardHasher | None = None  # on rank 0 with data.hash_shards
 
     @property
     def ckpt_dir(self) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass
@@ -17,5 +16,5 @@ class LoopState:
     skipped_steps: int = 0
     consecutive_nonfinite: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)

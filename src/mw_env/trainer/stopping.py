@@ -18,6 +18,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 
@@ -47,7 +48,7 @@ def install() -> None:
     _state["installed"] = True
 
 
-def _handle(signum: int, _frame: Any) -> None:
+def _handle(signum: int, _frame: FrameType | None) -> None:
     note()
     if _state["phase"] == "startup":
         raise StopRequested(signum)

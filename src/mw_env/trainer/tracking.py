@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,7 +53,7 @@ class _Guarded:
         self.name = name
         self.failed = False
 
-    def guard(self, action: str, func: Any, *args: Any, **kwargs: Any) -> None:
+    def guard(self, action: str, func: Callable[..., object], *args: object, **kwargs: object) -> None:
         if self.failed:
             return
         try:
@@ -71,7 +71,7 @@ class _Guarded:
 class TensorBoardTracker(_Guarded):
     """Scalars in <run_dir>/tensorboard (`tensorboard --logdir <run_dir>/tensorboard`)."""
 
-    def __init__(self, run_dir: Path, hparams: Mapping[str, Any]) -> None:
+    def __init__(self, run_dir: Path, hparams: Mapping[str, object]) -> None:
         super().__init__("tensorboard")
         try:
             from torch.utils.tensorboard import SummaryWriter

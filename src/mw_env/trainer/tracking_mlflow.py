@@ -20,9 +20,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from mw_env.atomic import write_json_atomic
@@ -30,6 +30,10 @@ from mw_env.errors import MwEnvError
 from mw_env.runs.manifest import sha256_file
 from mw_env.trainer.tracking_values import flatten, metric_values
 from mw_env.trainspec.extras import bootstrap_hint
+
+if TYPE_CHECKING:
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
 
 EXPERIMENT = "mw-env"
 RUN_FILE = "mlflow-run.json"
@@ -89,7 +93,7 @@ class MLflowTracker:
         # A tracking server that is down must not hold the start of training for minutes of retries.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-        self._pending: list[Any] = []
+        self._pending: list[Metric] = []
         self._last_flush = time.monotonic()
         self._status = "KILLED"
         try:
@@ -141,7 +145,7 @@ class MLflowTracker:
         self.client.update_run(run_id, status="RUNNING")
         return run_id
 
-    def _guard(self, action: str, func: Any, *args: Any, **kwargs: Any) -> None:
+    def _guard(self, action: str, func: Callable[..., object], *args: object, **kwargs: object) -> None:
         """A failure mid-run is one line on stderr, then silence: metrics.jsonl keeps every event."""
         if self.failed:
             return
@@ -225,7 +229,7 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
     return None
 
 
-def _log_model(client: Any, run_id: str, checkpoint: Path, manifest_sha: str | None) -> str | None:
+def _log_model(client: MlflowClient, run_id: str, checkpoint: Path, manifest_sha: str | None) -> str | None:
     """The model as `model/` (an MLflow pyfunc model: mlflow_model.py), for the registry to promote."""
     import tempfile
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 # Event fields that are not metrics.
 _NOT_METRICS = {"event", "step", "time", "phase", "path", "reason"}
 
 
-def metric_values(event: Mapping[str, Any]) -> dict[str, float]:
+def metric_values(event: Mapping[str, object]) -> dict[str, float]:
     """The numeric fields of an event under "<train|eval>/<name>" (NaN/inf kept: a tracker should show them)."""
     kind = event.get("event")
     prefix = {"step": "train", "eval": "eval"}.get(str(kind))
@@ -30,7 +29,7 @@ def metric_values(event: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def flatten(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten(hparams: Mapping[str, object], prefix: str = "") -> dict[str, str]:
     """{"optim": {"lr": 1e-3}} -> {"optim.lr": "0.001"}; values as short strings (MLflow params)."""
     out: dict[str, str] = {}
     for key, value in hparams.items():

@@ -15,7 +15,7 @@ from collections.abc import Callable
 ENTITIES = ("house_number", "street", "unit", "locality", "region", "postcode", "country")
 LABELS: tuple[str, ...] = ("O", *(f"{p}-{e}" for e in ENTITIES for p in ("B", "I")))
 
-Part = tuple[str, str | None]  # (text, entity) - text may hold several words; None = punctuation, O
+Fragment = tuple[str, str | None]  # (text, entity) - text may hold several words; None = punctuation, O
 
 _FIRST = ["Oak", "Maple", "Cedar", "Elm", "Pine", "Washington", "Lincoln", "Park", "Lake", "Hill", "Church"]
 _FIRST += ["Mill", "River", "Spring", "Sunset", "Highland", "Victoria", "King", "Queen", "Station", "Bridge"]
@@ -68,7 +68,7 @@ def _house(rng: random.Random) -> str:
     return num + (rng.choice("ABC") if rng.random() < 0.08 else "")
 
 
-def _us(rng: random.Random) -> list[Part]:
+def _us(rng: random.Random) -> list[Fragment]:
     city, state = rng.choice(_US_CITIES)
     street = f"{rng.choice(_FIRST)} {rng.choice(_US_SUFFIX)}"
     if rng.random() < 0.2:
@@ -84,17 +84,17 @@ def _us(rng: random.Random) -> list[Part]:
         else ""
     )
     zipc = _digits(rng, 5) + (f"-{_digits(rng, 4)}" if rng.random() < 0.2 else "")
-    parts: list[Part] = [(_house(rng), "house_number"), (street, "street")]
+    parts: list[Fragment] = [(_house(rng), "house_number"), (street, "street")]
     if unit:
         parts += [(",", None), (unit, "unit")]
     parts += [(",", None), (city, "locality"), (",", None), (state, "region"), (zipc, "postcode")]
     return parts
 
 
-def _gb(rng: random.Random) -> list[Part]:
+def _gb(rng: random.Random) -> list[Fragment]:
     town, county = rng.choice(_GB_TOWNS)
     pc = f"{_letters(rng, rng.choice([1, 2]))}{rng.randint(1, 20)} {rng.randint(1, 9)}{_letters(rng, 2)}"
-    parts: list[Part] = []
+    parts: list[Fragment] = []
     if rng.random() < 0.3:
         parts += [(f"Flat {rng.randint(1, 30)}", "unit"), (",", None)]
     parts += [(_house(rng), "house_number"), (f"{rng.choice(_FIRST)} {rng.choice(_GB_SUFFIX)}", "street")]
@@ -105,10 +105,10 @@ def _gb(rng: random.Random) -> list[Part]:
     return parts
 
 
-def _de(rng: random.Random) -> list[Part]:
+def _de(rng: random.Random) -> list[Fragment]:
     city, state = rng.choice(_DE_CITIES)
     street = rng.choice(_DE_STREETS) + rng.choice(_DE_SUFFIX)
-    parts: list[Part] = [(street, "street"), (_house(rng), "house_number")]
+    parts: list[Fragment] = [(street, "street"), (_house(rng), "house_number")]
     if rng.random() < 0.25:
         parts += [
             (",", None),
@@ -120,8 +120,8 @@ def _de(rng: random.Random) -> list[Part]:
     return parts
 
 
-def _fr(rng: random.Random) -> list[Part]:
-    parts: list[Part] = [(_house(rng), "house_number")]
+def _fr(rng: random.Random) -> list[Fragment]:
+    parts: list[Fragment] = [(_house(rng), "house_number")]
     if rng.random() < 0.1:
         parts[0] = (parts[0][0] + " bis", "house_number")
     parts += [(f"{rng.choice(_FR_TYPES)} {rng.choice(_FR_NAMES)}", "street")]
@@ -134,9 +134,9 @@ def _fr(rng: random.Random) -> list[Part]:
     return parts
 
 
-def _nl(rng: random.Random) -> list[Part]:
+def _nl(rng: random.Random) -> list[Fragment]:
     house = str(rng.randint(1, 400))
-    parts: list[Part] = [(rng.choice(_NL_STREETS), "street"), (house, "house_number")]
+    parts: list[Fragment] = [(rng.choice(_NL_STREETS), "street"), (house, "house_number")]
     if rng.random() < 0.2:
         parts += [(rng.choice([f"{rng.choice('abc')}", "hs", f"{rng.randint(1, 3)}-hoog"]), "unit")]
     parts += [(",", None), (f"{rng.randint(1000, 9999)} {_letters(rng, 2)}", "postcode")]
@@ -144,10 +144,10 @@ def _nl(rng: random.Random) -> list[Part]:
     return parts
 
 
-def _au(rng: random.Random) -> list[Part]:
+def _au(rng: random.Random) -> list[Fragment]:
     city, state, pc = rng.choice(_AU_CITIES)
     pc = str(int(pc) + rng.randint(0, 99)).zfill(4)
-    parts: list[Part] = []
+    parts: list[Fragment] = []
     if rng.random() < 0.3:
         parts += [(f"Unit {rng.randint(1, 50)}", "unit"), (",", None)]
     parts += [(_house(rng), "house_number"), (f"{rng.choice(_FIRST)} {rng.choice(_US_SUFFIX)}", "street")]
@@ -155,21 +155,21 @@ def _au(rng: random.Random) -> list[Part]:
     return parts
 
 
-def _ca(rng: random.Random) -> list[Part]:
+def _ca(rng: random.Random) -> list[Fragment]:
     city, prov = rng.choice(_CA_CITIES)
     pc = f"{_letters(rng, 1)}{rng.randint(0, 9)}{_letters(rng, 1)} {rng.randint(0, 9)}{_letters(rng, 1)}{rng.randint(0, 9)}"
     if prov == "QC":
         street = f"{rng.choice(['Rue', 'Boulevard', 'Avenue'])} {rng.choice(['Sainte-Catherine', 'Saint-Denis', 'Laurier'])}"
     else:
         street = f"{rng.choice(_FIRST)} {rng.choice(_US_SUFFIX)}"
-    parts: list[Part] = [(_house(rng), "house_number"), (street, "street")]
+    parts: list[Fragment] = [(_house(rng), "house_number"), (street, "street")]
     if rng.random() < 0.2:
         parts += [(",", None), (f"Suite {rng.randint(100, 2000)}", "unit")]
     parts += [(",", None), (city, "locality"), (prov, "region"), (pc, "postcode")]
     return parts
 
 
-FORMATS: dict[str, Callable[[random.Random], list[Part]]] = {
+FORMATS: dict[str, Callable[[random.Random], list[Fragment]]] = {
     "US": _us,
     "GB": _gb,
     "DE": _de,

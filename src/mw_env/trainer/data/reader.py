@@ -10,6 +10,7 @@ JSONL blocks (~4 MiB of whole lines) are parsed with the json module, one block 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -18,8 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from mw_env.errors import InputError
-from mw_env.trainer.data.shards import HINT_DAMAGED, Block, Shard
+from mw_env.errors import InputError, MwEnvError
+from mw_env.trainer.data.shards import (
+    HINT_DAMAGED,
+    Block,
+    Shard,
+    adopt_stamp,
+    changed,
+    check_stamp,
+    open_checked,
+)
 from mw_env.userjson import json_refusal, loads
 
 BATCH_ROWS = 8192  # rows decoded at a time inside a row group
@@ -74,8 +83,15 @@ def parse_jsonl(
     hint = f'one JSON object per line: {{"{tcol}": [...], "{gcol}": [...]}}'
     try:
         with shard.path.open("rb") as fh:
+            st = os.fstat(fh.fileno())
+            check_stamp(shard, st)  # the file discovery scanned, not one put in its place since
+            adopt_stamp(shard, st)
             fh.seek(block.start)
             data = fh.read(block.stop - block.start)
+    except FileNotFoundError:
+        if shard.stamp is None:
+            raise InputError(f"{shard.path}: No such file or directory", hint=HINT_DAMAGED) from None
+        raise changed(shard, "deleted") from None
     except OSError as exc:
         raise InputError(f"{shard.path}: {exc.strerror}", hint=HINT_DAMAGED) from None
     tokens, tags, lines = [], [], []
@@ -113,10 +129,8 @@ def parse_jsonl(
         if limit and len(lines) >= limit:
             return tokens, tags, lines
     if len(lines) != block.rows:
-        raise InputError(
-            f"{shard.path}: changed while training (block at byte {block.start} has {len(lines)} rows, "
-            f"{block.rows} at start)",
-            hint=HINT_DAMAGED,
+        raise changed(
+            shard, f"the block at byte {block.start} has {len(lines)} rows, {block.rows} at the start"
         )
     return tokens, tags, lines
 
@@ -145,12 +159,16 @@ class PieceReader:
         self._lock = threading.Lock()
 
     def _file(self, s: int) -> Any:
+        """The open ParquetFile of shard s; a stat at each call (each block started): a shard replaced,
+        truncated or deleted since discovery is an error, never rows read from a handle opened before."""
         import pyarrow.parquet as pq
 
         if s in self._files:
+            check_stamp(self.shards[s])
             self._files.move_to_end(s)
             return self._files[s]
-        f = pq.ParquetFile(self.shards[s].path, buffer_size=1 << 20, pre_buffer=False)
+        nf, meta = open_checked(self.shards[s])
+        f = pq.ParquetFile(nf, metadata=meta, buffer_size=1 << 20, pre_buffer=False)
         self._files[s] = f
         while len(self._files) > OPEN_FILES:
             self._files.popitem(last=False)
@@ -188,7 +206,7 @@ class PieceReader:
                     cur.pending = batch.slice(skip + take)
                 cur.next_row += skip + take
                 first, rows = first + take, rows - take
-        except InputError:
+        except MwEnvError:  # bad input (exit 2) or a shard changed during the run (exit 1)
             raise
         except Exception as exc:
             raise _unreadable(shard, block, exc) from None
@@ -217,6 +235,8 @@ class PieceReader:
                         a, b, lines = parse_jsonl(self.shards[block.shard], block, self.columns)
                         typ = pa.list_(pa.string())
                         self._jsonl = (p.block, (pa.array(a, typ), pa.array(b, typ), np.array(lines)))
+                    else:  # rows parsed before: the file must still be the one they came from
+                        check_stamp(self.shards[block.shard])
                     ta, ga, lines = self._jsonl[1]
                     tokens.append(ta.slice(p.first, p.rows))
                     tags.append(ga.slice(p.first, p.rows))

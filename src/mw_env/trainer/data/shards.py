@@ -7,27 +7,43 @@ footer, so opening a corpus reads footers only), or a ~4 MiB run of whole lines 
 A shard's identity is cheap: path, size, rows, rows per block, and the sha256 of its Parquet footer
 (JSONL: of its block index plus its first and last 64 KiB). A resume compares identities, not the
 full-file sha256 (which would be a pass over 30 GB at every start).
+
+During a run, the file must stay the one discovery read: its stamp (size, mtime, inode, taken at
+discovery) is compared with a stat at every block the reader starts and every open (plus the footer's
+sha256 when a Parquet file is opened), so a shard replaced, truncated or deleted mid-run is an error
+naming it and what changed, not rows read from a handle opened before the change (`check_stamp`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mw_env.errors import InputError
+from mw_env.errors import InputError, StepFailed
 from mw_env.trainspec.extras import bootstrap_hint
+
+if TYPE_CHECKING:
+    from pyarrow import NativeFile
+    from pyarrow.parquet import FileMetaData
 
 JSONL_BLOCK_BYTES = 4 << 20
 HINT_DAMAGED = (
     "the shard is damaged or not what it claims: re-export it, or drop it from the file list "
     "(a resume then needs --set data.allow_changed_corpus=true); checkpoints so far are kept"
 )
+HINT_CHANGED = (
+    "restore the shard as it was and run the same command (it resumes from the newest checkpoint; the "
+    "checkpoints so far are kept), or start a new run with --fresh"
+)
+HOST = socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,11 @@ class Shard:
     size: int
     footer_sha256: str
     blocks: list[Block] = field(default_factory=list)
+    # (size, mtime_ns, inode) of the file discovery read, and the host that read it: inode and mtime are
+    # compared on that host only (another node may hold its own copy of the corpus at the same path; it
+    # takes its first look, checked by size and footer, as its stamp).
+    stamp: tuple[int, int, int] | None = None
+    host: str = ""
 
     @property
     def rows(self) -> int:
@@ -63,6 +84,51 @@ class Shard:
         }
 
 
+def stamp_of(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def changed(shard: Shard, what: str) -> StepFailed:
+    """A shard that is not the file discovery read: the run fails (exit 1), its checkpoints are kept."""
+    return StepFailed(f"shard {shard.path} changed during the run ({what})", hint=HINT_CHANGED)
+
+
+def check_stamp(shard: Shard, st: os.stat_result | None = None) -> None:
+    """Raise `changed` when the file at shard.path (or the open file `st` describes) is not the one
+    discovery read. One stat: the cost of starting a block, never of a row."""
+    if shard.stamp is None:
+        return
+    if st is None:
+        try:
+            st = os.stat(shard.path)
+        except FileNotFoundError:
+            raise changed(shard, "deleted") from None
+        except OSError:
+            return  # unreadable for another reason: the open that follows names it
+    size, mtime, ino = shard.stamp
+    what = [f"size {size} -> {st.st_size} bytes"] if st.st_size != size else []
+    if shard.host == HOST:
+        if st.st_ino != ino:
+            what.append(f"replaced by another file: inode {ino} -> {st.st_ino}")
+        elif st.st_mtime_ns != mtime:
+            what.append(f"modified: mtime {_when(mtime)} -> {_when(st.st_mtime_ns)}")
+    if what:
+        raise changed(shard, "; ".join(what))
+
+
+def adopt_stamp(shard: Shard, st: os.stat_result) -> None:
+    """On a host other than discovery's, the first look (size and footer checked) becomes the stamp."""
+    if shard.stamp is not None and shard.host != HOST:
+        shard.stamp, shard.host = stamp_of(st), HOST
+
+
+def _when(ns: int) -> str:
+    import datetime
+
+    t = datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
 def _is_str_list(t: Any) -> bool:
     import pyarrow as pa
 
@@ -72,26 +138,59 @@ def _is_str_list(t: Any) -> bool:
     return pa.types.is_string(v) or pa.types.is_large_string(v)
 
 
-def _read_footer(path: Path) -> tuple[str, Any]:
-    """The footer's sha256 and its parsed metadata, from one read of the footer bytes."""
+def _footer_bytes(path: Path, size: int, read_at: Callable[[int, int], bytes]) -> tuple[bytes, bytes]:
+    """The footer and the 8-byte trailer of a Parquet file of `size` bytes; read_at(offset, n) -> bytes."""
+    if size < 12:
+        raise InputError(f"{path}: not a Parquet file ({size} bytes)", hint=HINT_DAMAGED)
+    tail = read_at(size - 8, 8)
+    (length,) = struct.unpack("<I", tail[:4])
+    if tail[4:] != b"PAR1" or length > size - 12:
+        raise InputError(f"{path}: corrupt Parquet footer (no PAR1 trailer)", hint=HINT_DAMAGED)
+    return read_at(size - 8 - length, length), tail
+
+
+def _parse_footer(footer: bytes, tail: bytes) -> FileMetaData:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with path.open("rb") as fh:
-        fh.seek(0, 2)
-        size = fh.tell()
-        if size < 12:
-            raise InputError(f"{path}: not a Parquet file ({size} bytes)", hint=HINT_DAMAGED)
-        fh.seek(size - 8)
-        tail = fh.read(8)
-        (length,) = struct.unpack("<I", tail[:4])
-        if tail[4:] != b"PAR1" or length > size - 12:
-            raise InputError(f"{path}: corrupt Parquet footer (no PAR1 trailer)", hint=HINT_DAMAGED)
-        fh.seek(size - 8 - length)
-        footer = fh.read(length)
     # The same bytes, parsed by pyarrow as a minimal file (magic + footer + trailer): no second read.
-    meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
-    return hashlib.sha256(footer).hexdigest(), meta
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
+
+
+def _read_footer(path: Path) -> tuple[str, FileMetaData, int]:
+    """The footer's sha256, its parsed metadata and the file's size, from one read of the footer bytes
+    (os.pread on one descriptor: an open, a stat and two reads, the fewest system calls a footer takes)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        footer, tail = _footer_bytes(path, size, lambda offset, n: os.pread(fd, n, offset))
+    finally:
+        os.close(fd)
+    return hashlib.sha256(footer).hexdigest(), _parse_footer(footer, tail), size
+
+
+def open_checked(shard: Shard) -> tuple[NativeFile, FileMetaData]:
+    """A Parquet shard opened for reading (a pyarrow file) and its footer's metadata, once the open file is
+    checked to be the one discovery read: its stamp, and its footer against the footer's sha256."""
+    import pyarrow as pa
+
+    try:
+        nf = pa.OSFile(str(shard.path))
+    except FileNotFoundError:
+        raise changed(shard, "deleted") from None
+    except OSError as exc:
+        raise InputError(f"{shard.path}: cannot read it ({exc.strerror or exc})", hint=HINT_DAMAGED) from None
+    try:
+        st = os.fstat(nf.fileno())
+        check_stamp(shard, st)
+        footer, tail = _footer_bytes(shard.path, st.st_size, lambda offset, n: nf.read_at(n, offset))
+        if hashlib.sha256(footer).hexdigest() != shard.footer_sha256:
+            raise changed(shard, "its Parquet footer is not the one read at the start")
+        adopt_stamp(shard, st)
+        return nf, _parse_footer(footer, tail)
+    except BaseException:
+        nf.close()
+        raise
 
 
 def _open_parquet(path: Path, index: int, columns: tuple[str, str]) -> tuple[Shard, Any]:
@@ -103,7 +202,7 @@ def _open_parquet(path: Path, index: int, columns: tuple[str, str]) -> tuple[Sha
             hint=f"add the `train` extra: {bootstrap_hint(sys.prefix)}",
         ) from None
     try:
-        digest, meta = _read_footer(path)
+        digest, meta, size = _read_footer(path)
         schema = meta.schema.to_arrow_schema()
     except InputError:
         raise
@@ -124,7 +223,7 @@ def _open_parquet(path: Path, index: int, columns: tuple[str, str]) -> tuple[Sha
                 hint="tokens and tags are list<string> columns, one tag per token",
             )
     blocks = [Block(index, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
-    return Shard(path, "parquet", path.stat().st_size, digest, [b for b in blocks if b.rows]), meta
+    return Shard(path, "parquet", size, digest, [b for b in blocks if b.rows]), meta
 
 
 def _open_jsonl(path: Path, index: int) -> Shard:
