@@ -361,8 +361,10 @@ _{machine_line()}_
 Corpus: real-shaped address rows (the synthetic generator: 7 countries' formats, noise), {DISTINCT_SHARDS}
 distinct shards (different seeds) of {ROWS:,} rows ({shard_mb:.0f} MB, 200k-row groups) copied up to {MANY};
 `data.labels` **not set** (discovered); a 4,000-row validation shard. Generated in {gen_s:.0f} s. CPU seconds
-are the figure where it matters: the 2 cores are shared with other jobs, which stretch wall time, not the CPU
-this code spends. Everything below ran in this one run, each measurement in its own process.
+are the figure where it matters: the 2 cores are shared with other jobs, which stretch wall time many times
+over; CPU seconds move far less, but they move too (up to ~2x between runs of the same loop on this machine,
+when another job shares a core and its caches), so every ratio below compares figures of this one run,
+each measurement in its own process.
 
 **Start-up, 80 shards vs 1** (the trainer CLI, 3 steps, best of 2 interleaved runs each):
 
@@ -380,7 +382,7 @@ this code spends. Everything below ran in this one run, each measurement in its 
   itself mostly one-time imports (`pyarrow.parquet`, `numpy.random`). From the cache a resume or second
   run uses (`<run>/corpus-index.json`): {1000 * o1["open_cached_cpu_s"]:.1f} ms vs {1000 * o80["open_cached_cpu_s"]:.1f} ms
   ({o80["open_cached_cpu_s"] / max(o1["open_cached_cpu_s"], 1e-9):.1f}x of next to nothing: a stat per shard).
-  Wall times are the best of 2 and move with the machine's load; CPU seconds do not.
+  Wall times are the best of 2 and move with the machine's load, CPU seconds much less.
 {open_verdict}
 
 **Memory, 1Mi-row groups vs 200k-row groups** (the same 2 x {BIG_GROUP + 100_000:,} rows; the rank's producer
@@ -413,13 +415,17 @@ measured separately by starting and stopping the same pool):
 |---|---|---|---|---|---|---|
 {chr(10).join(w_rows)}
 
-- Measured wall rate, 2 workers / 1 worker: **{speedup:.2f}x**. This machine has 2 cores for everything (the
-  rank's thread, both workers, and six other jobs' processes), so wall time cannot show the scaling here; the
-  CPU seconds can. With workers the rank's own thread only decodes Parquet, joins slices and pads batches
-  ({rank_rate / 1e6:.1f}M tokens per CPU-second), and each worker encodes {worker_rate / 1e6:.1f}M tokens per
-  CPU-second. On free cores n workers deliver min(n x {worker_rate / 1e6:.1f}M, {rank_rate / 1e6:.1f}M) tokens/s:
-  {", ".join(f"{n} -> {v / 1e6:.1f}M" for n, v in projected.items())}; i.e. the rate grows linearly with the
-  workers until the rank's thread is the limit.
+- **Measured wall rate: 0 / 1 / 2 workers {" / ".join(f"{work[n]['tokens'] / work[n]['wall_s'] / 1e6:.2f}M" for n in work)}
+  tokens/s; 2 workers / 1 worker {speedup:.2f}x. This is not a measurement of scaling**: the machine has 2 cores
+  for everything (the rank's thread, the workers, and the other jobs that share it; load average
+  {os.getloadavg()[0]:.1f} at the end of this run), so a worker mostly waits for a core, and the wall figures move
+  by tens of percent from run to run in either direction. 4 workers are not measured: on 2 cores they would
+  only show the same contention. What this machine can measure is CPU time: with workers the rank's own
+  thread only decodes Parquet, joins slices and pads batches ({rank_rate / 1e6:.1f}M tokens per CPU-second),
+  and each worker encodes {worker_rate / 1e6:.1f}M tokens per CPU-second (no shared state: a worker is a process
+  with its own slice). **Computed, not measured**: on free cores n workers deliver min(n x
+  {worker_rate / 1e6:.1f}M, {rank_rate / 1e6:.1f}M) tokens/s: {", ".join(f"{n} -> {v / 1e6:.1f}M" for n, v in projected.items())};
+  i.e. the rate grows linearly with the workers until the rank's thread is the limit.
 - **Cores per rank for an H200-class step rate** (2.2M tokens/s, SentencePiece 48k): in one process (0 workers)
   {H200_TOKENS_PER_S / per_cpu(rate[("sentencepiece", "pipeline")]):.1f} cores of CPU time, but one process is one
   thread of Python; with workers, {int(need_workers)} worker(s) (2.2M / {worker_rate / 1e6:.1f}M) plus the rank's

@@ -9,8 +9,9 @@ the flags read is queued without waiting for the device: the batches come from p
 non_blocking copies (the reader pins them), the token counts (counted by the reader on the host) are
 copied the same way, and the stop flag is built on the device (`torch.full`), never copied from a
 fresh CPU tensor (a blocking copy there would wait for the whole backward pass). fp16 adds
-GradScaler's own check of its inf flag (bf16 and fp32 do not use it). Every device-to-host read the
-step and the loop make goes through `read_host` (tests/trainer/test_loop.py counts them).
+GradScaler's own check of its inf flag (bf16 and fp32 do not use it). Every device-to-host read of the
+step and of its logging goes through `read_host` (tests/trainer/test_loop.py counts them; an evaluation,
+every `eval_every` steps, reads its own results).
 Not verified under `torch.cuda.set_sync_debug_mode` here: the machines that wrote this had no GPU.
 """
 

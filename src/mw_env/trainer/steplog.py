@@ -15,9 +15,9 @@ them when the step ends.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from time import monotonic, time
 
 import torch
 
@@ -47,11 +47,11 @@ class StepLog:
     parameters: Callable[[], int]  # the model's parameter count (for the slow-CPU warning)
     losses: list[float] = field(default_factory=list)  # every read step's loss, in step order
     _pending: list[_Pending] = field(default_factory=list)
-    _last_read: float = field(default_factory=time.monotonic)
+    _last_read: float = field(default_factory=monotonic)
 
     def add(self, step: int, out: StepOutcome, waited: float, step_s: float) -> None:
         """Step `step` (1-based) ended: hold its metrics; read them (and those held) on a log step."""
-        self._pending.append(_Pending(step, out, waited, step_s, time.time()))
+        self._pending.append(_Pending(step, out, waited, step_s, time()))
         if step == 2:  # the first step pays for warm-up; the second is the one to extrapolate from
             left = self.max_steps - step
             slow = cpu_warning(
@@ -59,7 +59,7 @@ class StepLog:
             )
             if slow:
                 self.say(f"warning: {slow}")
-        if step % self.log_every == 0 or step == 1 or time.monotonic() - self._last_read >= FLUSH_S:
+        if step % self.log_every == 0 or step == 1 or monotonic() - self._last_read >= FLUSH_S:
             self.flush()
 
     def flush(self) -> dict[str, object] | None:
@@ -67,7 +67,7 @@ class StepLog:
         if not self._pending:
             return None
         held, self._pending = self._pending, []
-        self._last_read = time.monotonic()
+        self._last_read = monotonic()
         values = read_host(torch.stack([p.out.stats for p in held]))
         record = None
         for p, (loss_sum, norm, words, tokens) in zip(held, values, strict=True):
