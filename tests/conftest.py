@@ -54,6 +54,22 @@ def _no_run_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
                 os.kill(pid, signal.SIGKILL)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's processes take Ctrl-C as they would from a terminal, however the suite was started.
+
+    A shell without job control starts `cmd &` with SIGINT and SIGQUIT ignored, and an ignored signal is
+    inherited through fork and exec: a suite run as `CI=true bash .ci/run &` (a loaded machine's test, a
+    nohup'ed CI job) gave every child SIGINT ignored, so the tests that press Ctrl-C on a bootstrap or a
+    run waited for an interruption that could not come. Python's own handler here (reset to the default
+    in each child at exec) gives the children the disposition a terminal's foreground job has."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAVE_TORCH:
         return

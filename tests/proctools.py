@@ -82,3 +82,36 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def hang_report(tag: str) -> str:
+    """What each tagged process is doing, for a test that timed out waiting for one to end: its signal
+    dispositions and masks (an inherited SIG_IGN or a blocked SIGINT explains a Ctrl-C that did nothing) and
+    where each thread sleeps. Then SIGABRT each, so a Python started with PYTHONFAULTHANDLER=1 writes every
+    thread's stack to its stderr (which the caller then reads)."""
+    keys = ("State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+    lines = []
+    pids = tagged(tag)
+    for pid in pids:
+        proc = Path("/proc") / str(pid)
+        try:
+            status = dict(
+                ln.split(":\t", 1) for ln in (proc / "status").read_text().splitlines() if ":\t" in ln
+            )
+        except OSError:
+            continue
+        fields = " ".join(f"{k}={status.get(k, '?').strip()}" for k in keys)
+        lines.append(f"pid {pid} ppid {status.get('PPid', '?').strip()} {fields}: {cmdline(pid)[:160]}")
+        with contextlib.suppress(OSError):
+            for task in sorted((proc / "task").iterdir()):
+                with contextlib.suppress(OSError):
+                    name = (task / "comm").read_text().strip()
+                    wchan = (task / "wchan").read_text().strip()
+                    tstatus = (task / "status").read_text()
+                    blk = next((ln.split()[1] for ln in tstatus.splitlines() if ln.startswith("SigBlk")), "?")
+                    pnd = next((ln.split()[1] for ln in tstatus.splitlines() if ln.startswith("SigPnd")), "?")
+                    lines.append(f"  thread {task.name} {name} wchan={wchan} SigBlk={blk} SigPnd={pnd}")
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGABRT)
+    return "\n".join(lines) or "no tagged process left"

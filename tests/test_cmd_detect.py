@@ -186,3 +186,22 @@ def test_detect_under_a_root_runs_none_of_the_hosts_programs(tmp_path, capsys, m
     pythons = crowded["hardware"]["pythons"]
     assert [(p["version"], p["path"]) for p in pythons] == [("3.12.3", str(root / ".mw-env-bin" / "python3"))]
     assert crowded["hardware"]["uv"] is None  # the host's uv is not the fake machine's
+
+
+def test_detect_json_leaves_the_slow_imports_alone():
+    # What `detect --root --json` no longer pays at start-up (docs/benchmarks.md, detect under 0.2 s): packaging
+    # (packaging.tags, platform, logging), importlib.resources (tempfile, shutil) and rich (the JSON path prints
+    # no table). A fresh interpreter: this process has them all imported already.
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent / "fixtures" / "machines" / "cpu-only"
+    code = (
+        "import contextlib, io, sys\n"
+        "from mw_env.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    assert main(['detect', '--root', {str(root)!r}, '--json']) == 0\n"
+        "print(sorted(m for m in ('packaging', 'importlib.resources', 'rich') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -226,13 +226,13 @@ def test_detection_reaches_the_machine_only_through_machine(name: str) -> None:
 # -- names and types --------------------------------------------------------------------------------------
 
 
-def _type_names() -> dict[str, list[str]]:
-    """Top-level classes and type aliases (`Name = A | B`, capitalised, not a CONSTANT) -> where defined."""
-    found: dict[str, list[str]] = {}
+def _type_names() -> dict[str, list[tuple[str, str]]]:
+    """Top-level classes and type aliases (`Name = ...`, capitalised, not a CONSTANT) -> (module, definition)."""
+    found: dict[str, list[tuple[str, str]]] = {}
     for name, path in MODULES.items():
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.ClassDef):
-                found.setdefault(node.name, []).append(f"{name} (class)")
+                found.setdefault(node.name, []).append((name, "class"))
             elif (
                 isinstance(node, ast.Assign)
                 and len(node.targets) == 1
@@ -240,18 +240,21 @@ def _type_names() -> dict[str, list[str]]:
             ):
                 alias = node.targets[0].id
                 if alias[:1].isupper() and not alias.isupper():
-                    found.setdefault(alias, []).append(f"{name} (alias)")
+                    found.setdefault(alias, []).append((name, ast.unparse(node.value)))
     return found
 
 
-def test_a_class_name_has_one_meaning() -> None:
-    """A class is defined once, and no type alias elsewhere takes its name: `Block` was a transformer block,
-    a shard's block and a report block, `Tagger` the network and the exported runtime (now TransformerBlock,
-    DocBlock, TaggerNet)."""
+def test_a_type_name_has_one_meaning() -> None:
+    """A class is defined once, and a name given in several modules means the same everywhere: `Block` was a
+    transformer block, a shard's block and a report block, `Tagger` the network and the exported runtime,
+    `Precision` a trainer class and two different lists of values (now TransformerBlock, DocBlock, TaggerNet,
+    ChosenPrecision, PrecisionChoice...). The same alias written out twice (`Echo`) is allowed."""
     names = _type_names()
-    assert "Block" in names and "Tagger" in names  # the rule is live: the names that stayed are still here
+    assert "Block" in names and "Tagger" in names and "Echo" in names  # the rule is live
     clashes = {
-        n: where for n, where in names.items() if len(where) > 1 and any(w.endswith("(class)") for w in where)
+        n: where
+        for n, where in names.items()
+        if len(where) > 1 and (len({d for _, d in where}) > 1 or any(d == "class" for _, d in where))
     }
     assert not clashes, f"one name, several meanings: {clashes}; rename all but one"
 
@@ -259,7 +262,7 @@ def test_a_class_name_has_one_meaning() -> None:
 # The count of `Any` in src/ (issue 19: 441 when measured first, 632 at its peak, then the seams were typed).
 # Raise it only with a reason in the same change: a new seam gets a dataclass, a TypedDict, a Protocol or the
 # real class under TYPE_CHECKING instead.
-ANY_BUDGET = 426
+ANY_BUDGET = 375
 
 
 def test_the_count_of_any_does_not_rise() -> None:

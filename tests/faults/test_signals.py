@@ -32,7 +32,7 @@ import pytest
 from tests.faults.fault_support import checkpoints_intact, record, table_path
 from tests.runs.runs_helpers import wait_until
 
-from proctools import assert_none_left, kill_tagged, new_tag
+from proctools import assert_none_left, hang_report, kill_tagged, new_tag
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -123,6 +123,7 @@ def test_a_signal_at_a_phase(tmp_path: Path, phase: str, sig: str, mode: str, la
         "PYTHONPATH": str(REPO / "src"),
         "MW_ENV_TEST_TAG": tag,
         "MW_ENV_TEST_HOLD": f"{POINTS[phase]}:{hold}",
+        "PYTHONFAULTHANDLER": "1",  # a hang's report (proctools.hang_report) gets every thread's stack
     }
     waiting = Path(f"{hold}.waiting")
     proc = None
@@ -167,7 +168,12 @@ def test_a_signal_at_a_phase(tmp_path: Path, phase: str, sig: str, mode: str, la
         # Otherwise the trainer lets go of the phase when the signal reaches it (trainer/lifecycle.hold):
         # released by the event itself, never before the signal arrived.
         if proc is not None:
-            out, err = proc.communicate(timeout=TIMEOUT)
+            try:
+                out, err = proc.communicate(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                report = hang_report(tag)
+                out, err = proc.communicate()
+                raise AssertionError(f"no end {TIMEOUT}s after the signal:\n{report}\n{out}\n{err}") from None
             rc = proc.returncode
         else:
             wait_until(lambda: read_exit(run) is not None, timeout=TIMEOUT, what="the run's end")

@@ -16,6 +16,7 @@ import pytest
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import build_path, installed_version, plan
 from mw_env.provision.record import read_record
+from proctools import hang_report, new_tag
 
 from .provision_support import ROCM, offline_options
 
@@ -159,10 +160,17 @@ def test_ctrl_c_in_the_cli_exits_130_and_stops_uv(tmp_path, hermetic_env, indexe
     root.mkdir()
     env = {**hermetic_env, "PYTHONPATH": os.pathsep.join(sys.path)}
     wrapper, marker = _slow_uv(tmp_path, hermetic_env["UV"])
-    proc = _cli(_args(venv, indexes, root), {**env, "UV": str(wrapper)})
+    tag = new_tag()
+    diag = {"MW_ENV_TEST_TAG": tag, "PYTHONFAULTHANDLER": "1"}  # a hang's report names what each one does
+    proc = _cli(_args(venv, indexes, root), {**env, **diag, "UV": str(wrapper)})
     _wait_for(marker, proc)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        report = hang_report(tag)
+        out, err = proc.communicate()
+        raise AssertionError(f"no end 60s after Ctrl-C:\n{report}\n{out}\n{err}") from None
     assert proc.returncode == 130, (out, err)
     assert "re-run" in out and "resume" in out
     assert f"--venv {venv}" in out  # the resume command keeps the venv it was given

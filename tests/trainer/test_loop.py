@@ -15,7 +15,48 @@ from .helpers import events, step_losses, tiny_config
 pytestmark = pytest.mark.torch
 
 
-def test_smoke_config_trains_and_loss_falls(tmp_path: Path) -> None:
+def _count_host_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
+    """Every device-to-host read of the step loop, in order: ("flags", 2) for a step's finite/stop decision,
+    ("metrics", n) for n steps' metrics read at once, ("stray", where) for any other read (a tensor's item,
+    tolist, float, int or bool called from step.py, steplog.py or loop.py but not through read_host)."""
+    import sys
+
+    import torch
+
+    import mw_env.trainer.loop as loop_mod
+    import mw_env.trainer.step as step_mod
+    import mw_env.trainer.steplog as steplog_mod
+
+    reads: list[tuple[str, object]] = []
+    real = step_mod.read_host
+
+    def counted(t: torch.Tensor) -> list:
+        # flags: one row of 2 (finite, keep going); metrics: one row of 4 per step read
+        reads.append(("flags", t.shape[1]) if t.shape[1] == 2 else ("metrics", t.shape[0]))
+        return real(t)
+
+    monkeypatch.setattr(step_mod, "read_host", counted)
+    monkeypatch.setattr(steplog_mod, "read_host", counted)
+    monkeypatch.setattr(steplog_mod, "FLUSH_S", float("inf"))  # log steps only, however slow the machine
+    watched = {step_mod.__file__, steplog_mod.__file__, loop_mod.__file__}
+
+    def spy(name: str) -> object:
+        orig = getattr(torch.Tensor, name)
+
+        def wrapper(self, *a, **k):
+            code = sys._getframe(1).f_code
+            if code.co_filename in watched and code.co_name != "read_host":
+                reads.append(("stray", f"{code.co_name}: {name}"))
+            return orig(self, *a, **k)
+
+        return wrapper
+
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__"):
+        monkeypatch.setattr(torch.Tensor, name, spy(name))
+    return reads
+
+
+def test_smoke_config_trains_and_loss_falls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mw_env.runs.manifest import verify_manifest
     from mw_env.trainer.checkpoint import list_checkpoints
     from mw_env.trainer.loop import train
@@ -23,9 +64,20 @@ def test_smoke_config_trains_and_loss_falls(tmp_path: Path) -> None:
     out = tmp_path / "smoke"
     resolved = resolve_config(path=find_config("smoke"), overrides=[f"runtime.out_dir={out}"])
     said: list[str] = []
+    reads = _count_host_reads(monkeypatch)
     result = train(resolved=resolved, echo=said.append)
     assert (result.step, result.reason, result.precision) == (20, "max_steps", "fp32")
+    # One read a step (its finite and stop flags); the metrics only on log steps (log_every 5, and step 1),
+    # every step since the last read in one copy: steps 2-4 read nothing but their flags.
+    flags = ("flags", 2)
+    assert (
+        reads
+        == [flags, ("metrics", 1)] + ([flags] * 4 + [("metrics", 4)]) + ([flags] * 5 + [("metrics", 5)]) * 3
+    )
     losses = [step_losses(out)[s] for s in range(1, 21)]
+    assert losses == list(result.losses)  # every step's event, read late, is the step's own
+    times = [e["time"] for e in events(out, "step")]
+    assert times == sorted(times) and len(times) == 20  # each event keeps its step's end time, in order
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.3, losses  # it learns, not just wiggles
     evals = events(out, "eval")
     assert [e["step"] for e in evals] == [10, 20]

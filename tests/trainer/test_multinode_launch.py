@@ -9,18 +9,20 @@ import pytest
 
 from mw_env.cli import main
 from mw_env.errors import InputError
-from mw_env.runs.launch import check_nodes, default_rdzv_id, prepare
+from mw_env.runs.launch import LaunchRequest, check_nodes, default_rdzv_id, prepare
 
 from .test_train_cli import _doctor, _fake_venv
 
 
 def _prepare(venv: Path, **kwargs):
     return prepare(
-        venv=venv,
-        config="smoke",
-        overrides=["runtime.out_dir=runs/x"],
-        profile="cpu",
-        **kwargs,
+        LaunchRequest(
+            venv=venv,
+            config="smoke",
+            overrides=["runtime.out_dir=runs/x"],
+            profile="cpu",
+            **kwargs,
+        )
     )
 
 

@@ -81,6 +81,26 @@ def test_labels_discovered_once_footers_read_once(tmp_path: Path, monkeypatch: p
     assert reads() == {"footer": 4, "sample": 4}
 
 
+def test_labels_come_from_the_first_row_groups_dictionary_without_decoding_a_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mw_env.trainer.data.index as index
+
+    rows = synthetic_rows(96)
+    rows[30]["tags"][0] = "B-galaxy"  # row group 0 (32 rows), past a 10-row sample
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), folder / "a.parquet", row_group_size=32)
+    decoded: list[object] = []
+    real = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda *a, **k: decoded.append(a) or real(*a, **k))
+    monkeypatch.setattr(index, "LABEL_SAMPLE_ROWS", 10)
+    corpus = _open(tmp_path, "data.val_fraction=0.01", corpus=folder)
+    assert decoded == []  # the tags dictionary page only
+    assert {"B-galaxy", "I-galaxy"} <= set(corpus.labels.names)
+    assert "first row group" in corpus.labels.origin
+
+
 def test_a_tag_outside_the_sample_names_where_it_is(tmp_path: Path) -> None:
     import mw_env.trainer.data.index as index
 

@@ -59,21 +59,23 @@ def _doctor(monkeypatch: pytest.MonkeyPatch, status: str) -> list[dict]:
 
 
 def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mw_env.runs.launch import prepare
+    from mw_env.runs.launch import LaunchRequest, prepare
 
     calls = _doctor(monkeypatch, "pass")
     venv = _fake_venv(tmp_path, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
     monkeypatch.chdir(tmp_path)
     launch = prepare(
-        venv=venv,
-        config="smoke",
-        overrides=["runtime.out_dir=runs/x"],
-        skip_doctor=False,
-        profile="cpu",
-        profiles_dirs=(),
-        root=None,
-        gpu=None,
-        nproc_per_node=1,
+        LaunchRequest(
+            venv=venv,
+            config="smoke",
+            overrides=["runtime.out_dir=runs/x"],
+            skip_doctor=False,
+            profile="cpu",
+            profiles_dirs=(),
+            root=None,
+            gpu=None,
+            nproc_per_node=1,
+        )
     )
     assert calls and calls[0]["quick"] is True and calls[0]["venv"] == venv
     assert launch.argv[:4] == [str(venv / "bin" / "python"), "-m", "mw_env.trainer", "run"]
@@ -88,16 +90,18 @@ def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.Mon
     doctor = json.loads((launch.out_dir / ".doctor-pending.json").read_text())
     assert doctor["profile"] == "cpu" and doctor["ok"] is True
     ddp = prepare(
-        venv=venv,
-        config="smoke",
-        overrides=(),
-        skip_doctor=True,
-        profile="cpu",
-        profiles_dirs=(),
-        root=None,
-        gpu=None,
-        nproc_per_node=2,
-        fresh=True,
+        LaunchRequest(
+            venv=venv,
+            config="smoke",
+            overrides=(),
+            skip_doctor=True,
+            profile="cpu",
+            profiles_dirs=(),
+            root=None,
+            gpu=None,
+            nproc_per_node=2,
+            fresh=True,
+        )
     )
     assert ddp.argv[:3] == [str(venv / "bin" / "torchrun"), "--standalone", "--nproc-per-node=2"]
     assert ddp.argv[3:5] == ["-m", "mw_env.trainer"] and ddp.argv[-1] == "--fresh" and ddp.doctor is None
@@ -106,22 +110,24 @@ def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.Mon
 def test_doctor_failure_refuses_to_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mw_env.runs.launch import prepare
+    from mw_env.runs.launch import LaunchRequest, prepare
 
     _doctor(monkeypatch, "fail")
     venv = _fake_venv(tmp_path, {})
     monkeypatch.chdir(tmp_path)
     with pytest.raises(MwEnvError) as exc:
         prepare(
-            venv=venv,
-            config="smoke",
-            overrides=(),
-            skip_doctor=False,
-            profile="cpu",
-            profiles_dirs=(),
-            root=None,
-            gpu=None,
-            nproc_per_node=1,
+            LaunchRequest(
+                venv=venv,
+                config="smoke",
+                overrides=(),
+                skip_doctor=False,
+                profile="cpu",
+                profiles_dirs=(),
+                root=None,
+                gpu=None,
+                nproc_per_node=1,
+            )
         )
     assert "devices.kfd" in exc.value.message and "--skip-doctor" in (exc.value.hint or "")
     assert main(["train", "--config", "smoke", "--venv", str(venv), "--profile", "cpu"]) == 1
@@ -238,16 +244,18 @@ def test_train_in_a_venv_built_by_bootstrap(tmp_path: Path) -> None:
 def test_a_cpu_venv_on_a_gpu_machine_is_refused_not_trained_on_the_cpu(tmp_path: Path) -> None:
     """The seed's trap: the venv holds a CPU torch but the machine has a 780M. The profile comes from detection,
     not from the venv's record, so the doctor's torch-build check fails and training does not start."""
-    from mw_env.runs.launch import prepare
+    from mw_env.runs.launch import LaunchRequest, prepare
 
     root = REPO / "tests" / "fixtures" / "machines" / "incus-780m"
     env = {**os.environ, "PATH": f"{root / '.mw-env-bin'}:/usr/bin:/bin"}
     with pytest.raises(MwEnvError) as err:
-        prepare(venv=TEST_VENV, config="smoke", root=str(root), base_env=env)
+        prepare(LaunchRequest(venv=TEST_VENV, config="smoke", root=str(root), base_env=env))
     assert "torch" in err.value.message and "quick checks failed" in err.value.message
     assert "--skip-doctor" in (err.value.hint or "")
     # Said explicitly, the CPU profile is what the user asked for: it prepares.
-    launch = prepare(venv=TEST_VENV, config="smoke", root=str(root), base_env=env, profile="cpu")
+    launch = prepare(
+        LaunchRequest(venv=TEST_VENV, config="smoke", root=str(root), base_env=env, profile="cpu")
+    )
     assert launch.profile == "cpu"
 
 
@@ -270,3 +278,14 @@ def test_torchrun_failure_is_the_workers_error_and_exit_code(
     assert code == 2
     assert err.count("error: cannot resume from") == 1 and err.count("hint: the data order") == 1
     assert "Traceback" not in err and "ChildFailedError" not in err and "torch/distributed" not in err
+
+
+def test_the_cli_options_are_the_launch_requests_fields() -> None:
+    # LaunchOptions is what click passes on; LaunchRequest what prepare reads: the same names, one list each
+    # side of the type checker (a field added to one and not the other fails here).
+    import dataclasses
+
+    from mw_env.runs.launch import LaunchOptions, LaunchRequest
+
+    fields = {f.name for f in dataclasses.fields(LaunchRequest)}
+    assert fields - {"config"} == set(LaunchOptions.__annotations__)

@@ -47,7 +47,9 @@ def test_the_head_is_counted_for_the_corpus_labels(tmp_path, suffix, monkeypatch
     assert "17 BIO labels" in info["model"]["architecture"]
     assert main(["train", "summary", "--config", "cfg.yaml", "--profile", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "17 labels (discovered in the first 4,096 rows of 1 shard(s))" in out and "58 labels" not in out
+    assert (
+        "17 labels (discovered in 1 shard(s): each one's first row group)" in out and "58 labels" not in out
+    )
 
 
 @pytest.mark.torch

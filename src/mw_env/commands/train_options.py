@@ -151,11 +151,11 @@ def launch_options(func: F) -> F:
 
 def prepare_launch(*, config_name: str | None, **options: Unpack[LaunchOptions]) -> Launch:
     """`mw_env.runs.launch.prepare` from the launch options (the doctor's quick checks included)."""
-    from mw_env.runs.launch import prepare
+    from mw_env.runs.launch import LaunchRequest, prepare
 
     if not config_name:
         raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
-    return prepare(config=config_name, **options)
+    return prepare(LaunchRequest(config=config_name, **options))
 
 
 def run_folder_options(func: Any) -> Any:

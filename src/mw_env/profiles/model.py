@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # The allowed values of a profile's fields: the loader checks against these types, and the value lists in
 # its messages are derived from them (typing.get_args), so they are kept in one place.
 Build = Literal["rocm", "cuda", "cpu"]
-Vendor = Literal["amd", "nvidia"]
+MatchVendor = Literal["amd", "nvidia"]
 SdpaBackend = Literal["math", "flash", "efficient", "auto"]
 Precision = Literal["fp32", "bf16", "fp16"]
 TrainerDevice = Literal["cuda", "cpu"]  # ROCm GPUs are "cuda" to torch too
@@ -135,7 +135,7 @@ class TorchSource:
 class Match:
     """Which hardware a profile is for. An empty tuple matches nothing on that axis."""
 
-    vendor: Vendor | None = None  # None = no GPU: the CPU profile
+    vendor: MatchVendor | None = None  # None = no GPU: the CPU profile
     gfx: tuple[str, ...] = ()  # exact gfx targets; "*" means any of this vendor
     pci_ids: tuple[str, ...] = ()  # "1002:15bf" — matches even when the gfx target is unknown
     exclude: tuple[str, ...] = ()  # gfx targets a "*" profile never claims (wrong numerics even with kernels)

@@ -185,8 +185,35 @@ def _refuse_finished(out_dir: Path, max_steps: int) -> None:
     )
 
 
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What to train and where: everything `prepare` is asked (the config, its --set values, the venv, the
+    profile options, the process and node layout). `mw-env train` and `train start` build it from their
+    options (LaunchOptions: the same names but the config, as click passes them)."""
+
+    config: str | Path
+    venv: Path | None = None
+    overrides: Sequence[str] = ()
+    skip_doctor: bool = False
+    profile: str | None = None
+    profiles_dirs: Sequence[str | Path] = ()
+    root: str | None = None
+    gpu: int | None = None
+    nproc_per_node: int = 1
+    resume: Path | None = None
+    fresh: bool = False
+    base_env: Mapping[str, str] | None = None  # the environment to start from (default: this process's)
+    source: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    rdzv_timeout: int | None = None
+
+
 class LaunchOptions(TypedDict, total=False):
-    """`prepare`'s options but the config, as the CLI passes them on (commands.train_options.prepare_launch)."""
+    """LaunchRequest's fields but the config, as the CLI passes them on (commands.train_options.prepare_launch;
+    tests/trainer/test_train_cli.py holds the two to the same names)."""
 
     venv: Path | None
     overrides: Sequence[str]
@@ -207,69 +234,53 @@ class LaunchOptions(TypedDict, total=False):
     rdzv_timeout: int | None
 
 
-def prepare(
-    *,
-    venv: Path | None,
-    config: str | Path,
-    overrides: Sequence[str] = (),
-    skip_doctor: bool = False,
-    profile: str | None = None,
-    profiles_dirs: Sequence[str | Path] = (),
-    root: str | None = None,
-    gpu: int | None = None,
-    nproc_per_node: int = 1,
-    resume: Path | None = None,
-    fresh: bool = False,
-    base_env: Mapping[str, str] | None = None,
-    source: str | None = None,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    rdzv_timeout: int | None = None,
-) -> Launch:
+def prepare(request: LaunchRequest) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
+    r = request
     from mw_env.profiles import resolve_for_venv
     from mw_env.provision.record import default_venv, read_record
 
-    env_in = dict(os.environ if base_env is None else base_env)
-    if nproc_per_node < 1:
-        raise InputError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
-    if resume is not None and fresh:
+    env_in = dict(os.environ if r.base_env is None else r.base_env)
+    if r.nproc_per_node < 1:
+        raise InputError(f"--nproc-per-node {r.nproc_per_node}: must be >= 1")
+    if r.resume is not None and r.fresh:
         raise InputError("--resume and --fresh exclude each other", hint="pick one")
     nodes = check_nodes(
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id,
-        rdzv_timeout=rdzv_timeout,
+        nnodes=r.nnodes,
+        node_rank=r.node_rank,
+        rdzv_endpoint=r.rdzv_endpoint,
+        rdzv_id=r.rdzv_id,
+        rdzv_timeout=r.rdzv_timeout,
     )
-    venv_path = Path(venv).expanduser() if venv else default_venv(env_in)
+    venv_path = Path(r.venv).expanduser() if r.venv else default_venv(env_in)
     python = venv_path / "bin" / "python"
     if not python.exists():
         raise InputError(
             f"no training venv at {venv_path} (no {python})",
             hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
         )
-    config_path = find_config(config)
+    config_path = find_config(r.config)
     _check_lock(venv_path, env_in)
     record = read_record(venv_path)
     # The profile is detected (or given), never trusted from the venv: a CPU venv on a GPU machine must fail
     # the doctor's torch-build check rather than train on the CPU unnoticed.
     resolved_env = resolve_for_venv(
         record=record,
-        root=root,
-        profile=profile,
-        profiles_dirs=profiles_dirs,
-        gpu=gpu,
+        root=r.root,
+        profile=r.profile,
+        profiles_dirs=r.profiles_dirs,
+        gpu=r.gpu,
         env=env_in,
-        source=source,
+        source=r.source,
     )
     selection = resolved_env.selection
     defaults = profile_defaults(selection)
     # Validate the config and the --set values here, before any process starts.
     resolved = resolve_config(
-        path=config_path, overrides=overrides, profile_defaults=defaults, profile_name=selection.profile.name
+        path=config_path,
+        overrides=r.overrides,
+        profile_defaults=defaults,
+        profile_name=selection.profile.name,
     )
     cwd = Path.cwd()
     # Files, columns, labels and the venv's packages: checked now, not after the doctor and a torch import.
@@ -281,7 +292,7 @@ def prepare(
         from mw_env.runs.runlock import check_free
 
         check_free(out_dir)
-        if not fresh and resume is None:
+        if not r.fresh and r.resume is None:
             _refuse_finished(out_dir, resolved.config.runtime.max_steps)
 
     # The environment the trainer will run with; the doctor judges that one (the override applied).
@@ -302,7 +313,7 @@ def prepare(
         env[NODE_RANK_ENV] = str(nodes.node_rank)
 
     doctor: dict[str, object] | None = None
-    if not skip_doctor:
+    if not r.skip_doctor:
         from mw_env.checks import run_doctor
 
         report = run_doctor(
@@ -323,23 +334,23 @@ def prepare(
             )
 
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
-    for item in overrides:
+    for item in r.overrides:
         args += ["--set", item]
     args += ["--profile-defaults", json.dumps(defaults)]
     if doctor is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         args += ["--doctor-json", str(_write_doctor(out_dir, doctor, nodes.node_rank))]
-    if resume is not None:
-        args += ["--resume", str(Path(resume).expanduser().resolve())]
-    if fresh:
+    if r.resume is not None:
+        args += ["--resume", str(Path(r.resume).expanduser().resolve())]
+    if r.fresh:
         args.append("--fresh")
-    if nproc_per_node > 1 or nodes.multi:
+    if r.nproc_per_node > 1 or nodes.multi:
         torchrun = venv_path / "bin" / "torchrun"
         if not torchrun.exists():
             raise MwEnvError(
                 f"{torchrun} is missing", hint="the venv's torch install is incomplete; re-run bootstrap"
             )
-        argv = [str(torchrun), *nodes.torchrun_args(), f"--nproc-per-node={nproc_per_node}", *args]
+        argv = [str(torchrun), *nodes.torchrun_args(), f"--nproc-per-node={r.nproc_per_node}", *args]
     else:
         argv = [str(python), *args]
     return Launch(

@@ -10,9 +10,30 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
+
+if TYPE_CHECKING:
+    from mw_env.trainer.data import Corpus, Counts
+    from mw_env.trainer.distributed import DistInfo
+    from mw_env.trainer.state import LoopState
+    from mw_env.trainer.step import Trainer
+    from mw_env.trainspec.config import ResolvedConfig
 
 FORMAT_VERSION = 1
+
+
+class Held(Protocol):
+    """What the parts write from and restore into: trainer.session.Session (which imports this module, so a
+    Protocol here, not an import)."""
+
+    resolved: ResolvedConfig
+    dist: DistInfo
+    corpus: Corpus
+    trainer: Trainer
+    facts: dict[str, Any]
+    state: LoopState
+    counts: Counts | None
+    accepted_changes: list[str]
 
 
 def is_int(v: object) -> bool:
@@ -78,24 +99,24 @@ class Part:
     required: bool
     test: Callable[[Any], bool]
     what: str
-    write: Callable[[Any, Gathered], Any]
-    restore: Callable[[Any, Any], None] | None = None
+    write: Callable[[Held, Gathered], object]
+    restore: Callable[[Held, Any], None] | None = None
 
 
-def _restore_loop(s: Any, v: Any) -> None:
+def _restore_loop(s: Held, v: Any) -> None:
     from mw_env.trainer.state import LoopState
 
     s.state = LoopState(**v)
 
 
-def _restore_rng(s: Any, v: Any) -> None:
+def _restore_rng(s: Held, v: Any) -> None:
     from mw_env.trainer.runtime import restore_rng_states
 
     if s.dist.rank < len(v or []):
         restore_rng_states(v[s.dist.rank])
 
 
-def _restore_counts(s: Any, v: Any) -> None:
+def _restore_counts(s: Held, v: Any) -> None:
     from mw_env.trainer.data import Counts
 
     saved = (v or {}).get("counts") or []
@@ -103,11 +124,11 @@ def _restore_counts(s: Any, v: Any) -> None:
         s.counts = Counts.from_dict(saved[s.dist.rank])
 
 
-def _data(s: Any, g: Gathered) -> dict[str, Any]:
+def _data(s: Held, g: Gathered) -> dict[str, Any]:
     return {**s.corpus.identity, "position": [p["position"] for p in g], "counts": [p["counts"] for p in g]}
 
 
-def _is_fp16(s: Any) -> bool:
+def _is_fp16(s: Held) -> bool:
     return bool(s.trainer.precision.name == "fp16")
 
 
@@ -231,13 +252,13 @@ CHECKS: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
 }
 
 
-def payload(session: Any, gathered: Gathered) -> dict[str, Any]:
+def payload(session: Held, gathered: Gathered) -> dict[str, object]:
     """What rank 0 writes: every part this run has (`gathered`: each rank's rng, position and counts)."""
     out = {p.key: p.write(session, gathered) for p in PARTS}
     return {k: v for k, v in out.items() if v is not OMIT}
 
 
-def restore(session: Any, ckpt: Mapping[str, object]) -> None:
+def restore(session: Held, ckpt: Mapping[str, object]) -> None:
     """Load a validated checkpoint's parts into the session (the model, optimizer, loop counters, RNG...)."""
     for part in PARTS:
         if part.restore is not None and part.key in ckpt:

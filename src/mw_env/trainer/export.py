@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from mw_env.atomic import atomic_path, write_json_atomic
 from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed, os_error_in, os_fault
-
-if TYPE_CHECKING:
-    import torch
 from mw_env.runs.manifest import sha256_file
 from mw_env.trainer.export_bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
 from mw_env.trainer.export_verify import OUTPUT_NAME
 from mw_env.trainspec.extras import bootstrap_hint
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_MAX_DIFF = 1e-4  # fp32 logits; the exporters agree with eager to ~1e-6 on the shipped models
 DEFAULT_OPSET = 18

@@ -10,7 +10,7 @@ The checkpoint's payload is written by session.py (its docstring lists the keys)
 
 from __future__ import annotations
 
-import math
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,8 +46,9 @@ from mw_env.trainer.runtime import (
     step_seed,
 )
 from mw_env.trainer.session import Session
-from mw_env.trainer.step import StepOutcome, Trainer
-from mw_env.trainspec.advice import config_warnings, cpu_warning, resume_warnings
+from mw_env.trainer.step import Trainer
+from mw_env.trainer.steplog import StepLog
+from mw_env.trainspec.advice import config_warnings, resume_warnings
 from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.schedule import lr_factor
 
@@ -258,34 +259,6 @@ def _run(
             session.hasher.close()
 
 
-def _log_step(s: Session, out: StepOutcome, waited: float, step_s: float) -> None:
-    rt = s.resolved.config.runtime
-    step = s.state.step
-    tokens_per_s = out.tokens / max(step_s, 1e-9)
-    s.metrics.log(
-        "step",
-        step=step,
-        loss=out.loss,
-        lr=out.lr,
-        grad_norm=out.grad_norm,
-        tokens_per_s=tokens_per_s,  # input tokens (all processes) per second
-        words_per_s=out.words / max(step_s, 1e-9),  # labelled words per second
-        data_wait_s=waited,
-        step_s=step_s,
-    )
-    if step == 2:  # the first step pays for warm-up; the second is the one to extrapolate from
-        params = sum(p.numel() for p in s.trainer.model.parameters())
-        left = rt.max_steps - step
-        slow = cpu_warning(device=s.trainer.device.type, parameters=params, step_s=step_s, steps_left=left)
-        if slow:
-            s.say(f"warning: {slow}")
-    if step % rt.log_every == 0 or step == 1:
-        s.say(
-            f"step {step:>6}  loss {out.loss:.4f}  lr {out.lr:.2e}  grad_norm {out.grad_norm:.3f}  "
-            f"tok/s {tokens_per_s:,.0f}  data wait {100 * waited / max(step_s, 1e-9):.0f}%"
-        )
-
-
 def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     config = s.resolved.config
     rt, dist, state = config.runtime, s.dist, s.state
@@ -297,7 +270,15 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
         depth=config.data.prefetch_steps,
         pin=s.trainer.device.type == "cuda",
     )
-    reason, last_ckpt, losses = "max_steps", None, []
+    reason, last_ckpt = "max_steps", None
+    log = StepLog(
+        s.metrics,
+        s.say,
+        rt.log_every,
+        rt.max_steps,
+        s.trainer.device.type,
+        lambda: sum(p.numel() for p in s.trainer.model.parameters()),
+    )
     # Data wait in two figures: the first fill (the first window read and encoded before step 1 can run)
     # and the steady state (every later step), so a slow start does not hide in, or inflate, the share.
     waited_total, first_fill, t_start = 0.0, None, time.perf_counter()
@@ -319,14 +300,13 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
                 out = s.trainer.step(data.micro, lambda: stop.requested)
                 s.counts.merge(data.counts)
                 state.step = step + 1
-                losses.append(out.loss)
                 now = time.perf_counter()
-                _log_step(s, out, waited, now - t_last)
+                log.add(state.step, out, waited, now - t_last)  # its metrics are read on log steps only
                 t_last = now
                 if not out.finite:
                     state.skipped_steps += 1
                     state.consecutive_nonfinite += 1
-                    why = f"non-finite {'loss' if not math.isfinite(out.loss) else 'gradient norm'}"
+                    why = log.nonfinite_reason()
                     s.metrics.log("skipped_step", step=state.step, reason=why)
                     s.say(
                         f"step {state.step}: {why}; update skipped ({state.consecutive_nonfinite} in a row)"
@@ -339,6 +319,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
                 # A skipped step left the weights as they were, so checkpointing after it is still sound.
                 early_stop = False
                 if out.finite and (state.step % rt.eval_every == 0 or state.step == rt.max_steps):
+                    log.flush()  # the steps' events before the evaluation's
                     t = s.trainer
                     early_stop = evaluate_and_decide(
                         t.model,
@@ -363,10 +344,16 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
                     or state.step % rt.checkpoint_every == 0
                     or state.step == rt.max_steps
                 ):
+                    log.flush()  # the steps' events before the checkpoint's
                     last_ckpt = s.save()
                 if early_stop or stop_now:
                     reason = "early_stop" if early_stop else "stopped"
                     break
+        log.flush()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the steps done before the error keep their events; the
+            log.flush()  # error itself is the one to report, not a second one from reading the device
+        raise
     finally:
         reader.close()
         producer.close()
@@ -378,7 +365,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
         seconds=waited_total,  # steady state: every step after the first
         share=waited_total / max(steady_s, 1e-9),
     )
-    return reason, last_ckpt, losses
+    return reason, last_ckpt, log.losses
 
 
 def _finish(

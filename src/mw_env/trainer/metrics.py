@@ -43,8 +43,9 @@ class MetricsWriter:
 
             self._tracker = open_trackers(tracking, Path(run_dir), dict(hparams or {}))
 
-    def log(self, event: str, **fields: Any) -> dict[str, Any]:
-        record = {"event": event, **fields, "time": time.time()}
+    def log(self, event: str, *, at: float | None = None, **fields: Any) -> dict[str, Any]:
+        """Append one event; `at`: its time when it happened before it is written (a step's, steplog.py)."""
+        record = {"event": event, **fields, "time": time.time() if at is None else at}
         if self._fh is not None:
             # NaN/inf are written as JSON null: a strict JSON reader must still parse every line.
             clean = {

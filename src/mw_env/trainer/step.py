@@ -1,14 +1,18 @@
-"""One optimizer step: accumulate micro-batches, clip, agree on finiteness, update.
+"""One optimizer step: accumulate micro-batches, clip, agree on finiteness and stop, update.
 
-Host synchronisation: one per step, at its end, where one small tensor (finite flag, stop flag, loss
-sum, gradient norm, token counts) comes to the host in a single copy: skipping a non-finite update
-needs the decision on the host, and the metrics ride along in the same copy (no second sync).
-Everything before it is queued without waiting for the device: the batches come from pinned memory
-with non_blocking copies (the reader pins them), the token counts (counted by the reader on the
-host) are copied the same way, and the stop flag is built on the device (`torch.full`), never
-copied from a fresh CPU tensor (a blocking copy there would wait for the whole backward pass).
-fp16 adds GradScaler's own check of its inf flag (bf16 and fp32 do not use it).
-Not verified under `torch.cuda.set_sync_debug_mode` here: the machine that wrote this had no GPU.
+Host synchronisation: one per step, `read_host(flags)`: two numbers (all ranks' finite flag, and
+whether some rank was asked to stop), after the backward pass and before the update, because skipping a
+non-finite update and stopping are decisions the host takes. The step's metrics (loss sum, gradient
+norm, labelled words, input tokens) stay on the device in `StepOutcome.stats`: the loop reads them
+only on log steps, all steps since the last read in one copy (trainer/steplog.py). Everything before
+the flags read is queued without waiting for the device: the batches come from pinned memory with
+non_blocking copies (the reader pins them), the token counts (counted by the reader on the host) are
+copied the same way, and the stop flag is built on the device (`torch.full`), never copied from a
+fresh CPU tensor (a blocking copy there would wait for the whole backward pass). fp16 adds
+GradScaler's own check of its inf flag (bf16 and fp32 do not use it). Every device-to-host read of the
+step and of its logging goes through `read_host` (tests/trainer/test_loop.py counts them; an evaluation,
+every `eval_every` steps, reads its own results).
+Not verified under `torch.cuda.set_sync_debug_mode` here: the machines that wrote this had no GPU.
 """
 
 from __future__ import annotations
@@ -28,14 +32,17 @@ from mw_env.trainer.runtime import ChosenPrecision, autocast
 from mw_env.trainspec.config import OptimConfig
 
 
+def read_host(t: torch.Tensor) -> list[list[float]]:
+    """A 2-D device tensor's rows on the host: a synchronisation (the only kind the step loop makes)."""
+    rows: list[list[float]] = t.tolist()
+    return rows
+
+
 @dataclass(frozen=True)
 class StepOutcome:
-    finite: bool
-    loss: float  # mean per labelled word over the whole window, all ranks
-    grad_norm: float
-    words: int  # labelled words in the window, all ranks
-    tokens: int  # input tokens in the window, all ranks
-    lr: float
+    finite: bool  # all ranks' loss and gradient norm were finite: the update was applied
+    lr: float  # the rate this step used
+    stats: torch.Tensor  # on the device, all ranks: loss sum, gradient norm, labelled words, input tokens
     stop: bool = False  # some rank was asked to stop (SIGTERM): all ranks stop after this step
 
 
@@ -94,22 +101,13 @@ class Trainer:
         keep_going = torch.full((), 0.0 if stop_requested() else 1.0, dtype=torch.float32, device=device)
         flags = torch.stack([finite, keep_going])
         all_reduce(flags, dist, "min")
-        stats = torch.cat(
-            [flags.double(), torch.stack([loss_sum.double(), grad_norm.to(loss_sum.device).double()]), counts]
-        )
-        ok, go_on, loss_total, norm, words, tokens = stats.tolist()  # the step's one host synchronisation
+        # Queued before the update (which does not touch these tensors); read by the loop on log steps.
+        stats = torch.cat([torch.stack([loss_sum.double(), grad_norm.to(loss_sum.device).double()]), counts])
+        ((ok, go_on),) = read_host(flags[None])  # the step's one host synchronisation
         lr = self.optimizer.param_groups[0]["lr"]  # the rate this step uses (read before the schedule moves)
         if ok > 0:
             self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        return StepOutcome(
-            finite=ok > 0,
-            loss=loss_total / max(words, 1.0),
-            grad_norm=norm,
-            words=int(words),
-            tokens=int(tokens),
-            lr=lr,
-            stop=go_on < 1,
-        )
+        return StepOutcome(finite=ok > 0, lr=lr, stats=stats, stop=go_on < 1)

@@ -1,10 +1,11 @@
 """The labels a files corpus will train with, found without torch: `train summary` counts the head with them.
 
-The trainer (trainer/data/index.py) takes `data.labels` when set, else the tags of each shard's first
-LABEL_SAMPLE_ROWS rows (a Parquet file's first rows, a JSONL file's first non-empty lines), ordered by
-`label_order`. This reads the same rows: JSONL with the standard library,
-Parquet with pyarrow - here if mw-env's interpreter has it, else in the training venv's python (which
-has it: the `train` extra), asked with a small script. None when neither can.
+The trainer (trainer/data/index.py) takes `data.labels` when set, else, ordered by `label_order`, the tags
+of each Parquet shard's first row group (from the tags column's dictionary page, trainspec/tagdict.py; a
+shard without one: its first LABEL_SAMPLE_ROWS rows) and of each JSONL shard's first LABEL_SAMPLE_ROWS
+non-empty lines. This reads the same: JSONL with the standard library, Parquet with tagdict.shard_tags -
+here if mw-env's interpreter has pyarrow, else in the training venv's python (which has it: the `train`
+extra), sent tagdict.py's text as a script. None when neither can.
 """
 
 from __future__ import annotations
@@ -15,18 +16,22 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 LABEL_SAMPLE_ROWS = 4096  # trainer/data/index.py: the rows of each shard the label set is discovered in
-PARQUET_SCRIPT = """
+# Run by the training venv's python when mw-env's has no pyarrow: tagdict.py's own text, then the loop (the
+# venv need not have this mw-env installed, and reads the shards exactly as the code here would).
+PARQUET_LOOP = """
 import json, sys
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 rows, column, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 seen = set()
 for p in paths:
-    batch = next(pq.ParquetFile(p).iter_batches(batch_size=rows, columns=[column]), None)
-    if batch is not None:
-        seen.update(t for t in pc.unique(pc.list_flatten(batch.column(0))).to_pylist() if t is not None)
+    seen |= shard_tags(p, column, rows)
 print(json.dumps(sorted(seen)))
 """
+
+
+def _parquet_script() -> str:
+    from mw_env.trainspec import tagdict
+
+    return Path(tagdict.__file__).read_text(encoding="utf-8") + PARQUET_LOOP
 
 
 def label_order(tags: Iterable[str]) -> tuple[str, ...]:
@@ -71,20 +76,17 @@ def parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[s
         if python is None or not python.exists():
             return None
         done = subprocess.run(
-            [str(python), "-c", PARQUET_SCRIPT, str(LABEL_SAMPLE_ROWS), column, *map(str, paths)],
+            [str(python), "-c", _parquet_script(), str(LABEL_SAMPLE_ROWS), column, *map(str, paths)],
             capture_output=True,
             text=True,
             timeout=120,
         )
         return set(json.loads(done.stdout)) if done.returncode == 0 else None
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    from mw_env.trainspec.tagdict import shard_tags
 
     seen: set[str] = set()
     for p in paths:
-        batch = next(pq.ParquetFile(p).iter_batches(batch_size=LABEL_SAMPLE_ROWS, columns=[column]), None)
-        if batch is not None:
-            seen.update(t for t in pc.unique(pc.list_flatten(batch.column(0))).to_pylist() if t is not None)
+        seen |= shard_tags(p, column, LABEL_SAMPLE_ROWS)
     return seen
 
 

@@ -13,19 +13,19 @@ from typing import Any, Literal, get_args
 # The allowed values live in the types; the tuples are derived from them (one source for the reader,
 # validate() and the docs).
 Schedule = Literal["cosine", "linear", "noam", "constant"]
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-SdpaBackend = Literal["auto", "math", "flash", "efficient"]
+PrecisionChoice = Literal["auto", "fp32", "bf16", "fp16"]
+SdpaChoice = Literal["auto", "math", "flash", "efficient"]
 Tracking = Literal["none", "tensorboard", "mlflow"]
-Tokenizer = Literal["byte", "sentencepiece"]
+TokenizerKind = Literal["byte", "sentencepiece"]
 UnknownTags = Literal["error", "ignore"]
 DataSource = Literal["synthetic", "files"]
 DistBackend = Literal["auto", "gloo", "nccl"]
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
-PRECISIONS: tuple[str, ...] = get_args(Precision)
-SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaBackend)
+PRECISIONS: tuple[str, ...] = get_args(PrecisionChoice)
+SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaChoice)
 TRACKING: tuple[str, ...] = get_args(Tracking)
-TOKENIZERS: tuple[str, ...] = get_args(Tokenizer)
+TOKENIZERS: tuple[str, ...] = get_args(TokenizerKind)
 UNKNOWN_TAGS: tuple[str, ...] = get_args(UnknownTags)
 SOURCES: tuple[str, ...] = get_args(DataSource)
 DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
@@ -52,7 +52,7 @@ class DataConfig:
     countries: tuple[str, ...] = ("US", "GB", "DE", "FR", "NL", "AU", "CA")
     noise: float = 0.15  # probability of each noise kind per synthetic row
     seed: int = 1234  # data generation and split seed (order is runtime.seed's)
-    tokenizer: Tokenizer = "byte"
+    tokenizer: TokenizerKind = "byte"
     spm_model: str | None = None  # SentencePiece .model file for tokenizer: sentencepiece
     tokens_column: str = "tokens"  # files: the list<string> column (JSONL: key) of words
     tags_column: str = "tags"  # files: the list<string> column (JSONL: key) of BIO tags, one per word
@@ -91,8 +91,8 @@ class RuntimeConfig:
     max_steps: int = 1000
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: Precision = "auto"  # auto = bf16 where the device has native bf16, else fp32
-    sdpa_backend: SdpaBackend = "auto"
+    precision: PrecisionChoice = "auto"  # auto = bf16 where the device has native bf16, else fp32
+    sdpa_backend: SdpaChoice = "auto"
     compile: bool = False
     deterministic: bool = True
     threads: int = 0  # torch intra-op threads; 0 = torch's default

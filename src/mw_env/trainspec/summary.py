@@ -61,8 +61,8 @@ def _labels(config: TrainConfig, base: Path | None, venv: Path | None) -> tuple[
         shards = []
     found = corpus_labels(shards, d.tags_column, venv=venv) if shards else None
     if found is None:
-        return "discovered at start (tags of each shard's first 4,096 rows)", "unknown here"
-    return list(found), f"discovered in the first 4,096 rows of {len(shards)} shard(s)"
+        return "discovered at start (tags of each shard's first row group)", "unknown here"
+    return list(found), f"discovered in {len(shards)} shard(s): each one's first row group"
 
 
 def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | None = None) -> dict[str, Any]:

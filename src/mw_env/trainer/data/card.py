@@ -7,7 +7,10 @@ checkpoint and summed over ranks for the card, so a resumed run's card equals an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 LENGTH_BIN = 8  # token-length histogram: bin k counts rows of [8k, 8k + 8) input tokens
 MAX_EXAMPLES = 5
@@ -45,12 +48,12 @@ class Counts:
 
     def add_rows(
         self,
-        n_tokens: Any,
-        label_ids: Any,
-        kept: Any,
-        truncated: Any,
-        unknown: Any,
-        bio: Any,
+        n_tokens: np.ndarray,
+        label_ids: np.ndarray,
+        kept: np.ndarray,
+        truncated: np.ndarray,
+        unknown: np.ndarray,
+        bio: np.ndarray,
         bio_where: list[str],
     ) -> None:
         """add_row for many rows at once (numpy arrays; label_ids: every position, IGNORE included)."""
@@ -90,7 +93,7 @@ class Counts:
         room = MAX_EXAMPLES - len(self.bio_examples)
         self.bio_examples += other.bio_examples[: max(room, 0)]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
 
     @classmethod
@@ -106,7 +109,7 @@ def sum_counts(parts: list[dict[str, Any]], n_labels: int) -> Counts:
     return total
 
 
-def length_distribution(c: Counts) -> dict[str, Any]:
+def length_distribution(c: Counts) -> dict[str, object]:
     return {
         "bin_width": LENGTH_BIN,
         "counts": list(c.lengths),  # counts[k]: rows with 8k..8k+7 input tokens

@@ -280,7 +280,8 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
         if data.labels
         else LabelSet(
             label_order(index["tags"]),
-            f"discovered in the first {index_mod.LABEL_SAMPLE_ROWS:,} rows of each of {n_shards} shard(s)",
+            f"discovered in {n_shards} shard(s): each one's first row group "
+            f"(Parquet: its tags dictionary; else its first {index_mod.LABEL_SAMPLE_ROWS:,} rows)",
         )
     )
     all_blocks = [b for s in train_shards for b in s.blocks]

@@ -18,11 +18,15 @@ No torch here: the data worker processes import this module only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mw_env.trainer.data.tokenize import CLS, IGNORE, N_SPECIAL, SEP, UNK
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import sentencepiece as spm
 
 OK, BAD_ROW, BAD_TAG, BAD_TEXT = 0, 1, 2, 3  # per-row problem codes
 
@@ -67,7 +71,7 @@ class Encoded:
         )
 
 
-def _string_buffers(words: Any) -> tuple[np.ndarray, np.ndarray]:
+def _string_buffers(words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets[len+1], data bytes) of an Arrow string / large_string array, slice offset applied."""
     import pyarrow as pa
 
@@ -79,7 +83,7 @@ def _string_buffers(words: Any) -> tuple[np.ndarray, np.ndarray]:
     return off, data
 
 
-def _invalid_utf8(words: Any) -> np.ndarray:
+def _invalid_utf8(words: pa.Array) -> np.ndarray:
     """Words that are not valid UTF-8 (Arrow does not check Parquet strings on read)."""
     import pyarrow as pa
 
@@ -127,7 +131,7 @@ class VectorEncoder:
     ) -> None:
         self.kind, self.max_len, self.unknown_tags, self.threads = kind, max_len, unknown_tags, threads
         self.label_names = label_names
-        self._sp: Any = None
+        self._sp: spm.SentencePieceProcessor | None = None
         if kind == "sentencepiece":
             import sentencepiece as spm
 
@@ -144,7 +148,7 @@ class VectorEncoder:
         self._inside = np.array(inside or [-1], dtype=np.int32)
         self._type = np.array(typ or [-1], dtype=np.int32)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, object]:
         """What a worker process needs to build the same encoder (picklable)."""
         return {
             "kind": self.kind,
@@ -155,7 +159,7 @@ class VectorEncoder:
         }
 
     # -- the pieces of each word ------------------------------------------------------------------
-    def _pieces(self, words: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _pieces(self, words: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(pool, start, count, bad_word): word i's ids are pool[start[i]:start[i]+count[i]]."""
         if self.kind == "byte":
             off, data = _string_buffers(words)
@@ -166,7 +170,7 @@ class VectorEncoder:
             return pool, start, count, np.zeros(len(words), dtype=bool)
         return self._spm_pieces(words)
 
-    def _spm_pieces(self, words: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _spm_pieces(self, words: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -187,6 +191,7 @@ class VectorEncoder:
                     distinct.append("")
                     bad_distinct.append(True)
             bad_word = np.array(bad_distinct, dtype=bool)[index]
+        assert self._sp is not None  # kind "sentencepiece": loaded in __init__
         pieces = self._sp.encode(distinct, num_threads=self.threads) if distinct else []
         counts = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
         flat = np.fromiter((i for p in pieces for i in p), dtype=np.int32, count=int(counts.sum()))
@@ -197,7 +202,7 @@ class VectorEncoder:
         return pool, starts[index], counts[index], bad_word
 
     # -- a chunk of rows --------------------------------------------------------------------------
-    def encode(self, tokens: Any, tags: Any) -> Encoded:
+    def encode(self, tokens: pa.Array | pa.ChunkedArray, tags: pa.Array | pa.ChunkedArray) -> Encoded:
         """tokens, tags: Arrow list<string> arrays of the same rows."""
         import pyarrow as pa
         import pyarrow.compute as pc

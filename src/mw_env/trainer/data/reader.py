@@ -13,9 +13,9 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,12 @@ from mw_env.trainer.data.shards import (
 )
 from mw_env.userjson import json_refusal, loads
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mw_env.trainer.data.order import Piece
+
 BATCH_ROWS = 8192  # rows decoded at a time inside a row group
 OPEN_FILES = 8  # Parquet files kept open per process
 CURSORS = 4  # blocks whose batch iterator is kept where it stopped
@@ -40,8 +46,8 @@ CURSORS = 4  # blocks whose batch iterator is kept where it stopped
 class Chunk:
     """Rows read from one or more pieces: Arrow columns plus each row's location."""
 
-    tokens: Any  # pyarrow list<string> array
-    tags: Any
+    tokens: pa.Array  # list<string>
+    tags: pa.Array
     shard: np.ndarray  # int32: index into the shard list
     part: np.ndarray  # int32: row group (Parquet), -1 (JSONL) or SYNTHETIC
     local: np.ndarray  # int64: row inside the row group (Parquet) or line number (JSONL)
@@ -61,7 +67,7 @@ def where(shards: Sequence[Shard], shard: int, part: int, local: int) -> str:
     return f"{shards[shard].path} row group {part} row {local}"
 
 
-def check_row(where: str, tokens: Any, tags: Any) -> tuple[list[str], list[str]]:
+def check_row(where: str, tokens: object, tags: object) -> tuple[list[str], list[str]]:
     hint = "each row: a list of words and a list of BIO tags, one tag per word"
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise InputError(f"{where}: 'tokens' must be a list of strings (got {tokens!r:.80})", hint=hint)
@@ -144,7 +150,7 @@ def _unreadable(shard: Shard, block: Block, exc: BaseException) -> InputError:
 class _Cursor:
     """Where the batch iterator of one block stands: the next row it yields, and a partly used batch."""
 
-    def __init__(self, batches: Any) -> None:
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
         self.batches, self.next_row, self.pending = batches, 0, None
 
 
@@ -153,12 +159,12 @@ class PieceReader:
 
     def __init__(self, shards: Sequence[Shard], blocks: Sequence[Block], columns: tuple[str, str]) -> None:
         self.shards, self.blocks, self.columns = shards, blocks, columns
-        self._files: OrderedDict[int, Any] = OrderedDict()
+        self._files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
         self._cursors: OrderedDict[int, _Cursor] = OrderedDict()
         self._jsonl: tuple[int, Any] | None = None
         self._lock = threading.Lock()
 
-    def _file(self, s: int) -> Any:
+    def _file(self, s: int) -> pq.ParquetFile:
         """The open ParquetFile of shard s; a stat at each call (each block started): a shard replaced,
         truncated or deleted since discovery is an error, never rows read from a handle opened before."""
         import pyarrow.parquet as pq
@@ -174,7 +180,7 @@ class PieceReader:
             self._files.popitem(last=False)
         return f
 
-    def _parquet(self, b: int, first: int, rows: int) -> list[Any]:
+    def _parquet(self, b: int, first: int, rows: int) -> list[pa.RecordBatch]:
         block = self.blocks[b]
         shard = self.shards[block.shard]
         cur = self._cursors.pop(b, None)
@@ -184,7 +190,7 @@ class PieceReader:
                     batch_size=BATCH_ROWS, row_groups=[block.part], columns=list(self.columns)
                 )
                 cur = _Cursor(it)
-            out: list[Any] = []
+            out: list[pa.RecordBatch] = []
             while rows > 0:
                 batch = cur.pending
                 if batch is None:
@@ -216,7 +222,7 @@ class PieceReader:
                 self._cursors.popitem(last=False)
         return out
 
-    def read(self, pieces: Sequence[Any]) -> Chunk:
+    def read(self, pieces: Sequence[Piece]) -> Chunk:
         """pieces: objects with .block, .first, .rows (order.Piece)."""
         import pyarrow as pa
 
@@ -252,7 +258,7 @@ class PieceReader:
         )
 
 
-def _concat(arrays: list[Any]) -> Any:
+def _concat(arrays: list[pa.Array]) -> pa.Array:
     import pyarrow as pa
 
     if not arrays:

@@ -19,10 +19,18 @@ import pickle
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from mw_env.errors import InputError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from mw_env.trainer.data.encode import Encoded
+
+T = TypeVar("T")
 
 _LEN = struct.Struct("<Q")
 
@@ -37,14 +45,16 @@ def default_workers(ranks_per_node: int) -> int:
     return max(0, min(per_rank - 1, 8))
 
 
-def _send(fh: Any, obj: Any) -> None:
+def _send(fh: IO[bytes] | None, obj: object) -> None:
+    assert fh is not None  # the worker's pipe (Popen with stdin/stdout=PIPE)
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     fh.write(_LEN.pack(len(data)))
     fh.write(data)
     fh.flush()
 
 
-def _recv(fh: Any) -> Any:
+def _recv(fh: IO[bytes] | None) -> Any:
+    assert fh is not None
     head = fh.read(_LEN.size)
     if len(head) < _LEN.size:
         raise EOFError
@@ -58,7 +68,7 @@ def _recv(fh: Any) -> Any:
 class WorkerPool:
     """n encoder processes; `encode(tokens, tags)` splits the rows across them, in order."""
 
-    def __init__(self, n: int, spec: dict[str, Any]) -> None:
+    def __init__(self, n: int, spec: dict[str, object]) -> None:
         src = str(Path(__file__).resolve().parents[3])  # the folder holding the mw_env package
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
         env["OMP_NUM_THREADS"] = "1"
@@ -76,7 +86,7 @@ class WorkerPool:
     def __len__(self) -> int:
         return len(self._procs)
 
-    def encode(self, tokens: Any, tags: Any) -> Any:
+    def encode(self, tokens: pa.Array, tags: pa.Array) -> Encoded:
         import pyarrow as pa
 
         from mw_env.trainer.data.encode import Encoded
@@ -102,7 +112,7 @@ class WorkerPool:
             parts.append(reply)
         return Encoded.concat(parts)
 
-    def _call(self, p: subprocess.Popen[bytes], fn: Any, *args: Any) -> Any:
+    def _call(self, p: subprocess.Popen[bytes], fn: Callable[..., T], *args: object) -> T:
         try:
             return fn(*args)
         except (BrokenPipeError, EOFError, OSError):
@@ -144,7 +154,7 @@ def _serve() -> int:
         except EOFError:
             return 0
         try:
-            result: Any = encoder.encode(tokens, tags)
+            result: object = encoder.encode(tokens, tags)
         except Exception as exc:  # handed to the parent, which raises it with the worker named
             result = ("error", f"{type(exc).__name__}: {exc}")
         _send(stdout, result)

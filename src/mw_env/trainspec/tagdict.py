@@ -1,0 +1,200 @@
+"""A Parquet shard's distinct tags, read from the tags column's dictionary page: one small read per shard.
+
+Why: with `data.labels` unset the label set is discovered from every shard before step 1. Decoding rows
+for it (even the first 4,096 of a shard) costs ~2 ms of CPU per shard, almost all of it in pyarrow
+decompressing and decoding the column's first data page (about 1 MiB); on 80 shards that made opening
+a corpus 3x slower than opening one. Parquet writers (pyarrow, Spark, DuckDB, polars) dictionary-encode a
+low-cardinality string column, and the dictionary page, written before the chunk's data pages, holds
+every distinct value of the row group: for tags, a few hundred bytes. Reading it directly costs a seek,
+a read and a small decompress - and it covers the whole row group, not its first rows.
+
+What is read: the page header (Thrift compact protocol, parsed here: pyarrow exposes no dictionary page),
+the page (decompressed with pyarrow's codec), its PLAIN byte arrays. Anything unexpected (no dictionary
+page, an unknown codec, a header or page that does not parse exactly, a value that is not UTF-8, a
+dictionary over MAX_BYTES, where a writer may have stopped dictionary-encoding part way) gives None, and
+the caller decodes rows instead, with its own errors: this is a fast path, never a second set of rules.
+No torch here: `train summary` and preflight (trainspec/labelscan.py) read labels the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from pyarrow.parquet import ColumnChunkMetaData, FileMetaData
+
+# A compact-protocol value as read here: integers and booleans, structs as {field id: value}; strings,
+# doubles and containers are skipped (None), the page header needs none of them.
+Thrift: TypeAlias = "int | bool | dict[int, Thrift] | None"
+
+MAX_BYTES = 256 << 10  # a tag dictionary is bytes to a few KiB; far below pyarrow's 1 MiB fallback point
+DICTIONARY_PAGE = 2  # parquet.thrift PageType
+PLAIN_ENCODINGS = (0, 2)  # PLAIN, PLAIN_DICTIONARY (the same bytes in a dictionary page)
+CODECS = {  # parquet.thrift CompressionCodec name (pyarrow's spelling) -> pyarrow.Codec name
+    "SNAPPY": "snappy",
+    "GZIP": "gzip",
+    "BROTLI": "brotli",
+    "ZSTD": "zstd",
+    "LZ4_RAW": "lz4_raw",
+}
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _zigzag(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[Thrift, int]:
+    """One compact-protocol value of type `kind` at `pos`: (the value, or None for skipped kinds; the end)."""
+    if kind in (1, 2):  # a boolean field carries its value in the type
+        return kind == 1, pos
+    if kind == 3:
+        return buf[pos], pos + 1
+    if kind in (4, 5, 6):
+        n, pos = _varint(buf, pos)
+        return _zigzag(n), pos
+    if kind == 7:
+        return None, pos + 8
+    if kind == 8:
+        n, pos = _varint(buf, pos)
+        return None, pos + n
+    if kind in (9, 10):  # list, set
+        head = buf[pos]
+        size, elem = head >> 4, head & 0x0F
+        pos += 1
+        if size == 15:
+            size, pos = _varint(buf, pos)
+        if elem in (1, 2):  # booleans inside a container are one byte each
+            return None, pos + size
+        for _ in range(size):
+            _, pos = _value(buf, pos, elem, depth + 1)
+        return None, pos
+    if kind == 11:  # map
+        size, pos = _varint(buf, pos)
+        if size:
+            kv = buf[pos]
+            pos += 1
+            for _ in range(size):
+                for k in (kv >> 4, kv & 0x0F):
+                    pos = pos + 1 if k in (1, 2) else _value(buf, pos, k, depth + 1)[1]
+        return None, pos
+    if kind == 12 and depth < 8:
+        return _struct(buf, pos, depth + 1)
+    raise ValueError(f"thrift type {kind}")
+
+
+def _struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Thrift], int]:
+    fields: dict[int, Thrift] = {}
+    last = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        if byte == 0:
+            return fields, pos
+        delta, kind = byte >> 4, byte & 0x0F
+        if delta:
+            last += delta
+        else:
+            n, pos = _varint(buf, pos)
+            last = _zigzag(n)
+        fields[last], pos = _value(buf, pos, kind, depth)
+
+
+def _plain_strings(page: bytes, count: int) -> list[str]:
+    out, pos = [], 0
+    for _ in range(count):
+        n = int.from_bytes(page[pos : pos + 4], "little")
+        pos += 4
+        if pos + n > len(page):
+            raise ValueError("value past the page")
+        out.append(page[pos : pos + n].decode("utf-8"))
+        pos += n
+    if pos != len(page):
+        raise ValueError("bytes after the last value")
+    return out
+
+
+def _leaf(meta: FileMetaData, group: int, column: str) -> ColumnChunkMetaData | None:
+    """The column chunk of `column`'s one leaf (a list<string> has one: `tags.list.element`)."""
+    rg = meta.row_group(group)
+    leaves = [
+        rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith(column + ".")
+    ]
+    return leaves[0] if len(leaves) == 1 else None
+
+
+def dictionary_values(path: Path, meta: FileMetaData, column: str, group: int = 0) -> list[str] | None:
+    """The distinct values of list<string> `column` in row group `group`, from its dictionary page; None
+    when it cannot be read that way (the caller then decodes rows). `meta`: the file's parsed footer."""
+    try:
+        chunk = _leaf(meta, group, column)
+        if chunk is None or not chunk.has_dictionary_page or chunk.physical_type != "BYTE_ARRAY":
+            return None
+        start, stop = chunk.dictionary_page_offset, chunk.data_page_offset
+        if not (4 <= start < stop and stop - start <= MAX_BYTES + 256):
+            return None
+        codec = chunk.compression
+        if codec != "UNCOMPRESSED" and codec not in CODECS:
+            return None
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            raw = os.pread(fd, stop - start, start)
+        finally:
+            os.close(fd)
+        header, pos = _struct(raw, 0)
+        page_header = header.get(7)
+        if header.get(1) != DICTIONARY_PAGE or not isinstance(page_header, dict):
+            return None
+        size, packed, count = header.get(2), header.get(3), page_header.get(1)
+        if not (isinstance(size, int) and isinstance(packed, int) and isinstance(count, int)):
+            return None
+        if page_header.get(2) not in PLAIN_ENCODINGS or size > MAX_BYTES or pos + packed > len(raw):
+            return None
+        body = raw[pos : pos + packed]
+        if codec != "UNCOMPRESSED":
+            import pyarrow as pa
+
+            body = pa.Codec(CODECS[codec]).decompress(body, decompressed_size=size).to_pybytes()
+        if len(body) != size:
+            return None
+        return _plain_strings(body, count)
+    except Exception:  # a fast path: whatever fails here, the rows are decoded instead
+        return None
+
+
+def shard_tags(path: str | Path, column: str, rows: int) -> set[str]:
+    """The tags the trainer discovers in one Parquet shard (trainer/data/index.py): its first non-empty row
+    group's dictionary, else its first `rows` rows. For `train summary` and preflight (trainspec/labelscan.py),
+    here or, as text, in the training venv's python."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    meta = pf.metadata
+    group = next((g for g in range(meta.num_row_groups) if meta.row_group(g).num_rows), None)
+    if group is None:
+        return set()
+    whole = dictionary_values(Path(path), meta, column, group)
+    if whole is not None:
+        return set(whole)
+    batch = next(pf.iter_batches(batch_size=rows, columns=[column]), None)
+    if batch is None:
+        return set()
+    return {t for t in pc.unique(pc.list_flatten(batch.column(0))).to_pylist() if t is not None}
+
+
+__all__ = ["dictionary_values", "shard_tags"]

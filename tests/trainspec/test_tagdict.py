@@ -1,0 +1,92 @@
+"""The label sample's fast path: a row group's tags from the tags column's dictionary page (trainspec/tagdict.py),
+equal to decoding the row group, for every codec it reads; anything else answers None (the rows are decoded)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mw_env.trainspec.tagdict import dictionary_values, shard_tags
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+pc = pytest.importorskip("pyarrow.compute")
+
+TAGS = ["O", "B-street", "I-street", "B-city", "I-city", "B-postcode", "B-ünïcode", "I-🏠"]
+
+
+def _table(rows: int = 300) -> pa.Table:
+    # Tag k appears first at row 37*k: a sample of the first rows would miss the late ones.
+    tags = [[TAGS[min(i // 37, len(TAGS) - 1)], "O"] for i in range(rows)]
+    return pa.table({"tokens": [["a", "b"]] * rows, "tags": tags})
+
+
+def _decoded(path: Path, group: int) -> set[str]:
+    col = pq.ParquetFile(path).read_row_group(group, columns=["tags"]).column(0)
+    return {t for t in pc.unique(pc.list_flatten(col)).to_pylist() if t is not None}
+
+
+@pytest.mark.parametrize("codec", ["NONE", "SNAPPY", "GZIP", "ZSTD", "BROTLI", "LZ4"])
+def test_the_dictionary_is_the_row_groups_tags(tmp_path: Path, codec: str) -> None:
+    path = tmp_path / "a.parquet"
+    pq.write_table(_table(), path, compression=codec, row_group_size=200)
+    meta = pq.read_metadata(path)
+    for group in range(meta.num_row_groups):
+        got = dictionary_values(path, meta, "tags", group)
+        if codec == "LZ4":  # Parquet's old LZ4 is Hadoop-framed: not read here, the rows are decoded instead
+            assert got is None
+        else:
+            assert got is not None and len(got) == len(set(got)) and set(got) == _decoded(path, group)
+    # What summary/preflight read: the whole first row group (all 6 tags of rows 0-199), not its first rows
+    # (LZ4: no dictionary read, so the first 40 rows, as the trainer samples them).
+    assert _decoded(path, 0) == set(TAGS[:6])
+    assert shard_tags(path, "tags", 40) == ({"O", "B-street"} if codec == "LZ4" else set(TAGS[:6]))
+
+
+def test_without_a_dictionary_the_first_rows_are_decoded(tmp_path: Path) -> None:
+    path = tmp_path / "plain.parquet"
+    pq.write_table(_table(), path, use_dictionary=["tokens"], row_group_size=200)
+    assert dictionary_values(path, pq.read_metadata(path), "tags") is None
+    assert shard_tags(path, "tags", 40) == {"O", "B-street"}  # rows 0-39 only
+    assert dictionary_values(path, pq.read_metadata(path), "missing") is None
+
+
+def test_a_damaged_dictionary_page_is_not_an_answer(tmp_path: Path) -> None:
+    path = tmp_path / "a.parquet"
+    pq.write_table(_table(), path, compression="NONE", row_group_size=200)
+    meta = pq.read_metadata(path)
+    chunk = meta.row_group(0).column(1)
+    data = bytearray(path.read_bytes())
+    good = dictionary_values(path, meta, "tags")
+    assert good is not None
+    start, stop = chunk.dictionary_page_offset, chunk.data_page_offset
+    for where in range(start, stop):  # every byte of the page, flipped: a value, a length or the header
+        damaged = bytearray(data)
+        damaged[where] ^= 0xFF
+        path.write_bytes(bytes(damaged))
+        got = dictionary_values(path, meta, "tags")  # never raises
+        assert got is None or len(got) == len(good)  # at most a value's bytes changed, never a count
+    path.write_bytes(bytes(data[: start + 3]))  # cut short inside the header
+    assert dictionary_values(path, meta, "tags") is None
+
+
+def test_the_venv_script_reads_as_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without pyarrow in mw-env's interpreter, the venv's python runs tagdict.py's own text."""
+    import subprocess
+
+    from mw_env.trainspec import labelscan
+
+    path = tmp_path / "a.parquet"
+    pq.write_table(_table(), path, row_group_size=200)
+    done = subprocess.run(
+        [sys.executable, "-c", labelscan._parquet_script(), "40", "tags", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},  # no PYTHONPATH: the script needs no mw_env
+    )
+    assert set(json.loads(done.stdout)) == shard_tags(path, "tags", 40) == set(TAGS[:6])
