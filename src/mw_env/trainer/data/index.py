@@ -22,11 +22,14 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 LABEL_SAMPLE_ROWS = 4096  # per shard
 CACHE = "corpus-index.json"
@@ -41,7 +44,9 @@ def _stat_key(path: Path, columns: tuple[str, str]) -> tuple[str, os.stat_result
     return key, st
 
 
-def sample_tags(path: Path, kind: str, blocks: list[Block], columns: tuple[str, str], meta: Any) -> list[str]:
+def sample_tags(
+    path: Path, kind: str, blocks: list[Block], columns: tuple[str, str], meta: pq.FileMetaData | None
+) -> list[str]:
     """The distinct tags of the shard's first row group, from the tags column's dictionary page
     (trainspec/tagdict.py); where it has none, of its first LABEL_SAMPLE_ROWS rows (tags column only)."""
     if kind == "jsonl":
