@@ -144,7 +144,7 @@ def index_shards(
 def load_cache(run_dir: Path) -> dict[str, Any]:
     try:
         data = json.loads((run_dir / CACHE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a cache: anything unreadable is read again
         return {}
     if (
         not isinstance(data, dict)
