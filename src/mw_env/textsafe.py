@@ -101,3 +101,20 @@ def bounded(data: object, *, limit: int = LINE_LIMIT) -> object:
     if isinstance(data, (list, tuple)):
         return [bounded(v, limit=limit) for v in data]
     return data
+
+
+def tolerant_streams() -> None:
+    """stdout and stderr that never raise on a character the locale cannot encode.
+
+    A locale that is not UTF-8 (`LANG=en_US.ISO-8859-1`, or C with Python's UTF-8 mode and locale coercion
+    off) cannot encode the report's ✓, ✗ and …, nor a corpus word such as "Münch€n": print() then raised
+    UnicodeEncodeError mid-report (a traceback, exit 1). Such a character is shown escaped (`\\u2717`)."""
+    import contextlib
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            # A stream that cannot be reconfigured (a test's capture) keeps its own rules.
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")

@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
+        from mw_env.textsafe import tolerant_streams
+
+        tolerant_streams()  # eval samples quote corpus words: a non-UTF-8 locale shows them escaped
         import signal
 
         from mw_env.lifeline import die_with_torchrun
