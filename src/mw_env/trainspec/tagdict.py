@@ -116,19 +116,23 @@ def _struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Thrift], in
         else:
             n, pos = _varint(buf, pos)
             last = _zigzag(n)
-        fields[last], pos = _value(buf, pos, kind, depth)
+        if kind in (5, 6) and buf[pos] < 0x80:  # the common case, a one-byte integer, inline
+            fields[last] = (buf[pos] >> 1) ^ -(buf[pos] & 1)
+            pos += 1
+        else:
+            fields[last], pos = _value(buf, pos, kind, depth)
 
 
 def _plain_strings(page: bytes, count: int) -> list[str]:
+    """`count` PLAIN byte arrays (a 4-byte length, the bytes), filling `page` exactly, as UTF-8 strings."""
     out: list[str] = []
     pos, end, length = 0, len(page), _U32.unpack_from
     for _ in range(count):
         (n,) = length(page, pos)
-        pos += 4
-        if pos + n > end:
+        pos += 4 + n
+        if pos > end:
             raise ValueError("value past the page")
-        out.append(page[pos : pos + n].decode("utf-8"))
-        pos += n
+        out.append(page[pos - n : pos].decode("utf-8"))
     if pos != end:
         raise ValueError("bytes after the last value")
     return out
@@ -136,12 +140,12 @@ def _plain_strings(page: bytes, count: int) -> list[str]:
 
 def _leaf(meta: FileMetaData, group: int, column: str, leaf: int | None) -> ColumnChunkMetaData | None:
     """The column chunk of `column`'s one leaf (a list<string> has one: `tags.list.element`); `leaf`: its
-    index when the caller knows it from the schema (trainer/data/shards.Schemas), checked here all the same."""
+    index when the caller knows it from the schema (trainer/data/shards.Schemas): a row group's column
+    chunks are its schema's leaves, in order (the Parquet format's rule, which pyarrow's reader enforces)."""
     rg = meta.row_group(group)
-    prefix = column + "."
     if leaf is not None:
-        chunk = rg.column(leaf)
-        return chunk if chunk.path_in_schema.startswith(prefix) else None
+        return rg.column(leaf)
+    prefix = column + "."
     leaves = [rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith(prefix)]
     return leaves[0] if len(leaves) == 1 else None
 

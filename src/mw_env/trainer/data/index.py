@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
+from mw_env.trainspec.tagdict import dictionary_values
 
 LABEL_SAMPLE_ROWS = 4096  # per shard
 CACHE = "corpus-index.json"
@@ -56,8 +57,6 @@ def sample_tags(
         for row in tags:
             seen.update(row)
         return sorted(seen)
-    from mw_env.trainspec.tagdict import dictionary_values
-
     whole = dictionary_values(path, meta, columns[1], blocks[0].part, leaf) if meta is not None else None
     if whole is not None:  # the row group's every tag, from its dictionary page: no row decoded
         return sorted(whole)
