@@ -26,6 +26,9 @@ WRITES = [
     ("report", "data card", "data_card.json", "data_card.json"),
     ("report", "figure", "*.png", ".png"),
     ("report", "report page", "report.html", "report.html"),
+    ("report", "hyperparameters", "hyperparameters.json", "hyperparameters.json"),
+    ("report", "environment", "environment.json", "environment.json"),
+    ("report", "package list", "packages.txt", "packages.txt"),
     ("manifest", "manifest", "MANIFEST.sha256", "MANIFEST.sha256"),
 ]
 # After these the same command is run again and must finish (one per phase: CI time).
@@ -86,4 +89,51 @@ def test_a_fault_at_each_write(
         launch="in-process",
         outcome="exit 1, error names the fault and file",
         resume=resumed,
+    )
+
+
+def test_a_full_disk_at_a_detached_runs_record(tmp_path: Path) -> None:
+    """`train start` cannot write run.json (ENOSPC, after the supervisor started): exit 1 naming the file and
+    the full disk, and the just-started run is ended with it: no trainer left training unseen (without
+    run.json no `status` or `stop` could find it)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.proctools import assert_none_left, kill_tagged, new_tag
+
+    run, tag = tmp_path / "run", new_tag()
+    env = {**os.environ, "MW_ENV_FAULTS": "ENOSPC:run.json", "MW_ENV_TEST_TAG": tag, "OMP_NUM_THREADS": "1"}
+    argv = [
+        sys.executable,
+        "-m",
+        "mw_env",
+        "train",
+        "start",
+        "--venv",
+        sys.prefix,
+        "--skip-doctor",
+        *run_args(run),
+    ]
+    try:
+        res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert (
+            "Traceback" not in res.stderr
+            and f"error: cannot write {run / 'run.json'}: the disk is full" in (res.stderr)
+        ), res.stderr
+        assert "hint: " in res.stderr and "nothing to keep" in res.stderr, res.stderr
+        assert_none_left(tag, within=10.0)
+        assert not (run / "run.json").exists() and not (run / "state.json").exists()
+    finally:
+        kill_tagged(tag)
+    record(
+        table_path(),
+        fault="ENOSPC",
+        phase="start-up",
+        write="run record (train start)",
+        mode="single",
+        launch="detached",
+        outcome="exit 1, error names the fault and file; the started run ended",
+        resume="same command",
     )

@@ -105,6 +105,47 @@ def test_verify_never_reads_outside_the_run_folder(tmp_path: Path, listed: str) 
         assert report["mismatched"] == []  # never hashed
 
 
+@pytest.mark.parametrize("kind", ["link-out", "fifo", "folder", "loop"])
+def test_verify_never_reads_a_manifest_that_is_not_the_folders_file(tmp_path: Path, kind: str) -> None:
+    """Case 5's class, on the manifest itself: MANIFEST.sha256 as a link to a secret outside the folder had
+    verify print the secret's lines as `malformed line: …`; a FIFO or a folder was `no MANIFEST.sha256`."""
+    run = tmp_path / "vf"
+    run.mkdir()
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$SECRETHASH:20228:0:99999:7:::\n")
+    manifest = run / "MANIFEST.sha256"
+    if kind == "link-out":
+        os.symlink(secret, manifest)
+    elif kind == "fifo":
+        os.mkfifo(manifest)
+    elif kind == "folder":
+        manifest.mkdir()
+    else:
+        os.symlink("MANIFEST.sha256", manifest)
+    rc, out, err = mw(["train", "verify", str(run)])
+    assert rc == 2 and "Traceback" not in err and "SECRETHASH" not in out + err, (rc, out, err)
+    words = {
+        "link-out": "leads out of the run folder",
+        "fifo": "not a regular file",
+        "folder": "not a regular file",
+    }
+    assert words.get(kind, "a symbolic link loop") in err and "hint:" in err, err
+
+
+def test_verify_names_what_is_wrong_with_a_listed_name(tmp_path: Path) -> None:
+    run = tmp_path / "vf"
+    run.mkdir()
+    os.symlink("l2", run / "l1")
+    os.symlink("l1", run / "l2")
+    (run / "MANIFEST.sha256").write_text("0" * 64 + "  l1\n" + "0" * 64 + "  a\0b\n")
+    rc, out, _ = mw(["train", "verify", str(run), "--json"])
+    report = json.loads(out)
+    assert rc == 1 and report["unreadable"] == ["l1 (a symbolic link loop)"], report
+    assert report["outside"] == [] and len(report["malformed"]) == 1, (
+        report
+    )  # a NUL is no name, not "outside"
+
+
 def test_verify_text_escapes_manifest_paths(tmp_path: Path) -> None:
     run = tmp_path / "vf"
     run.mkdir()
@@ -242,3 +283,23 @@ def test_redact_keeps_harmless_parameters() -> None:
 
     assert redact("https://h/x?page=2&token=t") == "https://h/x?page=2&token=***"
     assert redact("--set runtime.key=1") == "--set runtime.key=1"  # not a URL query
+
+
+def test_a_foreground_run_that_ended_while_writing_its_report_is_not_finished(tmp_path: Path) -> None:
+    """Found with a full disk at report/environment.json (a write the fault table did not list): the run
+    exits 1, its metrics end with the loop's `finished` and state.json still says `finishing`, its writer
+    gone. `status` said "finished"; it says the report may be incomplete and how to complete it."""
+    from mw_env.runs.runstate import set_state
+    from mw_env.runs.runstatus import run_status
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"event": "step", "step": 2, "time": 1.0}\n{"event": "finished", "step": 2, "reason": "max_steps"}\n'
+    )
+    set_state(run, "finishing", pid=2**22 + 12345, reason="max_steps", step=2)  # no such process
+    status = run_status(out_dir=run)
+    assert status.state != "finished", status
+    assert any("ended while writing its report" in note for note in status.notes), status.notes
+    set_state(run, "finished", pid=2**22 + 12345, reason="max_steps", step=2)
+    assert run_status(out_dir=run).state == "finished"

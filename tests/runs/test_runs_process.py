@@ -387,3 +387,16 @@ while True:
     assert result.was_running and not result.escalated
     after = run_status(out_dir=run)
     assert after.state == "stopped" and after.exit_code == 0
+
+
+@pytest.mark.parametrize("history", [5, "running", {"a": 1}, None])
+def test_a_damaged_state_history_counts_as_none(tmp_path, history):
+    # state.json is only checked for its `state` on read; a `history` that is not a list (a foreign or hand-edited
+    # file) starts afresh instead of failing the trainer's next state change.
+    from mw_env.runs.runstate import record_exit, set_state
+
+    (tmp_path / "state.json").write_text(json.dumps({"state": "running", "history": history}))
+    record = set_state(tmp_path, "stopping")
+    assert [h[0] for h in record["history"]] == ["stopping"]
+    record = record_exit(tmp_path, returncode=0, signal=None, oom_kills=0, child_pid=None)
+    assert record["state"] == "exited" and [h[0] for h in record["history"]] == ["stopping", "exited"]

@@ -150,7 +150,7 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
             raise rendezvous.never_joined(multi_nodes, f"torchrun: {filt.rendezvous_error}; details in {log}")
         if multi_nodes is not None and filt.store_lost and code != 0 and not filt.said_error:
             raise rendezvous.store_lost(multi_nodes, launch.out_dir, log)
-        if (forwarded or filt.signalled) and code != 0 and _ended_cleanly(launch.out_dir):
+        if (forwarded or filt.signalled) and code != 0 and ended_cleanly(launch.out_dir):
             # torchrun exits 1 after passing a SIGTERM on (ours, or one sent to torchrun itself), even when
             # every worker stopped or finished cleanly (the metrics end with `finished`, the report is
             # complete): that is the documented exit 0.
@@ -224,7 +224,7 @@ def oom_kills() -> int:
     return -1
 
 
-def _ended_cleanly(out_dir: Path) -> bool:
+def ended_cleanly(out_dir: Path) -> bool:
     """The run folder's last event is `finished` (stopped, or the run's end with its report and manifest
     complete): a graceful end, whatever exit code torchrun made of the signal it passed on."""
     import json
@@ -235,7 +235,7 @@ def _ended_cleanly(out_dir: Path) -> bool:
             fh.seek(max(0, fh.tell() - 4096))
             last = fh.read().decode(errors="replace").strip().splitlines()[-1]
         event = json.loads(last)
-    except (OSError, IndexError, ValueError):
+    except (OSError, IndexError, ValueError, RecursionError):
         return False
     if not (isinstance(event, dict) and event.get("event") == "finished"):
         return False
@@ -265,8 +265,7 @@ def _forwarding(
         if not box:
             return  # not started yet: run_foreground passes it on once the process exists
         proc = box[0]
-        targets = children(proc.pid) if workers else []
-        for pid in targets or [proc.pid]:
+        for pid in stop_targets(proc.pid, proc.args) if workers else [proc.pid]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
@@ -279,6 +278,25 @@ def _forwarding(
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)
+
+
+def stop_targets(torchrun_pid: int, argv: object) -> list[int]:
+    """Who gets a stop under torchrun: its workers once all of them run, else torchrun itself. While torchrun
+    is still starting them, a worker started after the signal would never get it and would wait for the
+    stopped others until its collective timed out; torchrun, given it, passes it to those it started and
+    starts no more (and ends 1: ended_cleanly tells that from a failure)."""
+    workers = children(torchrun_pid)
+    return workers if workers and len(workers) >= _nproc(argv) else [torchrun_pid]
+
+
+def _nproc(argv: object) -> int:
+    args = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in ("--nproc-per-node", "--nproc_per_node"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            return int(value) if value.isdigit() else 1
+    return 1
 
 
 def children(pid: int) -> list[int]:

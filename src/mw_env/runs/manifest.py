@@ -103,7 +103,7 @@ def read_manifest(run_dir: Path) -> tuple[dict[str, str], list[str]]:
     text = userfile.read_text(run_dir / MANIFEST, what="manifest", max_bytes=MANIFEST_MAX_BYTES)
     for line in text.splitlines():
         digest, sep, rel = line.partition("  ")
-        if not sep or len(digest) != 64 or not rel:
+        if not sep or len(digest) != 64 or not rel or "\0" in rel:  # no file name holds a NUL
             malformed.append(line)
             continue
         entries[rel] = digest
@@ -145,13 +145,25 @@ def verify_manifest(run_dir: Path) -> ManifestCheck:
     artifacts and listed paths outside the folder (never opened)."""
     import stat
 
-    from mw_env.errors import InputError
+    from mw_env.errors import InputError, os_error_in, os_words
 
     run_dir = Path(run_dir)
-    if not (run_dir / MANIFEST).is_file():
-        raise InputError(f"{run_dir}: no {MANIFEST}", hint="is this a finished run folder?")
-    entries, malformed = read_manifest(run_dir)
     root = run_dir.resolve()
+    if not os.path.lexists(run_dir / MANIFEST):
+        raise InputError(f"{run_dir}: no {MANIFEST}", hint="is this a finished run folder?")
+    if _inside(root, MANIFEST) is None:
+        # The manifest is the run folder's too: a link to /etc/shadow would have verify print its lines.
+        raise InputError(
+            f"{run_dir / MANIFEST} is a link that leads out of the run folder (not read)",
+            hint="a run's manifest is a file of its own folder: remove the link; the same training command "
+            "writes the manifest again",
+        )
+    if not (run_dir / MANIFEST).is_file():
+        raise InputError(
+            f"{run_dir / MANIFEST} is not a regular file (a folder, a FIFO or a device: not read)",
+            hint="is this a finished run folder?",
+        )
+    entries, malformed = read_manifest(run_dir)
     mismatched, missing, outside, unreadable = [], [], [], []
     for rel, digest in entries.items():
         try:
@@ -165,7 +177,8 @@ def verify_manifest(run_dir: Path) -> ManifestCheck:
             elif sha256_file(path) != digest:
                 mismatched.append(rel)
         except (OSError, RuntimeError) as exc:  # a name too long, a link loop, permission denied, EIO
-            unreadable.append(f"{rel} ({getattr(exc, 'strerror', None) or type(exc).__name__})")
+            cause = os_error_in(exc)  # pathlib's `RuntimeError: Symlink loop` holds the ELOOP
+            unreadable.append(f"{rel} ({os_words(cause) if cause else type(exc).__name__})")
     unlisted = [rel for rel in _artifacts(run_dir) if rel not in entries]
     ok = not (mismatched or missing or unlisted or malformed or outside or unreadable)
     return ManifestCheck(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import write_json_atomic
-from mw_env.errors import InputError, StepFailed
+from mw_env.errors import InputError, StepFailed, os_fault
 from mw_env.runs import runstate
 from mw_env.runs.logscan import RUN_HEADER
 from mw_env.runs.runstate import STATE_FILE
@@ -293,8 +293,29 @@ def start_run(
             metrics_inode=metrics_inode,
             run_id=env.get(RUN_ID_ENV) or None,
         )
-        write_json_atomic(out_dir / RUN_FILE, record.to_dict())
+        try:
+            write_json_atomic(out_dir / RUN_FILE, record.to_dict())
+        except OSError as exc:
+            # Without run.json nobody can find, stop or judge the run: end it (it is still starting, so
+            # nothing is lost) rather than say "failed" while it trains on unseen.
+            _abandon(proc, out_dir)
+            err = os_fault(exc, "write", out_dir / RUN_FILE)
+            raise StepFailed(
+                err.message, hint=f"{err.hint} (the run was stopped while it started: nothing to keep)"
+            ) from None
         return record
+
+
+def _abandon(proc: subprocess.Popen[bytes], out_dir: Path) -> None:
+    """End a just-started run: its supervisor's process group (the trainer or torchrun; torchrun's workers
+    die with torchrun), then forget its state."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with contextlib.suppress(OSError):
+        runstate.clear(out_dir)
 
 
 def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> dict[str, Any]:

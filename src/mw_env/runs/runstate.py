@@ -38,7 +38,7 @@ TERMINAL = ("finished", "exited", "killed")
 READ_LIMIT = 1 << 20  # a state record is small; anything bigger is not one
 
 
-def read_state(run_dir: Path) -> dict[str, Any] | None:
+def read_state(run_dir: Path) -> dict[str, object] | None:
     """The record, or None when there is none or it is not one (a FIFO, a foreign file, bad JSON)."""
     path = Path(run_dir) / STATE_FILE
     try:
@@ -69,7 +69,7 @@ def _locked(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def set_state(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
+def set_state(run_dir: Path, state: str, **fields: object) -> dict[str, object]:
     """Move the run to `state` (with its facts), keeping child_pid, exit and the history."""
     if state not in STATES:
         raise ValueError(f"unknown run state {state!r}")
@@ -78,11 +78,11 @@ def set_state(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
     with _locked(run_dir):
         old = read_state(run_dir) or {}
         # A new life ("running") starts without the previous one's exit facts.
-        kept: dict[str, Any] = {
+        kept: dict[str, object] = {
             k: old[k] for k in ("child_pid", "exit") if k in old and not (k == "exit" and state == "running")
         }
-        history = [h for h in old.get("history", []) if isinstance(h, list)][-50:]
-        record: dict[str, Any] = {
+        history = _history(old)
+        record: dict[str, object] = {
             **kept,
             "state": state,
             **fields,
@@ -95,7 +95,7 @@ def set_state(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
 
 def record_exit(
     run_dir: Path, *, returncode: int | None, signal: int | None, oom_kills: int, child_pid: int | None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The supervisor saw the trainer end: keep `finished`, else `exited` (during the state it was in)."""
     run_dir = Path(run_dir)
     now = time.time()
@@ -109,12 +109,18 @@ def record_exit(
         record.update(returncode=returncode, signal=signal, oom_kills=oom_kills, time=now)
         if state == "exited":
             record["during"] = was
-        history = [h for h in old.get("history", []) if isinstance(h, list)][-50:]
+        history = _history(old)
         if state != was:
             history.append([state, now])
         record["history"] = history
         write_json_atomic(run_dir / STATE_FILE, record, default=str)
         return record
+
+
+def _history(record: dict[str, object]) -> list[list[object]]:
+    """The record's last 50 [state, time] entries (a foreign or damaged `history` counts as none)."""
+    history = record.get("history")
+    return [h for h in history if isinstance(h, list)][-50:] if isinstance(history, list) else []
 
 
 def exit_facts(record: dict[str, Any] | None) -> dict[str, Any] | None:

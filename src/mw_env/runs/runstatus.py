@@ -188,7 +188,9 @@ def _state(
     if current in ("stopping", "finishing") and _life_alive(life, liveness):
         return str(current)
     finished = [e for e in events if e.get("event") == "finished"]
-    died_finishing = current == "exited" and life.get("during") == "finishing"
+    # Ended while writing its report: the supervisor saw it exit then (detached), or state.json still says
+    # `finishing` and its writer is gone (a foreground run whose report hit a full disk): not finished.
+    died_finishing = current == "finishing" or (current == "exited" and life.get("during") == "finishing")
     if finished and not died_finishing:
         reason = finished[-1].get("reason")
         return {"stopped": "stopped", "nonfinite": "failed"}.get(str(reason), "finished")
@@ -223,7 +225,10 @@ def _life_notes(state: str, life: dict[str, Any] | None) -> list[str]:
             f"{life.get('grace_s')}s: no report or manifest for this attempt (report/stop.md says what "
             f"happened); last good checkpoint: {life.get('last_good_checkpoint') or 'none'}"
         ]
-    if life.get("state") == "exited" and life.get("during") == "finishing":
+    if state != "finishing" and (
+        life.get("state") == "finishing"
+        or (life.get("state") == "exited" and life.get("during") == "finishing")
+    ):
         return [
             "the trainer ended while writing its report: report/ and MANIFEST.sha256 may be incomplete; "
             "`mw-env train start` with the same config writes them"

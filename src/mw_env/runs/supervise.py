@@ -104,6 +104,8 @@ def supervise(report_fd: int) -> int:
     sys.stdin.close()
     child: subprocess.Popen[bytes] | None = None
     pending: list[int] = []
+    sent: list[int] = []
+    torchrun = Path(spec["argv"][0]).name == "torchrun"
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         if child is None:
@@ -112,10 +114,10 @@ def supervise(report_fd: int) -> int:
         # A detached run has no Ctrl-C: SIGINT asks it to stop, as SIGTERM does (the graceful stop, exit 0).
         # Under torchrun the workers get it themselves: torchrun, given it, would end with exit 1 and its
         # own traceback in train.log, and SIGKILL the workers 30 s later (issue 22).
-        from mw_env.runs.foreground import children
+        from mw_env.runs.foreground import stop_targets
 
-        workers = children(child.pid) if Path(spec["argv"][0]).name == "torchrun" else []
-        for pid in workers or [child.pid]:
+        sent.append(signum)
+        for pid in stop_targets(child.pid, spec["argv"]) if torchrun else [child.pid]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
@@ -139,6 +141,18 @@ def supervise(report_fd: int) -> int:
     for early in pending:
         forward(early, None)
     returncode = child.wait()
+    if sent and torchrun and returncode > 0:
+        from mw_env.runs.foreground import ended_cleanly
+
+        if ended_cleanly(run_dir):
+            # As in the foreground: torchrun ends 1 after a stop reached it (or its workers) even when every
+            # worker stopped or finished cleanly; the run's last event says how it ended.
+            print(
+                f"mw-env: torchrun ended with exit {returncode} after the stop was passed on; every worker "
+                "ended cleanly (the run's last event is `finished`)",
+                flush=True,
+            )
+            returncode = 0
     oom_after = cgroup_oom_kills()
     oom = (oom_after - oom_before) if oom_before is not None and oom_after is not None else 0
     record_exit(

@@ -9,7 +9,7 @@ builds. Validation is sharded: each rank evaluates its contiguous share of the h
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,13 +32,16 @@ from mw_env.trainspec.files import expand_files
 from mw_env.trainspec.labelscan import label_order
 from mw_env.trainspec.synthetic import check_countries, generate_row
 
+# (source, batch_size, max_batches) -> the (batch, words) pairs of a validation pass
+ValBatches = Callable[["ValSource", int, int], Iterator[tuple[Batch, list[list[str]]]]]
+
 
 @dataclass
 class ValSource:
     """The validation split, read from the start at every evaluation."""
 
     rows: int
-    _batches: Any  # (batch_size, max_batches) -> Iterator[(Batch, list[list[str]])]
+    _batches: ValBatches
     counts: Counts | None = None  # what the last full evaluation read
     rank: int = 0  # this process's share of the rows: rank r of world evaluates rows [r*n/world, ...)
     world: int = 1
@@ -189,7 +192,7 @@ VAL_CHUNK = 4096  # validation rows read and encoded at a time
 SAMPLE_ROWS = 16  # rows whose words are kept for the printed samples
 
 
-def _val_batches(encoding: Encoding, blocks: list[Block]) -> Any:
+def _val_batches(encoding: Encoding, blocks: list[Block]) -> ValBatches:
     def batches(src: ValSource, batch_size: int, max_batches: int) -> Iterator[tuple[Batch, list[list[str]]]]:
         import numpy as np
 

@@ -22,12 +22,15 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainspec.tagdict import dictionary_values
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 LABEL_SAMPLE_ROWS = 4096  # per shard
 CACHE = "corpus-index.json"
@@ -43,7 +46,12 @@ def _stat_key(path: Path, columns: tuple[str, str]) -> tuple[str, os.stat_result
 
 
 def sample_tags(
-    path: Path, kind: str, blocks: list[Block], columns: tuple[str, str], meta: Any, leaf: int | None = None
+    path: Path,
+    kind: str,
+    blocks: list[Block],
+    columns: tuple[str, str],
+    meta: pq.FileMetaData | None,
+    leaf: int | None = None,
 ) -> list[str]:
     """The distinct tags of the shard's first row group, from the tags column's dictionary page
     (trainspec/tagdict.py); where it has none, of its first LABEL_SAMPLE_ROWS rows (tags column only).
@@ -144,7 +152,7 @@ def index_shards(
 def load_cache(run_dir: Path) -> dict[str, Any]:
     try:
         data = json.loads((run_dir / CACHE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a cache: anything unreadable is read again
         return {}
     if (
         not isinstance(data, dict)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import InputError
 from mw_env.trainspec.extras import bootstrap_hint
+
+if TYPE_CHECKING:
+    from mw_env.trainspec.config import DataConfig
 
 SPM_MAX_BYTES = 512 * 1024 * 1024  # SentencePiece models are KiB to tens of MiB
 
@@ -33,7 +36,7 @@ class ByteTokenizer:
     def separator(self) -> list[int]:
         return [ord(" ") + N_SPECIAL]
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, object]:
         return {"kind": "byte"}
 
 
@@ -72,7 +75,7 @@ class SentencePieceTokenizer:
     def separator(self) -> list[int]:
         return []  # SentencePiece marks word starts itself
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, object]:
         import torch
 
         return {
@@ -84,7 +87,7 @@ class SentencePieceTokenizer:
 Tokenizer = ByteTokenizer | SentencePieceTokenizer
 
 
-def make_tokenizer(data: Any) -> Tokenizer:
+def make_tokenizer(data: DataConfig) -> Tokenizer:
     """The tokenizer a DataConfig names."""
     if data.tokenizer == "sentencepiece":
         return SentencePieceTokenizer.from_file(str(data.spm_model))
