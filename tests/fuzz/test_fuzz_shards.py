@@ -194,3 +194,48 @@ def test_generated_parquet_shards(tmp_path: Path, index: int) -> None:
         _read_all(str(shard))
     except InputError as exc:
         assert exc.hint, (index, exc.message)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"tokens": ' + "[" * 100_000 + "]" * 100_000 + ', "tags": []}',
+        '{"tokens": ["a"], "tags": [' + "[" * 3000 + "]" * 3000 + "]}",
+    ],
+    ids=["deep-first-row", "deep-tags"],
+)
+def test_the_hosts_preflight_and_summary_on_rows_python_refuses(tmp_path: Path, line: str) -> None:
+    """Case 3 as written, on the host's side of `mw-env train` (preflight reads a JSONL shard's first row,
+    `train summary` its label sample) before the trainer: exit 2 naming the file and line, or the summary
+    without the labels; never the RecursionError that came back when preflight was added."""
+    import sys
+
+    from tests.fuzz.test_regressions import mw
+
+    shard = tmp_path / "deep.jsonl"
+    shard.write_text(line + "\n")
+    files = [
+        "--set",
+        "data.source=files",
+        "--set",
+        f"data.train_files=[{shard}]",
+        "--set",
+        f"data.val_files={shard}",
+    ]
+    rc, _, err = mw(["train", "--config", "smoke", "--skip-doctor", "--venv", sys.prefix, *files])
+    assert rc == 2 and f"{shard} line 1 is not a usable JSON row (nested too deeply)" in err, err
+    rc, _, err = mw(["train", "summary", "--config", "smoke", *files])
+    assert rc in (0, 2), err  # mw() asserts no traceback
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000, "[1, 2]", '"x"', "{"])
+def test_a_hostile_corpus_cache_in_the_run_folder_is_read_again(tmp_path: Path, content: str) -> None:
+    """The run folder's caches (corpus-index.json, shard-sha256.json) are run-folder data: anything there that
+    is not what mw-env wrote is ignored and rebuilt, never a RecursionError or AttributeError."""
+    from mw_env.trainer.data import index
+    from mw_env.trainer.data.digest import CACHE, ShardHasher
+
+    (tmp_path / index.CACHE).write_text(content)
+    (tmp_path / CACHE).write_text(content)
+    assert index.load_cache(tmp_path) == {}
+    ShardHasher([], tmp_path).close()

@@ -12,10 +12,20 @@ from mw_env.checks.probe import ProbeResult
 AREA = "venv"
 
 
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+
+
 def check_venv(ctx: DoctorContext) -> list[CheckResult]:
     venv = ctx.venv
     if venv.exists() and not venv.is_dir():
         cause, fix = ctx.fix("venv.not_a_folder", venv=venv, bootstrap=ctx.bootstrap_command())
+        return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
+    if not venv.is_dir() and os.path.lexists(venv):  # a link to nowhere: a loop, or a target that is gone
+        cause, fix = ctx.fix("venv.broken_link", venv=venv, target=_link_target(venv))
         return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
     if not venv.is_dir():
         cause, fix = ctx.fix("venv.missing", venv=venv, bootstrap=ctx.bootstrap_command())

@@ -262,8 +262,23 @@ def _redacted(problem: Problem | None) -> Problem | None:
     return Problem(redact(problem.message), redact(problem.hint) if problem.hint else None, problem.input)
 
 
+def _link_loop(path: Path) -> bool:
+    """The path (or a folder on its way) is a link loop: `exists()` says False, yet nothing can be made there."""
+    import errno
+
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def _checked_venv(path: Path) -> Path:
     venv = Path(path).expanduser().absolute()
+    if _link_loop(venv):
+        raise InputError(
+            f"--venv {venv}: a symbolic link loop", hint="fix or remove the link, or pass another --venv path"
+        )
     if venv.exists() and not venv.is_dir():
         raise InputError(f"--venv {venv} exists and is not a folder", hint="pass another --venv path")
     if venv.is_dir() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():

@@ -124,5 +124,5 @@ def _read_holder(path: Path) -> str:
         return f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}: " + " ".join(
             info.get("argv") or []
         )
-    except (InputError, ValueError, AttributeError, TypeError):
+    except (InputError, ValueError, RecursionError, AttributeError, TypeError):
         return "holder unknown"

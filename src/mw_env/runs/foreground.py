@@ -235,7 +235,7 @@ def ended_cleanly(out_dir: Path) -> bool:
             fh.seek(max(0, fh.tell() - 4096))
             last = fh.read().decode(errors="replace").strip().splitlines()[-1]
         event = json.loads(last)
-    except (OSError, IndexError, ValueError):
+    except (OSError, IndexError, ValueError, RecursionError):
         return False
     if not (isinstance(event, dict) and event.get("event") == "finished"):
         return False

@@ -197,7 +197,9 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
     run_dir = Path(run_dir).resolve()
     try:
         saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if not isinstance(saved, dict):
+            raise ValueError(RUN_FILE)
+    except (OSError, ValueError, RecursionError):
         return f"mw-env: no {RUN_FILE} in {run_dir}: the report was not logged to MLflow"
     try:
         from mlflow.tracking import MlflowClient

@@ -98,8 +98,8 @@ def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = No
             if path.suffix == ".jsonl":
                 seen |= jsonl_tags(path, column)
         found = parquet_tags([p for p in shards if p.suffix == ".parquet"], column, venv)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
+    except (OSError, ValueError, RecursionError, subprocess.SubprocessError):
+        return None  # a row Python refuses (nesting, digits) is the trainer's to name, with its line
     if found is None:
         return None
     return label_order(seen | found)

@@ -9,7 +9,6 @@ a JSONL shard's from its first row, the packages from the venv's metadata (nothi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.extras import bootstrap_hint, installed, missing, needed_extras
 from mw_env.trainspec.files import expand_files
 from mw_env.trainspec.footer import FooterError, parquet_columns
+from mw_env.userjson import json_refusal, loads
 
 FIRST_LINE_MAX = 16 << 20  # a JSONL shard's first row longer than this is not a row
 
@@ -36,10 +36,13 @@ def columns_of(path: Path, key: str) -> list[str]:
         for raw in iter(lambda: fh.readline(FIRST_LINE_MAX), b""):
             if raw.strip():
                 try:
-                    row = json.loads(raw)
-                except ValueError as exc:
+                    row = loads(raw)
+                except (
+                    ValueError,
+                    RecursionError,
+                ) as exc:  # not JSON, or JSON Python refuses (depth, digits)
                     raise InputError(
-                        f"{key}: {path} line 1 is not JSON ({exc})",
+                        f"{key}: {path} line 1 is not a usable JSON row ({json_refusal(exc)})",
                         hint="each line of a .jsonl shard is one JSON object",
                     ) from None
                 if not isinstance(row, dict):
@@ -77,7 +80,7 @@ def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> Non
 
     try:
         unknown = sorted(jsonl_tags(path, column) - set(labels))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return  # unreadable rows are the trainer's to report, with their line numbers
     if unknown:
         raise InputError(

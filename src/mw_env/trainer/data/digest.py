@@ -30,7 +30,9 @@ class ShardHasher:
         self._path = Path(run_dir) / CACHE
         try:
             cached = json.loads(self._path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # a cache: anything unreadable is hashed again
+            cached = {}
+        if not isinstance(cached, dict):
             cached = {}
         self._lock = threading.Lock()
         self._done: dict[str, str] = {k: v for k, v in cached.items() if isinstance(v, str)}
