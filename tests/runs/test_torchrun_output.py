@@ -87,3 +87,29 @@ def test_torchrun_stopped_by_a_signal_is_noted_and_its_traceback_dropped() -> No
     ]:
         shown += filt.feed(line)
     assert filt.signalled and shown == ["finished at step 4 (stopped)"]
+
+
+def test_a_lost_store_keeps_the_workers_own_exit_code() -> None:
+    # Node 1 of two, both refusing a bad input: node 0's torchrun ended first and took the rendezvous store
+    # with it, so this node's torchrun died of the lost store before printing its failure table.
+    lost = (
+        "error: the nodes do not agree on the checkpoint to resume from, so none starts\n"
+        "hint: all nodes must load the same checkpoint\n"
+        "mw-env worker exit status: 2\n"
+        "Traceback (most recent call last):\n"
+        '  File "/v/lib/python3.11/site-packages/torch/distributed/elastic/agent/server/api.py", line 9, in run\n'
+        "    self._store.get(key)\n"
+        "torch.distributed.DistStoreError: wait timeout after 300000ms, keys: /torch.elastic/rdzv/t/last\n"
+        "frame #0: c10::Error::Error(...)\n"
+    )
+    shown, filt = _run(lost)
+    assert shown == [
+        "error: the nodes do not agree on the checkpoint to resume from, so none starts",
+        "hint: all nodes must load the same checkpoint",
+    ]
+    assert filt.store_lost and filt.said_error
+    assert filt.exit_code(1) == 2  # the workers' bad input, not torchrun's 1
+    # Without a worker's word, torchrun's code stands; a failure table, when printed, still decides.
+    assert _run("mw-env worker exit status: x\n")[1].exit_code(1) == 1
+    _shown, table = _run(FAILED_RUN + "\nmw-env worker exit status: 3")
+    assert table.exit_code(1) == 2

@@ -18,17 +18,22 @@ No torch here: `train summary` and preflight (trainspec/labelscan.py) read label
 
 from __future__ import annotations
 
+import functools
 import os
+import struct
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
+    from pyarrow import Codec
     from pyarrow.parquet import ColumnChunkMetaData, FileMetaData
 
 # A compact-protocol value as read here: integers and booleans, structs as {field id: value}; strings,
 # doubles and containers are skipped (None), the page header needs none of them.
 Thrift: TypeAlias = "int | bool | dict[int, Thrift] | None"
 
+_U32 = struct.Struct("<I")  # a PLAIN byte array's length prefix
 MAX_BYTES = 256 << 10  # a tag dictionary is bytes to a few KiB; far below pyarrow's 1 MiB fallback point
 DICTIONARY_PAGE = 2  # parquet.thrift PageType
 PLAIN_ENCODINGS = (0, 2)  # PLAIN, PLAIN_DICTIONARY (the same bytes in a dictionary page)
@@ -111,37 +116,56 @@ def _struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Thrift], in
         else:
             n, pos = _varint(buf, pos)
             last = _zigzag(n)
-        fields[last], pos = _value(buf, pos, kind, depth)
+        if kind in (5, 6) and buf[pos] < 0x80:  # the common case, a one-byte integer, inline
+            fields[last] = (buf[pos] >> 1) ^ -(buf[pos] & 1)
+            pos += 1
+        else:
+            fields[last], pos = _value(buf, pos, kind, depth)
 
 
 def _plain_strings(page: bytes, count: int) -> list[str]:
-    out, pos = [], 0
+    """`count` PLAIN byte arrays (a 4-byte length, the bytes), filling `page` exactly, as UTF-8 strings."""
+    out: list[str] = []
+    pos, end, length = 0, len(page), _U32.unpack_from
     for _ in range(count):
-        n = int.from_bytes(page[pos : pos + 4], "little")
-        pos += 4
-        if pos + n > len(page):
+        (n,) = length(page, pos)
+        pos += 4 + n
+        if pos > end:
             raise ValueError("value past the page")
-        out.append(page[pos : pos + n].decode("utf-8"))
-        pos += n
-    if pos != len(page):
+        out.append(page[pos - n : pos].decode("utf-8"))
+    if pos != end:
         raise ValueError("bytes after the last value")
     return out
 
 
-def _leaf(meta: FileMetaData, group: int, column: str) -> ColumnChunkMetaData | None:
-    """The column chunk of `column`'s one leaf (a list<string> has one: `tags.list.element`)."""
+def _leaf(meta: FileMetaData, group: int, column: str, leaf: int | None) -> ColumnChunkMetaData | None:
+    """The column chunk of `column`'s one leaf (a list<string> has one: `tags.list.element`); `leaf`: its
+    index when the caller knows it from the schema (trainer/data/shards.Schemas): a row group's column
+    chunks are its schema's leaves, in order (the Parquet format's rule, which pyarrow's reader enforces)."""
     rg = meta.row_group(group)
-    leaves = [
-        rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith(column + ".")
-    ]
+    if leaf is not None:
+        return rg.column(leaf)
+    prefix = column + "."
+    leaves = [rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith(prefix)]
     return leaves[0] if len(leaves) == 1 else None
 
 
-def dictionary_values(path: Path, meta: FileMetaData, column: str, group: int = 0) -> list[str] | None:
+@functools.cache
+def _codec(name: str, thread: int) -> Codec:
+    """One codec object per codec and thread: making one cost as much as the decompress, and a codec
+    object may keep stream state (gzip's), so threads do not share one."""
+    import pyarrow as pa
+
+    return pa.Codec(name)
+
+
+def dictionary_values(
+    path: Path, meta: FileMetaData, column: str, group: int = 0, leaf: int | None = None
+) -> list[str] | None:
     """The distinct values of list<string> `column` in row group `group`, from its dictionary page; None
     when it cannot be read that way (the caller then decodes rows). `meta`: the file's parsed footer."""
     try:
-        chunk = _leaf(meta, group, column)
+        chunk = _leaf(meta, group, column, leaf)
         if chunk is None or not chunk.has_dictionary_page or chunk.physical_type != "BYTE_ARRAY":
             return None
         start, stop = chunk.dictionary_page_offset, chunk.data_page_offset
@@ -166,9 +190,11 @@ def dictionary_values(path: Path, meta: FileMetaData, column: str, group: int = 
             return None
         body = raw[pos : pos + packed]
         if codec != "UNCOMPRESSED":
-            import pyarrow as pa
-
-            body = pa.Codec(CODECS[codec]).decompress(body, decompressed_size=size).to_pybytes()
+            body = (
+                _codec(CODECS[codec], threading.get_ident())
+                .decompress(body, decompressed_size=size)
+                .to_pybytes()
+            )
         if len(body) != size:
             return None
         return _plain_strings(body, count)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
+from mw_env.trainspec.tagdict import dictionary_values
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -39,16 +40,22 @@ T = TypeVar("T")
 
 def _stat_key(path: Path, columns: tuple[str, str]) -> tuple[str, os.stat_result]:
     # ctime too: no tool can set it back, so a shard rewritten with its old size and mtime is read again.
-    st = path.stat()
+    st = os.stat(path)
     key = f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{columns[0]}|{columns[1]}"
     return key, st
 
 
 def sample_tags(
-    path: Path, kind: str, blocks: list[Block], columns: tuple[str, str], meta: pq.FileMetaData | None
+    path: Path,
+    kind: str,
+    blocks: list[Block],
+    columns: tuple[str, str],
+    meta: pq.FileMetaData | None,
+    leaf: int | None = None,
 ) -> list[str]:
     """The distinct tags of the shard's first row group, from the tags column's dictionary page
-    (trainspec/tagdict.py); where it has none, of its first LABEL_SAMPLE_ROWS rows (tags column only)."""
+    (trainspec/tagdict.py); where it has none, of its first LABEL_SAMPLE_ROWS rows (tags column only).
+    `leaf`: the tags column's leaf index, known from the schema (shards.Schemas)."""
     if kind == "jsonl":
         from mw_env.trainer.data.reader import parse_jsonl
 
@@ -58,9 +65,7 @@ def sample_tags(
         for row in tags:
             seen.update(row)
         return sorted(seen)
-    from mw_env.trainspec.tagdict import dictionary_values
-
-    whole = dictionary_values(path, meta, columns[1], blocks[0].part) if meta is not None else None
+    whole = dictionary_values(path, meta, columns[1], blocks[0].part, leaf) if meta is not None else None
     if whole is not None:  # the row group's every tag, from its dictionary page: no row decoded
         return sorted(whole)
     import pyarrow.compute as pc
@@ -102,15 +107,17 @@ def _shard(path: Path, index: int, e: dict[str, Any], st: os.stat_result) -> Sha
     return Shard(path, e["kind"], e["size"], e["footer_sha256"], blocks, stamp, shards_mod.HOST)
 
 
-def _index_one(path: Path, i: int, columns: tuple[str, str], key: str, labels: bool) -> dict[str, Any]:
-    meta = None
+def _index_one(
+    path: Path, i: int, columns: tuple[str, str], key: str, labels: bool, schemas: shards_mod.Schemas
+) -> dict[str, Any]:
+    meta = leaf = None
     if path.suffix == ".parquet":
-        shard, meta = shards_mod._open_parquet(path, i, columns)
+        shard, meta, leaf = shards_mod._open_parquet(path, i, columns, schemas)
     else:
         shard = shards_mod._open_jsonl(path, i)
     if shard.rows == 0:
         raise InputError(f"{key}: {path} has no rows", hint="drop the empty shard from the file list")
-    tags = sample_tags(path, shard.kind, shard.blocks, columns, meta) if labels else None
+    tags = sample_tags(path, shard.kind, shard.blocks, columns, meta, leaf) if labels else None
     return _entry(shard, tags)
 
 
@@ -133,8 +140,9 @@ def index_shards(
                 f"{key}: cannot read {path}: {exc.strerror or exc}", hint="check the path"
             ) from None
     todo = [i for i, st in enumerate(stats) if st not in cache or (labels and cache[st].get("tags") is None)]
+    schemas = shards_mod.Schemas()
     for i in todo:
-        cache[stats[i]] = _index_one(paths[i], i, columns, key, labels)
+        cache[stats[i]] = _index_one(paths[i], i, columns, key, labels, schemas)
     return [
         (_shard(path, i, cache[st], stamps[i]), cache[st].get("tags"))
         for i, (path, st) in enumerate(zip(paths, stats, strict=True))
