@@ -117,7 +117,7 @@ def supervise(report_fd: int) -> int:
         from mw_env.runs.foreground import stop_targets
 
         sent.append(signum)
-        for pid in stop_targets(child.pid, spec["argv"]) if torchrun else [child.pid]:
+        for pid in stop_targets(child.pid) if torchrun else [child.pid]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
