@@ -47,8 +47,9 @@ def _fake_torchrun(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("to", ["supervisor", "torchrun"])  # train stop / a scheduler killing torchrun
 @pytest.mark.parametrize("clean", [True, False], ids=["workers-ended-cleanly", "a-real-failure"])
-def test_a_detached_torchrun_that_ends_1_after_a_stop(tmp_path: Path, clean: bool) -> None:
+def test_a_detached_torchrun_that_ends_1_after_a_stop(tmp_path: Path, clean: bool, to: str) -> None:
     from mw_env.runs.runs import read_exit, start_run
 
     run = tmp_path / "run"
@@ -56,7 +57,11 @@ def test_a_detached_torchrun_that_ends_1_after_a_stop(tmp_path: Path, clean: boo
     record = start_run(argv=argv, env=dict(os.environ), out_dir=run)
     try:
         wait_until(lambda: (run / "ready").exists(), 60, "the fake torchrun's handler")
-        os.kill(record.pid, signal.SIGINT)  # as the test harness stops a detached run (its supervisor)
+        if to == "supervisor":
+            os.kill(record.pid, signal.SIGINT)  # as the test harness stops a detached run
+        else:
+            assert record.child_pid is not None
+            os.kill(record.child_pid, signal.SIGTERM)
         wait_until(lambda: read_exit(run) is not None, 60, "the supervisor's record")
     finally:  # nothing outlives the test, passed or failed
         for pid in (record.pid, record.child_pid):
