@@ -113,3 +113,17 @@ def test_a_lost_store_keeps_the_workers_own_exit_code() -> None:
     assert _run("mw-env worker exit status: x\n")[1].exit_code(1) == 1
     _shown, table = _run(FAILED_RUN + "\nmw-env worker exit status: 3")
     assert table.exit_code(1) == 2
+
+
+def test_a_lost_peer_after_another_ranks_own_error_is_its_echo() -> None:
+    """Issue 22, a full disk at a checkpoint with --nproc-per-node 2: rank 0 says the disk is full and exits;
+    rank 1, left at the barrier, said `a peer of the run stopped answering` with the advice to restart every
+    node: untrue for a full disk. After another error it goes to the log; as the first error it is shown."""
+    disk = "error: cannot write checkpoint /r/checkpoints/step-000000004.pt: the disk is full"
+    peer = "error: a peer of the run stopped answering (lost another process of this node at 127.0.0.1:1): x"
+    restart = "hint: a node or process stopped (killed, crashed or unreachable): restart every node"
+    filt = TorchrunStderr()
+    shown = [s for line in (disk, "hint: free space", peer, restart) for s in filt.feed(line)]
+    assert shown == [disk, "hint: free space"] and peer in filt.dropped and restart in filt.dropped
+    alone = TorchrunStderr()
+    assert [s for line in (peer, restart) for s in alone.feed(line)] == [peer, restart]  # a node lost

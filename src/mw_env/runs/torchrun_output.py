@@ -29,6 +29,10 @@ _STORE_LOST = ("torch.distributed.DistNetworkError", "torch.distributed.DistStor
 # torchrun, done first, takes the rendezvous store down with it, and another node's torchrun then dies of the lost
 # store before it tabulates its workers' codes (a bad input on every node ended in exit 1 on all but one).
 WORKER_EXIT = "mw-env worker exit status: "
+# trainer/peers.py's words for a peer that went away. After another rank's own `error:` (rank 0: the disk is
+# full) it is that failure's echo on the ranks left waiting for it, not a second cause: its advice to restart
+# every node would be untrue. It goes to the log then; as the first error (a node lost) it is shown.
+PEER_LOST = "error: a peer of the run stopped answering"
 
 
 @dataclass
@@ -47,6 +51,7 @@ class TorchrunStderr:
     store_lost: bool = False  # torchrun's agent lost the rendezvous store: the node serving it is gone
     dropped: list[str] = field(default_factory=list)  # torchrun's own lines: for <run>/torchrun.log
     worker_codes: list[int] = field(default_factory=list)  # the workers' WORKER_EXIT lines
+    _echo_hint: bool = False  # the next hint belongs to a dropped PEER_LOST error
 
     @property
     def said_error(self) -> bool:
@@ -102,7 +107,16 @@ class TorchrunStderr:
         if _AGENT_LINE.match(line):
             self.dropped.append(line)
             return []
+        if line.startswith(PEER_LOST) and self.said_error:
+            self.dropped.append(line)
+            self._echo_hint = True
+            return []
+        if line.startswith("hint:") and self._echo_hint:
+            self._echo_hint = False
+            self.dropped.append(line)
+            return []
         if line.startswith(("error:", "hint:")):
+            self._echo_hint = False
             if line in self._said:
                 return []
             self._said.add(line)
