@@ -329,3 +329,32 @@ def test_a_foreground_run_that_ended_while_writing_its_report_is_not_finished(tm
     assert any("ended while writing its report" in note for note in status.notes), status.notes
     set_state(run, "finished", pid=2**22 + 12345, reason="max_steps", step=2)
     assert run_status(out_dir=run).state == "finished"
+
+
+@pytest.mark.parametrize("how", ["train.log-link", "metrics-link", "run.json-log_file"])
+def test_status_never_quotes_a_file_outside_the_run_folder(tmp_path: Path, how: str) -> None:
+    """Case 5's class on `status`/`watch`: a run folder's train.log (or metrics.jsonl) linked to a file outside
+    it, or run.json naming such a file as the log, had status quote its lines (`Python traceback in the log:
+    error: <the secret's line>`). Run-folder data names its own files: such a file is not read, and said so."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("Traceback (most recent call last):\nerror: SECRETLINE\nRuntimeError: SECRETLINE\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"event": "step", "step": 1, "time": 1.0}\n')
+    if how == "train.log-link":
+        os.symlink(secret, run / "train.log")
+    elif how == "metrics-link":
+        (run / "metrics.jsonl").unlink()
+        os.symlink(secret, run / "metrics.jsonl")
+    else:
+        record = {
+            "pid": 2**22 + 7,
+            "start_ticks": 1,
+            "argv": ["x"],
+            "started_at": 1.0,
+            "log_file": str(secret),
+        }
+        (run / "run.json").write_text(json.dumps(record))
+    for cmd in (["status"], ["status", "--json"]):
+        rc, out, err = mw(["train", *cmd, "--out-dir", str(run)])
+        assert "SECRETLINE" not in out + err and "leads out of the run folder" in out + err, (rc, out, err)

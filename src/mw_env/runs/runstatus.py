@@ -278,7 +278,7 @@ class RunWatcher:
         self.thresholds = thresholds or Thresholds()
         self.clock = clock
         self.log_path, self.metrics_path = log_path, metrics_path
-        self.history = MetricsTail(Tail(metrics_path))  # everything, for progress
+        self.history = MetricsTail(Tail(metrics_path, root=self.out_dir))  # everything, for progress
         read = self.history.read_events()
         self.all_events: list[dict[str, Any]] = [event for _, event in read]
         seg_start = self.record.metrics_offset if self.record else 0
@@ -289,7 +289,10 @@ class RunWatcher:
         self.segment = [event for offset, event in read if offset >= seg_start]
         self.scanner = LogScanner()
         self.log_tail = Tail(
-            log_path, offset=self.record.log_offset if self.record else 0, limit=LOG_SCAN_MAX
+            log_path,
+            offset=self.record.log_offset if self.record else 0,
+            limit=LOG_SCAN_MAX,
+            root=self.out_dir,
         )
         self.scanner.feed(self.log_tail.read_lines())
         self._pending = [*self.segment] if replay else []
@@ -315,6 +318,11 @@ class RunWatcher:
         notes = []
         if self.history.bad_lines:
             notes.append(f"{self.history.bad_lines} line(s) of {METRICS_FILE} are not JSON events (ignored)")
+        for tail in (self.history.tail, self.log_tail):
+            if tail.outside:
+                notes.append(
+                    f"{tail.path} leads out of the run folder (not read: run-folder data names its own files)"
+                )
         if self.log_tail.skipped_bytes:
             notes.append(f"only the last {LOG_SCAN_MAX // 2**20} MiB of {self.log_path.name} were scanned")
         max_steps = self.record.max_steps if self.record else None

@@ -1,7 +1,8 @@
 """Reading a growing file from where the last read stopped: complete lines only, never blocking.
 
 `status` and `watch` read a live run's train.log and metrics.jsonl with these; a FIFO or device
-planted in the run folder is never read (it would block or never end).
+planted in the run folder is never read (it would block or never end), nor a file that leads out of the run
+folder (a train.log linked to /etc/shadow, or run.json naming it as the log: its lines would be quoted).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class Tail:
     offset: int = 0
     limit: int | None = None  # read at most this many bytes on a first, large read
     skipped_bytes: int = 0
+    root: Path | None = None  # the run folder: a path whose target is outside it is not read
+    outside: bool = False  # set when that refused a read
 
     def read_lines(self) -> list[str]:
         return [line for _, line in self.read_with_offsets()]
@@ -29,7 +32,10 @@ class Tail:
         """(byte offset where the line starts, line) for each new complete line."""
         try:
             st = self.path.stat()
-        except OSError:
+            if self.root is not None and not _within(self.root, self.path):
+                self.outside = True
+                return []
+        except (OSError, RuntimeError):  # RuntimeError: pathlib's symlink loop
             return []
         if not stat.S_ISREG(st.st_mode):
             return []  # a FIFO or device in the run folder would block or never end: nothing to read
@@ -51,6 +57,11 @@ class Tail:
             pos += len(raw) + 1
         self.offset += cut + 1
         return out
+
+
+def _within(root: Path, path: Path) -> bool:
+    top, target = root.resolve(), path.resolve()
+    return target == top or top in target.parents
 
 
 @dataclass
