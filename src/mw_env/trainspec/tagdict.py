@@ -160,10 +160,16 @@ def _codec(name: str, thread: int) -> Codec:
 
 
 def dictionary_values(
-    path: Path, meta: FileMetaData, column: str, group: int = 0, leaf: int | None = None
+    path: Path,
+    meta: FileMetaData,
+    column: str,
+    group: int = 0,
+    leaf: int | None = None,
+    fd: int | None = None,
 ) -> list[str] | None:
     """The distinct values of list<string> `column` in row group `group`, from its dictionary page; None
-    when it cannot be read that way (the caller then decodes rows). `meta`: the file's parsed footer."""
+    when it cannot be read that way (the caller then decodes rows). `meta`: the file's parsed footer;
+    `fd`: the file, when the caller has it open (else opened here)."""
     try:
         chunk = _leaf(meta, group, column, leaf)
         if chunk is None or not chunk.has_dictionary_page or chunk.physical_type != "BYTE_ARRAY":
@@ -174,11 +180,14 @@ def dictionary_values(
         codec = chunk.compression
         if codec != "UNCOMPRESSED" and codec not in CODECS:
             return None
-        fd = os.open(path, os.O_RDONLY)
-        try:
+        if fd is not None:
             raw = os.pread(fd, stop - start, start)
-        finally:
-            os.close(fd)
+        else:
+            f = os.open(path, os.O_RDONLY)
+            try:
+                raw = os.pread(f, stop - start, start)
+            finally:
+                os.close(f)
         header, pos = _struct(raw, 0)
         page_header = header.get(7)
         if header.get(1) != DICTIONARY_PAGE or not isinstance(page_header, dict):

@@ -52,10 +52,11 @@ def sample_tags(
     columns: tuple[str, str],
     meta: pq.FileMetaData | None,
     leaf: int | None = None,
+    fd: int | None = None,
 ) -> list[str]:
     """The distinct tags of the shard's first row group, from the tags column's dictionary page
     (trainspec/tagdict.py); where it has none, of its first LABEL_SAMPLE_ROWS rows (tags column only).
-    `leaf`: the tags column's leaf index, known from the schema (shards.Schemas)."""
+    `leaf`: the tags column's leaf index, known from the schema (shards.Schemas); `fd`: the file, open."""
     if kind == "jsonl":
         from mw_env.trainer.data.reader import parse_jsonl
 
@@ -65,7 +66,7 @@ def sample_tags(
         for row in tags:
             seen.update(row)
         return sorted(seen)
-    whole = dictionary_values(path, meta, columns[1], blocks[0].part, leaf) if meta is not None else None
+    whole = dictionary_values(path, meta, columns[1], blocks[0].part, leaf, fd) if meta is not None else None
     if whole is not None:  # the row group's every tag, from its dictionary page: no row decoded
         return sorted(whole)
     import pyarrow.compute as pc
@@ -109,16 +110,32 @@ def _shard(path: Path, index: int, e: dict[str, Any], st: os.stat_result) -> Sha
 
 def _index_one(
     path: Path, i: int, columns: tuple[str, str], key: str, labels: bool, schemas: shards_mod.Schemas
-) -> dict[str, Any]:
-    meta = leaf = None
-    if path.suffix == ".parquet":
-        shard, meta, leaf = shards_mod._open_parquet(path, i, columns, schemas)
-    else:
+) -> tuple[dict[str, Any], Shard]:
+    """The shard's cache entry and its Shard. A Parquet shard is opened once: its footer and its tags
+    dictionary page are read with the same descriptor."""
+    if path.suffix != ".parquet":
         shard = shards_mod._open_jsonl(path, i)
+        _no_rows(shard, key)
+        tags = sample_tags(path, shard.kind, shard.blocks, columns, None) if labels else None
+        return _entry(shard, tags), shard
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise InputError(
+            f"{path}: cannot read it ({exc.strerror or exc})", hint=shards_mod.HINT_DAMAGED
+        ) from None
+    try:
+        shard, meta, leaf = shards_mod._open_parquet(path, i, columns, schemas, fd)
+        _no_rows(shard, key)
+        tags = sample_tags(path, shard.kind, shard.blocks, columns, meta, leaf, fd) if labels else None
+    finally:
+        os.close(fd)
+    return _entry(shard, tags), shard
+
+
+def _no_rows(shard: Shard, key: str) -> None:
     if shard.rows == 0:
-        raise InputError(f"{key}: {path} has no rows", hint="drop the empty shard from the file list")
-    tags = sample_tags(path, shard.kind, shard.blocks, columns, meta, leaf) if labels else None
-    return _entry(shard, tags)
+        raise InputError(f"{key}: {shard.path} has no rows", hint="drop the empty shard from the file list")
 
 
 def index_shards(
@@ -141,10 +158,12 @@ def index_shards(
             ) from None
     todo = [i for i, st in enumerate(stats) if st not in cache or (labels and cache[st].get("tags") is None)]
     schemas = shards_mod.Schemas()
+    read: dict[int, Shard] = {}
     for i in todo:
-        cache[stats[i]] = _index_one(paths[i], i, columns, key, labels, schemas)
+        cache[stats[i]], read[i] = _index_one(paths[i], i, columns, key, labels, schemas)
+        read[i].stamp, read[i].host = shards_mod.stamp_of(stamps[i]), shards_mod.HOST
     return [
-        (_shard(path, i, cache[st], stamps[i]), cache[st].get("tags"))
+        (read[i] if i in read else _shard(path, i, cache[st], stamps[i]), cache[st].get("tags"))
         for i, (path, st) in enumerate(zip(paths, stats, strict=True))
     ]
 
