@@ -123,6 +123,32 @@ def _struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Thrift], in
             fields[last], pos = _value(buf, pos, kind, depth)
 
 
+def field_end(buf: bytes, field: int) -> int | None:
+    """Where field `field` of the compact-protocol struct at the start of `buf` ends, when the fields are in
+    ascending order (every Thrift writer's) and it is there; else None, as for bytes that do not parse.
+    For a Parquet footer (FileMetaData), field 2 is the schema: buf[:end] is its exact encoding."""
+    try:
+        pos = last = 0
+        while True:
+            byte = buf[pos]
+            pos += 1
+            if byte == 0:
+                return None
+            delta, kind = byte >> 4, byte & 0x0F
+            if delta:
+                last += delta
+            else:
+                n, pos = _varint(buf, pos)
+                last = _zigzag(n)
+            if last > field:
+                return None
+            _, pos = _value(buf, pos, kind, 0)
+            if last == field:
+                return pos if pos <= len(buf) else None
+    except (IndexError, ValueError):
+        return None
+
+
 def _plain_strings(page: bytes, count: int) -> list[str]:
     """`count` PLAIN byte arrays (a 4-byte length, the bytes), filling `page` exactly, as UTF-8 strings."""
     out: list[str] = []

@@ -143,9 +143,10 @@ def index_shards(
 ) -> list[tuple[Shard, list[str] | None]]:
     """Each shard and its tag sample (None when labels are configured); `cache` is read and updated.
     Shards the cache lacks are read one after the other, in list order (the first failing one is the
-    error). Not in a thread pool: a shard is ~0.15 ms of CPU (a stat, the footer, the tags dictionary page),
-    and starting 8 threads in a process that has imported torch cost more CPU than 80 shards' reads; on
-    high-latency storage the ~3 small reads a shard are paid once per run folder, then the cache answers."""
+    error). Not in a thread pool: a shard is ~0.08 ms of CPU (a stat, one open, its footer and tags
+    dictionary page: docs/benchmarks.md), and starting 8 threads in a process that has imported torch cost
+    more CPU than 80 shards' reads; on high-latency storage the 3 small reads a shard are paid once per run
+    folder, then the cache answers."""
     stats, stamps = [], []
     for path in paths:
         try:

@@ -180,8 +180,8 @@ def _parse_footer(footer: bytes, tail: bytes) -> FileMetaData:
     return _footer_parser()(b"PAR1" + footer + tail)
 
 
-def _read_footer(path: Path, fd: int | None = None) -> tuple[str, FileMetaData, int]:
-    """The footer's sha256, its parsed metadata and the file's size, from one read of the footer bytes
+def _read_footer(path: Path, fd: int | None = None) -> tuple[str, FileMetaData, int, bytes]:
+    """The footer's sha256, its parsed metadata, the file's size and the footer, from one read of its bytes
     (os.pread on one descriptor: a stat and two reads, the fewest system calls a footer takes); `fd`: the
     file already open (the caller reads its tags dictionary page with it too), else opened here."""
     f = os.open(path, os.O_RDONLY) if fd is None else fd
@@ -191,7 +191,7 @@ def _read_footer(path: Path, fd: int | None = None) -> tuple[str, FileMetaData, 
     finally:
         if fd is None:
             os.close(f)
-    return hashlib.sha256(footer).hexdigest(), _parse_footer(footer, tail), size
+    return hashlib.sha256(footer).hexdigest(), _parse_footer(footer, tail), size, footer
 
 
 def open_checked(shard: Shard) -> tuple[NativeFile, FileMetaData]:
@@ -221,38 +221,60 @@ def open_checked(shard: Shard) -> tuple[NativeFile, FileMetaData]:
 class Schemas:
     """The Parquet schemas one corpus open has checked, each with the leaf index of its tags column: the
     shards of a corpus share one schema, and the check (a conversion to an Arrow schema, the tags leaf
-    found by path) cost more than the footer's parse. Keyed by the schema's printed tree (every node's
-    name, repetition, physical and logical type, field id: all the conversion reads), not by
-    ParquetSchema.equals, which compares leaves only (`words.list.element` equals `tokens.list.element`)."""
+    found by path) cost as much as the footer's parse. Known by the schema's exact encoding: the footer's
+    bytes up to the end of its schema field (found once per schema), so a shard whose footer starts with
+    the same bytes has the same schema, a byte comparison; where those bytes cannot be located, by the
+    schema's printed tree (every node's name, repetition, physical and logical type, field id: all the
+    conversion reads). Not by ParquetSchema.equals, which compares leaves only (`words.list.element`
+    equals `tokens.list.element`)."""
+
+    MAX_PREFIXES = 64  # distinct schemas remembered by encoding (a corpus has one or a few)
 
     def __init__(self) -> None:
+        self.prefixes: list[tuple[bytes, int | None]] = []
         self.seen: dict[str, int | None] = {}
 
-    def check(self, path: Path, meta: FileMetaData, columns: tuple[str, str]) -> int | None:
-        """Raise InputError when `meta`'s schema lacks the columns or types; else the tags column's leaf."""
-        schema = meta.schema
-        text = str(schema)  # "<object at 0x...>" on its first line, then the tree
-        key = text[text.find("\n") + 1 :]
-        if key in self.seen:
-            return self.seen[key]
-        arrow = schema.to_arrow_schema()
-        missing = [c for c in columns if c not in arrow.names]
-        if missing:
-            raise InputError(
-                f"{path}: missing column(s) {missing} (it has {arrow.names})",
-                hint="name the columns with data.tokens_column / data.tags_column",
-            )
-        for c in columns:
-            if not _is_str_list(arrow.field(c).type):
-                raise InputError(
-                    f"{path}: column {c!r} is {arrow.field(c).type}, not a list of strings",
-                    hint="tokens and tags are list<string> columns, one tag per token",
-                )
-        prefix = columns[1] + "."
-        leaves = [j for j in range(len(schema)) if schema.column(j).path.startswith(prefix)]
-        leaf = leaves[0] if len(leaves) == 1 else None
-        self.seen[key] = leaf
+    def check(self, path: Path, meta: FileMetaData, footer: bytes, columns: tuple[str, str]) -> int | None:
+        """Raise InputError when `meta`'s schema (parsed from `footer`) lacks the columns or types; else
+        the tags column's leaf index."""
+        for prefix, leaf in self.prefixes:
+            if footer.startswith(prefix):
+                return leaf
+        from mw_env.trainspec.tagdict import field_end
+
+        end = field_end(footer, 2)
+        key = ""
+        if end is None:
+            text = str(meta.schema)  # "<object at 0x...>" on its first line, then the tree
+            key = text[text.find("\n") + 1 :]
+            if key in self.seen:
+                return self.seen[key]
+        leaf = _check_schema(path, meta, columns)
+        if end is None:
+            self.seen[key] = leaf
+        elif len(self.prefixes) < self.MAX_PREFIXES:
+            self.prefixes.append((footer[:end], leaf))
         return leaf
+
+
+def _check_schema(path: Path, meta: FileMetaData, columns: tuple[str, str]) -> int | None:
+    schema = meta.schema
+    arrow = schema.to_arrow_schema()
+    missing = [c for c in columns if c not in arrow.names]
+    if missing:
+        raise InputError(
+            f"{path}: missing column(s) {missing} (it has {arrow.names})",
+            hint="name the columns with data.tokens_column / data.tags_column",
+        )
+    for c in columns:
+        if not _is_str_list(arrow.field(c).type):
+            raise InputError(
+                f"{path}: column {c!r} is {arrow.field(c).type}, not a list of strings",
+                hint="tokens and tags are list<string> columns, one tag per token",
+            )
+    prefix = columns[1] + "."
+    leaves = [j for j in range(len(schema)) if schema.column(j).path.startswith(prefix)]
+    return leaves[0] if len(leaves) == 1 else None
 
 
 def _open_parquet(
@@ -268,8 +290,8 @@ def _open_parquet(
             hint=f"add the `train` extra: {bootstrap_hint(sys.prefix)}",
         ) from None
     try:
-        digest, meta, size = _read_footer(path, fd)
-        leaf = (schemas or Schemas()).check(path, meta, columns)
+        digest, meta, size, footer = _read_footer(path, fd)
+        leaf = (schemas or Schemas()).check(path, meta, footer, columns)
     except InputError:
         raise
     except OSError as exc:
