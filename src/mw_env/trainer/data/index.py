@@ -8,8 +8,8 @@ or a second run over the same folder reads no footer and scans no JSONL again.
 
 Labels (when `data.labels` is unset): every distinct tag of each Parquet shard's first row group,
 read from the tags column's dictionary page (trainspec/tagdict.py: a few hundred bytes at the head of
-the column chunk, no row decoded, ~0.03 ms a shard); a shard without one (tags not dictionary-encoded, an
-unknown codec) and a JSONL shard: the tags of its first LABEL_SAMPLE_ROWS rows, from the tags column
+the column chunk, no row decoded, read with the footer's descriptor); a shard without one (tags not
+dictionary-encoded, an unknown codec) and a JSONL shard: the tags of its first LABEL_SAMPLE_ROWS rows, from the tags column
 only. Either way a bounded read, so opening costs the same whatever the row-group size, and once per
 shard. Why not a full pass: a full pass is a read of the whole corpus before step 1. A tag the sample
 missed is met later as an error naming the shard, row group and row (or line), with the hint to
