@@ -22,7 +22,7 @@ import json
 import os
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -49,6 +49,16 @@ def fault_for(path: str | Path) -> OSError | None:
             num = getattr(errno_mod, code.upper(), errno_mod.EIO)
             return OSError(num, os.strerror(num), str(path))
     return None
+
+
+def check_faults(paths: Iterable[str | Path]) -> None:
+    """The seam for files written under temporary names and committed together (an export's model, variants
+    and metadata): each one's armed fault is raised before any is committed, as a real full disk fails the
+    writes, not the renames after them. Their atomic_path(…, _faults=False) leaves the seam to this."""
+    for path in paths:
+        fault = fault_for(path)
+        if fault is not None:
+            raise fault
 
 
 class _FailingWriter:

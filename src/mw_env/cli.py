@@ -106,6 +106,9 @@ def _command_path(args: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turn MwEnvError into `error:`/`hint:` lines and an exit code."""
+    from mw_env.textsafe import tolerant_streams
+
+    tolerant_streams()  # a locale that cannot encode ✓ or a corpus word: escaped, never a traceback
     args, debug_flag = split_debug(list(sys.argv[1:] if argv is None else argv))
     debug = debug_flag or bool(os.environ.get("MW_ENV_DEBUG"))
     if debug_flag:

@@ -20,11 +20,11 @@ _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/\s:@]
 
 
 # ?token=…, &sig=…, &X-Amz-Signature=…: query parameters that carry a secret (signed URLs of S3, GCS and
-# Azure, token-gated indexes). Matched by name, case-insensitively; a name that merely contains one of the
+# Azure, token-gated indexes), and the same in a fragment (`#access_token=…`, OAuth's implicit flow). Matched by name, case-insensitively; a name that merely contains one of the
 # words (`api_key`, `access_token`, `client_secret`) is a secret too. Better one harmless value hidden than
 # one token shown.
 _SECRET_PARAM = re.compile(
-    r"(?P<name>[?&;](?:x-amz-[a-z0-9-]*|x-goog-[a-z0-9-]*|[a-z0-9_.-]*"
+    r"(?P<name>[?&;#](?:x-amz-[a-z0-9-]*|x-goog-[a-z0-9-]*|[a-z0-9_.-]*"
     r"(?:token|sig|signature|key|password|passwd|pwd|secret|credential|auth|session)[a-z0-9_.-]*)=)"
     r"(?P<value>[^&#;\s'\"<>]+)",
     re.IGNORECASE,
@@ -37,7 +37,7 @@ def redact(text: str) -> str:
 
     A URL with only a user part (`https://TOKEN@host`, the usual form of a token) hides that part too.
     """
-    if "=" in text and ("?" in text or "&" in text or ";" in text):
+    if "=" in text and ("?" in text or "&" in text or ";" in text or "#" in text):
         text = _SECRET_PARAM.sub(lambda m: f"{m.group('name')}***", text)
     if "@" not in text or "://" not in text:
         return text
@@ -101,3 +101,20 @@ def bounded(data: object, *, limit: int = LINE_LIMIT) -> object:
     if isinstance(data, (list, tuple)):
         return [bounded(v, limit=limit) for v in data]
     return data
+
+
+def tolerant_streams() -> None:
+    """stdout and stderr that never raise on a character the locale cannot encode.
+
+    A locale that is not UTF-8 (`LANG=en_US.ISO-8859-1`, or C with Python's UTF-8 mode and locale coercion
+    off) cannot encode the report's ✓, ✗ and …, nor a corpus word such as "Münch€n": print() then raised
+    UnicodeEncodeError mid-report (a traceback, exit 1). Such a character is shown escaped (`\\u2717`)."""
+    import contextlib
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            # A stream that cannot be reconfigured (a test's capture) keeps its own rules.
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")

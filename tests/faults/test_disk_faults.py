@@ -137,3 +137,44 @@ def test_a_full_disk_at_a_detached_runs_record(tmp_path: Path) -> None:
         outcome="exit 1, error names the fault and file; the started run ended",
         resume="same command",
     )
+
+
+def test_a_full_disk_at_a_checkpoint_of_two_processes(tmp_path: Path) -> None:
+    """The write faults with `--nproc-per-node 2` (a foreground run under torchrun): rank 0's full disk is the
+    one error (rank 1, left waiting at the barrier, said a peer was lost and to restart every node: its echo
+    now goes to torchrun.log), exit 1, the checkpoints intact, no process left."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.proctools import assert_none_left, kill_tagged, new_tag
+
+    run, tag = tmp_path / "run", new_tag()
+    env = {
+        **os.environ,
+        "MW_ENV_FAULTS": "ENOSPC:step-*.pt#2",
+        "MW_ENV_TEST_TAG": tag,
+        "OMP_NUM_THREADS": "1",
+    }
+    argv = [sys.executable, "-m", "mw_env", "train", "--venv", sys.prefix, "--skip-doctor", *run_args(run)]
+    argv += ["--set", "runtime.threads=1", "--nproc-per-node", "2"]
+    try:
+        res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert_none_left(tag, within=10.0)
+    finally:
+        kill_tagged(tag)
+    assert res.returncode == 1, res.stdout + res.stderr
+    err = res.stderr
+    assert "Traceback" not in err and err.count("error: ") == 1 and "the disk is full" in err, err
+    assert "restart every node" not in err and "step-000000004.pt" in err, err
+    assert checkpoints_intact(run) == ["step-000000002.pt"]
+    record(
+        table_path(),
+        fault="ENOSPC",
+        phase="checkpoint",
+        write="later checkpoint",
+        mode="ddp",
+        launch="foreground",
+        outcome="exit 1, error names the fault and file",
+        resume="not tried",
+    )

@@ -1,12 +1,11 @@
 """Who gets a stop under torchrun, and how its end is judged (issue 22: the flaky `report x SIGINT x ddp x
 detached` cell, exit 1 once in the full matrix).
 
-Two causes of a stop ending in exit 1 although every worker stopped or finished cleanly, both fixed here:
-- a stop that came while torchrun was still starting its workers went to those already started only; the
-  one started next never got it and waited for the stopped others until its collective timed out. Now the
-  workers get it only once all of them run, else torchrun itself (which passes it on and starts no more);
-- torchrun ends 1 after a stop reached it; the foreground judged that by the run's last event
-  (`ended_cleanly`), the detached supervisor recorded the 1. Now both judge it the same way.
+The cause fixed here: torchrun ends 1 after a stop reached it (itself, or a worker it then found ended by
+the signal) even when every worker stopped or finished cleanly; the foreground judged that by the run's
+last event (`ended_cleanly`), the detached supervisor recorded the 1. Now both judge it the same way, and
+both send the stop to the workers torchrun runs (never to torchrun while one runs: it would SIGKILL rank 0's
+report 30 s later once rank 1 has ended).
 
 A fake `torchrun` (a script of that name) stands in for the real one: no torch, no timing; the test waits
 for the file it writes once its signal handler is installed.
@@ -48,8 +47,9 @@ def _fake_torchrun(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("to", ["supervisor", "torchrun"])  # train stop / a scheduler killing torchrun
 @pytest.mark.parametrize("clean", [True, False], ids=["workers-ended-cleanly", "a-real-failure"])
-def test_a_detached_torchrun_that_ends_1_after_a_stop(tmp_path: Path, clean: bool) -> None:
+def test_a_detached_torchrun_that_ends_1_after_a_stop(tmp_path: Path, clean: bool, to: str) -> None:
     from mw_env.runs.runs import read_exit, start_run
 
     run = tmp_path / "run"
@@ -57,7 +57,11 @@ def test_a_detached_torchrun_that_ends_1_after_a_stop(tmp_path: Path, clean: boo
     record = start_run(argv=argv, env=dict(os.environ), out_dir=run)
     try:
         wait_until(lambda: (run / "ready").exists(), 60, "the fake torchrun's handler")
-        os.kill(record.pid, signal.SIGINT)  # as the test harness stops a detached run (its supervisor)
+        if to == "supervisor":
+            os.kill(record.pid, signal.SIGINT)  # as the test harness stops a detached run
+        else:
+            assert record.child_pid is not None
+            os.kill(record.child_pid, signal.SIGTERM)
         wait_until(lambda: read_exit(run) is not None, 60, "the supervisor's record")
     finally:  # nothing outlives the test, passed or failed
         for pid in (record.pid, record.child_pid):
@@ -70,10 +74,12 @@ def test_a_detached_torchrun_that_ends_1_after_a_stop(tmp_path: Path, clean: boo
     assert ("every worker ended cleanly" in log) == clean, log
 
 
-def test_a_stop_goes_to_the_workers_only_once_all_of_them_run(tmp_path: Path) -> None:
+def test_a_stop_goes_to_the_workers_torchrun_runs_now(tmp_path: Path) -> None:
+    """Never to torchrun while a worker runs (it would SIGKILL rank 0's report 30 s later once rank 1 has
+    ended); to torchrun itself before it started any."""
     from mw_env.runs.foreground import stop_targets
 
-    # A parent with one child, standing in for torchrun with one of its two workers started.
+    # A parent with one child, standing in for torchrun with one worker left (rank 0 writing the report).
     code = (
         "import subprocess, sys\n"
         "p = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE)\n"
@@ -87,8 +93,11 @@ def test_a_stop_goes_to_the_workers_only_once_all_of_them_run(tmp_path: Path) ->
     try:
         assert parent.stdout is not None
         worker = int(parent.stdout.readline())
-        assert stop_targets(parent.pid, ["torchrun", "--nproc-per-node=2", "-m", "x"]) == [parent.pid]
-        assert stop_targets(parent.pid, ["torchrun", "--nproc-per-node", "1", "-m", "x"]) == [worker]
-        assert stop_targets(parent.pid, ["torchrun", "-m", "x"]) == [worker]  # torchrun's default: 1
+        assert stop_targets(parent.pid) == [worker]
     finally:
         parent.communicate("", timeout=60)
+    lone = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert stop_targets(lone.pid) == [lone.pid]  # no worker yet: torchrun itself
+    finally:
+        lone.communicate(b"", timeout=60)

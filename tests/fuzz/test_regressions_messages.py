@@ -105,3 +105,58 @@ def test_bootstrap_hints_stay_on_one_line(tmp_path: Path) -> None:
     assert rc in (1, 2), text
     hint = next(line for line in text.splitlines() if line.startswith("hint:"))
     assert hint.endswith("installs one from PyPI"), text  # the whole hint on its one line
+
+
+ASCII_LOCALE = {"LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+
+
+@pytest.mark.parametrize(
+    "args", [["doctor", "--quick", "--venv", "/nonexistent/venv"], ["profiles"]], ids=["doctor", "profiles"]
+)
+def test_a_locale_that_cannot_encode_the_reports_marks(args: list[str]) -> None:
+    """Case 19's locale class: with a locale that is not UTF-8 (C with Python's UTF-8 mode off; latin-1 alike)
+    the doctor's ✗ and the profile list's … raised UnicodeEncodeError mid-report. They are shown escaped."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **ASCII_LOCALE, "PYTHONPATH": os.pathsep.join(sys.path)}
+    res = subprocess.run(
+        [sys.executable, "-m", "mw_env", *args], env=env, capture_output=True, timeout=120, check=False
+    )
+    err = res.stderr.decode("ascii", "replace")
+    assert "Traceback" not in err and res.returncode in (0, 1), (res.returncode, err[-2000:])
+    res.stdout.decode("ascii")  # everything it printed is ASCII: what the locale can show
+
+
+@pytest.mark.torch
+def test_the_trainer_in_a_locale_that_cannot_encode_a_corpus_word(tmp_path: Path) -> None:
+    """The eval samples quote corpus words ("Münch€n"): in a non-UTF-8 locale the trainer died printing them
+    (exit 1, UnicodeEncodeError), after its steps. They are shown escaped and the run finishes."""
+    import os
+    import subprocess
+    import sys
+
+    rows = [
+        {"tokens": ["M\u00fcnch\u20acn", str(i)], "tags": ["B-locality", "B-house_number"]} for i in range(32)
+    ]
+    shard = tmp_path / "u.jsonl"
+    shard.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    argv = [sys.executable, "-m", "mw_env.trainer", "run", "--config", "smoke"]
+    for item in (
+        f"runtime.out_dir={tmp_path / 'run'}",
+        "runtime.max_steps=1",
+        "runtime.eval_every=1",
+        "runtime.eval_samples=2",
+        "runtime.threads=1",
+        "data.source=files",
+        f"data.train_files=[{shard}]",
+        f"data.val_files={shard}",
+        "data.labels=[O, B-locality, I-locality, B-house_number, I-house_number]",
+    ):
+        argv += ["--set", item]
+    env = {**os.environ, **ASCII_LOCALE, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    res = subprocess.run(argv, env=env, capture_output=True, timeout=300, check=False)
+    out, err = res.stdout.decode("ascii", "replace"), res.stderr.decode("ascii", "replace")
+    assert res.returncode == 0 and "Traceback" not in err, (res.returncode, err[-3000:])
+    assert "M\\xfcnch\\u20acn" in out, out[-2000:]

@@ -278,11 +278,37 @@ def test_dry_run_redacts_query_secrets(tmp_path: Path, query: str, as_json: bool
     assert "download.example.invalid" in out + err
 
 
+@pytest.mark.parametrize(
+    ("where", "url"),
+    [
+        ("--torch-index", "https://download.example.invalid/whl/cpu#access_token=S3CR3T"),
+        ("PIP_EXTRA_INDEX_URL", "https://download.example.invalid/simple#token=S3CR3T"),
+        ("PIP_EXTRA_INDEX_URL", "https://download.example.invalid/simple?token=S3CR3T"),
+        ("UV_EXTRA_INDEX_URL", "https://download.example.invalid/simple?sig=S3CR3T"),
+    ],
+    ids=["option-fragment", "pip-env-fragment", "pip-env-query", "uv-env-query"],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_secrets_in_other_url_surfaces(tmp_path: Path, where: str, url: str, as_json: bool) -> None:
+    """Case 18's class beyond `?token=` of --torch-index: a secret in a URL's fragment (`#access_token=`,
+    OAuth's implicit flow) or in an index variable pip and uv read; the fragment form was printed."""
+    args = ["bootstrap", "--dry-run", "--profile", "cpu", "--venv", str(tmp_path / "v")]
+    env = {"MW_ENV_VENV": ""}
+    if where.startswith("--"):
+        args += [where, url]
+    else:
+        env[where] = url
+    _rc, out, err = mw([*args, *(["--json"] if as_json else [])], env=env)
+    assert "S3CR3T" not in out + err, (out, err)
+
+
 def test_redact_keeps_harmless_parameters() -> None:
     from mw_env.textsafe import redact
 
     assert redact("https://h/x?page=2&token=t") == "https://h/x?page=2&token=***"
     assert redact("--set runtime.key=1") == "--set runtime.key=1"  # not a URL query
+    assert redact("https://h/x#section-2") == "https://h/x#section-2"  # a fragment without a secret
+    assert redact("see #3: key=value") == "see #3: key=value"
 
 
 def test_a_foreground_run_that_ended_while_writing_its_report_is_not_finished(tmp_path: Path) -> None:

@@ -137,6 +137,27 @@ def test_a_bound_that_is_not_met_keeps_nothing_and_loses_nothing(smoke_run, tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no temporaries left
 
 
+@pytest.mark.parametrize("write", ["model.json", "model.onnx"], ids=["metadata", "model"])
+def test_a_full_disk_at_an_export_write_keeps_the_previous_export_whole(
+    smoke_run, tmp_path, monkeypatch, write
+):
+    """Issue 22, a write the fault table did not list: a full disk at the metadata left the new model beside
+    the old metadata (a model whose .json names another sha256) while the error said "nothing half-written is
+    kept". Every file of an export is written under a temporary name before any is committed."""
+    from mw_env.trainer.export import export_onnx
+
+    ckpt = smoke_run / "checkpoints" / "step-000000004.pt"
+    out = tmp_path / "model.onnx"
+    out.write_bytes(b"the previous, working export")
+    (tmp_path / "model.json").write_text('{"sha256": "of the previous export"}\n')
+    monkeypatch.setenv("MW_ENV_FAULTS", f"ENOSPC:{write}")
+    with pytest.raises(OSError):
+        export_onnx(checkpoint=ckpt, out=out, exporter="torchscript")
+    assert out.read_bytes() == b"the previous, working export"
+    assert (tmp_path / "model.json").read_text() == '{"sha256": "of the previous export"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "model.onnx"]  # no temporaries left
+
+
 def test_torchscript_exporter_outside_the_run_folder(smoke_run, tmp_path):
     from mw_env.trainer.export import export_onnx
 

@@ -87,3 +87,43 @@ def test_torchrun_stopped_by_a_signal_is_noted_and_its_traceback_dropped() -> No
     ]:
         shown += filt.feed(line)
     assert filt.signalled and shown == ["finished at step 4 (stopped)"]
+
+
+def test_a_lost_store_keeps_the_workers_own_exit_code() -> None:
+    # Node 1 of two, both refusing a bad input: node 0's torchrun ended first and took the rendezvous store
+    # with it, so this node's torchrun died of the lost store before printing its failure table.
+    lost = (
+        "error: the nodes do not agree on the checkpoint to resume from, so none starts\n"
+        "hint: all nodes must load the same checkpoint\n"
+        "mw-env worker exit status: 2\n"
+        "Traceback (most recent call last):\n"
+        '  File "/v/lib/python3.11/site-packages/torch/distributed/elastic/agent/server/api.py", line 9, in run\n'
+        "    self._store.get(key)\n"
+        "torch.distributed.DistStoreError: wait timeout after 300000ms, keys: /torch.elastic/rdzv/t/last\n"
+        "frame #0: c10::Error::Error(...)\n"
+    )
+    shown, filt = _run(lost)
+    assert shown == [
+        "error: the nodes do not agree on the checkpoint to resume from, so none starts",
+        "hint: all nodes must load the same checkpoint",
+    ]
+    assert filt.store_lost and filt.said_error
+    assert filt.exit_code(1) == 2  # the workers' bad input, not torchrun's 1
+    # Without a worker's word, torchrun's code stands; a failure table, when printed, still decides.
+    assert _run("mw-env worker exit status: x\n")[1].exit_code(1) == 1
+    _shown, table = _run(FAILED_RUN + "\nmw-env worker exit status: 3")
+    assert table.exit_code(1) == 2
+
+
+def test_a_lost_peer_after_another_ranks_own_error_is_its_echo() -> None:
+    """Issue 22, a full disk at a checkpoint with --nproc-per-node 2: rank 0 says the disk is full and exits;
+    rank 1, left at the barrier, said `a peer of the run stopped answering` with the advice to restart every
+    node: untrue for a full disk. After another error it goes to the log; as the first error it is shown."""
+    disk = "error: cannot write checkpoint /r/checkpoints/step-000000004.pt: the disk is full"
+    peer = "error: a peer of the run stopped answering (lost another process of this node at 127.0.0.1:1): x"
+    restart = "hint: a node or process stopped (killed, crashed or unreachable): restart every node"
+    filt = TorchrunStderr()
+    shown = [s for line in (disk, "hint: free space", peer, restart) for s in filt.feed(line)]
+    assert shown == [disk, "hint: free space"] and peer in filt.dropped and restart in filt.dropped
+    alone = TorchrunStderr()
+    assert [s for line in (peer, restart) for s in alone.feed(line)] == [peer, restart]  # a node lost

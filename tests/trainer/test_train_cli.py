@@ -65,17 +65,7 @@ def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.Mon
     venv = _fake_venv(tmp_path, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
     monkeypatch.chdir(tmp_path)
     launch = prepare(
-        LaunchRequest(
-            venv=venv,
-            config="smoke",
-            overrides=["runtime.out_dir=runs/x"],
-            skip_doctor=False,
-            profile="cpu",
-            profiles_dirs=(),
-            root=None,
-            gpu=None,
-            nproc_per_node=1,
-        )
+        LaunchRequest(venv=venv, config="smoke", overrides=["runtime.out_dir=runs/x"], profile="cpu")
     )
     assert calls and calls[0]["quick"] is True and calls[0]["venv"] == venv
     assert launch.argv[:4] == [str(venv / "bin" / "python"), "-m", "mw_env.trainer", "run"]
@@ -91,16 +81,7 @@ def test_prepare_builds_the_venv_command(tmp_path: Path, monkeypatch: pytest.Mon
     assert doctor["profile"] == "cpu" and doctor["ok"] is True
     ddp = prepare(
         LaunchRequest(
-            venv=venv,
-            config="smoke",
-            overrides=(),
-            skip_doctor=True,
-            profile="cpu",
-            profiles_dirs=(),
-            root=None,
-            gpu=None,
-            nproc_per_node=2,
-            fresh=True,
+            venv=venv, config="smoke", skip_doctor=True, profile="cpu", nproc_per_node=2, fresh=True
         )
     )
     assert ddp.argv[:3] == [str(venv / "bin" / "torchrun"), "--standalone", "--nproc-per-node=2"]
@@ -116,19 +97,7 @@ def test_doctor_failure_refuses_to_start(
     venv = _fake_venv(tmp_path, {})
     monkeypatch.chdir(tmp_path)
     with pytest.raises(MwEnvError) as exc:
-        prepare(
-            LaunchRequest(
-                venv=venv,
-                config="smoke",
-                overrides=(),
-                skip_doctor=False,
-                profile="cpu",
-                profiles_dirs=(),
-                root=None,
-                gpu=None,
-                nproc_per_node=1,
-            )
-        )
+        prepare(LaunchRequest(venv=venv, config="smoke", profile="cpu"))  # the doctor runs (skip_doctor off)
     assert "devices.kfd" in exc.value.message and "--skip-doctor" in (exc.value.hint or "")
     assert main(["train", "--config", "smoke", "--venv", str(venv), "--profile", "cpu"]) == 1
     assert "--skip-doctor" in capsys.readouterr().err

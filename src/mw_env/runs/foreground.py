@@ -265,7 +265,7 @@ def _forwarding(
         if not box:
             return  # not started yet: run_foreground passes it on once the process exists
         proc = box[0]
-        for pid in stop_targets(proc.pid, proc.args) if workers else [proc.pid]:
+        for pid in stop_targets(proc.pid) if workers else [proc.pid]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
@@ -280,23 +280,13 @@ def _forwarding(
             signal.signal(signum, handler)
 
 
-def stop_targets(torchrun_pid: int, argv: object) -> list[int]:
-    """Who gets a stop under torchrun: its workers once all of them run, else torchrun itself. While torchrun
-    is still starting them, a worker started after the signal would never get it and would wait for the
-    stopped others until its collective timed out; torchrun, given it, passes it to those it started and
-    starts no more (and ends 1: ended_cleanly tells that from a failure)."""
-    workers = children(torchrun_pid)
-    return workers if workers and len(workers) >= _nproc(argv) else [torchrun_pid]
+def stop_targets(torchrun_pid: int) -> list[int]:
+    """Who gets a stop under torchrun: the workers it runs now, else (before it started them) torchrun itself.
 
-
-def _nproc(argv: object) -> int:
-    args = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else []
-    for i, arg in enumerate(args):
-        flag, eq, value = arg.partition("=")
-        if flag in ("--nproc-per-node", "--nproc_per_node"):
-            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-            return int(value) if value.isdigit() else 1
-    return 1
+    Not torchrun while any worker runs: torchrun, given the signal, passes it on, ends 1 and SIGKILLs the
+    workers 30 s later, which would cut rank 0's report after rank 1 has ended. (A worker torchrun starts
+    after the signal does not get it; torchrun starts them all within a few milliseconds.)"""
+    return children(torchrun_pid) or [torchrun_pid]
 
 
 def children(pid: int) -> list[int]:

@@ -117,7 +117,7 @@ def supervise(report_fd: int) -> int:
         from mw_env.runs.foreground import stop_targets
 
         sent.append(signum)
-        for pid in stop_targets(child.pid, spec["argv"]) if torchrun else [child.pid]:
+        for pid in stop_targets(child.pid) if torchrun else [child.pid]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
@@ -141,15 +141,17 @@ def supervise(report_fd: int) -> int:
     for early in pending:
         forward(early, None)
     returncode = child.wait()
-    if sent and torchrun and returncode > 0:
+    if torchrun and returncode > 0:
         from mw_env.runs.foreground import ended_cleanly
 
         if ended_cleanly(run_dir):
-            # As in the foreground: torchrun ends 1 after a stop reached it (or its workers) even when every
-            # worker stopped or finished cleanly; the run's last event says how it ended.
+            # As in the foreground: torchrun ends 1 after a stop reached it (ours, passed to the workers, or
+            # one sent to torchrun itself) even when every worker stopped or finished cleanly; the run's last
+            # event says how it ended.
+            how = " after the stop was passed on" if sent else ""
             print(
-                f"mw-env: torchrun ended with exit {returncode} after the stop was passed on; every worker "
-                "ended cleanly (the run's last event is `finished`)",
+                f"mw-env: torchrun ended with exit {returncode}{how}; every worker ended cleanly (the run's "
+                "last event is `finished`)",
                 flush=True,
             )
             returncode = 0

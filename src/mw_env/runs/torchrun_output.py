@@ -5,11 +5,13 @@ When a worker exits non-zero, torchrun prints its agent's log lines, a Python tr
 have already printed their `error:`/`hint:` lines, so that block is noise that looks like a crash, and
 the exit 1 hides a bad input (2). This filter drops torchrun's agent output, passes everything the
 workers print (their own tracebacks included), prints each identical `error:`/`hint:` line once (every
-rank reports the same bad input) and reads the workers' exit codes from the failure table.
+rank reports the same bad input) and reads the workers' exit codes from the failure table (or, where
+torchrun died before printing one, from the workers' own WORKER_EXIT lines).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 
@@ -23,6 +25,14 @@ _SIGNALLED = "torch.distributed.elastic.multiprocessing.api.SignalException"
 _RENDEZVOUS = "torch.distributed.elastic.rendezvous."
 # torchrun's agent lost the rendezvous store (the node that serves it is gone): a lost node, not a crash.
 _STORE_LOST = ("torch.distributed.DistNetworkError", "torch.distributed.DistStoreError")
+# A worker's own word on its exit status (trainer/__main__.py), for when torchrun prints no failure table: node 0's
+# torchrun, done first, takes the rendezvous store down with it, and another node's torchrun then dies of the lost
+# store before it tabulates its workers' codes (a bad input on every node ended in exit 1 on all but one).
+WORKER_EXIT = "mw-env worker exit status: "
+# trainer/peers.py's words for a peer that went away. After another rank's own `error:` (rank 0: the disk is
+# full) it is that failure's echo on the ranks left waiting for it, not a second cause: its advice to restart
+# every node would be untrue. It goes to the log then; as the first error (a node lost) it is shown.
+PEER_LOST = "error: a peer of the run stopped answering"
 
 
 @dataclass
@@ -40,6 +50,8 @@ class TorchrunStderr:
     rendezvous_error: str | None = None  # the rendezvous's final exception line, when it failed
     store_lost: bool = False  # torchrun's agent lost the rendezvous store: the node serving it is gone
     dropped: list[str] = field(default_factory=list)  # torchrun's own lines: for <run>/torchrun.log
+    worker_codes: list[int] = field(default_factory=list)  # the workers' WORKER_EXIT lines
+    _echo_hint: bool = False  # the next hint belongs to a dropped PEER_LOST error
 
     @property
     def said_error(self) -> bool:
@@ -88,10 +100,23 @@ class TorchrunStderr:
         if line.startswith("Traceback (most recent call last):"):
             self._traceback = [line]
             return []
+        if line.startswith(WORKER_EXIT):
+            with contextlib.suppress(ValueError):
+                self.worker_codes.append(int(line[len(WORKER_EXIT) :]))
+            return []
         if _AGENT_LINE.match(line):
             self.dropped.append(line)
             return []
+        if line.startswith(PEER_LOST) and self.said_error:
+            self.dropped.append(line)
+            self._echo_hint = True
+            return []
+        if line.startswith("hint:") and self._echo_hint:
+            self._echo_hint = False
+            self.dropped.append(line)
+            return []
         if line.startswith(("error:", "hint:")):
+            self._echo_hint = False
             if line in self._said:
                 return []
             self._said.add(line)
@@ -108,5 +133,5 @@ class TorchrunStderr:
             return 0
         if self.root_cause is not None and self.root_cause != 0:
             return self.root_cause
-        failed = [c for c in self.exit_codes if c != 0]
+        failed = [c for c in self.exit_codes if c != 0] or [c for c in self.worker_codes if c != 0]
         return failed[0] if failed else torchrun_code

@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
+        from mw_env.textsafe import tolerant_streams
+
+        tolerant_streams()  # eval samples quote corpus words: a non-UTF-8 locale shows them escaped
         import signal
 
         from mw_env.lifeline import die_with_torchrun
@@ -118,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {safe_message(exc.message)}", file=sys.stderr, flush=True)
         if exc.hint:
             print(f"hint: {safe_message(exc.hint)}", file=sys.stderr, flush=True)
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: the code survives torchrun's own end
+            from mw_env.runs.torchrun_output import WORKER_EXIT
+
+            print(f"{WORKER_EXIT}{exc.exit_code}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mw_env.atomic import atomic_path, write_json_atomic
+from mw_env.atomic import atomic_path, check_faults
 from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed, os_error_in, os_fault
 from mw_env.runs.manifest import sha256_file
 from mw_env.trainer.export_bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
@@ -233,7 +233,7 @@ def export_onnx(
     variants: dict[str, dict[str, Any]] = {}
     # Everything under temporary names first: a disagreeing model or variant leaves nothing behind.
     with contextlib.ExitStack() as stack:
-        tmp = stack.enter_context(atomic_path(out, suffix=".onnx"))
+        tmp = stack.enter_context(atomic_path(out, suffix=".onnx", _faults=False))
         used = _export(model, example, tmp, opset=opset, max_len=max_len, exporter=exporter)
         onnx.checker.check_model(str(tmp))
         fp32 = verify(tmp, model, cases)
@@ -248,7 +248,7 @@ def export_onnx(
         digest = sha256_file(tmp)
         for kind in wanted:
             path = out.with_name(f"{stem}.{kind}.onnx")
-            vtmp = stack.enter_context(atomic_path(path, suffix=".onnx"))
+            vtmp = stack.enter_context(atomic_path(path, suffix=".onnx", _faults=False))
             bundle.make_variant(kind, tmp, vtmp)
             figures = verify(vtmp, model, cases)
             bundle.judge_variant(kind, figures, min_agreement=min_agreement)
@@ -266,52 +266,58 @@ def export_onnx(
                 },
             }
         fp32_bytes = tmp.stat().st_size
-    files = [out, *(out.with_name(v["onnx"]) for v in variants.values())]
-    tok = bundle.tokenizer_entry(tokenizer, stem)
-    if isinstance(tokenizer, SentencePieceTokenizer):
-        from mw_env.atomic import write_bytes_atomic
-
-        spm_path = out.parent / str(tok["model"])
-        write_bytes_atomic(spm_path, bytes(tokenizer.proto))
-        tok["sha256"] = sha256_file(spm_path)
-        files.append(spm_path)
-    meta_path = out.with_suffix(".json")
-    metadata = {
-        "format": bundle.FORMAT,
-        "onnx": out.name,
-        "sha256": digest,
-        **bundle.io_spec(len(labels)),
-        "max_seq_len": max_len,
-        "id_layout": bundle.id_layout(tokenizer),
-        "tokenizer": tok,
-        "labels": labels,
-        "label_scheme": "BIO over words; an entity is a B- label and the I- labels of its type that follow",
-        "variants": {
-            "fp32": {"onnx": out.name, "sha256": digest, "bytes": fp32_bytes},
-            **{k: {n: v[n] for n in ("onnx", "sha256", "bytes")} for k, v in variants.items()},
-        },
-        "runtime_helper": bundle.RUNTIME_HELPER,
-        "checkpoint": str(ckpt_path),
-        "checkpoint_sha256": sha256_file(ckpt_path),
-        "step": step,
-        "config_sha256": ckpt.get("config_sha256"),
-        "exporter": used,
-        "opset": opset,
-        "verification": {
-            "max_abs_diff": worst,
-            "mean_abs_diff": fp32["mean_abs_diff"],
-            "bound": max_diff,
-            "argmax_agreement": fp32["argmax_agreement"],
-            "cases": fp32["cases"],
-            **{kind: v["verification"] for kind, v in variants.items()},
-        },
-        "versions": {
-            "torch": torch.__version__,
-            "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__,
-        },
-    }
-    write_json_atomic(meta_path, metadata)
+        # The tokenizer and the metadata go under temporary names too, before anything is committed: a full
+        # disk at any of them keeps no half of this export and the previous one whole (its model with its own
+        # metadata), instead of a new model beside the old metadata.
+        tok = bundle.tokenizer_entry(tokenizer, stem)
+        extra: list[Path] = []
+        if isinstance(tokenizer, SentencePieceTokenizer):
+            spm_path = out.parent / str(tok["model"])
+            stmp = stack.enter_context(atomic_path(spm_path, _faults=False))
+            stmp.write_bytes(bytes(tokenizer.proto))
+            tok["sha256"] = sha256_file(stmp)
+            extra.append(spm_path)
+        meta_path = out.with_suffix(".json")
+        metadata = {
+            "format": bundle.FORMAT,
+            "onnx": out.name,
+            "sha256": digest,
+            **bundle.io_spec(len(labels)),
+            "max_seq_len": max_len,
+            "id_layout": bundle.id_layout(tokenizer),
+            "tokenizer": tok,
+            "labels": labels,
+            "label_scheme": "BIO over words; an entity is a B- label and the I- labels of its type that follow",
+            "variants": {
+                "fp32": {"onnx": out.name, "sha256": digest, "bytes": fp32_bytes},
+                **{k: {n: v[n] for n in ("onnx", "sha256", "bytes")} for k, v in variants.items()},
+            },
+            "runtime_helper": bundle.RUNTIME_HELPER,
+            "checkpoint": str(ckpt_path),
+            "checkpoint_sha256": sha256_file(ckpt_path),
+            "step": step,
+            "config_sha256": ckpt.get("config_sha256"),
+            "exporter": used,
+            "opset": opset,
+            "verification": {
+                "max_abs_diff": worst,
+                "mean_abs_diff": fp32["mean_abs_diff"],
+                "bound": max_diff,
+                "argmax_agreement": fp32["argmax_agreement"],
+                "cases": fp32["cases"],
+                **{kind: v["verification"] for kind, v in variants.items()},
+            },
+            "versions": {
+                "torch": torch.__version__,
+                "onnx": onnx.__version__,
+                "onnxruntime": onnxruntime.__version__,
+            },
+        }
+        mtmp = stack.enter_context(atomic_path(meta_path, _faults=False))
+        mtmp.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+        # The test seam's full disk meets the group's writes before any is committed, as a real one does.
+        check_faults([out, *(out.with_name(v["onnx"]) for v in variants.values()), *extra, meta_path])
+    files = [out, *(out.with_name(v["onnx"]) for v in variants.values()), *extra]
     files += [meta_path, bundle.copy_runtime_helper(out.parent)]
     runtime_check = check_runtime_helper(meta_path, tokenizer, max_len=max_len)
     manifest, notes = None, []
