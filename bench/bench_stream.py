@@ -279,16 +279,22 @@ def main() -> int:
         )
         per_shard_ms = 1000 * (o80["open_cpu_s"] - o1["open_cpu_s"]) / (MANY - 1)
         open_ratio = o80["open_cpu_s"] / o1["open_cpu_s"]
-        open_verdict = (
-            "- The first open is within the target."
-            if open_ratio <= 1.5
-            else f"""- Why the first open is above 1.5x: what is left per shard is the work that defines the shard - a stat
-  (the cache key), one open and two reads of its footer, pyarrow's parse of it and its sha256 (the resume's
-  identity check), and one read of the tags dictionary page - {per_shard_ms:.2f} ms, against a 1-shard open of
-  {1000 * o1["open_cpu_s"]:.0f} ms; 1.5x would need <= {1000 * 0.5 * o1["open_cpu_s"] / (MANY - 1):.2f} ms a shard. It
-  was 2.2 ms (the tags of 4,096 decoded rows per shard, in a pool of 8 threads). Time to first step and the whole
-  run's CPU are within the target, and a resume reads from the cache."""
+        budget_ms = 1000 * 0.5 * o1["open_cpu_s"] / (MANY - 1)
+        close = (
+            ": a margin smaller than this machine's run-to-run spread of CPU seconds (above), so a run here can"
+            " land on either side of 1.5x"
+            if abs(budget_ms - per_shard_ms) < 0.25 * budget_ms
+            else ""
         )
+        open_verdict = f"""- {"The first open is within the target" if open_ratio <= 1.5 else "The first open is above 1.5x"}:
+  {per_shard_ms:.3f} ms a shard, where 1.5x allows {budget_ms:.3f} ms{close}. What a shard costs is the work that
+  defines it: its glob match resolved (one lstat), a stat (the cache key), an open and two reads of its
+  footer, the footer's sha256 (the resume's identity check) and pyarrow's parse of it (the largest part,
+  ~0.02-0.03 ms: pyarrow's reader also decodes the Arrow schema pyarrow stores in the footer; the one parser
+  that skips it aborts the process on a damaged footer), the schema check (once per distinct schema in an
+  open), an open and one read of the tags dictionary page and its decode, and the shard's cache entry. It
+  was 0.13 ms (`pq.read_metadata`'s wrapper, an Arrow schema built and a full path resolve per shard), and
+  2.2 ms before that (the tags of 4,096 decoded rows per shard, in a pool of 8 threads)."""
         s1 = {k: min(x[k] for x in start["one"]) for k in ("first_step_s", "open_s", "cpu_s", "first_fill_s")}
         s80 = {
             k: min(x[k] for x in start["many"]) for k in ("first_step_s", "open_s", "cpu_s", "first_fill_s")

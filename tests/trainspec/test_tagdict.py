@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mw_env.errors import InputError
 from mw_env.trainspec.tagdict import dictionary_values, shard_tags
 
 pa = pytest.importorskip("pyarrow")
@@ -90,3 +91,33 @@ def test_the_venv_script_reads_as_here(tmp_path: Path, monkeypatch: pytest.Monke
         env={"PATH": "/usr/bin:/bin"},  # no PYTHONPATH: the script needs no mw_env
     )
     assert set(json.loads(done.stdout)) == shard_tags(path, "tags", 40) == set(TAGS[:6])
+
+
+def test_field_end_is_the_footers_schema_encoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mw_env.trainer.data.shards as shards
+    from mw_env.trainer.data.shards import Schemas, _check_schema, _read_footer
+    from mw_env.trainspec.tagdict import field_end
+
+    pq.write_table(_table(), tmp_path / "a.parquet")
+    pq.write_table(_table(50), tmp_path / "b.parquet", row_group_size=10)  # other row groups, same schema
+    pq.write_table(_table().rename_columns(["words", "tags"]), tmp_path / "c.parquet")  # leaves equal a's
+    footers = {p.stem: _read_footer(p) for p in sorted(tmp_path.glob("*.parquet"))}
+    ends = {k: field_end(f[3], 2) for k, f in footers.items()}
+    assert all(isinstance(e, int) and 0 < e < len(footers[k][3]) for k, e in ends.items())
+    assert footers["a"][3][: ends["a"]] == footers["b"][3][: ends["b"]] != footers["c"][3][: ends["c"]]
+    assert field_end(b"", 2) is None and field_end(b"\x15\x04\x00", 2) is None  # cut short; no field 2
+    # The schema check runs once per encoding: b reuses a's, c is checked (and refused) on its own.
+    checked: list[str] = []
+    schemas = Schemas()
+
+    def counted(path, meta, columns):
+        checked.append(path.stem)
+        return _check_schema(path, meta, columns)
+
+    monkeypatch.setattr(shards, "_check_schema", counted)
+    for k in ("a", "b"):
+        _digest, meta, _size, footer = footers[k]
+        assert schemas.check(tmp_path / f"{k}.parquet", meta, footer, ("tokens", "tags")) == 1
+    with pytest.raises(InputError, match=r"missing column\(s\) \['tokens'\]"):
+        schemas.check(tmp_path / "c.parquet", footers["c"][1], footers["c"][3], ("tokens", "tags"))
+    assert checked == ["a", "c"]

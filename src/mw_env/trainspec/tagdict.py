@@ -123,6 +123,32 @@ def _struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Thrift], in
             fields[last], pos = _value(buf, pos, kind, depth)
 
 
+def field_end(buf: bytes, field: int) -> int | None:
+    """Where field `field` of the compact-protocol struct at the start of `buf` ends, when the fields are in
+    ascending order (every Thrift writer's) and it is there; else None, as for bytes that do not parse.
+    For a Parquet footer (FileMetaData), field 2 is the schema: buf[:end] is its exact encoding."""
+    try:
+        pos = last = 0
+        while True:
+            byte = buf[pos]
+            pos += 1
+            if byte == 0:
+                return None
+            delta, kind = byte >> 4, byte & 0x0F
+            if delta:
+                last += delta
+            else:
+                n, pos = _varint(buf, pos)
+                last = _zigzag(n)
+            if last > field:
+                return None
+            _, pos = _value(buf, pos, kind, 0)
+            if last == field:
+                return pos if pos <= len(buf) else None
+    except (IndexError, ValueError):
+        return None
+
+
 def _plain_strings(page: bytes, count: int) -> list[str]:
     """`count` PLAIN byte arrays (a 4-byte length, the bytes), filling `page` exactly, as UTF-8 strings."""
     out: list[str] = []
@@ -160,10 +186,16 @@ def _codec(name: str, thread: int) -> Codec:
 
 
 def dictionary_values(
-    path: Path, meta: FileMetaData, column: str, group: int = 0, leaf: int | None = None
+    path: Path,
+    meta: FileMetaData,
+    column: str,
+    group: int = 0,
+    leaf: int | None = None,
+    fd: int | None = None,
 ) -> list[str] | None:
     """The distinct values of list<string> `column` in row group `group`, from its dictionary page; None
-    when it cannot be read that way (the caller then decodes rows). `meta`: the file's parsed footer."""
+    when it cannot be read that way (the caller then decodes rows). `meta`: the file's parsed footer;
+    `fd`: the file, when the caller has it open (else opened here)."""
     try:
         chunk = _leaf(meta, group, column, leaf)
         if chunk is None or not chunk.has_dictionary_page or chunk.physical_type != "BYTE_ARRAY":
@@ -174,11 +206,14 @@ def dictionary_values(
         codec = chunk.compression
         if codec != "UNCOMPRESSED" and codec not in CODECS:
             return None
-        fd = os.open(path, os.O_RDONLY)
-        try:
+        if fd is not None:
             raw = os.pread(fd, stop - start, start)
-        finally:
-            os.close(fd)
+        else:
+            f = os.open(path, os.O_RDONLY)
+            try:
+                raw = os.pread(f, stop - start, start)
+            finally:
+                os.close(f)
         header, pos = _struct(raw, 0)
         page_header = header.get(7)
         if header.get(1) != DICTIONARY_PAGE or not isinstance(page_header, dict):

@@ -328,14 +328,9 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
     val = ValSource(
         sum(b.rows for b in val_blocks), _val_batches(val_encoding, val_blocks), rank=rank, world=world
     )
-    identity = {
-        "source": "files",
-        "order": order_key,
-        "shards": [s.identity() for s in train_shards],
-        "val_shards": [s.identity() for s in val_shards],
-    }
-    sources = [{"kind": "train", **s.identity()} for s in train_shards]
-    sources += [{"kind": "val", **s.identity()} for s in val_shards]
+    train_ids, val_ids = [s.identity() for s in train_shards], [s.identity() for s in val_shards]
+    identity = {"source": "files", "order": order_key, "shards": train_ids, "val_shards": val_ids}
+    sources = [{"kind": "train", **i} for i in train_ids] + [{"kind": "val", **i} for i in val_ids]
     if not val_shards:
         sources.append(
             {

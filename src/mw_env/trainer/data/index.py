@@ -8,8 +8,8 @@ or a second run over the same folder reads no footer and scans no JSONL again.
 
 Labels (when `data.labels` is unset): every distinct tag of each Parquet shard's first row group,
 read from the tags column's dictionary page (trainspec/tagdict.py: a few hundred bytes at the head of
-the column chunk, no row decoded, ~0.03 ms a shard); a shard without one (tags not dictionary-encoded, an
-unknown codec) and a JSONL shard: the tags of its first LABEL_SAMPLE_ROWS rows, from the tags column
+the column chunk, no row decoded, read with the footer's descriptor); a shard without one (tags not
+dictionary-encoded, an unknown codec) and a JSONL shard: the tags of its first LABEL_SAMPLE_ROWS rows, from the tags column
 only. Either way a bounded read, so opening costs the same whatever the row-group size, and once per
 shard. Why not a full pass: a full pass is a read of the whole corpus before step 1. A tag the sample
 missed is met later as an error naming the shard, row group and row (or line), with the hint to
@@ -52,10 +52,11 @@ def sample_tags(
     columns: tuple[str, str],
     meta: pq.FileMetaData | None,
     leaf: int | None = None,
+    fd: int | None = None,
 ) -> list[str]:
     """The distinct tags of the shard's first row group, from the tags column's dictionary page
     (trainspec/tagdict.py); where it has none, of its first LABEL_SAMPLE_ROWS rows (tags column only).
-    `leaf`: the tags column's leaf index, known from the schema (shards.Schemas)."""
+    `leaf`: the tags column's leaf index, known from the schema (shards.Schemas); `fd`: the file, open."""
     if kind == "jsonl":
         from mw_env.trainer.data.reader import parse_jsonl
 
@@ -65,7 +66,7 @@ def sample_tags(
         for row in tags:
             seen.update(row)
         return sorted(seen)
-    whole = dictionary_values(path, meta, columns[1], blocks[0].part, leaf) if meta is not None else None
+    whole = dictionary_values(path, meta, columns[1], blocks[0].part, leaf, fd) if meta is not None else None
     if whole is not None:  # the row group's every tag, from its dictionary page: no row decoded
         return sorted(whole)
     import pyarrow.compute as pc
@@ -109,16 +110,32 @@ def _shard(path: Path, index: int, e: dict[str, Any], st: os.stat_result) -> Sha
 
 def _index_one(
     path: Path, i: int, columns: tuple[str, str], key: str, labels: bool, schemas: shards_mod.Schemas
-) -> dict[str, Any]:
-    meta = leaf = None
-    if path.suffix == ".parquet":
-        shard, meta, leaf = shards_mod._open_parquet(path, i, columns, schemas)
-    else:
+) -> tuple[dict[str, Any], Shard]:
+    """The shard's cache entry and its Shard. A Parquet shard is opened once: its footer and its tags
+    dictionary page are read with the same descriptor."""
+    if path.suffix != ".parquet":
         shard = shards_mod._open_jsonl(path, i)
+        _no_rows(shard, key)
+        tags = sample_tags(path, shard.kind, shard.blocks, columns, None) if labels else None
+        return _entry(shard, tags), shard
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise InputError(
+            f"{path}: cannot read it ({exc.strerror or exc})", hint=shards_mod.HINT_DAMAGED
+        ) from None
+    try:
+        shard, meta, leaf = shards_mod._open_parquet(path, i, columns, schemas, fd)
+        _no_rows(shard, key)
+        tags = sample_tags(path, shard.kind, shard.blocks, columns, meta, leaf, fd) if labels else None
+    finally:
+        os.close(fd)
+    return _entry(shard, tags), shard
+
+
+def _no_rows(shard: Shard, key: str) -> None:
     if shard.rows == 0:
-        raise InputError(f"{key}: {path} has no rows", hint="drop the empty shard from the file list")
-    tags = sample_tags(path, shard.kind, shard.blocks, columns, meta, leaf) if labels else None
-    return _entry(shard, tags)
+        raise InputError(f"{key}: {shard.path} has no rows", hint="drop the empty shard from the file list")
 
 
 def index_shards(
@@ -126,9 +143,10 @@ def index_shards(
 ) -> list[tuple[Shard, list[str] | None]]:
     """Each shard and its tag sample (None when labels are configured); `cache` is read and updated.
     Shards the cache lacks are read one after the other, in list order (the first failing one is the
-    error). Not in a thread pool: a shard is ~0.15 ms of CPU (a stat, the footer, the tags dictionary page),
-    and starting 8 threads in a process that has imported torch cost more CPU than 80 shards' reads; on
-    high-latency storage the ~3 small reads a shard are paid once per run folder, then the cache answers."""
+    error). Not in a thread pool: a shard is ~0.08 ms of CPU (a stat, one open, its footer and tags
+    dictionary page: docs/benchmarks.md), and starting 8 threads in a process that has imported torch cost
+    more CPU than 80 shards' reads; on high-latency storage the 3 small reads a shard are paid once per run
+    folder, then the cache answers."""
     stats, stamps = [], []
     for path in paths:
         try:
@@ -141,10 +159,12 @@ def index_shards(
             ) from None
     todo = [i for i, st in enumerate(stats) if st not in cache or (labels and cache[st].get("tags") is None)]
     schemas = shards_mod.Schemas()
+    read: dict[int, Shard] = {}
     for i in todo:
-        cache[stats[i]] = _index_one(paths[i], i, columns, key, labels, schemas)
+        cache[stats[i]], read[i] = _index_one(paths[i], i, columns, key, labels, schemas)
+        read[i].stamp, read[i].host = shards_mod.stamp_of(stamps[i]), shards_mod.HOST
     return [
-        (_shard(path, i, cache[st], stamps[i]), cache[st].get("tags"))
+        (read[i] if i in read else _shard(path, i, cache[st], stamps[i]), cache[st].get("tags"))
         for i, (path, st) in enumerate(zip(paths, stats, strict=True))
     ]
 

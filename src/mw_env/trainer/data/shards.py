@@ -16,6 +16,7 @@ naming it and what changed, not rows read from a handle opened before the change
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from pyarrow.parquet import FileMetaData
 
 JSONL_BLOCK_BYTES = 4 << 20
+_U32 = struct.Struct("<I")  # the footer length in a Parquet trailer
 HINT_DAMAGED = (
     "the shard is damaged or not what it claims: re-export it, or drop it from the file list "
     "(a resume then needs --set data.allow_changed_corpus=true); checkpoints so far are kept"
@@ -143,42 +145,53 @@ def _footer_bytes(path: Path, size: int, read_at: Callable[[int, int], bytes]) -
     if size < 12:
         raise InputError(f"{path}: not a Parquet file ({size} bytes)", hint=HINT_DAMAGED)
     tail = read_at(size - 8, 8)
-    (length,) = struct.unpack("<I", tail[:4])
+    length = _U32.unpack_from(tail)[0]
     if tail[4:] != b"PAR1" or length > size - 12:
         raise InputError(f"{path}: corrupt Parquet footer (no PAR1 trailer)", hint=HINT_DAMAGED)
     return read_at(size - 8 - length, length), tail
 
 
-def _parse_footer(footer: bytes, tail: bytes) -> FileMetaData:
+@functools.cache
+def _footer_parser() -> Callable[[bytes], FileMetaData]:
+    """A function from a minimal Parquet file's bytes (magic + footer + trailer) to its parsed metadata.
+    pyarrow's own reader class, without ParquetFile's wrapper (a filesystem lookup and a map of nested
+    column paths, unused here): ~15 us a footer against ~28, on a per-shard path. Not
+    `_reconstruct_filemetadata` (what FileMetaData's pickling uses, cheaper still): it aborts the process
+    on a damaged footer instead of raising."""
     import pyarrow as pa
 
-    # The same bytes, parsed by pyarrow as a minimal file (magic + footer + trailer): no second read.
-    # pyarrow's own reader class, without ParquetFile's wrapper (a filesystem lookup and a map of nested
-    # column paths, unused here): 15 us a footer against 28, on a per-shard path. Not
-    # `_reconstruct_filemetadata` (what FileMetaData's pickling uses): it aborts the process on a damaged
-    # footer instead of raising.
-    source = pa.BufferReader(b"PAR1" + footer + tail)
     try:
         from pyarrow._parquet import ParquetReader
     except ImportError:  # a pyarrow without the class: the public path, the same parse
         import pyarrow.parquet as pq
 
-        return pq.read_metadata(source)
-    reader = ParquetReader()
-    reader.open(source)
-    return reader.metadata
+        return lambda data: pq.read_metadata(pa.BufferReader(data))
+
+    def parse(data: bytes) -> FileMetaData:
+        reader = ParquetReader()
+        reader.open(pa.BufferReader(data))
+        return reader.metadata
+
+    return parse
 
 
-def _read_footer(path: Path) -> tuple[str, FileMetaData, int]:
-    """The footer's sha256, its parsed metadata and the file's size, from one read of the footer bytes
-    (os.pread on one descriptor: an open, a stat and two reads, the fewest system calls a footer takes)."""
-    fd = os.open(path, os.O_RDONLY)
+def _parse_footer(footer: bytes, tail: bytes) -> FileMetaData:
+    # The same bytes, parsed by pyarrow as a minimal file: no second read.
+    return _footer_parser()(b"PAR1" + footer + tail)
+
+
+def _read_footer(path: Path, fd: int | None = None) -> tuple[str, FileMetaData, int, bytes]:
+    """The footer's sha256, its parsed metadata, the file's size and the footer, from one read of its bytes
+    (os.pread on one descriptor: a stat and two reads, the fewest system calls a footer takes); `fd`: the
+    file already open (the caller reads its tags dictionary page with it too), else opened here."""
+    f = os.open(path, os.O_RDONLY) if fd is None else fd
     try:
-        size = os.fstat(fd).st_size
-        footer, tail = _footer_bytes(path, size, lambda offset, n: os.pread(fd, n, offset))
+        size = os.fstat(f).st_size
+        footer, tail = _footer_bytes(path, size, lambda offset, n: os.pread(f, n, offset))
     finally:
-        os.close(fd)
-    return hashlib.sha256(footer).hexdigest(), _parse_footer(footer, tail), size
+        if fd is None:
+            os.close(f)
+    return hashlib.sha256(footer).hexdigest(), _parse_footer(footer, tail), size, footer
 
 
 def open_checked(shard: Shard) -> tuple[NativeFile, FileMetaData]:
@@ -208,44 +221,67 @@ def open_checked(shard: Shard) -> tuple[NativeFile, FileMetaData]:
 class Schemas:
     """The Parquet schemas one corpus open has checked, each with the leaf index of its tags column: the
     shards of a corpus share one schema, and the check (a conversion to an Arrow schema, the tags leaf
-    found by path) cost more than the footer's parse. Keyed by the schema's printed tree (every node's
-    name, repetition, physical and logical type, field id: all the conversion reads), not by
-    ParquetSchema.equals, which compares leaves only (`words.list.element` equals `tokens.list.element`)."""
+    found by path) cost as much as the footer's parse. Known by the schema's exact encoding: the footer's
+    bytes up to the end of its schema field (found once per schema), so a shard whose footer starts with
+    the same bytes has the same schema, a byte comparison; where those bytes cannot be located, by the
+    schema's printed tree (every node's name, repetition, physical and logical type, field id: all the
+    conversion reads). Not by ParquetSchema.equals, which compares leaves only (`words.list.element`
+    equals `tokens.list.element`)."""
+
+    MAX_PREFIXES = 64  # distinct schemas remembered by encoding (a corpus has one or a few)
 
     def __init__(self) -> None:
+        self.prefixes: list[tuple[bytes, int | None]] = []
         self.seen: dict[str, int | None] = {}
 
-    def check(self, path: Path, meta: FileMetaData, columns: tuple[str, str]) -> int | None:
-        """Raise InputError when `meta`'s schema lacks the columns or types; else the tags column's leaf."""
-        schema = meta.schema
-        text = str(schema)  # "<object at 0x...>" on its first line, then the tree
-        key = text[text.find("\n") + 1 :]
-        if key in self.seen:
-            return self.seen[key]
-        arrow = schema.to_arrow_schema()
-        missing = [c for c in columns if c not in arrow.names]
-        if missing:
-            raise InputError(
-                f"{path}: missing column(s) {missing} (it has {arrow.names})",
-                hint="name the columns with data.tokens_column / data.tags_column",
-            )
-        for c in columns:
-            if not _is_str_list(arrow.field(c).type):
-                raise InputError(
-                    f"{path}: column {c!r} is {arrow.field(c).type}, not a list of strings",
-                    hint="tokens and tags are list<string> columns, one tag per token",
-                )
-        prefix = columns[1] + "."
-        leaves = [j for j in range(len(schema)) if schema.column(j).path.startswith(prefix)]
-        leaf = leaves[0] if len(leaves) == 1 else None
-        self.seen[key] = leaf
+    def check(self, path: Path, meta: FileMetaData, footer: bytes, columns: tuple[str, str]) -> int | None:
+        """Raise InputError when `meta`'s schema (parsed from `footer`) lacks the columns or types; else
+        the tags column's leaf index."""
+        for prefix, leaf in self.prefixes:
+            if footer.startswith(prefix):
+                return leaf
+        from mw_env.trainspec.tagdict import field_end
+
+        end = field_end(footer, 2)
+        key = ""
+        if end is None:
+            text = str(meta.schema)  # "<object at 0x...>" on its first line, then the tree
+            key = text[text.find("\n") + 1 :]
+            if key in self.seen:
+                return self.seen[key]
+        leaf = _check_schema(path, meta, columns)
+        if end is None:
+            self.seen[key] = leaf
+        elif len(self.prefixes) < self.MAX_PREFIXES:
+            self.prefixes.append((footer[:end], leaf))
         return leaf
 
 
+def _check_schema(path: Path, meta: FileMetaData, columns: tuple[str, str]) -> int | None:
+    schema = meta.schema
+    arrow = schema.to_arrow_schema()
+    missing = [c for c in columns if c not in arrow.names]
+    if missing:
+        raise InputError(
+            f"{path}: missing column(s) {missing} (it has {arrow.names})",
+            hint="name the columns with data.tokens_column / data.tags_column",
+        )
+    for c in columns:
+        if not _is_str_list(arrow.field(c).type):
+            raise InputError(
+                f"{path}: column {c!r} is {arrow.field(c).type}, not a list of strings",
+                hint="tokens and tags are list<string> columns, one tag per token",
+            )
+    prefix = columns[1] + "."
+    leaves = [j for j in range(len(schema)) if schema.column(j).path.startswith(prefix)]
+    return leaves[0] if len(leaves) == 1 else None
+
+
 def _open_parquet(
-    path: Path, index: int, columns: tuple[str, str], schemas: Schemas | None = None
+    path: Path, index: int, columns: tuple[str, str], schemas: Schemas | None = None, fd: int | None = None
 ) -> tuple[Shard, Any, int | None]:
-    """The shard, its parsed footer and its tags column's leaf index (None: not a single leaf)."""
+    """The shard, its parsed footer and its tags column's leaf index (None: not a single leaf); `fd`: the
+    file, when the caller has it open."""
     try:
         import pyarrow.parquet  # noqa: F401
     except ModuleNotFoundError:
@@ -254,8 +290,8 @@ def _open_parquet(
             hint=f"add the `train` extra: {bootstrap_hint(sys.prefix)}",
         ) from None
     try:
-        digest, meta, size = _read_footer(path)
-        leaf = (schemas or Schemas()).check(path, meta, columns)
+        digest, meta, size, footer = _read_footer(path, fd)
+        leaf = (schemas or Schemas()).check(path, meta, footer, columns)
     except InputError:
         raise
     except OSError as exc:
