@@ -239,3 +239,26 @@ def test_a_hostile_corpus_cache_in_the_run_folder_is_read_again(tmp_path: Path, 
     (tmp_path / CACHE).write_text(content)
     assert index.load_cache(tmp_path) == {}
     ShardHasher([], tmp_path).close()
+
+
+def test_a_full_disk_at_the_shard_hash_cache_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A write the fault table did not list (data.hash_shards: shard-sha256.json, written from a background
+    thread): a full disk there printed `Exception in thread mw-env-shard-sha256: Traceback …` mid-run. It is a
+    cache: one warning line, the hashes still reach the data card."""
+    import threading
+
+    from mw_env.trainer.data.digest import ShardHasher
+
+    shard = tmp_path / "s.jsonl"
+    shard.write_text(json.dumps(GOOD) + "\n")
+    ident = {"path": str(shard), "format": "jsonl", "size": shard.stat().st_size, "footer_sha256": "x"}
+    failures: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failures.append(args.exc_value))
+    monkeypatch.setenv("MW_ENV_FAULTS", "ENOSPC:shard-sha256.json")
+    hasher = ShardHasher([ident], tmp_path)
+    hasher._thread.join(timeout=60)  # the thread ends when every shard is hashed: an event, not a sleep
+    hasher.close()
+    assert not failures and "the disk is full" in capsys.readouterr().err
+    assert hasher.annotate([ident])[0]["sha256"] != "pending"

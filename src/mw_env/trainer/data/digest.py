@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ class ShardHasher:
         self._done: dict[str, str] = {k: v for k, v in cached.items() if isinstance(v, str)}
         self._todo = [i for i in identities if i.get("path") and _key(i) not in self._done]
         self._stop = threading.Event()
+        self._warned = False
         self._thread = threading.Thread(target=self._run, name="mw-env-shard-sha256", daemon=True)
         self._thread.start()
 
@@ -55,7 +57,19 @@ class ShardHasher:
             with self._lock:
                 self._done[_key(ident)] = h.hexdigest()
                 snapshot = dict(self._done)
-            write_json_atomic(self._path, snapshot)
+            try:
+                write_json_atomic(self._path, snapshot)
+            except OSError as exc:  # a cache: the card still gets the hashes; never a thread's traceback
+                if not self._warned:
+                    self._warned = True
+                    from mw_env.errors import os_words
+
+                    print(
+                        f"warning: cannot save the shard hashes to {self._path}: {os_words(exc)}; the data card "
+                        "still lists them, the next start hashes again",
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
     def annotate(self, sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The card's sources with `sha256` where known, `"pending"` where still being computed."""
