@@ -12,22 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from mw_env.errors import InputError
+from mw_env.trainspec.varint import read_varint as _varint
 
 _PIECES_FIELD = 1
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
 
 
 def count_pieces_wire(data: bytes) -> int:

@@ -25,6 +25,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+from mw_env.trainspec.varint import read_varint as _varint
+
 if TYPE_CHECKING:
     from pyarrow import Codec
     from pyarrow.parquet import ColumnChunkMetaData, FileMetaData
@@ -44,19 +46,6 @@ CODECS = {  # parquet.thrift CompressionCodec name (pyarrow's spelling) -> pyarr
     "ZSTD": "zstd",
     "LZ4_RAW": "lz4_raw",
 }
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
 
 
 def _zigzag(n: int) -> int:
