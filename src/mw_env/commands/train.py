@@ -173,14 +173,7 @@ def verify_cmd(out_dir: Path, as_json: bool) -> int:
     if as_json:
         echo_json(check.to_dict())
     else:
-        for label, items in (
-            ("changed", check.mismatched),
-            ("missing", check.missing),
-            ("not in the manifest", check.unlisted),
-            ("malformed line", check.malformed),
-            ("outside the run folder (not read)", check.outside),
-            ("unreadable", check.unreadable),
-        ):
+        for _name, label, items in check.problems():
             for item in items:  # the manifest is data: its paths may hold escapes
                 click.echo(f"{label}: {safe(item)}")
         click.echo(check.summary(out_dir))

@@ -32,23 +32,24 @@ class ManifestCheck:
     outside: tuple[str, ...] = ()  # listed paths that leave the run folder: never opened
     unreadable: tuple[str, ...] = ()  # "path (reason)": permission denied, a name too long, an I/O error
 
+    def problems(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        """Each kind of failure found: (its name in the summary's count, its label before each item, the items)."""
+        kinds = (
+            ("changed", "changed", self.mismatched),
+            ("missing", "missing", self.missing),
+            ("not listed", "not in the manifest", self.unlisted),
+            ("malformed", "malformed line", self.malformed),
+            ("outside the run folder", "outside the run folder (not read)", self.outside),
+            ("unreadable", "unreadable", self.unreadable),
+        )
+        return [kind for kind in kinds if kind[2]]
+
     def summary(self, run_dir: Path) -> str:
         """`ok: 20 files ...`, or what failed counted by kind (not the number of files listed)."""
         where = Path(run_dir) / MANIFEST
         if self.ok:
             return f"ok: {self.checked} files listed in {where} match"
-        kinds = [
-            f"{len(items)} {label}"
-            for label, items in (
-                ("changed", self.mismatched),
-                ("missing", self.missing),
-                ("not listed", self.unlisted),
-                ("malformed", self.malformed),
-                ("outside the run folder", self.outside),
-                ("unreadable", self.unreadable),
-            )
-            if items
-        ]
+        kinds = [f"{len(items)} {name}" for name, _label, items in self.problems()]
         return f"FAILED: {', '.join(kinds)} (of {self.checked} files listed in {where})"
 
     def to_dict(self) -> dict[str, object]:
