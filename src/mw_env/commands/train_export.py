@@ -78,6 +78,10 @@ def export(
     target = checkpoint or out_dir
     if target is None:
         raise click.UsageError("name a CHECKPOINT (step-*.pt or a run folder), or pass --out-dir")
+    if out is not None:
+        from mw_env.atomic import refuse_special
+
+        refuse_special(out)  # before the venv's python starts; the trainer's writer refuses it too
     python, env = _venv_python(venv)
     _check_export_extra(python.parent.parent)
     argv = [
