@@ -163,6 +163,9 @@ def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
             f"no training venv at {venv_path} (no {python})",
             hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
         )
+    from mw_env.provision.venvinfo import read_pyvenv_cfg
+
+    read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
     env = dict(os.environ)
     record = read_record(venv_path)
     if record:
