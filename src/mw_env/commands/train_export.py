@@ -78,6 +78,10 @@ def export(
     target = checkpoint or out_dir
     if target is None:
         raise click.UsageError("name a CHECKPOINT (step-*.pt or a run folder), or pass --out-dir")
+    if out is not None:
+        from mw_env.atomic import refuse_special
+
+        refuse_special(out)  # before the venv's python starts; the trainer's writer refuses it too
     python, env = _venv_python(venv)
     _check_export_extra(python.parent.parent)
     argv = [
@@ -159,6 +163,9 @@ def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
             f"no training venv at {venv_path} (no {python})",
             hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
         )
+    from mw_env.provision.venvinfo import read_pyvenv_cfg
+
+    read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
     env = dict(os.environ)
     record = read_record(venv_path)
     if record:

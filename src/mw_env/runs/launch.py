@@ -259,6 +259,9 @@ def prepare(request: LaunchRequest) -> Launch:
             f"no training venv at {venv_path} (no {python})",
             hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
         )
+    from mw_env.provision.venvinfo import read_pyvenv_cfg
+
+    read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
     config_path = find_config(r.config)
     _check_lock(venv_path, env_in)
     record = read_record(venv_path)
