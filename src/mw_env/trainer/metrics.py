@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import fault_for
+from mw_env.atomic import fault_for, open_append
 
 METRICS = "metrics.jsonl"
 
@@ -37,7 +37,7 @@ class MetricsWriter:
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
+        self._fh = open_append(self.path)  # a FIFO or a device here is refused, not hung on
         if tracking != "none":
             from mw_env.trainer.tracking import open_trackers  # its third-party packages are optional
 
