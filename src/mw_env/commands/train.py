@@ -111,10 +111,7 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
 
         # A glob that matches nothing is bad input here as in `train` itself (exit 2 naming it), never a
         # summary of no data.
-        for key, patterns in (
-            ("data.train_files", config.data.train_files),
-            ("data.val_files", config.data.val_files),
-        ):
+        for key, patterns in (*config.data.train_globs(), ("data.val_files", config.data.val_files)):
             expand_files(patterns, key, Path.cwd())
     info = summarize(config, venv=_default_venv())
     if as_json:
@@ -140,7 +137,15 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
         )
     else:
         val = ", ".join(d["val_files"]) if d["val_files"] else f"{d['val_fraction']:g} of the train rows"
-        where = f"shards {', '.join(d['train_files'])}; validation: {val}"
+        if d.get("sources"):
+            total = sum(x["weight"] for x in d["sources"])
+            shards = "; ".join(
+                f"{x['name']} ({', '.join(x['files'])}) weight {x['weight']:g} = {x['weight'] / total:.1%} of the rows"
+                for x in d["sources"]
+            )
+            where = f"sources {shards}; validation: {val}"
+        else:
+            where = f"shards {', '.join(d['train_files'])}; validation: {val}"
     labels = (
         f"{len(d['labels'])} labels ({d['labels_from']})"
         if isinstance(d["labels"], list)
