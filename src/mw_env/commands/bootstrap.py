@@ -343,6 +343,10 @@ def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
             f"[bold]override[/] {value}: {escape(o['reason'] or '')} (decided by {o['decided_by']})",
             soft_wrap=True,
         )
+    for ix in data["indexes"] if the_plan.lock is None else ():  # the torch step's, in uv's order
+        out.print(
+            f"[bold]index[/] {escape(ix['name'])} {escape(ix['url'])}: {ix['behaviour']}", soft_wrap=True
+        )
     env_line = " ".join(f"{k}={v}" for k, v in the_plan.runtime_env.items()) or "(none)"
     out.print(f"[bold]env[/] {escape(env_line)}")
     for w in the_plan.warnings:
