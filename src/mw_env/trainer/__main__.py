@@ -50,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    """Ctrl-C: stop at once (KeyboardInterrupt, exit 130), once. `mw-env train` passes every SIGINT it gets
+    on to us (a `kill -INT` of it alone must stop the run too), so a terminal's Ctrl-C, which reaches both,
+    arrives twice: the second would break into the first one's clean-up."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         from mw_env.textsafe import tolerant_streams
@@ -64,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         # A closed terminal (SIGHUP to the foreground group, or torchrun passing its SIGHUP on) is a graceful
         # stop like SIGTERM, not a death without a checkpoint: the loop's SIGTERM handler takes it from here.
         signal.signal(signal.SIGHUP, lambda _s, _f: os.kill(os.getpid(), signal.SIGTERM))
+        signal.signal(signal.SIGINT, _interrupt)
         from mw_env.trainer import lifecycle
 
         lifecycle.install()  # SIGTERM at start-up, during the steps and during the report: trainer/lifecycle.py

@@ -38,6 +38,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from mw_env.atomic import open_append
+from mw_env.errors import InputError
 from mw_env.runs import runstate
 
 
@@ -98,10 +100,10 @@ def stopped_before_start(out_dir: Path | None, signum: int) -> str:
             step = int(ckpts[-1].stem.split("-")[1]) if ckpts else 0
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
-                with open(out_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
+                with open_append(out_dir / "metrics.jsonl") as fh:
                     event = {"event": "finished", "step": step, "reason": "stopped", "phase": "start-up"}
                     fh.write(json.dumps({**event, "time": time.time()}) + "\n")
-            except OSError:
+            except (OSError, InputError):  # InputError: not a regular file there
                 pass  # nothing to keep: the message below still says what happened
     return (
         f"stopped by {name} during start-up, before the first step: nothing trained in this run; {kept}. "
