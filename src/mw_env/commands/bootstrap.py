@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
-from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, VenvRefused
 from mw_env.textsafe import redact, safe, safe_message
 
 if TYPE_CHECKING:
@@ -207,7 +207,18 @@ def _bootstrap(args: BootstrapArgs) -> int:
             ),
         )
 
-    the_plan = plan_for(options)
+    try:
+        the_plan = plan_for(options)
+    except VenvRefused as exc:
+        if not dry_run:
+            raise
+        # A dry run changes nothing, so a venv a real run would refuse is a warning here, exit 0: the plan
+        # shown is what `--recreate` would do (a new venv built beside it, swapped in only when complete).
+        refused = (
+            f"a real run would refuse: {exc.message} (hint: {exc.hint}); below: what --recreate would do"
+        )
+        the_plan = plan_for(replace(options, recreate=True))
+        the_plan = replace(the_plan, warnings=(refused, *the_plan.warnings))
     if the_plan.adoptable is not None and not dry_run:
         cand = the_plan.adoptable
         question = (

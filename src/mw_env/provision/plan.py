@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mw_env.errors import InputError
+from mw_env.errors import InputError, VenvRefused
 from mw_env.provision import uv as uvmod
 from mw_env.provision.archtruth import NO_KERNELS, GpuKernels, env_with, judge
 from mw_env.provision.choose import (
@@ -307,7 +307,7 @@ def _choose_in_venv(
     if installed and not torch_ok and foreign:
         # A venv mw-env never touched, holding someone's torch of another build: not ours to replace.
         tag = request.local_tag
-        raise InputError(
+        raise VenvRefused(
             f"{build_venv} is a venv mw-env did not make, and its torch {installed} is not the profile's "
             f"build ({request.build}{', ' + tag if tag else ''}); installing in place would replace it",
             hint="pass --recreate (a new venv is built beside it and replaces it only when complete), or "
@@ -372,7 +372,7 @@ def _refuse_other_profile(
         return
     was = f"profile {rec.profile}" + (f", source {rec.torch_source}" if rec.torch_source else "")
     now = f"profile {profile}" + (f", source {source}" if source else "")
-    raise InputError(
+    raise VenvRefused(
         f"{venv} was bootstrapped for {was} (torch {rec.torch_version}, {rec.torch_build}); "
         f"building {now} ({torch.build}) in place would replace its working torch",
         hint="pass --recreate (the new venv is built beside it and replaces it only when complete), "
