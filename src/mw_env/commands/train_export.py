@@ -154,14 +154,14 @@ def export(
 
 def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
     """The training venv's python and an env in which it imports this mw-env."""
-    from mw_env.provision.record import default_venv, read_record
+    from mw_env.provision.record import create_command, default_venv, read_record
 
     venv_path = Path(venv).expanduser() if venv else default_venv(os.environ)
     python = venv_path / "bin" / "python"
     if not python.exists():
         raise InputError(
             f"no training venv at {venv_path} (no {python})",
-            hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
+            hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
         )
     from mw_env.provision.venvinfo import read_pyvenv_cfg
 
