@@ -46,6 +46,7 @@ from mw_env.provision.keys import (
 from mw_env.provision.model import DISK_NEED, BootstrapOptions, GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
 from mw_env.provision.table import build_steps
+from mw_env.provision.torchindex import config_notes, for_plan
 from mw_env.provision.torchpick import IndexPick, pick_from_index
 from mw_env.provision.venvinfo import (
     ADOPT_PTH,
@@ -134,10 +135,11 @@ def plan(
         **truth,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
-        notes=tuple(redact(n) for n in choice.notes),
+        notes=tuple(redact(n) for n in (*choice.notes, *config_notes(request.env))),
         problem=_redacted(choice.problem),
         torch_index=request.index_url,
         torch_source=getattr(torch, "id", None),
+        torch_indexes=for_plan(choice.torch, request.index_url, torch, request.env, request.sources),
         adoptable=picked.adoptable,
         adopted=picked.adopted,
         options=options,
