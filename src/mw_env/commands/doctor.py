@@ -246,7 +246,7 @@ def _explain(
     "--venv",
     type=click.Path(file_okay=False),
     default=None,
-    help="The venv to check (default: the one bootstrap made: $MW_ENV_VENV or ~/training-venv).",
+    help="The venv to check (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
 )
 @json_option
 @click.option(
@@ -301,9 +301,11 @@ def doctor(
     from mw_env.checks.runner import read_venv_record
     from mw_env.machine import Machine
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv
+    from mw_env.provision.record import default_venv, venv_note
 
     chosen_venv = Path(venv).expanduser() if venv else default_venv(Machine.from_env(root).env)
+    if venv is None and (note := venv_note(os.environ)):
+        _console(stderr=True).print(f"note: {note}", markup=False)
     # Read once: a broken record is the venv checks' finding (the second half), not a reason to stop here.
     record = read_venv_record(chosen_venv.absolute())
     resolved = resolve_for_venv(
