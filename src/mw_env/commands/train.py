@@ -68,6 +68,11 @@ def train(ctx: click.Context, config_name: str | None, **options: Unpack[LaunchO
         return None
     from mw_env.runs.foreground import run_foreground, stoppable_start, stopped_before_launch
 
+    if options.get("venv") is None:
+        from mw_env.provision.record import venv_note
+
+        if note := venv_note():
+            click.echo(f"note: {note}", err=True)
     stopped: list[int] = []
     with stoppable_start(stopped):  # SIGTERM during the config and the doctor: a clean stop, exit 0
         launch = prepare_launch(config_name=config_name, **options)
@@ -119,10 +124,7 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
 
         # A glob that matches nothing is bad input here as in `train` itself (exit 2 naming it), never a
         # summary of no data.
-        for key, patterns in (
-            ("data.train_files", config.data.train_files),
-            ("data.val_files", config.data.val_files),
-        ):
+        for key, patterns in (*config.data.train_globs(), ("data.val_files", config.data.val_files)):
             expand_files(patterns, key, Path.cwd())
     info = summarize(config, venv=_default_venv())
     if as_json:
@@ -148,7 +150,15 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
         )
     else:
         val = ", ".join(d["val_files"]) if d["val_files"] else f"{d['val_fraction']:g} of the train rows"
-        where = f"shards {', '.join(d['train_files'])}; validation: {val}"
+        if d.get("sources"):
+            total = sum(x["weight"] for x in d["sources"])
+            shards = "; ".join(
+                f"{x['name']} ({', '.join(x['files'])}) weight {x['weight']:g} = {x['weight'] / total:.1%} of the rows"
+                for x in d["sources"]
+            )
+            where = f"sources {shards}; validation: {val}"
+        else:
+            where = f"shards {', '.join(d['train_files'])}; validation: {val}"
     labels = (
         f"{len(d['labels'])} labels ({d['labels_from']})"
         if isinstance(d["labels"], list)

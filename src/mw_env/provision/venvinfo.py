@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from mw_env.errors import InputError
-from mw_env.provision.choose import read_project_meta
+from mw_env.provision.pythons import read_project_meta
 
 ADOPT_PTH = "_mw_env_adopted_torch.pth"
 

@@ -24,6 +24,7 @@ from typing import Protocol
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.lifeline import preexec
 from mw_env.runs import rendezvous
+from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
 from mw_env.runs.rendezvous import Nodes
 from mw_env.runs.torchrun_output import TorchrunStderr
 
@@ -78,7 +79,7 @@ def stoppable_start(stopped: list[int]) -> Iterator[None]:
 
 def stopped_before_launch(signum: int) -> str:
     return (
-        f"stopped by {_signal_name(signum)} before the trainer started: nothing ran, nothing to keep; "
+        f"stopped by {signal_name(signum, number=True)} before the trainer started: nothing ran, nothing to keep; "
         "run the same command to start"
     )
 
@@ -99,7 +100,7 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
         launch.out_dir.mkdir(parents=True, exist_ok=True)
         started.unlink(missing_ok=True)
         launch.env[rendezvous.STARTED_ENV] = str(started)
-    oom_before = oom_kills()
+    oom_before = cgroup_oom_kills()
     forwarded: list[int] = []
     interrupted: list[int] = []  # SIGINTs passed on to the trainer
     box: list[subprocess.Popen[str]] = []
@@ -185,8 +186,8 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
         write(stopped_before_launch(-code))
         return 0
     if code < 0:
-        after = oom_kills()
-        oom = None if oom_before < 0 or after < 0 else after > oom_before
+        after = cgroup_oom_kills()
+        oom = None if oom_before is None or after is None else after > oom_before
         raise killed(-code, launch.out_dir, sent=bool(forwarded), oom=oom)
     if code not in (0, 1, 2, EXIT_INTERRUPTED):
         return EXIT_FAILED
@@ -196,7 +197,7 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
 def killed(signum: int, out_dir: Path, *, sent: bool, oom: bool | None) -> StepFailed:
     """The error for a trainer killed by a signal: the OOM killer only when the kernel's cgroup counter
     says it killed (memory.events oom_kill went up during the run); a signal the user sent, never."""
-    name = _signal_name(signum)
+    name = signal_name(signum, number=True)
     resume = f"resume with the same command (the newest checkpoint in {out_dir / 'checkpoints'} is used)"
     if oom and not sent:
         return StepFailed(
@@ -213,30 +214,6 @@ def killed(signum: int, out_dir: Path, *, sent: bool, oom: bool | None) -> StepF
         f"the trainer was killed {who}: {name} (not by mw-env; {record})",
         hint=f"{resume}; a stop that keeps the step's work: SIGTERM or `mw-env train stop`",
     )
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return f"{signal.Signals(signum).name} ({signum})"
-    except ValueError:
-        return f"signal {signum}"
-
-
-def oom_kills() -> int:
-    """This process's cgroup's count of OOM-killer kills (cgroup v2 memory.events); -1 when unreadable."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as fh:
-            rel = next((ln.split(":", 2)[2].strip() for ln in fh if ln.startswith("0::")), None)
-        if rel is None:
-            return -1
-        with open(Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.events", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        pass
-    return -1
 
 
 def ended_cleanly(out_dir: Path) -> bool:

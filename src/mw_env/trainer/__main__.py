@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         # stop like SIGTERM, not a death without a checkpoint: the loop's SIGTERM handler takes it from here.
         signal.signal(signal.SIGHUP, lambda _s, _f: os.kill(os.getpid(), signal.SIGTERM))
         signal.signal(signal.SIGINT, _interrupt)
-        from mw_env.trainer import stopping
+        from mw_env.trainer import lifecycle
 
-        stopping.install()  # SIGTERM at start-up, during the steps and during the report: trainer/stopping.py
+        lifecycle.install()  # SIGTERM at start-up, during the steps and during the report: trainer/lifecycle.py
     args = _parser().parse_args(argv)
     started = os.environ.get("MW_ENV_STARTED_FILE")  # runs/rendezvous.py: the nodes met, the trainer runs
     if started and args.command == "run":
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             doctor_json=args.doctor_json,
             echo=_say,
         )
-        from mw_env.trainer import stopping
+        from mw_env.trainer import lifecycle
 
         main_rank = os.environ.get("RANK", "0") in ("", "0")
         if result.reason == "stopped" and main_rank:
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"stopped at step {result.step} with checkpoint {result.last_checkpoint}: "
                 "to resume, run the same command"
             )
-        elif stopping.pending() is not None and main_rank:
+        elif lifecycle.pending() is not None and main_rank:
             _say(
                 "a stop was asked for while the report was written: the run had finished; its report is complete"
             )
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _fault(cause)
     except BaseException as exc:
-        from mw_env.trainer.stopping import StopRequested, stopped_before_start
+        from mw_env.trainer.lifecycle import StopRequested, stopped_before_start
 
         if not isinstance(exc, StopRequested):
             raise

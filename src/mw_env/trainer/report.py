@@ -22,6 +22,7 @@ from typing import Any
 from mw_env.atomic import write_json_atomic, write_text_atomic
 from mw_env.errors import os_error_in
 from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
+from mw_env.textsafe import duration
 from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
 from mw_env.trainer.report_card import HistogramDrawer, card_blocks
@@ -66,14 +67,6 @@ def display_source(source: str | None, run_dir: Path) -> str:
         except ValueError:
             continue
     return f"file:{path.name}"
-
-
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    if s < 120:
-        return f"{s} s"
-    h, m = divmod(s // 60, 60)
-    return f"{h} h {m:02d} min" if h else f"{m} min {s % 60:02d} s"
 
 
 def _num(value: object, spec: str = ".4f") -> str:
@@ -137,7 +130,7 @@ def summary_pairs(
         pairs.append(("Evaluation", "no evaluation ran"))
     times = [e["time"] for e in events if isinstance(e.get("time"), (int, float))]
     if len(times) >= 2:
-        pairs.append(("Wall time (first to last event)", _duration(max(times) - min(times))))
+        pairs.append(("Wall time (first to last event)", duration(max(times) - min(times))))
     rates = [e["tokens_per_s"] for e in steps if isinstance(e.get("tokens_per_s"), (int, float))]
     if rates:
         pairs.append(("Throughput (median)", f"{statistics.median(rates):,.0f} tokens/s"))

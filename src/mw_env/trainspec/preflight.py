@@ -56,7 +56,7 @@ def columns_of(path: Path, key: str) -> list[str]:
 def check_columns(config: TrainConfig, base: Path, venv: Path | None = None) -> None:
     d = config.data
     parquet: list[tuple[Path, str]] = []
-    for key, patterns in (("data.train_files", d.train_files), ("data.val_files", d.val_files)):
+    for key, patterns in (*d.train_globs(), ("data.val_files", d.val_files)):
         for path in expand_files(patterns, key, base):
             cols = columns_of(path, key)
             for ckey, name in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
