@@ -68,6 +68,11 @@ def train(ctx: click.Context, config_name: str | None, **options: Unpack[LaunchO
         return None
     from mw_env.runs.foreground import run_foreground, stoppable_start, stopped_before_launch
 
+    if options.get("venv") is None:
+        from mw_env.provision.record import venv_note
+
+        if note := venv_note():
+            click.echo(f"note: {note}", err=True)
     stopped: list[int] = []
     with stoppable_start(stopped):  # SIGTERM during the config and the doctor: a clean stop, exit 0
         launch = prepare_launch(config_name=config_name, **options)
