@@ -142,7 +142,15 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
         )
     else:
         val = ", ".join(d["val_files"]) if d["val_files"] else f"{d['val_fraction']:g} of the train rows"
-        where = f"shards {', '.join(d['train_files'])}; validation: {val}"
+        if d.get("sources"):
+            total = sum(x["weight"] for x in d["sources"])
+            shards = "; ".join(
+                f"{x['name']} ({', '.join(x['files'])}) weight {x['weight']:g} = {x['weight'] / total:.1%} of the rows"
+                for x in d["sources"]
+            )
+            where = f"sources {shards}; validation: {val}"
+        else:
+            where = f"shards {', '.join(d['train_files'])}; validation: {val}"
     labels = (
         f"{len(d['labels'])} labels ({d['labels_from']})"
         if isinstance(d["labels"], list)

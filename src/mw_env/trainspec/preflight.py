@@ -63,7 +63,7 @@ def column_kinds(path: Path, key: str) -> dict[str, str | None]:
 def check_columns(config: TrainConfig, base: Path, venv: Path | None = None) -> None:
     d = config.data
     parquet: list[tuple[Path, str]] = []
-    for key, patterns in (("data.train_files", d.train_files), ("data.val_files", d.val_files)):
+    for key, patterns in (*d.train_globs(), ("data.val_files", d.val_files)):
         for path in expand_files(patterns, key, base):
             kinds = column_kinds(path, key)
             cols = list(kinds)
