@@ -80,7 +80,15 @@ def train(ctx: click.Context, config_name: str | None, **options: Unpack[LaunchO
         click.echo(stopped_before_launch(stopped[0]), err=True)
         return 0
     if launch.doctor is not None:
-        click.echo("doctor: quick checks passed", err=True)
+        from mw_env.checks.model import doctor_warnings
+
+        warned = doctor_warnings(launch.doctor)
+        n = f"{len(warned)} warning{'s' if len(warned) != 1 else ''}"
+        click.echo("doctor: quick checks passed" + (f" with {n}:" if warned else ""), err=True)
+        for line in warned:
+            click.echo(f"  warning: {line}", err=True)
+    for line in launch.notes:
+        click.echo(line, err=True)
     click.echo(
         f"training {launch.config_path.name} in {launch.venv} (profile {launch.profile}); "
         f"run folder {launch.out_dir}",
