@@ -109,7 +109,9 @@ def test_a_tag_outside_the_sample_names_where_it_is(tmp_path: Path) -> None:
     bad = tmp_path / "corpus"
     bad.mkdir()
     # Tags not dictionary-encoded: the first rows are sampled (every row group's dictionary would find it).
-    pq.write_table(pa.Table.from_pylist(rows), bad / "a.parquet", row_group_size=32, use_dictionary=["tokens"])
+    pq.write_table(
+        pa.Table.from_pylist(rows), bad / "a.parquet", row_group_size=32, use_dictionary=["tokens"]
+    )
     real = index.LABEL_SAMPLE_ROWS
     index.LABEL_SAMPLE_ROWS = 40
     try:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
+from mw_env.trainspec.columns import as_string_lists
 from mw_env.trainspec.tagdict import row_groups_tags
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def sample_tags(
         batch = next(pf.iter_batches(batch_size=LABEL_SAMPLE_ROWS, columns=[columns[1]]), None)
         if batch is None:
             return [], False
-        uniq = pc.unique(pc.list_flatten(batch.column(0)))
+        uniq = pc.unique(pc.list_flatten(as_string_lists(batch.column(0))))
         return sorted(t for t in uniq.to_pylist() if t is not None), batch.num_rows < sum(
             b.rows for b in blocks
         )
