@@ -79,16 +79,16 @@ def jsonl_sample(path: Path, column: str) -> tuple[set[str], bool]:
 
 
 @dataclass(frozen=True)
-class Found:
+class CorpusTags:
     """The tags found in a corpus's shards, and the shards whose tags were only sampled."""
 
     tags: set[str] = field(default_factory=set)
     sampled: tuple[str, ...] = ()
 
 
-def parquet_found(paths: Sequence[Path], column: str, venv: Path | None) -> Found | None:
+def parquet_found(paths: Sequence[Path], column: str, venv: Path | None) -> CorpusTags | None:
     if not paths:
-        return Found()
+        return CorpusTags()
     try:
         import pyarrow  # noqa: F401  (mw-env's interpreter may have it: then no subprocess)
     except ImportError:
@@ -104,7 +104,7 @@ def parquet_found(paths: Sequence[Path], column: str, venv: Path | None) -> Foun
         if done.returncode != 0:
             return None
         out = json.loads(done.stdout)
-        return Found(set(out["tags"]), tuple(out["sampled"]))
+        return CorpusTags(set(out["tags"]), tuple(out["sampled"]))
     from mw_env.trainspec.tagdict import shard_tags
 
     seen: set[str] = set()
@@ -113,7 +113,7 @@ def parquet_found(paths: Sequence[Path], column: str, venv: Path | None) -> Foun
         tags, part = shard_tags(p, column, LABEL_SAMPLE_ROWS)
         seen |= tags
         sampled += [str(p)] if part else []
-    return Found(seen, tuple(sampled))
+    return CorpusTags(seen, tuple(sampled))
 
 
 def parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[str] | None:
@@ -121,7 +121,7 @@ def parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[s
     return None if found is None else found.tags
 
 
-def corpus_found(shards: Sequence[Path], column: str, *, venv: Path | None = None) -> Found | None:
+def corpus_found(shards: Sequence[Path], column: str, *, venv: Path | None = None) -> CorpusTags | None:
     """The tags the trainer will discover in these shards (train then val), or None if unreadable here."""
     seen: set[str] = set()
     sampled: list[str] = []
@@ -136,7 +136,7 @@ def corpus_found(shards: Sequence[Path], column: str, *, venv: Path | None = Non
         return None  # a row Python refuses (nesting, digits) is the trainer's to name, with its line
     if found is None:
         return None
-    return Found(seen | found.tags, (*sampled, *found.sampled))
+    return CorpusTags(seen | found.tags, (*sampled, *found.sampled))
 
 
 def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = None) -> tuple[str, ...] | None:
@@ -181,7 +181,7 @@ def flow_list(labels: Sequence[str]) -> str:
 
 
 __all__ = [
-    "Found",
+    "CorpusTags",
     "corpus_found",
     "corpus_labels",
     "flow_list",

@@ -287,7 +287,11 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
     index = index_mod.from_rank0(lambda: _index(config, world), world)
     train_shards, val_shards = index["train"], index["val"]
     n_shards = len(train_shards) + len(val_shards)
-    labels = from_config(data.labels) if data.labels else discovered(index, n_shards)
+    labels = (
+        from_config(data.labels)
+        if data.labels
+        else discovered(index["tags"], index["tags_sampled"], n_shards)
+    )
     all_blocks = [b for s in train_shards for b in s.blocks]
     if val_shards:
         train_blocks, val_blocks = all_blocks, [b for s in val_shards for b in s.blocks]

@@ -8,9 +8,8 @@ a shard's first rows where it has none (index.py). Tags must be IOB2 (`O`, `B-X`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from mw_env.errors import InputError
 from mw_env.trainspec.labelscan import LABEL_SAMPLE_ROWS, flow_list, label_order, not_bio, not_bio_error
@@ -70,11 +69,10 @@ def from_config(names: Sequence[str]) -> LabelSet:
     return LabelSet(tuple(names), "config")
 
 
-def discovered(index: Mapping[str, Any], n_shards: int) -> LabelSet:
-    """The corpus's own labels (corpus.py's index: `tags`, `tags_sampled`), with a plain note where some
-    shards' tags were only sampled: a tag first met after the sample stops the run there."""
-    names = label_order(index["tags"])
-    sampled = list(index.get("tags_sampled") or ())
+def discovered(tags: Iterable[str], sampled: Sequence[str], n_shards: int) -> LabelSet:
+    """The corpus's own labels (corpus.py's index: `tags`, and `tags_sampled`: the shards whose tags were
+    only sampled), with a plain note for those: a tag first met after the sample stops the run there."""
+    names = label_order(tags)
     origin = f"discovered in {n_shards} shard(s): all of their tags"
     note = ""
     if sampled:
