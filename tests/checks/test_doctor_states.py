@@ -3,6 +3,8 @@ these run with --quick (the venv's torch is inspected without importing it) or t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from doctor_helpers import (
     GIB,
@@ -212,8 +214,8 @@ def test_a_crashing_check_is_reported_as_crashed(tmp_path, monkeypatch):
     def boom(ctx) -> list[CheckResult]:
         raise ZeroDivisionError("division by zero")
 
-    areas = tuple((a, boom if a == "ipc" else fn, p) for a, fn, p in runner.AREA_CHECKS)
-    monkeypatch.setattr(runner, "AREA_CHECKS", areas)
+    areas = tuple(replace(a, check=boom) if a.key == "ipc" else a for a in runner.AREAS)
+    monkeypatch.setattr(runner, "AREAS", areas)
     report = _quick(
         "doctor-cpu-docker-shm64m", None, fake_venv(tmp_path / "v", version="2.13.0+cpu"), container="docker"
     )
@@ -237,8 +239,8 @@ def test_a_hanging_check_times_out(tmp_path, monkeypatch):
 
     monkeypatch.setattr(
         runner,
-        "AREA_CHECKS",
-        tuple((a, stuck if a == "network" else fn, p) for a, fn, p in runner.AREA_CHECKS),
+        "AREAS",
+        tuple(replace(a, check=stuck) if a.key == "network" else a for a in runner.AREAS),
     )
     hw = hardware(None, container="docker")
     from mw_env.checks import run_doctor

@@ -100,11 +100,15 @@ class Catalogue:
 
     def scan(self, text: str) -> list[Hit]:
         """Every line of `text` that matches a known message, first entry wins per line."""
+        lines = text.splitlines()
+        return self.scan_lines(lines, self.candidates(lines))
+
+    def candidates(self, lines: Sequence[str]) -> list[int]:
+        """The indexes of the lines that can match an entry (the one prefilter: `scan`, and the run-log
+        scanner of `train status`, try only these entry by entry; see screen.py): a long log in a blink."""
         from mw_env.checks.screen import candidate_lines
 
-        lines = text.splitlines()
-        # Only lines that can match are tried entry by entry (see screen.py): a long log in a blink.
-        return self.scan_lines(lines, candidate_lines(lines, [m.pattern for m in self.messages]))
+        return candidate_lines(lines, [m.pattern for m in self.messages]) if lines else []
 
     def scan_lines(self, lines: Sequence[str], indexes: Iterable[int] | None = None) -> list[Hit]:
         """The per-line match of `scan` over `indexes` (every line when None): the exact definition."""

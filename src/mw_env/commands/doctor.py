@@ -32,7 +32,7 @@ def render_report(report: DoctorReport, *, verbose: bool) -> None:
     """Print the report: one line per check grouped by area, fixes under warn/fail, a summary line."""
     from rich.markup import escape
 
-    from mw_env.checks.model import AREAS
+    from mw_env.checks.runner import area_title
 
     con = _console()
     con.print(f"Doctor summary for profile [bold]{escape(report.profile)}[/] (venv {escape(report.venv)}):")
@@ -53,7 +53,7 @@ def render_report(report: DoctorReport, *, verbose: bool) -> None:
         # One area's checks come from one function, so they share its duration: shown once, on the area.
         took = f" [bright_black]({_ms(max(c.duration_s for c in checks))})[/]" if verbose else ""
         summary = f" ({escape(_probe_summary(report))})" if area == "probe" and _probe_summary(report) else ""
-        con.print(f"[{colour}][{mark}][/] {escape(AREAS.get(area, area))}{summary}{took}")
+        con.print(f"[{colour}][{mark}][/] {escape(area_title(area))}{summary}{took}")
         for c in checks:
             # flutter's [☠]: a check that crashed is a failure of the doctor, not of the machine.
             cmark, ccolour = ("☠", "red") if c.id.endswith(".crashed") else MARKS[c.status]

@@ -48,12 +48,14 @@ def lock(
     """
     import os
 
+    from mw_env.atomic import refuse_special
     from mw_env.envlock import LOCK_FILE
     from mw_env.envlock.make import lock_venv, write_lock
     from mw_env.profiles import resolve_for_venv
     from mw_env.provision.record import default_venv, read_record
 
     venv = Path(venv).expanduser() if venv else default_venv(os.environ)
+    refuse_special(output or venv / LOCK_FILE)  # before uv works: the writer refuses it again at the end
     # The torch source the venv was built with, as the doctor and train judge it (one detection).
     record = read_record(venv) if (venv / "bin" / "python").exists() else None
     resolved = resolve_for_venv(

@@ -103,7 +103,20 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
     """The model (parameters per block, total), the data and the schedule."""
     from mw_env.trainspec.summary import summarize
 
-    info = summarize(resolve_train_config(**selection).config, venv=_default_venv())
+    config = resolve_train_config(**selection).config
+    if config.data.source == "files":
+        from pathlib import Path
+
+        from mw_env.trainspec.files import expand_files
+
+        # A glob that matches nothing is bad input here as in `train` itself (exit 2 naming it), never a
+        # summary of no data.
+        for key, patterns in (
+            ("data.train_files", config.data.train_files),
+            ("data.val_files", config.data.val_files),
+        ):
+            expand_files(patterns, key, Path.cwd())
+    info = summarize(config, venv=_default_venv())
     if as_json:
         echo_json(info)
         return

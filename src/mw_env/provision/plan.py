@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mw_env.errors import InputError
+from mw_env.errors import InputError, VenvRefused
 from mw_env.provision import uv as uvmod
 from mw_env.provision.archtruth import NO_KERNELS, GpuKernels, env_with, judge
 from mw_env.provision.choose import (
@@ -46,6 +46,7 @@ from mw_env.provision.keys import (
 from mw_env.provision.model import DISK_NEED, BootstrapOptions, GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
 from mw_env.provision.table import build_steps
+from mw_env.provision.torchindex import config_notes, for_plan
 from mw_env.provision.torchpick import IndexPick, pick_from_index
 from mw_env.provision.venvinfo import (
     ADOPT_PTH,
@@ -134,10 +135,11 @@ def plan(
         **truth,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
-        notes=tuple(redact(n) for n in choice.notes),
+        notes=tuple(redact(n) for n in (*choice.notes, *config_notes(request.env))),
         problem=_redacted(choice.problem),
         torch_index=request.index_url,
         torch_source=getattr(torch, "id", None),
+        torch_indexes=for_plan(choice.torch, request.index_url, torch, request.env, request.sources),
         adoptable=picked.adoptable,
         adopted=picked.adopted,
         options=options,
@@ -305,7 +307,7 @@ def _choose_in_venv(
     if installed and not torch_ok and foreign:
         # A venv mw-env never touched, holding someone's torch of another build: not ours to replace.
         tag = request.local_tag
-        raise InputError(
+        raise VenvRefused(
             f"{build_venv} is a venv mw-env did not make, and its torch {installed} is not the profile's "
             f"build ({request.build}{', ' + tag if tag else ''}); installing in place would replace it",
             hint="pass --recreate (a new venv is built beside it and replaces it only when complete), or "
@@ -370,7 +372,7 @@ def _refuse_other_profile(
         return
     was = f"profile {rec.profile}" + (f", source {rec.torch_source}" if rec.torch_source else "")
     now = f"profile {profile}" + (f", source {source}" if source else "")
-    raise InputError(
+    raise VenvRefused(
         f"{venv} was bootstrapped for {was} (torch {rec.torch_version}, {rec.torch_build}); "
         f"building {now} ({torch.build}) in place would replace its working torch",
         hint="pass --recreate (the new venv is built beside it and replaces it only when complete), "

@@ -33,6 +33,36 @@ def default_venv(env: Mapping[str, str] | None = None) -> Path:
     return Path(home) / "training-venv"
 
 
+def create_command(venv: Path) -> str:
+    """`mw-env bootstrap --venv P`, as a hint: a command bootstrap then accepts.
+
+    Bootstrap refuses a non-empty folder that is not a venv (and a file): it never takes over what it did not
+    make. For such a path the hint names a new venv inside the folder (or beside the file) instead.
+    """
+    import shlex
+
+    path = Path(venv).expanduser().absolute()
+    target = path
+    try:
+        taken = path.exists() and not (path / "pyvenv.cfg").exists()
+        if taken and path.is_dir() and not any(path.iterdir()):
+            taken = False  # an empty folder: bootstrap builds in it
+    except OSError:
+        taken = True
+    if taken:
+        base = path / "venv" if path.is_dir() else path.with_name(path.name + "-venv")
+        target = base
+        n = 2
+        while target.exists():
+            target = base.with_name(f"{base.name}-{n}")
+            n += 1
+        return (
+            f"`mw-env bootstrap --venv {shlex.quote(str(target))}` (a new venv: bootstrap never takes over "
+            f"{path}, which it did not make)"
+        )
+    return f"`mw-env bootstrap --venv {shlex.quote(str(target))}`"
+
+
 @dataclass(frozen=True)
 class VenvRecord:
     """What a finished bootstrap knows about its venv."""

@@ -238,7 +238,7 @@ def prepare(request: LaunchRequest) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
     r = request
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv, read_record
+    from mw_env.provision.record import create_command, default_venv, read_record
 
     env_in = dict(os.environ if r.base_env is None else r.base_env)
     if r.nproc_per_node < 1:
@@ -257,8 +257,11 @@ def prepare(request: LaunchRequest) -> Launch:
     if not python.exists():
         raise InputError(
             f"no training venv at {venv_path} (no {python})",
-            hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
+            hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
         )
+    from mw_env.provision.venvinfo import read_pyvenv_cfg
+
+    read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
     config_path = find_config(r.config)
     _check_lock(venv_path, env_in)
     record = read_record(venv_path)

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mw_env.errors import StepFailed
+from mw_env.atomic import open_append
+from mw_env.errors import InputError, StepFailed
 
 STARTED_ENV = "MW_ENV_STARTED_FILE"  # the trainer touches it when it starts: the rendezvous completed
 TORCHRUN_LOG = "torchrun.log"
@@ -157,8 +158,8 @@ def write_log(out_dir: Path, lines: Sequence[str]) -> Path | None:
     path = Path(out_dir) / TORCHRUN_LOG
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8", errors="replace") as fh:
+        with open_append(path) as fh:
             fh.write("\n".join(lines) + "\n")
-    except OSError:
+    except (OSError, InputError):  # InputError: not a regular file there
         return None
     return path

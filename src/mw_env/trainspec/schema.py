@@ -21,6 +21,8 @@ UnknownTags = Literal["error", "ignore"]
 DataSource = Literal["synthetic", "files"]
 DistBackend = Literal["auto", "gloo", "nccl"]
 WordFeatureChoice = Literal["auto", "ngrams", "none"]
+# How entity spans are read from BIO tags for entity F1 (mw_env.trainer.scoring says how each differs).
+F1Mode = Literal["conlleval", "strict"]
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 PRECISIONS: tuple[str, ...] = get_args(PrecisionChoice)
@@ -31,6 +33,7 @@ UNKNOWN_TAGS: tuple[str, ...] = get_args(UnknownTags)
 SOURCES: tuple[str, ...] = get_args(DataSource)
 DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
 WORD_FEATURES: tuple[str, ...] = get_args(WordFeatureChoice)
+F1_MODES: tuple[F1Mode, ...] = get_args(F1Mode)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,9 @@ class RuntimeConfig:
     checkpoint_every: int = 100
     keep_last: int = 3
     early_stop_patience: int = 0  # evaluations without improvement of entity F1; 0 = off
+    # Which entity F1 the eval event's entity_f1, early stopping and the report use (both are logged):
+    # "conlleval" (an I- that starts an entity counts as one) or "strict" (IOB2: only B- starts one).
+    f1_mode: F1Mode = "conlleval"
     early_stop_min_delta: float = 0.0
     max_nonfinite: int = 5  # consecutive skipped (non-finite) steps before the run stops
     tracking: Tracking = "none"
