@@ -84,6 +84,8 @@ def test_dry_run_json_says_version_index_device_packages_size_and_the_override_d
     ]
     assert plan["download_bytes"] == sum(sizes) and plan["download_note"] == "stated by the index"
     assert plan["override"]["set"] is False and plan["env"] == {}
+    disk = plan["disk"]  # profiles/disk.py: one GPU's device package, the figure the doctor quotes too
+    assert disk["kind"] == "one-gpu" and disk["source"] == "amd-multiarch" and disk["need_bytes"] > 6 * 10**9
     assert f"ships native {gfx} kernels" in plan["override"]["reason"]
     cmd = next(s for s in plan["steps"] if s["id"] == "torch")["command"]
     assert f"torch[device-{gfx}]==2.14.0+rocm7.14.0" in cmd

@@ -27,8 +27,9 @@ from mw_env.checks import (
     venv,
     versions,
 )
-from mw_env.checks.catalogue import load_catalogue
+from mw_env.checks.catalogue import general_advice, load_catalogue
 from mw_env.checks.context import Background, DoctorContext
+from mw_env.checks.gpuadvice import for_machine
 from mw_env.checks.load import read_load, timeout_verdict
 from mw_env.checks.model import CheckResult, DoctorReport, result
 from mw_env.checks.probe import kill_active
@@ -119,7 +120,10 @@ def run_doctor(
         hardware=hardware,
         selection=selection,
         venv=venv,
-        catalogue=load_catalogue(profile=selection.profile),
+        catalogue=load_catalogue(
+            profile=selection.profile,
+            advice=for_machine(selection, general_advice(), venv_record, str(venv)),
+        ),
         quick=quick,
         probe_timeout=probe_timeout,
         network=(not quick and machine.is_real) if network is None else network,

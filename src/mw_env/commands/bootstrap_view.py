@@ -52,6 +52,8 @@ def print_plan(out: Any, the_plan: Any, sel: Any) -> None:
             f"[bold]override[/] {value}: {escape(o['reason'] or '')} (decided by {o['decided_by']})",
             soft_wrap=True,
         )
+    if data["disk"]:
+        out.print(f"[bold]disk[/] needs {escape(data['disk']['text'])} free", soft_wrap=True)
     for ix in data["indexes"] if the_plan.lock is None else ():  # the torch step's, in uv's order
         out.print(
             f"[bold]index[/] {escape(ix['name'])} {escape(ix['url'])}: {ix['behaviour']}", soft_wrap=True

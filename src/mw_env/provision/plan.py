@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.errors import InputError, VenvRefused
+from mw_env.profiles.disk import disk_need
 from mw_env.provision import uv as uvmod
 from mw_env.provision.archtruth import NO_KERNELS, GpuKernels, env_with, judge
 from mw_env.provision.choose import (
@@ -43,7 +44,7 @@ from mw_env.provision.keys import (
     torch_hash,
     verify_key,
 )
-from mw_env.provision.model import DISK_NEED, BootstrapOptions, GiB, Plan, Step, TorchSourceLike
+from mw_env.provision.model import BootstrapOptions, GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
 from mw_env.provision.table import build_steps
 from mw_env.provision.torchindex import config_notes, for_plan
@@ -64,7 +65,6 @@ from mw_env.textsafe import redact
 
 __all__ = [
     "ADOPT_PTH",
-    "DISK_NEED",
     "BootstrapOptions",
     "GiB",
     "Plan",
@@ -146,7 +146,7 @@ def plan(
         proj_key=proj_key,
         env=env,
     )
-    plan_ = replace(plan_, disk_need=_disk_need(plan_, torch_ok))
+    plan_ = _with_disk(plan_, torch, kernels, torch_ok)
     return replace(plan_, steps=tuple(build_steps(plan_, state)))
 
 
@@ -429,9 +429,9 @@ def _adopted_from_venv(venv: Path, installed: str | None) -> AdoptCandidate | No
     )
 
 
-def _disk_need(p: Plan, torch_ok: bool) -> int:
-    if torch_ok or (p.torch and p.torch.origin in ("image", "installed")):
-        return 512 * 1024**2
-    if p.torch and p.torch.wheel is not None:
-        return 3 * p.torch.wheel.path.stat().st_size + 512 * 1024**2
-    return DISK_NEED.get(p.build, 4 * GiB)
+def _with_disk(p: Plan, torch: TorchSourceLike, kernels: GpuKernels, torch_ok: bool) -> Plan:
+    """What the source installs (profiles/disk.py, the doctor's figure too) and the preflight's need: that,
+    unless torch is already there."""
+    disk = disk_need(torch, all_devices=bool(kernels.extras) and not kernels.packages)
+    there = torch_ok or (p.torch and p.torch.origin in ("image", "installed"))
+    return replace(p, disk=disk, disk_need=512 * 1024**2 if there else disk.need_bytes)

@@ -65,9 +65,12 @@ def preflight(run: Run, step: Step) -> str:
         uvmod.check_version(run.uv, p.env)
     free = venvinfo.free_bytes(p.build_venv)
     if free is not None and free < p.disk_need:
+        # The source's figure (profiles/disk.py), worded as the doctor's disk check words it.
+        needs = (
+            p.disk.text if p.disk and p.disk.need_bytes == p.disk_need else f"~{p.disk_need / GiB:.1f} GiB"
+        )
         raise StepFailed(
-            f"not enough disk space for {p.build_venv}: {free / GiB:.1f} GiB free, the install needs "
-            f"~{p.disk_need / GiB:.1f} GiB",
+            f"not enough disk space for {p.build_venv}: {free / GiB:.1f} GiB free, the install needs {needs}",
             hint="free space, pass --venv on a bigger disk, or point UV_CACHE_DIR at one (uv's cache holds the "
             "downloaded wheels; `uv cache prune` trims it)",
         )

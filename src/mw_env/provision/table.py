@@ -115,7 +115,14 @@ class Facts:
 
 
 def _preflight_detail(f: Facts) -> str:
-    return f.p.problem.message if f.p.problem else f"needs ~{f.p.disk_need / GiB:.1f} GiB free"
+    p = f.p
+    if p.problem:
+        return p.problem.message
+    return (
+        f"needs {p.disk.text} free"
+        if p.disk and p.disk.need_bytes == p.disk_need
+        else (f"needs ~{p.disk_need / GiB:.1f} GiB free")
+    )
 
 
 def _uv_command(f: Facts) -> Command:

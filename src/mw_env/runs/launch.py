@@ -108,6 +108,7 @@ class Launch:
     profile: str | None = None
     venv: Path | None = None
     doctor: dict[str, object] | None = None  # the quick doctor's report (None when skipped)
+    notes: tuple[str, ...] = ()  # said before the run starts (the venv's drift, the run's lock)
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
 
@@ -336,6 +337,12 @@ def prepare(request: LaunchRequest) -> Launch:
                 hint="fix them (`mw-env doctor` shows how), or pass --skip-doctor to start anyway",
             )
 
+    notes: tuple[str, ...] = ()
+    if not nodes.multi or nodes.node_rank == 0:
+        from mw_env.envlock.atlaunch import lock_for_run
+
+        notes = tuple(lock_for_run(venv=venv_path, out_dir=out_dir, selection=selection, env=env_in).lines())
+
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
     for item in r.overrides:
         args += ["--set", item]
@@ -365,6 +372,7 @@ def prepare(request: LaunchRequest) -> Launch:
         profile=selection.profile.name,
         venv=venv_path,
         doctor=doctor,
+        notes=notes,
         nodes=nodes,
         run_id=run_id,
     )

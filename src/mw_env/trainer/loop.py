@@ -239,11 +239,14 @@ def _run(
         import sys
 
         from mw_env.envlock import carry
+        from mw_env.envlock.atlaunch import drift_fact
 
-        carried = carry(Path(sys.prefix), out_dir)
+        carried = carry(Path(sys.prefix), out_dir)  # written from the venv at launch where it drifted
         if carried is not None:
             facts["env_lock"] = {"file": carried[0].name, "sha256": carried[1]}
             hparams["env"] = {"lock": carried[0].name, "lock_sha256": carried[1]}
+        # A venv changed since its lock: the report and the data card name it, and what the run's lock holds.
+        facts["venv_drift"] = drift_fact(Path(sys.prefix), carried[1] if carried else None)
     metrics = MetricsWriter(out_dir, tracking=rt.tracking, hparams=hparams, enabled=dist.main)
     session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
     if found is not None:
@@ -406,6 +409,8 @@ def _finish(
 
         total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
         card = s.corpus.card(total, [p["position"] for p in parts])
+        if s.facts.get("venv_drift"):
+            card["venv_drift"] = s.facts["venv_drift"]  # the venv the run used, as it was (issue 30 #3)
         if s.hasher is not None:
             card["sources"] = s.hasher.annotate(card["sources"])
         report = write_report(

@@ -141,7 +141,7 @@ def summary_pairs(
         ("Precision", f"{fact['precision']} ({fact['precision_reason']})"),
         ("Device", f"{fact['device_name']} ({fact['device']}), world size {fact['world_size']}"),
         ("torch", fact["torch"]),
-        ("Doctor", "not run" if doctor is None else ("ok" if doctor.get("ok") else "FAILED checks")),
+        ("Doctor", _doctor_words(doctor)),
         (
             "Config",
             f"{display_source('file:' + str(resolved.path), run_dir)[5:] if resolved.path else 'defaults'}, "
@@ -153,9 +153,26 @@ def summary_pairs(
         pairs.append(("Environment lock", Code(f"{lock.get('file')} sha256 {lock['sha256']}")))
     else:
         pairs.append(("Environment lock", "none (the venv has no lock; `mw-env lock` writes one)"))
+    drift = facts.get("venv_drift")
+    if isinstance(drift, dict) and drift.get("changes"):
+        changes = "; ".join(map(str, drift["changes"]))
+        pairs.append(
+            ("Venv drift", f"{changes} (since the venv's lock); the run's lock: {drift.get('run_lock')}")
+        )
     ckpt = final_checkpoint(run_dir)
     pairs.append(("Final checkpoint", Code(ckpt.relative_to(run_dir).as_posix()) if ckpt else "none"))
     return pairs
+
+
+def _doctor_words(doctor: dict[str, object] | None) -> str:
+    if doctor is None:
+        return "not run"
+    from mw_env.checks.model import doctor_warnings
+
+    warned = doctor_warnings(doctor)
+    if not doctor.get("ok"):
+        return "FAILED checks"
+    return f"ok with {len(warned)} warning(s): {'; '.join(warned)}" if warned else "ok"
 
 
 def _draw_figures(

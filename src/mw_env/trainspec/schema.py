@@ -52,9 +52,20 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class WeightedSource:
+    """One entry of data.sources: its shards and its share of the training rows (docs/training.md)."""
+
+    files: tuple[str, ...] = ()  # JSONL / Parquet shards (globs allowed)
+    weight: float = 1.0  # rows drawn in proportion to the weights; a small source is repeated
+    name: str = ""  # shown in the data card; "" = its first glob
+
+
+@dataclass(frozen=True)
 class DataConfig:
     source: DataSource = "synthetic"
     train_files: tuple[str, ...] = ()  # JSONL / Parquet shards (globs allowed) with tokens + tags
+    # Instead of train_files: several globs, each with a weight (mixed row by row in those proportions).
+    sources: tuple[WeightedSource, ...] = ()
     val_files: tuple[str, ...] = ()  # explicit validation shards; else val_fraction of train rows
     val_fraction: float = 0.05
     synthetic_rows: int = 20000
@@ -77,6 +88,13 @@ class DataConfig:
     workers: int = -1  # files: encoder processes per rank; -1 = cores per rank - 1 (LOCAL_WORLD_SIZE)
     allow_changed_corpus: bool = False  # resume even though the shards or the data order changed
     hash_shards: bool = False  # files: full-file sha256 of each shard, once, in the background (data card)
+
+    def train_globs(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(the key that names them, the globs) of each training source: data.sources[i].files, or
+        data.train_files as the one source."""
+        if self.sources:
+            return [(f"data.sources[{i}].files", s.files) for i, s in enumerate(self.sources)]
+        return [("data.train_files", self.train_files)]
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,8 @@ def _labels(config: TrainConfig, base: Path | None, venv: Path | None) -> tuple[
 
     where = base or Path.cwd()
     try:
-        shards = expand_files(d.train_files, "data.train_files", where) + expand_files(
-            d.val_files, "data.val_files", where
-        )
+        shards = [p for key, globs in d.train_globs() for p in expand_files(globs, key, where)]
+        shards += expand_files(d.val_files, "data.val_files", where)
     except InputError:
         shards = []
     found = corpus_labels(shards, d.tags_column, venv=venv) if shards else None
@@ -92,6 +91,9 @@ def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | Non
         data = {
             "source": "files",
             "train_files": list(d.train_files),
+            "sources": [
+                {"name": s.name or s.files[0], "files": list(s.files), "weight": s.weight} for s in d.sources
+            ],
             "val_files": list(d.val_files),
             # held out: whole row groups, chosen by a hash of (data.seed, shard name, row group)
             "val_fraction": None if d.val_files else d.val_fraction,
