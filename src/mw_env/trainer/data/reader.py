@@ -241,9 +241,9 @@ class PieceReader:
                     part.append(np.full(p.rows, block.part, dtype=np.int32))
                 else:
                     if self._jsonl is None or self._jsonl[0] != p.block:
-                        a, b, lines = parse_jsonl(self.shards[block.shard], block, self.columns)
+                        a, b, line_nos = parse_jsonl(self.shards[block.shard], block, self.columns)
                         typ = pa.list_(pa.string())
-                        self._jsonl = (p.block, (pa.array(a, typ), pa.array(b, typ), np.array(lines)))
+                        self._jsonl = (p.block, (pa.array(a, typ), pa.array(b, typ), np.array(line_nos)))
                     else:  # rows parsed before: the file must still be the one they came from
                         check_stamp(self.shards[block.shard])
                     ta, ga, lines = self._jsonl[1]
