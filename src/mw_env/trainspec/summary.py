@@ -36,6 +36,10 @@ def parameter_counts(
     # per block: two LayerNorms (4d), qkv (3d^2 + 3d), out proj (d^2 + d), ff1 (d*ff + ff), ff2 (ff*d + d)
     block = 4 * d + 3 * d * d + 3 * d + d * d + d + d * ff + ff + ff * d + d
     rows = [("embeddings", vocab_size * d + m.max_len * d)]
+    if (
+        config.word_features
+    ):  # trainer/words.py: n-gram, shape (12^3), length (17), first-class (12) rows + proj
+        rows.append(("word features", (m.word_buckets + 12**3 + 17 + 12) * d + d * d + d))
     rows += [(f"block {i}", block) for i in range(m.n_layers)]
     rows.append(("head", 2 * d + d * n_labels + n_labels))
     return rows
