@@ -6,7 +6,11 @@
 - "multiarch": AMD's multi-arch index. torch 2.13.0/2.14.0+rocm7.14.0 with extras `device-gfxNNNN` pulling
   `amd-torch-device-gfxNNNN` (and `device-all`, every one).
 - "pypi": the default index, holding higher-versioned empty placeholders with the device packages' names (and
-  the demo project's dependencies): an install that lets it answer for them gets nothing that runs.
+  the demo project's dependencies): an install that lets it answer for them gets nothing that runs. It alone
+  holds torch's own dependencies (`setuptools`, `filelock`): the multi-arch index lacks them (ROCm/TheRock#3332)
+  and, served with `indexserver.AMD`, answers 403 for them as repo.amd.com does (LocalAI#10997).
+
+`BEHAVIOURS` is how each index answers when served (`serve(roots, BEHAVIOURS)`).
 
 `profiles_dir(dest, urls)` writes the shipped AMD profiles with their index URLs pointed at these.
 """
@@ -17,9 +21,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexserver import AMD, Behaviour
 from wheelfactory import build_wheel, fake_torch, simple_index
 
 ARCHS = ("gfx942", "gfx1100", "gfx1103", "gfx1151")
+# torch's dependencies only the default index holds (real torch requires setuptools and filelock).
+TORCH_DEPS = ("setuptools", "filelock")
+# As the real ones answer: AMD's 403 for what it does not hold; pytorch.org's 403, JSON-only here, and its files
+# from another host through a redirect (download-r2.pytorch.org).
+PYTORCH_LIKE = Behaviour(unserved=403, json_only=True, cdn=True)
+BEHAVIOURS = {"multiarch": AMD, "rocm714": PYTORCH_LIKE, "lacking": PYTORCH_LIKE}
 REAL = {
     "multiarch": "https://repo.amd.com/rocm/whl-multi-arch/",
     "rocm714": "https://download.pytorch.org/whl/rocm7.14",
@@ -69,6 +80,7 @@ def build_world(base: Path, archs: Sequence[str] = ARCHS) -> World:
             d / "ma",
             version,
             hip="7.14.0",
+            requires=list(TORCH_DEPS),
             # A range, not a pin: what lets a higher-versioned placeholder compete when PyPI may answer.
             extras={
                 **{f"device-{g}": [f"amd-torch-device-{g}>=2.13"] for g in archs},
@@ -79,13 +91,14 @@ def build_world(base: Path, archs: Sequence[str] = ARCHS) -> World:
     placeholders = [build_wheel(d / "pypi", f"amd-torch-device-{g}", "99.0.0", files={}) for g in archs]
     trap = fake_torch(d / "pypi", "2.99.0", cuda="13.2")  # PyPI's CUDA torch: must never be chosen
     helper = build_wheel(d / "pypi", "demo-helper", "1.0")
+    deps = [build_wheel(d / "pypi", name, "80.0.0") for name in TORCH_DEPS]
     return World(
         rocm714=simple_index(base / "rocm714", [full, *sdk]),
         multiarch=simple_index(
             base / "multiarch",
             [multi("2.13.0+rocm7.14.0"), multi("2.14.0+rocm7.14.0"), *devices, *devices_213],
         ),
-        pypi=simple_index(base / "pypi", [*placeholders, trap, helper]),
+        pypi=simple_index(base / "pypi", [*placeholders, trap, helper, *deps]),
         rocm714_lacking=simple_index(base / "rocm714-lacking", [lacking, *sdk]),
     )
 

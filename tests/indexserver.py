@@ -2,7 +2,13 @@
 127.0.0.1 with an ephemeral port, answering PEP 691 JSON (with sizes) or PEP 503 HTML as the client asks, plus
 the bad answers real servers give (a login page, a redirect loop, a 404, one that never answers).
 
-    with serve({"rocm7.14": idx_a, "whl-multi-arch": idx_b}) as srv:
+Each index may answer the way a real one does (`Behaviour`): AMD's indexes and pytorch.org's answer 403, not 404,
+for a project they do not hold (mudler/LocalAI#10997; uv's IndexStatusCodeStrategy special-cases
+download.pytorch.org for it); an index may speak only PEP 691 JSON; pytorch.org's files come from another host
+(download-r2.pytorch.org) through a redirect, here "localhost" instead of "127.0.0.1"; a nightly index may list
+a wheel that is gone (404, Comfy-Org/ComfyUI#12427); `status` makes every request answer one code (401, 500).
+
+    with serve({"rocm7.14": idx_a, "whl-multi-arch": idx_b}, {"whl-multi-arch": AMD}) as srv:
         srv.url("rocm7.14")          # http://127.0.0.1:PORT/rocm7.14/
 """
 
@@ -15,8 +21,36 @@ import json
 import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How one loopback index answers (the defaults: a plain PEP 503/691 index that says 404 for "not here")."""
+
+    unserved: int = 404  # the status for a project the index does not hold (AMD's and pytorch.org's: 403)
+    json_only: bool = False  # PEP 691 JSON whatever the client accepts
+    cdn: bool = False  # files answer a 302 to the same path on "localhost" (another host name)
+    gone: frozenset[str] = frozenset()  # listed file names that answer 404
+    status: int | None = None  # every request answers this (401 without credentials, 500)
+
+
+AMD = Behaviour(unserved=403)  # repo.amd.com/rocm/whl-multi-arch: 403 for a project it does not hold
+PYTORCH = Behaviour(unserved=403, cdn=True)  # download.pytorch.org: 403, files from download-r2.pytorch.org
+
+
+class _Quiet(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        """A client that hangs up mid-answer (uv drops a connection it no longer needs) is not an error."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Links(html.parser.HTMLParser):
@@ -30,14 +64,14 @@ class _Links(html.parser.HTMLParser):
 
 
 class Server:
-    def __init__(self, roots: Mapping[str, Path]) -> None:
+    def __init__(self, roots: Mapping[str, Path], behaviours: Mapping[str, Behaviour] | None = None) -> None:
         self.roots = dict(roots)
+        self.behaviours = dict(behaviours or {})
         self.hung = threading.Event()  # set when a /hang/ request arrived (the test's event, not a sleep)
         self.release = threading.Event()
         self.requests: list[str] = []
         handler = self._handler()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Quiet(("127.0.0.1", 0), handler)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -61,7 +95,8 @@ class Server:
                     self.send_header(k, v)
                 self.end_headers()
                 if self.command != "HEAD":
-                    self.wfile.write(body)
+                    with contextlib.suppress(ConnectionError):  # the client hung up: nothing to answer
+                        self.wfile.write(body)
 
             def do_HEAD(self) -> None:  # uv asks a wheel's size and range support first
                 self.do_GET()
@@ -73,6 +108,13 @@ class Server:
                 if not parts:
                     return self._send(404, b"", "text/plain")
                 name, rest = parts[0], parts[1:]
+                if name == "cdn":  # the other host of a Behaviour(cdn=True) index: its files only
+                    name, rest, cdn = rest[0], rest[1:], True
+                else:
+                    cdn = False
+                how = server.behaviours.get(name, Behaviour())
+                if how.status is not None:
+                    return self._send(how.status, b"", "text/plain", _challenge(how.status))
                 if name == "garbage":
                     return self._send(200, b"<html><body><h1>Please log in</h1></body></html>", "text/html")
                 if name == "loop":
@@ -94,18 +136,30 @@ class Server:
                     return self._send(404, b"not found", "text/plain")
                 target = root.joinpath(*rest)
                 if target.is_file():
+                    if target.name in how.gone:
+                        return self._send(404, b"not found", "text/plain")
+                    if how.cdn and not cdn:
+                        where = f"http://localhost:{server.port}/cdn{self.path}"
+                        return self._send(302, b"", "text/plain", {"Location": where})
                     return self._send(200, target.read_bytes(), "application/octet-stream")
                 page = target / "index.html"
                 if not page.is_file():
-                    return self._send(404, b"not found", "text/plain")
+                    # A project the index does not hold (AMD, pytorch.org: 403), or a path that is no page.
+                    code = how.unserved if len(rest) == 1 else 404
+                    return self._send(code, b"Forbidden" if code == 403 else b"not found", "text/plain")
                 text = page.read_text()
-                if "application/vnd.pypi.simple.v1+json" in (self.headers.get("Accept") or "") and rest:
+                accept = self.headers.get("Accept") or ""
+                if rest and (how.json_only or "application/vnd.pypi.simple.v1+json" in accept):
                     return self._send(
                         200, _as_json(rest[0], text, page.parent), "application/vnd.pypi.simple.v1+json"
                     )
                 return self._send(200, text.encode(), "text/html")
 
         return Handler
+
+
+def _challenge(status: int) -> dict[str, str]:
+    return {"WWW-Authenticate": 'Basic realm="x"'} if status == 401 else {}
 
 
 def _as_json(project: str, page: str, folder: Path) -> bytes:
@@ -133,8 +187,8 @@ def _as_json(project: str, page: str, folder: Path) -> bytes:
 
 
 @contextlib.contextmanager
-def serve(roots: Mapping[str, Path]) -> Iterator[Server]:
-    srv = Server(roots)
+def serve(roots: Mapping[str, Path], behaviours: Mapping[str, Behaviour] | None = None) -> Iterator[Server]:
+    srv = Server(roots, behaviours)
     srv.thread.start()
     try:
         yield srv

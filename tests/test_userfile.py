@@ -108,6 +108,62 @@ def test_machine_tolerates_a_broken_fake_meta_file(tmp_path: Path) -> None:
     assert m.disk_usage("/") is None
 
 
+def test_fake_meta_read_by_a_second_thread_during_the_parse_is_the_described_one(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The doctor's areas read the fake meta from many threads at once. A thread that arrived while the first
+    was still parsing it read an empty description (the real /dev/shm, no device nodes): the doctor test of a
+    64 MiB /dev/shm failed under load. Here the second reader arrives while the parse is held."""
+    import threading
+
+    import mw_env.userfile as userfile
+
+    (tmp_path / ".mw-env-fake.yaml").write_text("disk:\n  /dev/shm: {total: 67108864, free: 67108864}\n")
+    m = Machine(root=tmp_path, env={})
+    parsing, release, second_waits = threading.Event(), threading.Event(), threading.Event()
+    real_load = userfile.load_yaml
+
+    def held_load(text: str, **kw: object) -> object:
+        parsing.set()
+        assert release.wait(60), "the test never released the parse"
+        return real_load(text, **kw)  # type: ignore[arg-type]
+
+    class SeenLock:
+        """The machine's lock, telling the test when a second reader queues on it."""
+
+        def __init__(self) -> None:
+            self.lock, self.entered = threading.Lock(), 0
+
+        def __enter__(self) -> None:
+            self.entered += 1
+            if self.entered > 1:
+                second_waits.set()
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    monkeypatch.setattr(userfile, "load_yaml", held_load)
+    m._meta_lock = SeenLock()  # type: ignore[assignment]
+    seen: dict[str, object] = {}
+
+    def second() -> None:
+        seen["du"] = m.disk_usage("/dev/shm")
+        second_waits.set()  # done without waiting: the bug (it read the placeholder)
+
+    first = threading.Thread(target=m.disk_usage, args=("/dev/shm",))
+    first.start()
+    assert parsing.wait(60)
+    reader = threading.Thread(target=second)
+    reader.start()
+    assert second_waits.wait(60)
+    release.set()
+    first.join(60)
+    reader.join(60)
+    du = seen["du"]
+    assert du is not None and du.total == 64 * 1024**2  # type: ignore[attr-defined]
+
+
 def test_safe_escapes_controls_and_caps() -> None:
     assert safe("a\x1b]0;t\x07b") == "a\\x1b]0;t\\x07b"
     assert safe("x\u202ey") == "x\\u202ey"  # a bidi override would reorder what the terminal shows

@@ -3,7 +3,9 @@
 The successor is written to a temporary file in the same folder (`.NAME.tmp-PID-XXXX`: hidden, and matched by
 the stale-temporary sweeps of checkpoints and manifests), flushed and fsynced, renamed onto the final name with
 os.replace (atomic on POSIX), and then the folder is fsynced so the rename itself survives a power cut. On any
-failure, Ctrl-C included, the temporary file is removed and the old file is untouched. Stdlib only: both
+failure, Ctrl-C included, the temporary file is removed and the old file is untouched. A path that names
+anything but a regular file (a device, a FIFO, a socket, a folder) is refused before anything is written
+(`refuse_special`): the rename would replace the node itself. Stdlib only: both
 mw-env's own interpreter and the trainer in the venv use it.
 
 Being the one writer makes it the one fault seam: `MW_ENV_FAULTS` (tests only, like a full disk that the
@@ -21,10 +23,11 @@ import fnmatch
 import json
 import os
 import secrets
+import stat
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, TextIO, cast
 
 _in_open = threading.local()
 
@@ -107,6 +110,79 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def node_kind(path: str | Path) -> str | None:
+    """What `path` names when that is not a regular file ("a character device", ...), or None: a regular
+    file, or nothing (a missing path or a dangling link is a file this writer may create). A link is
+    followed, as a write through it would be."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return None  # unreadable here (EACCES, ELOOP): the write itself says what is wrong
+    if stat.S_ISREG(mode):
+        return None
+    return next((words for test, words in _KINDS if test(mode)), "not a regular file")
+
+
+def refuse_special(path: str | Path) -> None:
+    """Refuse to write over anything but a regular file or nothing: renaming a temporary file over a
+    device, a FIFO or a socket would replace the node itself (as root, `--output /dev/full` replaced the
+    machine's own device), and a directory is never a file's name. InputError, exit 2; stdlib-only, so
+    the trainer's writes share it."""
+    kind = node_kind(path)
+    if kind is not None:
+        raise _refusal(path, kind)
+
+
+def _refusal(path: str | Path, kind: str) -> Exception:
+    from mw_env.errors import InputError
+
+    return InputError(
+        f"{path} is {kind}, not a regular file: mw-env writes only a new file or over a regular file, "
+        "and leaves the node as it is",
+        hint="name a file path that does not exist yet or is a regular file",
+    )
+
+
+def open_regular(
+    path: str | Path, flags: int = os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode: int = 0o666
+) -> int:
+    """`os.open` for the files written in place (a log appended to, a lock file): the same refusal as
+    `refuse_special`, and without the hang a FIFO would give (opened O_NONBLOCK, checked with fstat, then
+    set back to blocking). Returns the descriptor (close-on-exec)."""
+    refuse_special(path)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        # ENXIO: a FIFO or a socket with no reader; EISDIR: a folder. Made at the path since the check.
+        kind = node_kind(path) if exc.errno in (errno_mod.ENXIO, errno_mod.EISDIR) else None
+        if kind is not None:
+            raise _refusal(path, kind) from None
+        raise
+    st_mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(st_mode):
+        os.close(fd)
+        raise _refusal(path, next((w for test, w in _KINDS if test(st_mode)), "not a regular file"))
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_append(path: str | Path) -> TextIO:
+    """`open(path, "a")` through `open_regular`: a run's log or metrics, never a node's.
+    (Bytes: `os.fdopen(open_regular(path), "ab")`.)"""
+    return os.fdopen(open_regular(path), "a", encoding="utf-8", errors="replace")
+
+
 @contextlib.contextmanager
 def atomic_path(
     path: str | Path, *, mode: int | None = None, suffix: str = "", _faults: bool = True
@@ -117,6 +193,7 @@ def atomic_path(
     `suffix` keeps an extension some writers insist on (".onnx").
     """
     final = Path(path)
+    refuse_special(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(final, suffix)
     try:
@@ -127,6 +204,7 @@ def atomic_path(
         _fsync_file(tmp)
         if mode is not None:
             os.chmod(tmp, mode)
+        refuse_special(final)  # again at the commit: a node made at the path while the file was written
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):

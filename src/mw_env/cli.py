@@ -16,7 +16,7 @@ import sys
 import click
 
 from mw_env import __version__
-from mw_env.errors import EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError, os_error_in, os_fault
+from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError, os_error_in, os_fault
 from mw_env.textsafe import safe_message
 
 # name -> (module, attribute, one-line help). Order is the order of `mw-env --help`.
@@ -105,10 +105,29 @@ def _command_path(args: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI, turn MwEnvError into `error:`/`hint:` lines and an exit code."""
+    """Entry point: run the CLI, turn MwEnvError into `error:`/`hint:` lines and an exit code.
+
+    The standard streams are guarded first (mw_env.streams): a closed, full or broken stdout is exit 1
+    (said on stderr, except to a reader that left: EPIPE), a stderr that cannot be written is dropped."""
+    import errno
+
+    from mw_env.streams import StdoutLost, guard, say
     from mw_env.textsafe import tolerant_streams
 
     tolerant_streams()  # a locale that cannot encode ✓ or a corpus word: escaped, never a traceback
+    with guard():
+        try:
+            code = _run(argv)
+            sys.stdout.flush()  # here, where a full stdout is still ours to report, not at the exit
+            return code
+        except StdoutLost as exc:
+            if exc.cause.errno != errno.EPIPE:
+                say(f"error: {exc}")
+                say("hint: send the output to a file or a pipe that can take it (`> out.txt`)")
+            return EXIT_FAILED
+
+
+def _run(argv: list[str] | None) -> int:
     args, debug_flag = split_debug(list(sys.argv[1:] if argv is None else argv))
     debug = debug_flag or bool(os.environ.get("MW_ENV_DEBUG"))
     if debug_flag:

@@ -31,6 +31,11 @@ class InputError(MwEnvError):
     exit_code = EXIT_USAGE
 
 
+class VenvRefused(InputError):
+    """Bootstrap will not build in this venv (it would replace a working torch): exit 2 for a real run; a dry
+    run shows it as a warning, since it changes nothing."""
+
+
 class NothingToDo(MwEnvError):
     """What was asked is already done (a finished run started again): said as `note:`, exit 0."""
 

@@ -24,6 +24,7 @@ import re
 import shutil
 import stat as stat_mod
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,6 +102,8 @@ class Machine:
     root: Path = Path("/")
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     _meta: dict | None = field(default=None, repr=False)
+    # The doctor's areas read the fake meta from a dozen threads at once: one parses, the rest wait for it.
+    _meta_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -337,20 +340,29 @@ class Machine:
 
     # -- fake-root meta ---------------------------------------------------------------------------
     def _load_meta(self) -> dict:
-        if self._meta is None:
-            self._meta = {}
-            if not self.is_real:
-                text = self.read(FAKE_META)
-                if text:
-                    from mw_env.userfile import load_yaml
+        # Published whole, once: a placeholder set before the parse let a second thread read "nothing
+        # described" (no devices, the real /dev/shm) while the first was still parsing - under load, often.
+        meta = self._meta
+        if meta is not None:
+            return meta
+        with self._meta_lock:
+            if self._meta is None:
+                self._meta = self._parse_meta()
+            return self._meta
 
-                    try:
-                        loaded = load_yaml(text, source=FAKE_META)
-                    except InputError:
-                        loaded = None
-                    if isinstance(loaded, dict):
-                        self._meta = loaded
-        return self._meta
+    def _parse_meta(self) -> dict:
+        if self.is_real:
+            return {}
+        text = self.read(FAKE_META)
+        if not text:
+            return {}
+        from mw_env.userfile import load_yaml
+
+        try:
+            loaded = load_yaml(text, source=FAKE_META)
+        except InputError:
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
 
     def _meta_devices(self) -> dict[str, dict]:
         devices = self._load_meta().get("devices") or {}

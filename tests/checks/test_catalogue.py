@@ -182,6 +182,57 @@ def test_every_fix_placeholder_is_filled_by_some_check():
             assert f"{name}=" in src, f"placeholder {{{name}}} of {key} is never filled"
 
 
+def _named_fix_ids() -> dict[str, str]:
+    """Every fix id a check names: the literal first argument of `.fix(...)` / `.fix_for(...)`, or each
+    literal assigned to the name passed there (`fix_id = "a" if ... else "b"`), with where it is named."""
+    import ast
+
+    found: dict[str, str] = {}
+    for path in sorted((REPO / "src" / "mw_env").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            assigned: dict[str, list[ast.expr]] = {}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            assigned.setdefault(target.id, []).append(node.value)
+            for node in ast.walk(fn):
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("fix", "fix_for")
+                    and node.args
+                ):
+                    continue
+                arg = node.args[0]
+                exprs = assigned.get(arg.id, []) if isinstance(arg, ast.Name) else [arg]
+                for expr in exprs:
+                    for value in _literals(expr):
+                        found[value] = f"{path.relative_to(REPO)}:{node.lineno}"
+    return found
+
+
+def _literals(expr: object) -> list[str]:
+    """The strings an expression can be: a literal, or either branch of `a if cond else b`."""
+    import ast
+
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        return [expr.value]
+    if isinstance(expr, ast.IfExp):
+        return _literals(expr.body) + _literals(expr.orelse)
+    return []
+
+
+def test_every_fix_id_a_check_names_is_in_the_catalogue():
+    named = _named_fix_ids()
+    assert len(named) > 30  # the scan sees the checks' calls (a scan that finds nothing proves nothing)
+    missing = {fix_id: where for fix_id, where in named.items() if fix_id not in load_catalogue().fixes}
+    assert not missing, f"fix ids named by a check but missing from checks/catalogue.yaml: {missing}"
+
+
 def test_troubleshooting_doc_is_generated_from_the_catalogue():
     doc = (REPO / "docs" / "troubleshooting.md").read_text()
     assert doc == render_troubleshooting(), (

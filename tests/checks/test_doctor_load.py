@@ -56,8 +56,8 @@ def test_a_check_that_times_out_says_whether_the_machine_was_busy(tmp_path, monk
         released.set()
         return []
 
-    areas = tuple((a, stuck if a == "network" else fn, p) for a, fn, p in runner.AREA_CHECKS)
-    monkeypatch.setattr(runner, "AREA_CHECKS", areas)
+    areas = tuple(replace(a, check=stuck) if a.key == "network" else a for a in runner.AREAS)
+    monkeypatch.setattr(runner, "AREAS", areas)
     hw = replace(hardware(None, container="docker"), cpu=CpuInfo(cores=2))
     report = run_doctor(
         machine=_root_with_load(tmp_path, load1),

@@ -270,3 +270,39 @@ def test_sigterm_to_torchrun_itself(tmp_path: Path) -> None:
         outcome="stopped",
         resume="same command",
     )
+
+
+def test_sigint_to_mw_env_train_alone_interrupts_the_run(tmp_path: Path) -> None:
+    """Issue 30 #5: `kill -INT` of the `mw-env train` process alone (not its group) was swallowed: the trainer
+    ran to its last step and the command then said "interrupted", exit 130. Now it is passed on."""
+    run, hold, tag = tmp_path / "run", tmp_path / "go", new_tag()
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO / "src"),
+        "MW_ENV_TEST_TAG": tag,
+        "MW_ENV_TEST_HOLD": f"step-2:{hold}",
+    }
+    waiting = Path(f"{hold}.waiting")
+    argv = _argv(run, "single", "foreground")
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_until(lambda: waiting.exists() or proc.poll() is not None, timeout=TIMEOUT, what="step 2")
+        assert waiting.exists(), proc.communicate()
+        os.kill(proc.pid, signal.SIGINT)  # the process alone: the trainer gets it only if it is passed on
+        try:
+            out, err = proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            report = hang_report(tag)
+            raise AssertionError(f"no end {TIMEOUT}s after the signal:\n{report}") from None
+    finally:
+        proc.kill()
+        kill_tagged(tag)
+    text = out + err
+    assert proc.returncode == 130 and "interrupted" in text and "Traceback" not in text, text[-3000:]
+    steps = [e["step"] for e in _events(run) if e.get("event") == "step"]
+    assert max(steps, default=0) < 4 and not [e for e in _events(run) if e.get("event") == "finished"]
+    checkpoints_intact(run)
+    assert_none_left(tag, within=10.0)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from amdworld import build_world, profiles_dir
-from indexserver import serve
+from amdworld import BEHAVIOURS, TORCH_DEPS, build_world, profiles_dir
+from indexserver import AMD, Behaviour, serve
 from mw_env.provision.venvinfo import installed_version
 
 MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
@@ -23,9 +23,12 @@ MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
 def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("amd-world")
     w = build_world(base)
-    with serve(
-        {"multiarch": w.multiarch, "rocm714": w.rocm714, "lacking": w.rocm714_lacking, "pypi": w.pypi}
-    ) as srv:
+    roots = {"multiarch": w.multiarch, "rocm714": w.rocm714, "lacking": w.rocm714_lacking, "pypi": w.pypi}
+    # The same indexes failing the way real ones do: a copy of AMD's index given as --torch-index (read as an
+    # index that answers 404), a default index that wants credentials, one that fails with 500.
+    roots |= {"amdcopy": w.multiarch, "pypi401": w.pypi, "pypi500": w.pypi}
+    failing = {"amdcopy": AMD, "pypi401": Behaviour(status=401), "pypi500": Behaviour(status=500)}
+    with serve(roots, {**BEHAVIOURS, **failing}) as srv:
         profiles = profiles_dir(
             base / "profiles", {"multiarch": srv.url("multiarch"), "rocm714": srv.url("rocm714")}
         )
@@ -81,10 +84,20 @@ def test_dry_run_json_says_version_index_device_packages_size_and_the_override_d
     ]
     assert plan["download_bytes"] == sum(sizes) and plan["download_note"] == "stated by the index"
     assert plan["override"]["set"] is False and plan["env"] == {}
+    disk = plan["disk"]  # profiles/disk.py: one GPU's device package, the figure the doctor quotes too
+    assert disk["kind"] == "one-gpu" and disk["source"] == "amd-multiarch" and disk["need_bytes"] > 6 * 10**9
     assert f"ships native {gfx} kernels" in plan["override"]["reason"]
     cmd = next(s for s in plan["steps"] if s["id"] == "torch")["command"]
     assert f"torch[device-{gfx}]==2.14.0+rocm7.14.0" in cmd
-    assert cmd[cmd.index("--index") + 1] == srv.url("multiarch") and "first-index" in cmd
+    assert "--index" not in cmd and "first-index" in cmd  # the indexes are in the step's own uv.toml
+    assert cmd[cmd.index("--config-file") + 1] == str(tmp_path / "v" / "mw-env-torch-uv.toml")
+    amd, default = plan["indexes"]
+    assert amd["name"] == "amd-multiarch" and amd["url"] == srv.url("multiarch") and amd["role"] == "torch"
+    assert (
+        amd["ignore_error_codes"] == [403]
+        and "answers 403 for a project it does not hold" in amd["behaviour"]
+    )
+    assert default["url"] == srv.url("pypi") and default["role"] == "default"
     assert any(n.startswith("torch 2.14.0+rocm7.14.0: the newest +rocm7.14 release") for n in plan["notes"])
     assert f"amd-multiarch won: the newest torch (2.14) with native {gfx} kernels" in plan["reason"]
     assert "rocm7.14 has the same torch but installs every GPU's kernels" in plan["reason"]
@@ -134,6 +147,9 @@ def test_each_gpu_gets_a_native_source_only_its_device_package_and_never_a_place
     assert res.returncode == 0, res.stdout + res.stderr
     assert installed_version(venv, "torch") == "2.14.0+rocm7.14.0"
     assert installed_version(venv, f"amd-torch-device-{gfx}") == "2.14.0+rocm7.14.0"  # not PyPI's 99.0.0
+    # torch's own dependencies, which the AMD index answers 403 for, came from the default index.
+    assert all(installed_version(venv, dep) == "80.0.0" for dep in TORCH_DEPS)
+    assert "/multiarch/setuptools/" in world["srv"].requests  # asked first, answered 403, then the default
     others = [g for g in ("gfx942", "gfx1100", "gfx1103", "gfx1151") if g != gfx]
     assert all(installed_version(venv, f"amd-torch-device-{g}") is None for g in others)
     assert "HSA_OVERRIDE_GFX_VERSION" not in (venv / "mw-env.env").read_text()
@@ -177,6 +193,30 @@ def test_the_placeholder_would_win_without_the_index_first_rule(tmp_path, env, w
 
 
 @pytest.mark.slow
+def test_a_plain_index_option_stops_at_the_amd_indexs_403(tmp_path, env, world, uv_bin):
+    """The control: the same request with the AMD index as a plain --index (no ignore-error-codes) stops at the
+    403 it answers for setuptools, as uv does against repo.amd.com (LocalAI#10997)."""
+    venv = tmp_path / "plain"
+    subprocess.run(
+        [uv_bin, "venv", "--python", sys.executable, str(venv)], env=env, check=True, capture_output=True
+    )
+    srv = world["srv"]
+    argv = [
+        uv_bin,
+        "pip",
+        "install",
+        "--python",
+        str(venv / "bin" / "python"),
+        "--index",
+        srv.url("multiarch"),
+    ]
+    argv += ["--index-strategy", "first-index", "torch[device-gfx1103]==2.14.0+rocm7.14.0"]
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert res.returncode == 1 and "setuptools was not found" in res.stderr
+    assert f"An index ({srv.url('multiarch')}) returned a 403 Forbidden error" in res.stderr
+
+
+@pytest.mark.slow
 def test_a_wheel_whose_arch_list_contradicts_the_table_wins_and_the_doctor_shows_it(
     tmp_path, env, world, indexes
 ):
@@ -210,3 +250,33 @@ def test_a_wheel_whose_arch_list_contradicts_the_table_wins_and_the_doctor_shows
     checks = {c["id"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["torch.archs"]["status"] == "warn"
     assert "the installed wheel carries no gfx1103" in checks["torch.archs"]["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("where", "status", "needle"),
+    [
+        ("amdcopy", "403", "answers 403 for a project it does not hold"),
+        ("pypi401", "401", "wants credentials"),
+        ("pypi500", "500", "the server (or a proxy in between) is failing"),
+    ],
+)
+def test_a_torch_install_stopped_by_an_index_names_the_index_the_project_and_the_status(
+    tmp_path, env, world, indexes, where, status, needle
+):
+    srv = world["srv"]
+    env = {**env, "UV_HTTP_RETRIES": "0"}  # uv retries a 500 three times with back-off: one answer is enough
+    extra: tuple[str, ...] = ()
+    if where == "amdcopy":
+        extra = ("--torch-index", srv.url("amdcopy"))
+    else:
+        env |= {"UV_DEFAULT_INDEX": srv.url(where), "PIP_INDEX_URL": srv.url(where)}
+    venv = tmp_path / "v"
+    res = _bootstrap(env, world, "incus-780m", venv, *extra, project=indexes.project)
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 1, out
+    assert "error: step torch:" in out and "Traceback" not in out
+    # uv asks for torch's dependencies side by side: whichever answer came first is the one named.
+    assert any(f"{srv.url(where)}) answered HTTP {status} for {dep}" in out for dep in TORCH_DEPS), out
+    assert "hint:" in out and needle in out and "no torch of this build matches" not in out
+    assert not (venv / "mw-env.json").exists()

@@ -309,7 +309,7 @@ ev("finished", step=5, reason="max_steps")
 
 
 def test_cgroup_oom_kill_counter(tmp_path):
-    from mw_env.runs.supervise import cgroup_oom_kills
+    from mw_env.runs.procinfo import cgroup_oom_kills
 
     proc, cg = tmp_path / "proc", tmp_path / "cgroup"
     (proc / "self").mkdir(parents=True)

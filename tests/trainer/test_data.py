@@ -9,7 +9,7 @@ import pytest
 
 from mw_env.errors import InputError
 from mw_env.trainer.data import BUNDLED, IGNORE, ByteTokenizer, encode_row, open_corpus
-from mw_env.trainer.metrics import entity_prf, spans
+from mw_env.trainer.scoring import Tally, spans
 from mw_env.trainspec.config import resolve_config
 from mw_env.trainspec.synthetic import FORMATS, generate_row
 
@@ -68,9 +68,14 @@ def test_byte_tokenizer_labels_first_subtoken() -> None:
 
 def test_entity_spans_and_f1() -> None:
     assert spans(["B-street", "I-street", "O", "I-locality"]) == {(0, 2, "street"), (3, 4, "locality")}
-    gold = [["B-street", "I-street", "B-postcode"]]
-    assert entity_prf(gold, gold) == (1.0, 1.0, 1.0)
-    p, r, f1 = entity_prf(gold, [["B-street", "O", "B-postcode"]])
+    assert spans(["B-street", "I-street", "O", "I-locality"], "strict") == {(0, 2, "street")}
+    gold = ["B-street", "I-street", "B-postcode"]
+    same = Tally()
+    same.add(gold, gold)
+    assert same.prf("conlleval") == same.prf("strict") == (1.0, 1.0, 1.0)
+    half = Tally()
+    half.add(gold, ["B-street", "O", "B-postcode"])
+    p, r, f1 = half.prf("conlleval")
     assert (p, r) == (0.5, 0.5) and f1 == 0.5
 
 

@@ -127,6 +127,9 @@ def test_sharded_evaluation_equals_one_process(tmp_path: Path) -> None:
     assert summed.loss == pytest.approx(whole.loss, rel=1e-9)  # a float sum in another order
     a, b = summed.result(samples), whole.result(samples)
     assert (a.entity_f1, a.token_acc, a.rows) == (b.entity_f1, b.token_acc, b.rows)
+    strict = whole.result(samples, "strict")
+    assert (strict.f1_mode, strict.entity_f1) == ("strict", b.entity_f1_strict)
+    assert b.f1_mode == "conlleval" and b.entity_f1 == b.entity_f1_conlleval
     assert parts[0][1] == samples  # rank 0 prints the same samples
 
 

@@ -82,6 +82,9 @@ def test_smoke_config_trains_and_loss_falls(tmp_path: Path, monkeypatch: pytest.
     evals = events(out, "eval")
     assert [e["step"] for e in evals] == [10, 20]
     assert all(0.0 <= e["entity_f1"] <= 1.0 and 0.0 <= e["token_acc"] <= 1.0 for e in evals)
+    # The F1 shown is named (runtime.f1_mode, conlleval by default) and both modes are logged.
+    assert all(e["f1_mode"] == "conlleval" and e["entity_f1"] == e["entity_f1_conlleval"] for e in evals)
+    assert all(0.0 <= e["entity_f1_strict"] <= 1.0 for e in evals)
     assert evals[-1]["samples"] and "[" in evals[-1]["samples"][0]  # held-out addresses as tagged
     assert any(line.startswith("    [") or line.startswith("    ") for line in said)
     step = events(out, "step")[0]

@@ -126,8 +126,8 @@ class _Page(HTMLParser):
 
 def test_report_contents(tmp_path: Path) -> None:
     md = _fake_run(tmp_path).read_text()
-    assert "- Finished: step 5 (max_steps)" in md and "entity F1 0.4000" in md
-    assert "- Best entity F1: 0.4000 (step 4)" in md and "- Skipped steps (non-finite): 1" in md
+    assert "- Finished: step 5 (max_steps)" in md and "entity F1 (conlleval) 0.4000" in md
+    assert "- Best entity F1 (conlleval): 0.4000 (step 4)" in md and "- Skipped steps (non-finite): 1" in md
     assert "| optim.lr | `0.001` | --set |" in md and "- Doctor: ok" in md
     assert "| model.d_model | `32` | file:smoke.yaml (shipped) |" in md
     assert "[12]house_number" in md and "| B-street | 10 | 2 |" in md
@@ -174,7 +174,7 @@ def test_figures_are_matplotlibs_with_axes_and_the_eval_metrics(tmp_path: Path) 
         "entity F1",
         "entity precision",
         "entity recall",
-        "token accuracy",
+        "word accuracy",
         "optimizer step",
         "learning rate",
         "clip at 1",

@@ -247,3 +247,30 @@ def test_explicit_resume_path(reference: dict[int, Path], tmp_path: Path) -> Non
     pinned.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="unreadable"):
         train(resolved=tiny_config(tmp_path / "other", *EXTRA), resume=pinned, echo=lambda _m: None)
+
+
+def test_a_resume_under_a_changed_max_steps_runs_its_first_step_at_the_rate_the_warning_names(
+    reference: dict[int, Path], tmp_path: Path
+) -> None:
+    """Issue 30 #11: the checkpoint's optimizer held the old schedule's rate, so the first resumed step ran
+    at it and the new schedule began a step after the warning said."""
+    import shutil
+
+    from mw_env.trainer.loop import train
+    from mw_env.trainspec.schedule import lr_factor
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    pinned = tmp_path / "pinned.pt"
+    shutil.copy(reference[1] / "checkpoints" / "step-000000004.pt", pinned)
+    resolved = tiny_config(run, *EXTRA, "runtime.max_steps=12", "optim.lr=2e-3")
+    said: list[str] = []
+    train(resolved=resolved, resume=pinned, echo=said.append)
+    (warning,) = [s for s in said if "the schedule changed" in s]
+    o = resolved.config.optim
+    expected = {step: o.lr * lr_factor(step - 1, o, 12) for step in range(5, 13)}
+    assert (
+        "runtime.max_steps 8 -> 12" in warning and f"learning rate for step 5 is {expected[5]:.3g}" in warning
+    )
+    logged = {e["step"]: e["lr"] for e in events(run, "step")}
+    assert {s: logged[s] for s in expected} == pytest.approx(expected, rel=1e-12)

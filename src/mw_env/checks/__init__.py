@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mw_env.checks.model import AREAS, CheckResult, DoctorReport
+from mw_env.checks.model import CheckResult, DoctorReport
 
 if TYPE_CHECKING:
-    from mw_env.checks.runner import run_doctor
+    from mw_env.checks.runner import AREAS, run_doctor
 
 __all__ = ["AREAS", "CheckResult", "DoctorReport", "run_doctor"]
 
 
 def __getattr__(name: str) -> Any:
     # The runner imports every check module; load it only when a doctor actually runs.
-    if name == "run_doctor":
-        from mw_env.checks.runner import run_doctor
+    if name in ("run_doctor", "AREAS"):
+        from mw_env.checks import runner
 
-        return run_doctor
+        return getattr(runner, name)
     raise AttributeError(name)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from mw_env.errors import InputError
 
 if TYPE_CHECKING:
+    from mw_env.checks.gpuadvice import Advice
     from mw_env.profiles.model import Profile
 
 CATALOGUE_FILE = Path(__file__).with_name("catalogue.yaml")
@@ -100,11 +101,15 @@ class Catalogue:
 
     def scan(self, text: str) -> list[Hit]:
         """Every line of `text` that matches a known message, first entry wins per line."""
+        lines = text.splitlines()
+        return self.scan_lines(lines, self.candidates(lines))
+
+    def candidates(self, lines: Sequence[str]) -> list[int]:
+        """The indexes of the lines that can match an entry (the one prefilter: `scan`, and the run-log
+        scanner of `train status`, try only these entry by entry; see screen.py): a long log in a blink."""
         from mw_env.checks.screen import candidate_lines
 
-        lines = text.splitlines()
-        # Only lines that can match are tried entry by entry (see screen.py): a long log in a blink.
-        return self.scan_lines(lines, candidate_lines(lines, [m.pattern for m in self.messages]))
+        return candidate_lines(lines, [m.pattern for m in self.messages]) if lines else []
 
     def scan_lines(self, lines: Sequence[str], indexes: Iterable[int] | None = None) -> list[Hit]:
         """The per-line match of `scan` over `indexes` (every line when None): the exact definition."""
@@ -121,6 +126,25 @@ class Catalogue:
         if not _screen(tuple(m.pattern for m in self.messages)).search(line):
             return None  # the common case, one regex call for the whole catalogue
         return next((m for m in self.messages if m.regex.search(line)), None)
+
+    def advised(self, advice: Advice) -> Catalogue:
+        """Every message with its GPU placeholders filled (checks/gpuadvice.py): the advice of the moment."""
+        from dataclasses import replace
+
+        from mw_env.checks.gpuadvice import fill
+
+        return Catalogue(
+            messages=tuple(
+                replace(
+                    m,
+                    cause=fill(m.cause, advice),
+                    fix=fill(m.fix, advice),
+                    doctor_fix=fill(m.doctor_fix, advice),
+                )
+                for m in self.messages
+            ),
+            fixes=self.fixes,
+        )
 
     def extended(self, extra: Iterable[Message]) -> Catalogue:
         """Profile entries first, so a profile can re-classify a shipped message."""
@@ -251,8 +275,24 @@ def profile_messages(profile: Profile) -> list[Message]:
     return out
 
 
-def load_catalogue(*, profile: Profile | None = None, extra_files: Sequence[Path] = ()) -> Catalogue:
-    """The shipped catalogue, extended by extra YAML files and the profile's entries."""
+@lru_cache(maxsize=1)
+def general_advice() -> Advice:
+    """The GPU advice of the shipped profiles, for every GPU they name (a log read away from its machine)."""
+    from mw_env.checks.gpuadvice import general
+    from mw_env.profiles.loader import load_profiles
+
+    return general(load_profiles(env={}))
+
+
+def load_catalogue(
+    *, profile: Profile | None = None, extra_files: Sequence[Path] = (), advice: Advice | None = None
+) -> Catalogue:
+    """The shipped catalogue, extended by extra YAML files and the profile's entries, its GPU advice derived
+    from the profiles (`advice`: this machine's, from checks.gpuadvice.for_machine; default: every GPU's)."""
+    return _load(profile, tuple(extra_files)).advised(advice or general_advice())
+
+
+def _load(profile: Profile | None, extra_files: Sequence[Path]) -> Catalogue:
     cat = _load_file(str(CATALOGUE_FILE))
     for path in extra_files:
         cat = cat.extended(_load_file(str(path)).messages)
@@ -275,7 +315,10 @@ def render_troubleshooting(cat: Catalogue | None = None) -> str:
         "Generated from `src/mw_env/checks/catalogue.yaml` by `python -m mw_env.checks.catalogue` (a test keeps",
         "this page and the catalogue in step). `mw-env doctor` reports these findings for your machine;",
         "`mw-env doctor --explain train.log` finds the known messages in a log and prints their cause and fix.",
-        "Text in `{braces}` is filled in by the doctor for your machine.",
+        "Text in `{braces}` is filled in by the doctor for your machine. The GPU advice (which torch source",
+        "carries a GPU's kernels, when HSA_OVERRIDE_GFX_VERSION applies) is derived from the profiles' source",
+        "tables when it is printed: here for every GPU they name; on the machine, `mw-env doctor --explain LOG",
+        "--venv V` gives it for that GPU and that venv (the source it was built from, its wheel's archs).",
         "",
         "## Known messages",
         "",

@@ -262,8 +262,10 @@ def host_lines(ctx: DoctorContext) -> list[str]:
         kind if kind in ("incus", "docker", "podman", "kubernetes") else ("incus" if kind == "lxc" else None)
     )
     render_gid = next((gid for gid, group in ctx.machine.groups().items() if group == "render"), None)
+    from mw_env.host_fallback import fallback_lines
+
     if runtime is None:  # an unknown container or none: host_commands would assume incus
-        return _fallback_host_lines(kind, name, ctx.vendor, render_gid)
+        return fallback_lines(kind, name, ctx.vendor, render_gid)
     from mw_env.host import host_commands
 
     try:
@@ -277,41 +279,7 @@ def host_lines(ctx: DoctorContext) -> list[str]:
             )
         )
     except MwEnvError:  # e.g. the container's name is not visible from inside: still say what to run
-        return _fallback_host_lines(kind, name, ctx.vendor, render_gid)
-
-
-def _fallback_host_lines(
-    kind: str, name: str | None, vendor: str | None, render_gid: int | None = None
-) -> list[str]:
-    c = (
-        name or "<container>"
-    )  # only when the name cannot be seen from inside: `incus list` on the host shows it
-    gid = str(render_gid) if render_gid is not None else f"<render gid in {c}>"
-    if kind == "kubernetes":
-        resource = "nvidia.com/gpu" if vendor == "nvidia" else "amd.com/gpu"
-        plugin = "the NVIDIA device plugin" if vendor == "nvidia" else "the ROCm k8s-device-plugin"
-        lines = [f"pod spec: resources.limits: {{{resource}: 1}} (needs {plugin} on the node)"]
-        if vendor != "nvidia":
-            lines.append("pod spec: securityContext.supplementalGroups: [<render gid on the node>]")
-        return lines
-    if vendor == "nvidia":
-        if kind in ("incus", "lxc"):
-            return [
-                f"incus config device add {c} gpu0 gpu gputype=physical",
-                f"incus config set {c} nvidia.runtime=true",
-            ]
-        docker = "docker run --gpus all --ipc=host ..."
-        podman = "podman run --device nvidia.com/gpu=all --ipc=host ..."
-        return [docker] if kind == "docker" else [podman] if kind == "podman" else [docker, podman]
-    if kind in ("incus", "lxc"):
-        return [
-            f"incus config device add {c} gpu0 gpu gputype=physical gid={gid}",
-            f"incus config device add {c} kfd unix-char source=/dev/kfd path=/dev/kfd gid={gid}",
-        ]
-    group = '--group-add video --group-add "$(getent group render | cut -d: -f3)"'
-    if kind == "podman":
-        return ["podman run --device /dev/kfd --device /dev/dri --group-add keep-groups --ipc=host ..."]
-    return [f"docker run --device /dev/kfd --device /dev/dri {group} --ipc=host ..."]
+        return fallback_lines(kind, name, ctx.vendor, render_gid)
 
 
 def human_bytes(n: float | None) -> str:

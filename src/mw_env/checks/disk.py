@@ -6,10 +6,9 @@ import os
 
 from mw_env.checks.context import GIB, DoctorContext, human_bytes
 from mw_env.checks.model import CheckResult, result
+from mw_env.profiles.disk import disk_need
 
 AREA = "disk"
-# A ROCm torch is ~6 GB installed, CUDA ~5 GB; a CPU one ~1 GB. Checkpoints come on top.
-NEED = {"rocm": 10 * GIB, "cuda": 10 * GIB, "cpu": 3 * GIB}
 CRITICAL = 1 * GIB
 
 
@@ -23,12 +22,15 @@ def check_disk(ctx: DoctorContext) -> list[CheckResult]:
     if du is None:
         return [result("disk.free", AREA, title, "skip", f"cannot stat {path}")]
     installed = ctx.python.exists() and os.path.isdir(ctx.venv / "lib")
-    need = CRITICAL * 2 if installed else NEED.get(ctx.selection.torch.build, 3 * GIB)
-    detail = f"{human_bytes(du.free)} free of {human_bytes(du.total)} at {path}"
-    if du.free < min(need, CRITICAL):
-        cause, fix = ctx.fix("disk.low", path=path, free=human_bytes(du.free))
-        return [result("disk.free", AREA, title, "fail", cause, fix)]
+    # The same figure bootstrap's preflight quotes for this source (profiles/disk.py); with torch installed,
+    # room for checkpoints and caches.
+    fresh = disk_need(ctx.selection.torch)
+    need = CRITICAL * 2 if installed else fresh.need_bytes
+    needs = f"~{need / GIB:.1f} GiB for checkpoints and caches" if installed else fresh.text
+    detail = f"{human_bytes(du.free)} free of {human_bytes(du.total)} at {path}; a torch install needs {fresh.text}"
     if du.free < need:
-        cause, fix = ctx.fix("disk.low", path=path, free=human_bytes(du.free))
-        return [result("disk.free", AREA, title, "warn", cause, fix)]
+        cause, fix = ctx.fix("disk.low", path=path, free=human_bytes(du.free), need=needs)
+        return [
+            result("disk.free", AREA, title, "fail" if du.free < min(need, CRITICAL) else "warn", cause, fix)
+        ]
     return [result("disk.free", AREA, title, "pass", detail)]

@@ -11,29 +11,13 @@ from typing import Any, Literal
 CheckStatus = Literal["pass", "warn", "fail", "skip"]
 STATUSES: tuple[CheckStatus, ...] = ("pass", "warn", "fail", "skip")
 
-# Areas in report order: the first failure explains the later ones (no device node -> no GPU in torch).
-AREAS: dict[str, str] = {
-    "devices": "Device nodes",
-    "venv": "Training venv",
-    "torch": "PyTorch build",
-    "versions": "Runtime versions",
-    "arch": "GPU architecture",
-    "ipc": "Shared memory and confinement",
-    "apu": "Kernel, memory and caches",
-    "device": "GPU as torch sees it",
-    "probe": "Compute probe",
-    "messages": "Known messages",
-    "network": "Network",
-    "disk": "Disk",
-}
-
 
 @dataclass(frozen=True)
 class CheckResult:
     """One finding: what was checked, how it went, and (for warn/fail) how to fix it."""
 
     id: str  # "devices.kfd", "torch.build", "probe.matmul.bf16"
-    area: str  # a key of AREAS
+    area: str  # an area's key (checks/runner.py AREAS)
     title: str
     status: CheckStatus
     detail: str = ""
@@ -105,3 +89,14 @@ def result(
 ) -> CheckResult:
     """Shorthand used by the check modules."""
     return CheckResult(id=id, area=area, title=title, status=status, detail=detail, fix=fix, info=tuple(info))
+
+
+def doctor_warnings(report: object) -> list[str]:
+    """`id: title - detail` of each warning in a doctor's JSON report (a run's console line, report and card
+    say them: a venv that drifted from its lock is not "ok")."""
+    checks = report.get("checks") if isinstance(report, dict) else None
+    return [
+        f"{c.get('id')}: {c.get('title')} - {c.get('detail')}"
+        for c in checks or ()
+        if isinstance(c, dict) and c.get("status") == "warn"
+    ]

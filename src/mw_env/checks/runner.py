@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from mw_env.checks import (
     apu,
@@ -26,10 +27,11 @@ from mw_env.checks import (
     venv,
     versions,
 )
-from mw_env.checks.catalogue import load_catalogue
+from mw_env.checks.catalogue import general_advice, load_catalogue
 from mw_env.checks.context import Background, DoctorContext
+from mw_env.checks.gpuadvice import for_machine
 from mw_env.checks.load import read_load, timeout_verdict
-from mw_env.checks.model import AREAS, CheckResult, DoctorReport, result
+from mw_env.checks.model import CheckResult, DoctorReport, result
 from mw_env.checks.probe import kill_active
 from mw_env.errors import MwEnvError
 
@@ -40,22 +42,45 @@ if TYPE_CHECKING:
     from mw_env.provision.record import VenvRecord
 
 AreaFn = Callable[[DoctorContext], list[CheckResult]]
-# (area, function, what it waits for: "" nothing, "static" the venv inspection, "probe" the full probe).
-# Order here is report order (model.AREAS).
-AREA_CHECKS: tuple[tuple[str, AreaFn, str], ...] = (
-    ("devices", devices.check_devices, ""),
-    ("venv", venv.check_venv, "static"),
-    ("torch", torch_build.check_torch, "probe"),
-    ("versions", versions.check_versions, "probe"),
-    ("arch", arch.check_arch, "probe"),
-    ("ipc", ipc.check_ipc, "probe"),  # the probe's GPU allocation tells a real IPC/SELinux block from a risk
-    ("apu", apu.check_apu, ""),
-    ("device", device.check_device, "probe"),
-    ("probe", compute.check_compute, "probe"),
-    ("messages", messages.check_messages, "probe"),
-    ("network", network.check_network, ""),
-    ("disk", disk.check_disk, ""),
+Needs = Literal["", "static", "probe"]
+
+
+@dataclass(frozen=True)
+class Area:
+    """One area of the report: its key (the check module's AREA, each result's `area`), its title, the
+    function that checks it, and what it waits for: "" nothing, "static" the venv inspection, "probe" the
+    full probe (its deadline follows from that)."""
+
+    key: str
+    title: str
+    check: AreaFn
+    needs: Needs = ""
+
+
+# The doctor's areas, in report order: the first failure explains the later ones (no device node -> no GPU
+# in torch). The one table of them: the renderer's titles and the runner's order both come from here.
+AREAS: tuple[Area, ...] = (
+    Area(devices.AREA, "Device nodes", devices.check_devices),
+    Area(venv.AREA, "Training venv", venv.check_venv, "static"),
+    Area(torch_build.AREA, "PyTorch build", torch_build.check_torch, "probe"),
+    Area(versions.AREA, "Runtime versions", versions.check_versions, "probe"),
+    Area(arch.AREA, "GPU architecture", arch.check_arch, "probe"),
+    # The probe's GPU allocation tells a real IPC/SELinux block from a risk.
+    Area(ipc.AREA, "Shared memory and confinement", ipc.check_ipc, "probe"),
+    Area(apu.AREA, "Kernel, memory and caches", apu.check_apu),
+    Area(device.AREA, "GPU as torch sees it", device.check_device, "probe"),
+    Area(compute.AREA, "Compute probe", compute.check_compute, "probe"),
+    Area(messages.AREA, "Known messages", messages.check_messages, "probe"),
+    Area(network.AREA, "Network", network.check_network),
+    Area(disk.AREA, "Disk", disk.check_disk),
 )
+
+
+def area_title(key: str) -> str:
+    """The report title of an area (the key itself for one not in the table)."""
+    return next((a.title for a in AREAS if a.key == key), key)
+
+
 # The venv record as read once per command: (record or None, the reason it could not be read).
 RecordRead = tuple["VenvRecord | None", "str | None"]
 CHECK_TIMEOUT = 10.0
@@ -95,7 +120,10 @@ def run_doctor(
         hardware=hardware,
         selection=selection,
         venv=venv,
-        catalogue=load_catalogue(profile=selection.profile),
+        catalogue=load_catalogue(
+            profile=selection.profile,
+            advice=for_machine(selection, general_advice(), venv_record, str(venv)),
+        ),
         quick=quick,
         probe_timeout=probe_timeout,
         network=(not quick and machine.is_real) if network is None else network,
@@ -115,12 +143,13 @@ def _run(
 ) -> DoctorReport:
     ctx.start_background()
     running = []
-    for area, fn, needs in AREA_CHECKS:
-        job: Background[tuple[list[CheckResult], float]] = Background(_timed(fn, ctx))
-        running.append((area, job, needs))
+    for area in AREAS:
+        job: Background[tuple[list[CheckResult], float]] = Background(_timed(area.check, ctx))
+        running.append((area, job))
         job.start()
     checks: list[CheckResult] = []
-    for area, job, needs in running:
+    for area, job in running:
+        needs = area.needs
         # Every area started at `start`; deadlines count from there, so timeouts do not add up.
         # The static inspection and the probe run side by side, so waiting on the probe covers both.
         if needs == "probe" and not quick:
@@ -136,14 +165,14 @@ def _run(
             # A busy machine and a hung device both end here: the load and the probe's progress tell which.
             load = read_load(ctx.machine, ctx.hardware.cpu.cores or os.cpu_count() or 1)
             detail, fix = timeout_verdict(limit, load, ctx.probe_progress() if needs == "probe" else None)
-            checks.append(result(f"{area}.timeout", area, AREAS[area], "fail", detail, fix))
+            checks.append(result(f"{area.key}.timeout", area.key, area.title, "fail", detail, fix))
             continue
         except Exception as exc:
             checks.append(
                 result(
-                    f"{area}.crashed",
-                    area,
-                    AREAS[area],
+                    f"{area.key}.crashed",
+                    area.key,
+                    area.title,
                     "fail",
                     f"check crashed: {type(exc).__name__}: {exc}",
                     "This is a bug in mw-env's doctor; please report it with `mw-env doctor -v --json`.",

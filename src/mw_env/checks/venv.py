@@ -8,6 +8,8 @@ from pathlib import Path
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 from mw_env.checks.probe import ProbeResult
+from mw_env.errors import InputError
+from mw_env.provision.venvinfo import read_pyvenv_cfg
 
 AREA = "venv"
 
@@ -35,6 +37,14 @@ def check_venv(ctx: DoctorContext) -> list[CheckResult]:
         cause, fix = ctx.fix("venv.not_a_venv", venv=venv)
         return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
     out = [result("venv.exists", AREA, "venv exists", "pass", str(venv))]
+    try:
+        read_pyvenv_cfg(venv)  # not UTF-8: the python dies in site.py; say why, not its traceback's last line
+    except InputError as exc:
+        cause, fix = ctx.fix(
+            "venv.python_broken", python=py, error=exc.message, bootstrap=ctx.bootstrap_command(recreate=True)
+        )
+        out.append(result("venv.python", AREA, "venv python runs", "fail", cause, fix))
+        return out
     static = ctx.static()
     if static is None or static.error or static.timed_out or static.stage("static") is None:
         cause, fix = ctx.fix(

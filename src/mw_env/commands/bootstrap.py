@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
-from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, VenvRefused
 from mw_env.textsafe import redact, safe, safe_message
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def _venv_option(verb: str) -> Any:
         "--venv",
         type=click.Path(path_type=Path),  # a file here is refused by the planner with error:/hint:
         default=None,
-        help=f"The venv to {verb} (default: $MW_ENV_VENV or ~/training-venv).",
+        help=f"The venv to {verb} (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
     )
 
 
@@ -178,6 +178,12 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from mw_env.envlock.match import target_of
 
     options = args.options(resolved.machine.env, lock, target_of(sel))
+    if args.venv is None:
+        from mw_env.provision.record import venv_note
+
+        note = venv_note(resolved.machine.env)
+        if note:
+            out.print(f"note: {note}", markup=False)
 
     torch = sel.torch
     if lock is not None:
@@ -207,7 +213,18 @@ def _bootstrap(args: BootstrapArgs) -> int:
             ),
         )
 
-    the_plan = plan_for(options)
+    try:
+        the_plan = plan_for(options)
+    except VenvRefused as exc:
+        if not dry_run:
+            raise
+        # A dry run changes nothing, so a venv a real run would refuse is a warning here, exit 0: the plan
+        # shown is what `--recreate` would do (a new venv built beside it, swapped in only when complete).
+        refused = (
+            f"a real run would refuse: {exc.message} (hint: {exc.hint}); below: what --recreate would do"
+        )
+        the_plan = plan_for(replace(options, recreate=True))
+        the_plan = replace(the_plan, warnings=(refused, *the_plan.warnings))
     if the_plan.adoptable is not None and not dry_run:
         cand = the_plan.adoptable
         question = (
@@ -222,7 +239,9 @@ def _bootstrap(args: BootstrapArgs) -> int:
         if as_json:
             echo_json(the_plan.to_dict())
         else:
-            _print_plan(out, the_plan, sel)
+            from mw_env.commands.bootstrap_view import print_plan
+
+            print_plan(out, the_plan, sel)
         return 0
 
     from mw_env.provision.execute import execute
@@ -263,6 +282,10 @@ def _bootstrap(args: BootstrapArgs) -> int:
             out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}", soft_wrap=True)
         out.print(f"state kept: re-run to resume at '{result.failed_step}' ({result.total_s:.1f}s)")
         return err.exit_code if err else EXIT_FAILED
+    from mw_env.provision.record import remember_venv
+
+    # Commands run later without --venv use this venv (and say so), not some older ~/training-venv.
+    remember_venv(the_plan.venv, resolved.machine.env)
     verb = "ready" if result.changed else "already complete, nothing changed"
     out.print(f"[green]{the_plan.venv} {verb}[/] (torch {result.torch_version}) in {result.total_s:.1f}s")
     from rich.markup import escape
@@ -297,73 +320,6 @@ def _render_doctor(report: Any) -> None:
     from mw_env.commands.doctor import render_report
 
     render_report(report, verbose=False)
-
-
-def _print_plan(out: Any, the_plan: Any, sel: Any) -> None:
-    import shlex
-
-    out.print(f"[bold]profile[/] {the_plan.profile}: {sel.reason}")
-    out.print(
-        f"[bold]venv[/] {the_plan.venv}"
-        + (f" (built at {the_plan.build_venv})" if the_plan.build_venv != the_plan.venv else "")
-    )
-    if the_plan.python:
-        out.print(f"[bold]python[/] {the_plan.python.version} ({the_plan.python.path})")
-    if the_plan.lock is not None:
-        from rich.markup import escape as esc
-
-        from mw_env.envlock.rebuild import describe
-
-        lock = the_plan.lock
-        out.print(
-            f"[bold]lock[/] {esc(redact(lock.source))}: {describe(lock)}, made for {esc(lock.meta.hardware())}",
-            soft_wrap=True,
-        )
-    elif the_plan.torch:
-        out.print(
-            f"[bold]torch[/] {the_plan.torch.requirement} from {the_plan.torch.origin} "
-            f"{redact(the_plan.torch.location or '')}"
-            + (f" (source {the_plan.torch_source})" if the_plan.torch_source else "")
-        )
-    from rich.markup import escape
-
-    data = the_plan.to_dict()
-    if data["device_packages"] or data["torch_extras"]:
-        size = data["download_bytes"]
-        shown = f"{size / 1e9:.2f} GB ({data['download_note']})" if size else (data["download_note"] or "")
-        out.print(
-            f"[bold]GPU kernels[/] {escape(', '.join(data['device_packages']) or 'every GPU (device-all)')}"
-            + (f"; download {shown}" if shown else ""),
-            soft_wrap=True,
-        )
-    if data["override"]:
-        o = data["override"]
-        value = f"HSA_OVERRIDE_GFX_VERSION={o['value']}" if o["set"] else "no HSA_OVERRIDE_GFX_VERSION"
-        out.print(
-            f"[bold]override[/] {value}: {escape(o['reason'] or '')} (decided by {o['decided_by']})",
-            soft_wrap=True,
-        )
-    env_line = " ".join(f"{k}={v}" for k, v in the_plan.runtime_env.items()) or "(none)"
-    out.print(f"[bold]env[/] {escape(env_line)}")
-    for w in the_plan.warnings:
-        out.print(f"[yellow]warning:[/] {w}")
-    for n in the_plan.notes:
-        out.print(f"note: {n}", soft_wrap=True, markup=False)
-    if the_plan.adoptable is not None:
-        cand = the_plan.adoptable
-        out.print(
-            f"[yellow]note:[/] {cand.python.path} already holds torch {cand.version} ({cand.build}): "
-            "--adopt-torch reuses it instead of downloading"
-        )
-    if the_plan.problem:
-        out.print(f"[red]problem:[/] {escape(safe_message(the_plan.problem.message))}", soft_wrap=True)
-        if the_plan.problem.hint:
-            out.print(f"[yellow]hint:[/] {escape(safe_message(the_plan.problem.hint))}", soft_wrap=True)
-    for i, step in enumerate(the_plan.steps, 1):
-        mark = "[green]done[/]" if step.done else "[yellow]todo[/]"
-        out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")
-        if step.command:
-            out.print(f"      $ {redact(shlex.join(step.command))}", soft_wrap=True, markup=False)
 
 
 class _RichEvents:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
-from mw_env.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, InputError, MwEnvError
+from mw_env.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, MwEnvError
 from mw_env.textsafe import safe, safe_message
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def render_report(report: DoctorReport, *, verbose: bool) -> None:
     """Print the report: one line per check grouped by area, fixes under warn/fail, a summary line."""
     from rich.markup import escape
 
-    from mw_env.checks.model import AREAS
+    from mw_env.checks.runner import area_title
 
     con = _console()
     con.print(f"Doctor summary for profile [bold]{escape(report.profile)}[/] (venv {escape(report.venv)}):")
@@ -53,7 +54,7 @@ def render_report(report: DoctorReport, *, verbose: bool) -> None:
         # One area's checks come from one function, so they share its duration: shown once, on the area.
         took = f" [bright_black]({_ms(max(c.duration_s for c in checks))})[/]" if verbose else ""
         summary = f" ({escape(_probe_summary(report))})" if area == "probe" and _probe_summary(report) else ""
-        con.print(f"[{colour}][{mark}][/] {escape(AREAS.get(area, area))}{summary}{took}")
+        con.print(f"[{colour}][{mark}][/] {escape(area_title(area))}{summary}{took}")
         for c in checks:
             # flutter's [☠]: a check that crashed is a failure of the doctor, not of the machine.
             cmark, ccolour = ("☠", "red") if c.id.endswith(".crashed") else MARKS[c.status]
@@ -162,27 +163,45 @@ def read_log(path: str) -> tuple[str, str, str | None]:
 
 
 def _explain(
-    path: str, *, as_json: bool, profile: str | None, profiles_dirs: tuple[str, ...], root: str | None
+    path: str,
+    *,
+    as_json: bool,
+    profile: str | None,
+    profiles_dirs: tuple[str, ...],
+    root: str | None,
+    gpu: int | None = None,
+    source: str | None = None,
+    venv: str | None = None,
 ) -> int:
-    from mw_env.checks.catalogue import load_catalogue
+    from mw_env.checks.catalogue import general_advice, load_catalogue
+    from mw_env.checks.gpuadvice import for_machine, general
     from mw_env.checks.ipc import explain_here
-    from mw_env.machine import Machine
+    from mw_env.checks.runner import read_venv_record
+    from mw_env.profiles import resolve_for_venv
+    from mw_env.provision.record import default_venv
 
-    text, source, note = read_log(path)
-    prof = None
-    if profile:
-        from mw_env.profiles import load_profiles
-
-        profiles = load_profiles(extra_dirs=[Path(d) for d in profiles_dirs])
-        if profile not in profiles:
-            raise InputError(f"unknown profile {profile!r}", hint=f"allowed: {', '.join(sorted(profiles))}")
-        prof = profiles[profile]
-    hits = load_catalogue(profile=prof).scan(text)
+    text, source_name, note = read_log(path)
+    # The log usually comes from this machine: its GPU and the venv's record (which torch source it was built
+    # from, the archs its wheel carries) decide the GPU advice, as they decided the install.
+    chosen = Path(venv).expanduser().absolute() if venv else default_venv(os.environ).absolute()
+    record = read_venv_record(chosen)[0]
+    resolved = resolve_for_venv(
+        record=record, root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, source=source
+    )
+    base = (
+        general_advice()
+        if not profiles_dirs and not resolved.machine.env.get("MW_ENV_PROFILES")
+        else general(resolved.profiles)
+    )
+    advice = for_machine(resolved.selection, base, record, str(chosen))
+    hits = load_catalogue(profile=resolved.selection.profile if profile else None, advice=advice).scan(text)
     fatal = any(h.message.severity == "fatal" for h in hits)
     # Messages whose cause is a fact of the container (its /dev/shm, SELinux): read it here, in case the
     # log came from this machine, as it usually does.
-    machine = Machine.from_env(root)
-    here = {h.message.id: note for h in hits if (note := explain_here(machine, h.message.id)) is not None}
+    machine = resolved.machine
+    source = source_name
+    # (`found`, not `note`: a comprehension's := binds in this function and would replace the read note.)
+    here = {h.message.id: found for h in hits if (found := explain_here(machine, h.message.id)) is not None}
     if as_json:
         echo_json(
             {
@@ -225,9 +244,11 @@ def _explain(
 @source_option
 @click.option(
     "--venv",
-    type=click.Path(file_okay=False),
+    # A file here is the doctor's to diagnose (venv.not_a_folder: a failed check, exit 1, with its fix), like
+    # a folder that is not a venv; click's file_okay=False made it a usage error (2), against the README.
+    type=click.Path(),
     default=None,
-    help="The venv to check (default: the one bootstrap made: $MW_ENV_VENV or ~/training-venv).",
+    help="The venv to check (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
 )
 @json_option
 @click.option(
@@ -268,14 +289,25 @@ def doctor(
 ) -> int:
     """Check the environment; name each problem's cause and fix."""
     if explain is not None:
-        return _explain(explain, as_json=as_json, profile=profile, profiles_dirs=profiles_dirs, root=root)
+        return _explain(
+            explain,
+            as_json=as_json,
+            profile=profile,
+            profiles_dirs=profiles_dirs,
+            root=root,
+            gpu=gpu,
+            source=source,
+            venv=venv,
+        )
     from mw_env.checks import run_doctor
     from mw_env.checks.runner import read_venv_record
     from mw_env.machine import Machine
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv
+    from mw_env.provision.record import default_venv, venv_note
 
     chosen_venv = Path(venv).expanduser() if venv else default_venv(Machine.from_env(root).env)
+    if venv is None and (note := venv_note(os.environ)):
+        _console(stderr=True).print(f"note: {note}", markup=False)
     # Read once: a broken record is the venv checks' finding (the second half), not a reason to stop here.
     record = read_venv_record(chosen_venv.absolute())
     resolved = resolve_for_venv(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option
+from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 from mw_env.errors import InputError
 
 
@@ -78,11 +78,12 @@ def _looks_like_venv(path: Path) -> bool:
 @click.command("env")
 @root_option
 @profile_options
+@source_option
 @click.option(
     "--venv",
     type=click.Path(path_type=Path),
     default=None,
-    help="The venv to read (default: $MW_ENV_VENV or ~/training-venv).",
+    help="The venv to read (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
 )
 @json_option
 def env_cmd(
@@ -90,6 +91,7 @@ def env_cmd(
     profile: str | None,
     profiles_dirs: tuple[str, ...],
     gpu: int | None,
+    source: str | None,
     venv: Path | None,
     as_json: bool,
 ) -> int:
@@ -100,18 +102,27 @@ def env_cmd(
     Exit codes: 0 ok, 2 bad input (--venv that is not a venv, unknown profile, invalid profile file,
     --root not a folder).
     """
-    from mw_env.provision.record import default_venv, env_path, export_lines, read_record
+    from mw_env.provision.record import (
+        create_command,
+        default_venv,
+        env_path,
+        export_lines,
+        read_record,
+        venv_note,
+    )
 
     if root is not None:  # a bad --root is named first, as by every command that reads the machine
         from mw_env.profiles.resolve import _check_root
 
         _check_root(Path(root), given_as="--root")
     target = (venv or default_venv(os.environ)).expanduser().absolute()
+    if venv is None and (note := venv_note(os.environ)):
+        click.echo(f"# note: {note}", err=True)
     if venv is not None and not _looks_like_venv(target):
         what = "does not exist" if not target.exists() else "is not a venv (no pyvenv.cfg, no bin/python)"
         raise InputError(
             f"--venv {target} {what}",
-            hint=f"pass the venv bootstrap made, or create it: `mw-env bootstrap --venv {target}`",
+            hint=f"pass the venv bootstrap made, or create one: {create_command(target)}",
         )
     path = env_path(target)
     bin_dir = target / "bin"
@@ -122,6 +133,13 @@ def env_cmd(
             record = read_record(target)
         except InputError:
             record = None  # the env file is what is printed; `mw-env doctor` reports a torn record
+        if source and record is not None and record.torch_source and record.torch_source != source:
+            click.echo(
+                f"note: {target} was built from torch source {record.torch_source}: its environment is printed "
+                f"(--source {source} applies to a venv not yet bootstrapped; `mw-env bootstrap --source {source} "
+                "--recreate` rebuilds this one)",
+                err=True,
+            )
         prepend = str(bin_dir) if venv_mw_env(target) is not None and not on_path else None
         if as_json:
             echo_json(
@@ -141,7 +159,9 @@ def env_cmd(
         return 0
     from mw_env.profiles import resolve
 
-    resolved = resolve(root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False)
+    resolved = resolve(
+        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, source=source, interpreters=False
+    )
     click.echo(
         f"# no bootstrapped venv at {target}: the {resolved.selection.profile.name} profile's environment "
         "(the torch pin appears after `mw-env bootstrap`)",

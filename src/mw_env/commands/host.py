@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import click
 
-from mw_env.commands.common import json_option, profile_options, root_option
+from mw_env.commands.common import json_option, profile_options, root_option, source_option
 
 if TYPE_CHECKING:  # the CLI module stays light at start-up: the type only, for the checker
     from typing import Unpack
@@ -24,6 +24,7 @@ class HostOptions(TypedDict):
     profile: str | None
     profiles_dirs: tuple[str, ...]
     gpu: int | None
+    source: str | None  # a torch source of the profile (the env it implies: HSA_OVERRIDE_GFX_VERSION or none)
     runtime: str | None  # incus | docker | podman | kubernetes; None: the detected one
     container: str | None
     image: str | None
@@ -47,6 +48,7 @@ def json_text(data: object) -> str:
 @click.command("host-commands")
 @root_option
 @profile_options
+@source_option
 @click.option(
     "--runtime",
     type=click.Choice(["incus", "docker", "podman", "kubernetes"]),
@@ -124,6 +126,7 @@ def _plan(lines: list[str], o: HostOptions) -> None:
         profile=o["profile"],
         profiles_dirs=o["profiles_dirs"],
         gpu=o["gpu"],
+        source=o["source"],
         interpreters=False,
     )
     if o["nodes"] is not None:

@@ -78,6 +78,10 @@ def export(
     target = checkpoint or out_dir
     if target is None:
         raise click.UsageError("name a CHECKPOINT (step-*.pt or a run folder), or pass --out-dir")
+    if out is not None:
+        from mw_env.atomic import refuse_special
+
+        refuse_special(out)  # before the venv's python starts; the trainer's writer refuses it too
     python, env = _venv_python(venv)
     _check_export_extra(python.parent.parent)
     argv = [
@@ -150,15 +154,18 @@ def export(
 
 def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
     """The training venv's python and an env in which it imports this mw-env."""
-    from mw_env.provision.record import default_venv, read_record
+    from mw_env.provision.record import create_command, default_venv, read_record
 
     venv_path = Path(venv).expanduser() if venv else default_venv(os.environ)
     python = venv_path / "bin" / "python"
     if not python.exists():
         raise InputError(
             f"no training venv at {venv_path} (no {python})",
-            hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
+            hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
         )
+    from mw_env.provision.venvinfo import read_pyvenv_cfg
+
+    read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
     env = dict(os.environ)
     record = read_record(venv_path)
     if record:

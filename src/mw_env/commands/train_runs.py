@@ -8,7 +8,6 @@ mw_env.trainer.export inside the training venv, where torch lives.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from mw_env.commands.common import F, echo_json, json_option
 from mw_env.commands.train_export import export
 from mw_env.commands.train_options import launch_options, prepare_launch, run_folder_options
 from mw_env.errors import EXIT_FAILED, MwEnvError
-from mw_env.textsafe import bounded
+from mw_env.textsafe import bounded, duration
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -79,17 +78,6 @@ def _thresholds(silence: float, first: float, checkpoint: float, factor: float) 
     )
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):  # a clock from a mangled metrics file
-        return "?"
-    seconds = int(seconds)
-    if seconds < 90:
-        return f"{seconds}s"
-    if seconds < 90 * 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
 # ---------------------------------------------------------------------------------------------
 
 
@@ -117,6 +105,10 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
         echo_json(record.to_dict())
         return 0
     d = record.run_dir
+    from mw_env.checks.model import doctor_warnings
+
+    for line in [*(f"warning: doctor: {w}" for w in doctor_warnings(launch.doctor)), *launch.notes]:
+        click.echo(line, err=True)
     click.echo(
         f"started {launch.config_path.name} detached (profile {launch.profile}; pid {record.pid}, trainer pid {record.child_pid})"
     )
@@ -181,13 +173,13 @@ def _render_status(result: RunStatus) -> None:
         if p.steps_per_s:
             parts.append(f"{p.steps_per_s:.2f} steps/s")
         if p.eta_s is not None and result.state in ("running", "starting"):
-            parts.append(f"ETA {_duration(p.eta_s)}")
+            parts.append(f"ETA {duration(p.eta_s)}")
         click.echo("  " + ", ".join(parts))
     else:
         click.echo("  no step logged yet")
     now = time.time()
     if p.last_checkpoint:
-        ago = _duration(now - p.last_checkpoint["time"]) + " ago" if p.last_checkpoint.get("time") else ""
+        ago = duration(now - p.last_checkpoint["time"]) + " ago" if p.last_checkpoint.get("time") else ""
         click.echo(
             f"  last checkpoint: step {p.last_checkpoint['step']} {p.last_checkpoint['path']} {ago}".rstrip()
         )
@@ -201,7 +193,7 @@ def _render_status(result: RunStatus) -> None:
     if p.last_event_time:
         # A foreground run has no train.log: name the log only where there is one.
         log = f"; log {result.log_file}" if result.log_file.is_file() else ""
-        click.echo(f"  last event {_duration(now - p.last_event_time)} ago{log}")
+        click.echo(f"  last event {duration(now - p.last_event_time)} ago{log}")
     for note in result.notes:
         click.echo(f"  note: {note}")
     if not result.anomalies:
@@ -260,7 +252,7 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
         return 0
     if result.escalated:
         click.echo(
-            f"killed with SIGKILL after {_duration(result.waited_s)} (pids {', '.join(map(str, result.killed_pids))}): "
+            f"killed with SIGKILL after {duration(result.waited_s)} (pids {', '.join(map(str, result.killed_pids))}): "
             f"no report for this attempt; {result.run_dir / 'report' / 'stop.md'} says what happened"
         )
         good = result.last_good_checkpoint
@@ -270,7 +262,7 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
             else "no complete checkpoint: a new start begins at step 0"
         )
         return code
-    click.echo(f"stopped after {_duration(result.waited_s)}; state {after.state}")
+    click.echo(f"stopped after {duration(result.waited_s)}; state {after.state}")
     ckpt = after.progress.last_checkpoint
     if ckpt:
         click.echo(

@@ -196,7 +196,7 @@ def lock_venv(
     import mw_env
     from mw_env.envlock.match import meta_for, target_of
     from mw_env.provision.record import RECORD_FILE as RECORD
-    from mw_env.provision.record import read_record
+    from mw_env.provision.record import create_command, read_record
     from mw_env.provision.uv import find_uv
     from mw_env.provision.wheelhouse import discover
 
@@ -206,7 +206,7 @@ def lock_venv(
     if record is None:
         raise InputError(
             f"{venv} is not a venv made by mw-env bootstrap (no {python if not python.exists() else RECORD})",
-            hint=f"bootstrap it first (`mw-env bootstrap --venv {venv}`); the lock names its profile and torch",
+            hint=f"bootstrap it first ({create_command(venv)}); the lock names its profile and torch",
         )
     if record.adopted:
         raise InputError(

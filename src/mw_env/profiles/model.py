@@ -102,6 +102,9 @@ class TorchSource:
     pythons: tuple[
         str, ...
     ] = ()  # CPython tags the index has wheels for ("cp312"); `profiles --check` compares
+    # What the index answers for a project it does not hold: 404, or 403 (AMD's indexes, LocalAI#10997, and
+    # pytorch.org's). The torch step tells uv to read a 403 from it as "not here" (provision/torchindex.py).
+    unserved: Literal[403, 404] = 404
 
     @property
     def per_gpu(self) -> bool:

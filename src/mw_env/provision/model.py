@@ -13,12 +13,12 @@ from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
     from mw_env.envlock.lockfile import Lock
+    from mw_env.profiles.disk import DiskNeed
     from mw_env.provision.archtruth import ArchPolicy, WheelVerdict
+    from mw_env.provision.torchindex import StepIndex
     from mw_env.provision.torchpick import IndexPick
 
 GiB = 1024**3
-# Free space a torch install needs (wheel download in uv's cache + unpacked venv), by build.
-DISK_NEED = {"rocm": 14 * GiB, "cuda": 9 * GiB, "cpu": 2 * GiB}
 
 
 class TorchSourceLike(Protocol):
@@ -102,9 +102,12 @@ class Plan:
     # The index torch comes from when no wheelhouse holds it (--torch-index wins over the profile's).
     torch_index: str | None = None
     torch_source: str | None = None  # the profile's source id ("rocm6.4"), recorded for doctor/train
+    # The torch step's indexes in uv's order, each with how it answers (its generated uv.toml, torchindex.py).
+    torch_indexes: tuple[StepIndex, ...] = ()
     adoptable: AdoptCandidate | None = None  # an image torch the caller may offer to reuse
     adopted: AdoptCandidate | None = None
-    disk_need: int = 0
+    disk_need: int = 0  # bytes the preflight wants free (disk.need_bytes for a fresh install)
+    disk: DiskNeed | None = None  # what the chosen source installs (profiles/disk.py), shared with the doctor
     options: BootstrapOptions | None = None
     proj_key: str = ""
     env: dict[str, str] = field(default_factory=dict, repr=False)
@@ -153,6 +156,8 @@ class Plan:
                 else None
             ),
             "index": redact(self.torch_index) if self.torch_index else None,
+            "indexes": [ix.to_dict() for ix in self.torch_indexes],
+            "disk": {**self.disk.to_dict(), "preflight_bytes": self.disk_need} if self.disk else None,
             "download_bytes": self.index_pick.download_bytes if self.index_pick else None,
             "download_note": (
                 "stated by the index"

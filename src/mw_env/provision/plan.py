@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mw_env.errors import InputError
+from mw_env.errors import InputError, VenvRefused
+from mw_env.profiles.disk import disk_need
 from mw_env.provision import uv as uvmod
 from mw_env.provision.archtruth import NO_KERNELS, GpuKernels, env_with, judge
 from mw_env.provision.choose import (
@@ -43,9 +44,10 @@ from mw_env.provision.keys import (
     torch_hash,
     verify_key,
 )
-from mw_env.provision.model import DISK_NEED, BootstrapOptions, GiB, Plan, Step, TorchSourceLike
+from mw_env.provision.model import BootstrapOptions, GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
 from mw_env.provision.table import build_steps
+from mw_env.provision.torchindex import config_notes, for_plan
 from mw_env.provision.torchpick import IndexPick, pick_from_index
 from mw_env.provision.venvinfo import (
     ADOPT_PTH,
@@ -63,7 +65,6 @@ from mw_env.textsafe import redact
 
 __all__ = [
     "ADOPT_PTH",
-    "DISK_NEED",
     "BootstrapOptions",
     "GiB",
     "Plan",
@@ -134,17 +135,18 @@ def plan(
         **truth,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
-        notes=tuple(redact(n) for n in choice.notes),
+        notes=tuple(redact(n) for n in (*choice.notes, *config_notes(request.env))),
         problem=_redacted(choice.problem),
         torch_index=request.index_url,
         torch_source=getattr(torch, "id", None),
+        torch_indexes=for_plan(choice.torch, request.index_url, torch, request.env, request.sources),
         adoptable=picked.adoptable,
         adopted=picked.adopted,
         options=options,
         proj_key=proj_key,
         env=env,
     )
-    plan_ = replace(plan_, disk_need=_disk_need(plan_, torch_ok))
+    plan_ = _with_disk(plan_, torch, kernels, torch_ok)
     return replace(plan_, steps=tuple(build_steps(plan_, state)))
 
 
@@ -305,7 +307,7 @@ def _choose_in_venv(
     if installed and not torch_ok and foreign:
         # A venv mw-env never touched, holding someone's torch of another build: not ours to replace.
         tag = request.local_tag
-        raise InputError(
+        raise VenvRefused(
             f"{build_venv} is a venv mw-env did not make, and its torch {installed} is not the profile's "
             f"build ({request.build}{', ' + tag if tag else ''}); installing in place would replace it",
             hint="pass --recreate (a new venv is built beside it and replaces it only when complete), or "
@@ -370,7 +372,7 @@ def _refuse_other_profile(
         return
     was = f"profile {rec.profile}" + (f", source {rec.torch_source}" if rec.torch_source else "")
     now = f"profile {profile}" + (f", source {source}" if source else "")
-    raise InputError(
+    raise VenvRefused(
         f"{venv} was bootstrapped for {was} (torch {rec.torch_version}, {rec.torch_build}); "
         f"building {now} ({torch.build}) in place would replace its working torch",
         hint="pass --recreate (the new venv is built beside it and replaces it only when complete), "
@@ -427,9 +429,9 @@ def _adopted_from_venv(venv: Path, installed: str | None) -> AdoptCandidate | No
     )
 
 
-def _disk_need(p: Plan, torch_ok: bool) -> int:
-    if torch_ok or (p.torch and p.torch.origin in ("image", "installed")):
-        return 512 * 1024**2
-    if p.torch and p.torch.wheel is not None:
-        return 3 * p.torch.wheel.path.stat().st_size + 512 * 1024**2
-    return DISK_NEED.get(p.build, 4 * GiB)
+def _with_disk(p: Plan, torch: TorchSourceLike, kernels: GpuKernels, torch_ok: bool) -> Plan:
+    """What the source installs (profiles/disk.py, the doctor's figure too) and the preflight's need: that,
+    unless torch is already there."""
+    disk = disk_need(torch, all_devices=bool(kernels.extras) and not kernels.packages)
+    there = torch_ok or (p.torch and p.torch.origin in ("image", "installed"))
+    return replace(p, disk=disk, disk_need=512 * 1024**2 if there else disk.need_bytes)

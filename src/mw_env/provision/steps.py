@@ -7,13 +7,14 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mw_env.atomic import write_text_atomic as write_atomic
 from mw_env.errors import MwEnvError, StepFailed
-from mw_env.provision import keys, venvinfo, verify
+from mw_env.provision import keys, torchindex, uvfail, venvinfo, verify
 from mw_env.provision import pin as pinmod
 from mw_env.provision import uv as uvmod
 from mw_env.provision.events import StepWarning
@@ -37,11 +38,18 @@ class Run:
     doctor_report: DoctorReport | None = None
     outputs: dict[str, str] = field(default_factory=dict)
 
-    def command(self, step: Step, argv: tuple[str, ...], *, timeout: float | None = None) -> uvmod.CommandRun:
+    def command(
+        self,
+        step: Step,
+        argv: tuple[str, ...],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> uvmod.CommandRun:
         argv = tuple(self.uv if (i == 0 and a == "uv" and self.uv) else a for i, a in enumerate(argv))
         res = uvmod.run_streaming(
             argv,
-            env=uvmod.uv_env(self.plan.env),
+            env=uvmod.uv_env(self.plan.env) if env is None else env,
             on_line=lambda line: self.events.step_output(step, line),
             timeout=timeout,
         )
@@ -57,9 +65,12 @@ def preflight(run: Run, step: Step) -> str:
         uvmod.check_version(run.uv, p.env)
     free = venvinfo.free_bytes(p.build_venv)
     if free is not None and free < p.disk_need:
+        # The source's figure (profiles/disk.py), worded as the doctor's disk check words it.
+        needs = (
+            p.disk.text if p.disk and p.disk.need_bytes == p.disk_need else f"~{p.disk_need / GiB:.1f} GiB"
+        )
         raise StepFailed(
-            f"not enough disk space for {p.build_venv}: {free / GiB:.1f} GiB free, the install needs "
-            f"~{p.disk_need / GiB:.1f} GiB",
+            f"not enough disk space for {p.build_venv}: {free / GiB:.1f} GiB free, the install needs {needs}",
             hint="free space, pass --venv on a bigger disk, or point UV_CACHE_DIR at one (uv's cache holds the "
             "downloaded wheels; `uv cache prune` trims it)",
         )
@@ -109,8 +120,17 @@ def install_torch(run: Run, step: Step) -> str:
         from mw_env.provision.lockstep import install_lock
 
         return install_lock(run, step)
-    res = run.command(step, step.command or (), timeout=3600)
+    # The step's own uv configuration: each index the way it answers (torchindex.py); written 0600, as an
+    # index URL may carry credentials.
+    write_atomic(p.build_venv / torchindex.CONFIG_FILE, torchindex.config_text(p.torch_indexes), mode=0o600)
+    env = torchindex.step_env(uvmod.uv_env(p.env))
+    res = run.command(step, step.command or (), timeout=3600, env=env)
     if not res.ok:
+        cause = uvfail.index_failure(res.output, p.torch_indexes)
+        if cause is not None:
+            raise StepFailed(
+                f"installing torch failed (exit {res.returncode}): {cause.message}", hint=cause.hint
+            )
         raise StepFailed(
             f"installing torch failed (exit {res.returncode}): {_last_error(res.output)}",
             hint=_hint_for(res.output),

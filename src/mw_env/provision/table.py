@@ -31,6 +31,7 @@ from mw_env.provision.choose import exact_requirement
 from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
 from mw_env.provision.state import State
+from mw_env.provision.torchindex import CONFIG_FILE
 from mw_env.provision.venvinfo import adopted_site, installed_version
 
 if TYPE_CHECKING:
@@ -114,7 +115,14 @@ class Facts:
 
 
 def _preflight_detail(f: Facts) -> str:
-    return f.p.problem.message if f.p.problem else f"needs ~{f.p.disk_need / GiB:.1f} GiB free"
+    p = f.p
+    if p.problem:
+        return p.problem.message
+    return (
+        f"needs {p.disk.text} free"
+        if p.disk and p.disk.need_bytes == p.disk_need
+        else (f"needs ~{p.disk_need / GiB:.1f} GiB free")
+    )
 
 
 def _uv_command(f: Facts) -> Command:
@@ -148,12 +156,14 @@ def _torch_command(f: Facts) -> Command:
     # WOULD run: the profile's index and exact build, never a bare `torch` the default index would answer.
     req = p.torch.requirement if p.torch else exact_requirement(p.version_spec, p.local_tag)
     index = p.torch_index if p.torch is None else p.torch.location if p.torch.origin == "index" else None
-    args = [f.uv, "pip", "install", "--python", f.py, *f.offline]
+    # The indexes, each with how it answers, are in the step's own uv configuration (torchindex.py): the torch
+    # index first, with ignore-error-codes = [403] where it answers 403 for what it does not hold.
+    args = [f.uv, "pip", "install", "--python", f.py, "--config-file", str(f.bv / CONFIG_FILE), *f.offline]
     if index:
         # first-index (uv's default, restated so a UV_INDEX_STRATEGY=unsafe-best-match cannot apply): torch
         # comes from the torch index even when another index lists a newer (CUDA) torch in the range.
-        args += ["--index", index, "--index-strategy", "first-index"]
-    args += p.sources.uv_args()
+        args += ["--index-strategy", "first-index"]
+    args += p.sources.uv_args(indexes=False)
     if f.state.was_started("torch") or (f.installed and not f.torch_fits):
         # A killed install may have left torch half-written; a swapped one may still satisfy a range
         # requirement, which uv would then leave in place.

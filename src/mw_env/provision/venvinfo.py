@@ -8,18 +8,51 @@ import shutil
 from pathlib import Path
 
 from mw_env.errors import InputError
-from mw_env.provision.choose import read_project_meta
+from mw_env.provision.pythons import read_project_meta
 
 ADOPT_PTH = "_mw_env_adopted_torch.pth"
 
 
-def venv_python_version(venv: Path) -> str | None:
-    try:
-        text = (Path(venv) / "pyvenv.cfg").read_text(encoding="utf-8")
-    except OSError:
+PYVENV_CFG = "pyvenv.cfg"
+PYVENV_MAX_BYTES = 64 * 1024  # a few hundred bytes in any venv
+
+
+def read_pyvenv_cfg(venv: Path) -> dict[str, str] | None:
+    """The one reader of a venv's pyvenv.cfg: its `key = value` lines, or None when there is none.
+
+    Python's own start-up (site.py) reads this file as UTF-8 and dies with a UnicodeDecodeError traceback
+    on any other byte, so a file that is not UTF-8 text (or is a FIFO, a folder, huge) is an InputError
+    saying the venv's Python cannot start, and how to rebuild it: bootstrap (its plan and its dry run),
+    the doctor and `mw-env train` (through the doctor) all read it here."""
+    from mw_env.userfile import read_bytes
+
+    path = Path(venv) / PYVENV_CFG
+    if not os.path.lexists(path):
         return None
-    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-    values = {k.strip(): v.strip() for k, v in values.items()}
+    rebuild = f"mw-env bootstrap --recreate --venv {venv}"
+    try:
+        data = read_bytes(path, what="venv config", max_bytes=PYVENV_MAX_BYTES)
+        text = data.decode("utf-8")
+    except InputError as exc:
+        raise InputError(
+            f"{exc.message}; the venv's Python cannot start without a readable pyvenv.cfg",
+            hint=f"rebuild the venv: `{rebuild}` (or remove {path} if {venv} is not a venv)",
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"venv config {path}: not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r}); "
+            "the venv's Python reads it as UTF-8 and cannot start",
+            hint=f"save {path} as UTF-8, or rebuild the venv: `{rebuild}`",
+        ) from None
+    values = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {k.strip(): v.strip() for k, v in values}
+
+
+def venv_python_version(venv: Path) -> str | None:
+    """The venv's Python version as pyvenv.cfg says it (InputError when the file is unreadable)."""
+    values = read_pyvenv_cfg(venv)
+    if values is None:
+        return None
     return values.get("version_info") or values.get("version")
 
 

@@ -40,11 +40,14 @@ class Sources:
     no_index: bool = False  # PIP_NO_INDEX / UV_NO_INDEX / pip.conf no-index: find-links only
     origins: dict[str, str] = field(default_factory=dict)  # value -> "PIP_FIND_LINKS", "/etc/pip.conf", ...
 
-    def uv_args(self) -> list[str]:
-        """uv arguments for the pip-side settings (uv already reads its own UV_* variables)."""
+    def uv_args(self, *, indexes: bool = True) -> list[str]:
+        """uv arguments for the pip-side settings (uv already reads its own UV_* variables). `indexes=False`:
+        without the index ones (the torch step writes them into its own uv configuration)."""
         args: list[str] = ["--no-index"] if self.no_index else []
         for link in self.find_links:
             args += ["--find-links", link]
+        if not indexes:
+            return args
         if self.index_url:
             args += ["--default-index", self.index_url]
         for url in self.extra_index_urls:

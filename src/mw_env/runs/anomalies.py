@@ -16,6 +16,8 @@ from typing import Any
 
 from mw_env.runs.fit import oom_hint
 from mw_env.runs.logscan import RUN_HEADER, LogFinding, LogScanner, classify_line, scan_log
+from mw_env.runs.procinfo import signal_name
+from mw_env.runs.rundir import LOG_FILE
 from mw_env.textsafe import safe, safe_message
 
 # Re-exported: callers read log findings and anomalies from one place.
@@ -235,15 +237,6 @@ def check_divergence(
 # Process and clock
 
 
-def _signal_name(signum: int) -> str:
-    import signal as signal_mod
-
-    try:
-        return signal_mod.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 def check_liveness(
     events: Sequence[dict[str, Any]],
     liveness: Liveness,
@@ -268,7 +261,7 @@ def check_liveness(
     if liveness.stop_requested:
         return []  # `mw-env train stop` ended it; the operator chose that
     if liveness.signal is not None:
-        name = _signal_name(liveness.signal)
+        name = signal_name(liveness.signal)
         why = " (the kernel's OOM killer sends SIGKILL, so does kill -9)" if liveness.signal == 9 else ""
         message = f"{pid} was killed by {name}{why} before writing a finished event"
         evidence = f"exit record: {name}"
@@ -380,7 +373,7 @@ def analyze(
     last_output: float | None,
     now: float,
     thresholds: Thresholds = Thresholds(),
-    log_name: str = "train.log",
+    log_name: str = LOG_FILE,
 ) -> tuple[Anomaly, ...]:
     """Every anomaly the run shows, highest priority first."""
     found = [

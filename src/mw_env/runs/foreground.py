@@ -4,7 +4,10 @@ its filter, and turn the outcome into the documented exit code. The CLI only ren
 No orphans: the child gets PR_SET_PDEATHSIG (mw_env.lifeline), so a SIGKILL of `mw-env train` kills it too
 (torchrun's workers follow torchrun the same way); SIGTERM and SIGHUP of `mw-env train` (docker stop, systemd,
 a closed terminal) are forwarded as SIGTERM, the trainer's graceful stop (finish the step, checkpoint, exit 0),
-and `mw-env train` waits for it.
+and `mw-env train` waits for it. SIGINT is passed on as SIGINT: a terminal's Ctrl-C reaches the trainer
+with us (one process group) and a `kill -INT` of `mw-env train` alone reaches only us; the trainer takes
+the first SIGINT and ignores a second (trainer/__main__.py), so passing every one on stops both alike.
+The exit code is then the trainer's own: 130 when it was interrupted, 0 when it had finished.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.lifeline import preexec
 from mw_env.runs import rendezvous
 from mw_env.runs.fit import oom_hint
+from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
 from mw_env.runs.rendezvous import Nodes
+from mw_env.runs.rundir import MANIFEST, metrics_path
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 
@@ -80,7 +85,7 @@ def stoppable_start(stopped: list[int]) -> Iterator[None]:
 
 def stopped_before_launch(signum: int) -> str:
     return (
-        f"stopped by {_signal_name(signum)} before the trainer started: nothing ran, nothing to keep; "
+        f"stopped by {signal_name(signum, number=True)} before the trainer started: nothing ran, nothing to keep; "
         "run the same command to start"
     )
 
@@ -101,13 +106,14 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
         launch.out_dir.mkdir(parents=True, exist_ok=True)
         started.unlink(missing_ok=True)
         launch.env[rendezvous.STARTED_ENV] = str(started)
-    oom_before = oom_kills()
+    oom_before = cgroup_oom_kills()
     forwarded: list[int] = []
+    interrupted: list[int] = []  # SIGINTs passed on to the trainer
     box: list[subprocess.Popen[str]] = []
     handlers = (
         contextlib.ExitStack()
     )  # from before the start: a SIGTERM in between is passed on, never our death
-    handlers.enter_context(_forwarding(box, forwarded, workers=torchrun))
+    handlers.enter_context(_forwarding(box, forwarded, workers=torchrun, interrupted=interrupted))
     # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
     try:
         proc = subprocess.Popen(
@@ -123,6 +129,8 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
         handlers.close()
         raise
     box.append(proc)
+    if interrupted:  # a SIGINT came while the process started
+        _pass_on(proc, signal.SIGINT, workers=torchrun)
     if early or forwarded:  # a signal came while the process started: pass it on now
         forwarded.extend(early)
         with contextlib.suppress(ProcessLookupError):
@@ -139,7 +147,8 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
                 filt = relay_torchrun_stderr(proc, write=write)
             code = proc.wait()
     except KeyboardInterrupt:
-        # The trainer shares our terminal's process group, so it got the same Ctrl-C; let it exit.
+        # Where our handler could not be installed (not the main thread): the trainer shares our terminal's
+        # process group, so it got the same Ctrl-C; let it exit.
         if torchrun and proc.stderr is not None:
             for _ in proc.stderr:  # keep draining, or workers writing their last lines block
                 pass
@@ -149,6 +158,14 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
                 f"interrupted: the checkpoints in {launch.out_dir / 'checkpoints'} stay; the same command resumes"
             )
         return EXIT_INTERRUPTED
+    if interrupted and (torchrun or code in (0, EXIT_INTERRUPTED, -signal.SIGINT)):
+        # The trainer's own answer to the SIGINT: 130 interrupted, or 0 when it had finished first (torchrun
+        # makes 1 of its workers' 130).
+        if code != 0 and torchrun:  # the workers' own "interrupted" went to torchrun's stderr
+            write(
+                f"interrupted: the checkpoints in {launch.out_dir / 'checkpoints'} stay; the same command resumes"
+            )
+        return 0 if code == 0 else EXIT_INTERRUPTED
     if filt is not None:
         log = rendezvous.write_log(launch.out_dir, filt.dropped)  # torchrun's tracebacks: the log, not here
         if multi_nodes is not None and filt.rendezvous_error and not started.exists():
@@ -175,8 +192,8 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
         write(stopped_before_launch(-code))
         return 0
     if code < 0:
-        after = oom_kills()
-        oom = None if oom_before < 0 or after < 0 else after > oom_before
+        after = cgroup_oom_kills()
+        oom = None if oom_before is None or after is None else after > oom_before
         raise killed(
             -code,
             launch.out_dir,
@@ -201,7 +218,7 @@ def killed(
 ) -> StepFailed:
     """The error for a trainer killed by a signal: the OOM killer only when the kernel's cgroup counter
     says it killed (memory.events oom_kill went up during the run); a signal the user sent, never."""
-    name = _signal_name(signum)
+    name = signal_name(signum, number=True)
     resume = f"resume with the same command (the newest checkpoint in {out_dir / 'checkpoints'} is used)"
     if oom and not sent:
         return StepFailed(
@@ -220,37 +237,13 @@ def killed(
     )
 
 
-def _signal_name(signum: int) -> str:
-    try:
-        return f"{signal.Signals(signum).name} ({signum})"
-    except ValueError:
-        return f"signal {signum}"
-
-
-def oom_kills() -> int:
-    """This process's cgroup's count of OOM-killer kills (cgroup v2 memory.events); -1 when unreadable."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as fh:
-            rel = next((ln.split(":", 2)[2].strip() for ln in fh if ln.startswith("0::")), None)
-        if rel is None:
-            return -1
-        with open(Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.events", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        pass
-    return -1
-
-
 def ended_cleanly(out_dir: Path) -> bool:
     """The run folder's last event is `finished` (stopped, or the run's end with its report and manifest
     complete): a graceful end, whatever exit code torchrun made of the signal it passed on."""
     import json
 
     try:
-        with open(Path(out_dir) / "metrics.jsonl", "rb") as fh:
+        with open(metrics_path(out_dir), "rb") as fh:
             fh.seek(0, 2)
             fh.seek(max(0, fh.tell() - 4096))
             last = fh.read().decode(errors="replace").strip().splitlines()[-1]
@@ -262,18 +255,22 @@ def ended_cleanly(out_dir: Path) -> bool:
     if event.get("reason") == "stopped":
         return True
     try:  # any other end counts once the manifest (written last) is newer than the metrics
-        return (Path(out_dir) / "MANIFEST.sha256").stat().st_mtime >= (
-            Path(out_dir) / "metrics.jsonl"
-        ).stat().st_mtime
+        return (Path(out_dir) / MANIFEST).stat().st_mtime >= (metrics_path(out_dir)).stat().st_mtime
     except OSError:
         return False
 
 
 @contextlib.contextmanager
 def _forwarding(
-    box: list[subprocess.Popen[str]], forwarded: list[int], *, workers: bool = False
+    box: list[subprocess.Popen[str]],
+    forwarded: list[int],
+    *,
+    workers: bool,
+    interrupted: list[int],
 ) -> Iterator[None]:
-    """While the child runs, SIGTERM/SIGHUP of this process become a SIGTERM of the child (not our death).
+    """While the child runs, SIGTERM/SIGHUP of this process become a SIGTERM of the child (not our death),
+    and a SIGINT a SIGINT of the child (recorded in `interrupted`), never a KeyboardInterrupt here: we wait
+    for the trainer's own end, whose exit code says whether it was interrupted or had finished.
 
     Under torchrun (`workers`) the SIGTERM goes to the workers themselves: torchrun, given it, would pass it
     on and SIGKILL them 30 s later (its shutdown timeout), which can cut a stop checkpoint or the report on
@@ -284,20 +281,28 @@ def _forwarding(
         forwarded.append(signum)
         if not box:
             return  # not started yet: run_foreground passes it on once the process exists
-        proc = box[0]
-        for pid in stop_targets(proc.pid) if workers else [proc.pid]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
+        _pass_on(box[0], signal.SIGTERM, workers=workers)
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        interrupted.append(signum)
+        if box:  # else run_foreground passes it on once the process exists
+            _pass_on(box[0], signal.SIGINT, workers=workers)
 
     old = {}
-    for signum in FORWARDED:
+    for signum in (*FORWARDED, signal.SIGINT):
         with contextlib.suppress(ValueError):  # not the main thread (tests): leave the handlers alone
-            old[signum] = signal.signal(signum, forward)
+            old[signum] = signal.signal(signum, interrupt if signum == signal.SIGINT else forward)
     try:
         yield
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)
+
+
+def _pass_on(proc: subprocess.Popen[str], signum: int, *, workers: bool) -> None:
+    for pid in stop_targets(proc.pid) if workers else [proc.pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
 
 
 def stop_targets(torchrun_pid: int) -> list[int]:

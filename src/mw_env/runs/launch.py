@@ -32,7 +32,6 @@ from mw_env.trainspec.preflight import check_on_host
 if TYPE_CHECKING:
     from mw_env.profiles.model import Selection
 
-DOCTOR_FILE = "doctor.json"
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
 # report, which moves it to DOCTOR_FILE; a launch that fails before that leaves a finished run's
 # doctor.json, and so its manifest, untouched.
@@ -109,6 +108,7 @@ class Launch:
     profile: str | None = None
     venv: Path | None = None
     doctor: dict[str, object] | None = None  # the quick doctor's report (None when skipped)
+    notes: tuple[str, ...] = ()  # said before the run starts (the venv's drift, the run's lock)
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
     # The memory the run needs (runs/fit.py: bytes, all processes of this node) and the settings that lower
@@ -146,7 +146,7 @@ def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
     if not wanted:
         return
     from mw_env.envlock import LOCK_FILE
-    from mw_env.runs.manifest import sha256_file
+    from mw_env.runs.rundir import sha256_file
 
     lock = venv / LOCK_FILE
     have = sha256_file(lock) if lock.is_file() else None
@@ -243,7 +243,7 @@ def prepare(request: LaunchRequest) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
     r = request
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv, read_record
+    from mw_env.provision.record import create_command, default_venv, read_record
 
     env_in = dict(os.environ if r.base_env is None else r.base_env)
     if r.nproc_per_node < 1:
@@ -262,8 +262,11 @@ def prepare(request: LaunchRequest) -> Launch:
     if not python.exists():
         raise InputError(
             f"no training venv at {venv_path} (no {python})",
-            hint=f"create it with `mw-env bootstrap --venv {venv_path}`, or point --venv at the venv bootstrap made",
+            hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
         )
+    from mw_env.provision.venvinfo import read_pyvenv_cfg
+
+    read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
     config_path = find_config(r.config)
     _check_lock(venv_path, env_in)
     record = read_record(venv_path)
@@ -346,6 +349,12 @@ def prepare(request: LaunchRequest) -> Launch:
                 hint="fix them (`mw-env doctor` shows how), or pass --skip-doctor to start anyway",
             )
 
+    notes: tuple[str, ...] = ()
+    if not nodes.multi or nodes.node_rank == 0:
+        from mw_env.envlock.atlaunch import lock_for_run
+
+        notes = tuple(lock_for_run(venv=venv_path, out_dir=out_dir, selection=selection, env=env_in).lines())
+
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
     for item in r.overrides:
         args += ["--set", item]
@@ -375,6 +384,7 @@ def prepare(request: LaunchRequest) -> Launch:
         profile=selection.profile.name,
         venv=venv_path,
         doctor=doctor,
+        notes=notes,
         nodes=nodes,
         run_id=run_id,
         memory_need=fit.needed,

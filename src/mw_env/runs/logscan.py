@@ -52,12 +52,6 @@ def known_message(line: str) -> Message | None:
     return _catalogue().first_match(line)
 
 
-def _candidates(lines: list[str]) -> list[int]:
-    from mw_env.checks.screen import candidate_lines
-
-    return candidate_lines(lines, [m.pattern for m in _catalogue().messages]) if lines else []
-
-
 @lru_cache(maxsize=1)
 def _catalogue() -> Catalogue:
     from mw_env.checks.catalogue import load_catalogue
@@ -84,7 +78,7 @@ class LogScanner:
         cleaned = [_RANK_PREFIX.sub("", raw.rstrip("\r\n")) for raw in raws]
         # Only the lines a catalogue keyword occurs in can match (checks/screen.py): the rest of a long log
         # costs a substring search, not ~80 regexes per line.
-        maybe = set(_candidates([c.strip() for c in cleaned]))
+        maybe = set(_catalogue().candidates([c.strip() for c in cleaned]))
         for i, (raw, line) in enumerate(zip(raws, cleaned, strict=True)):
             self.line_no += 1
             if raw.startswith(RUN_HEADER):

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mw_env.atomic import open_regular
 from mw_env.errors import InputError
+from mw_env.runs.rundir import LOCK_NAME
 
-LOCK_NAME = ".lock"  # a dotfile: outside the run manifest
 _TRIES = 10
 
 
@@ -76,7 +77,7 @@ def acquire(run_dir: Path, *, argv: list[str] | None = None) -> RunLock:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = lock_path(run_dir)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o600)  # a FIFO here: refused, not hung on
     # A few tries over half a second: check_free() of a starting `mw-env train` holds a shared lock for
     # microseconds, which must not pass for a live trainer.
     for attempt in range(_TRIES):

@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import write_json_atomic
+from mw_env.atomic import open_append, open_regular, write_json_atomic
 from mw_env.errors import InputError, StepFailed, os_fault
 from mw_env.runs import runstate
 from mw_env.runs.logscan import RUN_HEADER
-from mw_env.runs.runstate import STATE_FILE
+from mw_env.runs.rundir import LOG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE
 from mw_env.runs.supervise import (
     PROC,
     RUN_ID_ENV,
@@ -32,10 +32,7 @@ from mw_env.runs.supervise import (
     same_process_alive,
 )
 
-RUN_FILE = "run.json"
 EXIT_FILE = STATE_FILE
-LOG_FILE = "train.log"
-METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".run.lock"
 SPAWN_TIMEOUT_S = 30.0
 
@@ -180,7 +177,7 @@ def read_exit(out_dir: Path) -> ExitRecord | None:
 @contextlib.contextmanager
 def _run_lock(out_dir: Path) -> Iterator[None]:
     """Serialise start/stop on one folder, so two `start`s cannot both see "no live run"."""
-    with open(out_dir / LOCK_FILE, "a") as fh:
+    with open_append(out_dir / LOCK_FILE) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -246,7 +243,7 @@ def start_run(
         # The supervisor must import mw_env whatever the trainer's env (PYTHONPATH etc.) says.
         pkg_root = str(Path(__file__).resolve().parents[2])
         super_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)
-        with open(log_file, "ab") as log:
+        with os.fdopen(open_regular(log_file), "ab") as log:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
             # One line, whatever argv holds (a `-c` program would otherwise plant fake log lines).
             command = shlex.join(argv).replace("\r", "\\r").replace("\n", "\\n")

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import write_json_atomic
+from mw_env.atomic import open_append, write_json_atomic
+from mw_env.runs.rundir import STATE_FILE
 
-STATE_FILE = "state.json"
 LOCK_FILE = ".state.lock"
 STATES = ("running", "stopping", "finishing", "finished", "exited", "killed")
 TERMINAL = ("finished", "exited", "killed")
@@ -61,7 +61,7 @@ def read_state(run_dir: Path) -> dict[str, object] | None:
 
 @contextlib.contextmanager
 def _locked(run_dir: Path) -> Iterator[None]:
-    with open(Path(run_dir) / LOCK_FILE, "a") as fh:
+    with open_append(Path(run_dir) / LOCK_FILE) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

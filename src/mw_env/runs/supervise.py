@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
 
 PROC = Path("/proc")
@@ -80,22 +81,6 @@ def marked_processes(value: str, *, key: str = RUN_ID_ENV, proc: Path = PROC) ->
             if stat and stat[0] not in ("Z", "X", "x"):
                 found.append(int(entry.name))
     return found
-
-
-def cgroup_oom_kills(*, proc: Path = PROC, sys_fs: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """The oom_kill counter of this process's cgroup (v2), or None where it cannot be read."""
-    paths = [sys_fs / "memory.events"]
-    with contextlib.suppress(OSError):
-        for line in (proc / "self" / "cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                paths.insert(0, sys_fs / line[3:].strip("/") / "memory.events")
-    for path in paths:
-        with contextlib.suppress(OSError, ValueError):
-            for line in path.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    return None
 
 
 def supervise(report_fd: int) -> int:

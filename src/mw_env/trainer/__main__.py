@@ -50,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    """Ctrl-C: stop at once (KeyboardInterrupt, exit 130), once. `mw-env train` passes every SIGINT it gets
+    on to us (a `kill -INT` of it alone must stop the run too), so a terminal's Ctrl-C, which reaches both,
+    arrives twice: the second would break into the first one's clean-up."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         from mw_env.textsafe import tolerant_streams
@@ -64,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         # A closed terminal (SIGHUP to the foreground group, or torchrun passing its SIGHUP on) is a graceful
         # stop like SIGTERM, not a death without a checkpoint: the loop's SIGTERM handler takes it from here.
         signal.signal(signal.SIGHUP, lambda _s, _f: os.kill(os.getpid(), signal.SIGTERM))
-        from mw_env.trainer import stopping
+        signal.signal(signal.SIGINT, _interrupt)
+        from mw_env.trainer import lifecycle
 
-        stopping.install()  # SIGTERM at start-up, during the steps and during the report: trainer/stopping.py
+        lifecycle.install()  # SIGTERM at start-up, during the steps and during the report: trainer/lifecycle.py
     args = _parser().parse_args(argv)
     started = os.environ.get("MW_ENV_STARTED_FILE")  # runs/rendezvous.py: the nodes met, the trainer runs
     if started and args.command == "run":
@@ -102,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             doctor_json=args.doctor_json,
             echo=_say,
         )
-        from mw_env.trainer import stopping
+        from mw_env.trainer import lifecycle
 
         main_rank = os.environ.get("RANK", "0") in ("", "0")
         if result.reason == "stopped" and main_rank:
@@ -110,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"stopped at step {result.step} with checkpoint {result.last_checkpoint}: "
                 "to resume, run the same command"
             )
-        elif stopping.pending() is not None and main_rank:
+        elif lifecycle.pending() is not None and main_rank:
             _say(
                 "a stop was asked for while the report was written: the run had finished; its report is complete"
             )
@@ -122,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.hint:
             print(f"hint: {safe_message(exc.hint)}", file=sys.stderr, flush=True)
         if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: the code survives torchrun's own end
-            from mw_env.runs.torchrun_output import WORKER_EXIT
+            from mw_env.runs.rundir import WORKER_EXIT
 
             print(f"{WORKER_EXIT}{exc.exit_code}", file=sys.stderr, flush=True)
         return exc.exit_code
@@ -137,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _fault(cause)
     except BaseException as exc:
-        from mw_env.trainer.stopping import StopRequested, stopped_before_start
+        from mw_env.trainer.lifecycle import StopRequested, stopped_before_start
 
         if not isinstance(exc, StopRequested):
             raise

@@ -1,4 +1,10 @@
-"""Held-out evaluation: loss, token accuracy, entity-level F1, a few addresses as tagged; early stopping."""
+"""Held-out evaluation: loss, word accuracy, entity-level F1 (runtime.f1_mode, both modes logged), a few addresses
+as tagged; early stopping.
+
+"token_acc" is over words: each word's BIO tag (read at its first sub-token) against the gold one; the
+sub-tokens after a word's first carry no label and are not counted. "entity_f1" is the F1 of the mode
+runtime.f1_mode names (scoring.py: conlleval by default, or strict IOB2); the eval event carries both
+modes and names the one it shows (`f1_mode`)."""
 
 from __future__ import annotations
 
@@ -11,9 +17,10 @@ import torch.nn.functional as F
 
 from mw_env.trainer.data import IGNORE, Corpus, ValSource
 from mw_env.trainer.distributed import DistInfo, all_reduce
-from mw_env.trainer.metrics import MetricsWriter, spans
+from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import sdpa_context
 from mw_env.trainer.runtime import ChosenPrecision, autocast
+from mw_env.trainer.scoring import F1Mode, entity_counts, prf
 from mw_env.trainspec.config import OptimConfig, RuntimeConfig
 
 if TYPE_CHECKING:
@@ -29,6 +36,9 @@ class EvalResult:
     entity_recall: float
     rows: int
     samples: tuple[str, ...]
+    f1_mode: F1Mode = "conlleval"  # which mode entity_* are in
+    entity_f1_conlleval: float = 0.0
+    entity_f1_strict: float = 0.0
 
 
 def render_tagged(words: list[str], tags: list[str]) -> str:
@@ -68,14 +78,29 @@ class EvalSums:
     gold: int = 0
     pred: int = 0
     rows: int = 0
+    # the same three counts with entities read in strict IOB2 mode (tp, gold, pred above: conlleval)
+    strict_tp: int = 0
+    strict_gold: int = 0
+    strict_pred: int = 0
 
     def as_list(self) -> list[float]:
-        return [self.loss, self.correct, self.counted, self.tp, self.gold, self.pred, self.rows]
+        return [
+            self.loss,
+            self.correct,
+            self.counted,
+            self.tp,
+            self.gold,
+            self.pred,
+            self.rows,
+            self.strict_tp,
+            self.strict_gold,
+            self.strict_pred,
+        ]
 
-    def result(self, samples: tuple[str, ...]) -> EvalResult:
-        p = self.tp / self.pred if self.pred else 0.0
-        r = self.tp / self.gold if self.gold else 0.0
-        f1 = 2 * p * r / (p + r) if p + r else 0.0
+    def result(self, samples: tuple[str, ...], mode: F1Mode = "conlleval") -> EvalResult:
+        conll = prf(self.tp, self.gold, self.pred)
+        strict = prf(self.strict_tp, self.strict_gold, self.strict_pred)
+        p, r, f1 = strict if mode == "strict" else conll
         return EvalResult(
             loss=self.loss / max(self.counted, 1),
             token_acc=self.correct / max(self.counted, 1),
@@ -84,6 +109,9 @@ class EvalSums:
             entity_recall=r,
             rows=self.rows,
             samples=samples,
+            f1_mode=mode,
+            entity_f1_conlleval=conll[2],
+            entity_f1_strict=strict[2],
         )
 
 
@@ -124,8 +152,12 @@ def evaluate_share(
         for g_row, p_row, k_row, words in zip(gold_cpu, pred_cpu, keep, words_rows, strict=True):
             gold = [labels[i] for i in g_row[k_row].tolist()]
             guess = [labels[i] for i in p_row[k_row].tolist()]
-            gs, ps = spans(gold), spans(guess)
-            sums.tp, sums.gold, sums.pred = sums.tp + len(gs & ps), sums.gold + len(gs), sums.pred + len(ps)
+            tp, n_gold, n_pred = entity_counts(gold, guess, "conlleval")
+            sums.tp, sums.gold, sums.pred = sums.tp + tp, sums.gold + n_gold, sums.pred + n_pred
+            tp, n_gold, n_pred = entity_counts(gold, guess, "strict")
+            sums.strict_tp += tp
+            sums.strict_gold += n_gold
+            sums.strict_pred += n_pred
             if len(samples) < n_samples and words:
                 samples.append(render_tagged(words, guess))
             sums.rows += 1
@@ -135,10 +167,12 @@ def evaluate_share(
     return sums, tuple(samples)
 
 
-def evaluate(model: torch.nn.Module, val: ValSource, labels: Sequence[str], **kw: object) -> EvalResult:
+def evaluate(
+    model: torch.nn.Module, val: ValSource, labels: Sequence[str], f1_mode: F1Mode = "conlleval", **kw: object
+) -> EvalResult:
     """One process's evaluation of its share (the whole split when it is the only one)."""
     sums, samples = evaluate_share(model, val, labels, **kw)
-    return sums.result(samples)
+    return sums.result(samples, f1_mode)
 
 
 def evaluate_and_decide(
@@ -176,7 +210,7 @@ def evaluate_and_decide(
         vals = total.tolist()
         sums = EvalSums(vals[0], *(round(v) for v in vals[1:]))
     if dist.main:
-        result = sums.result(samples)
+        result = sums.result(samples, rt.f1_mode)
         metrics.log(
             "eval",
             step=state.step,
@@ -185,13 +219,16 @@ def evaluate_and_decide(
             entity_f1=result.entity_f1,
             entity_precision=result.entity_precision,
             entity_recall=result.entity_recall,
+            f1_mode=result.f1_mode,
+            entity_f1_conlleval=result.entity_f1_conlleval,
+            entity_f1_strict=result.entity_f1_strict,
             rows=result.rows,
             val_rows=corpus.val.rows,
             samples=list(result.samples),
         )
         say(
             f"eval step {state.step}: loss {result.loss:.4f}  token acc {result.token_acc:.4f}  "
-            f"entity F1 {result.entity_f1:.4f}"
+            f"entity F1 ({result.f1_mode}) {result.entity_f1:.4f}"
         )
         for line in result.samples:
             say(f"    {line}")
@@ -201,7 +238,7 @@ def evaluate_and_decide(
             state.bad_evals += 1
         if rt.early_stop_patience and state.bad_evals >= rt.early_stop_patience:
             say(
-                f"early stop: entity F1 has not improved on {state.best_f1:.4f} (step {state.best_step}) "
+                f"early stop: entity F1 ({result.f1_mode}) has not improved on {state.best_f1:.4f} (step {state.best_step}) "
                 f"for {state.bad_evals} evaluations"
             )
             stop = 1.0

@@ -1,4 +1,16 @@
-"""The trainer's moves in the run's state record (runs/runstate.py), and the test hook that holds it.
+"""The trainer's one signal story and its moves in the run's state record (runs/runstate.py).
+
+SIGTERM (and SIGHUP, taken as SIGTERM) at every phase of a run ends in a documented outcome, exit 0:
+
+- start-up and data discovery (before the loop, nothing to checkpoint yet): StopRequested unwinds the
+  start; the run says it stopped before its first step, logs `finished` "stopped" (so `status` says
+  stopped, not dead), every checkpoint already on disk is kept, and the same command starts it again;
+- the steps, eval and checkpoint: the loop's own flag (StopFlag): finish the step, checkpoint, exit 0;
+- the report and the manifest (the steps are over): the stop is noted and the report completed first; the
+  run ends finished, its report complete, exit 0. A stop here cannot keep more work than finishing does.
+
+Never an exit by signal: a signal the user sent is never taken for the out-of-memory killer. Only the
+trainer's real process installs the start-up handler (tests that call the trainer as a function keep theirs).
 
 Rank 0 writes state.json: `running` when the loop starts, `stopping` when a SIGTERM was agreed (a
 checkpoint and the report follow), `finishing` when the loop ended, and `finished` only after the
@@ -17,15 +29,90 @@ slow machine, without sleeps).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+from mw_env.atomic import open_append
+from mw_env.errors import InputError
 from mw_env.runs import runstate
-from mw_env.trainer import stopping
+from mw_env.runs.rundir import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
+
+
+class StopRequested(BaseException):
+    """SIGTERM before the training loop could take it (a BaseException: no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_state: dict[str, Any] = {"phase": "startup", "pending": None, "installed": False, "received": False}
+
+
+def note() -> None:
+    """A stop signal reached this process (the loop's flag calls this too): the test hook lets go."""
+    _state["received"] = True
+
+
+def received() -> bool:
+    return bool(_state["received"])
+
+
+def install() -> None:
+    """Take SIGTERM from now on (the trainer process, before it imports torch or opens the corpus)."""
+    signal.signal(signal.SIGTERM, _handle)
+    _state["installed"] = True
+
+
+def _handle(signum: int, _frame: FrameType | None) -> None:
+    note()
+    if _state["phase"] == "startup":
+        raise StopRequested(signum)
+    _state["pending"] = signum  # after the steps: the report and manifest are finished first
+
+
+def enter(phase: str) -> None:
+    """`steps` while the loop's flag holds SIGTERM; `finishing` once the steps are over."""
+    _state["phase"] = phase
+
+
+def pending() -> int | None:
+    """The signal that came while the report was written, if one did."""
+    return _state["pending"]
+
+
+def stopped_before_start(out_dir: Path | None, signum: int) -> str:
+    """Log the stop (rank 0) and return what to say: nothing trained, what is kept, how to start again."""
+    name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
+    kept = "no checkpoint yet"
+    if out_dir is not None:
+        ckpts = (
+            sorted(checkpoints_dir(out_dir).glob(CHECKPOINT_GLOB))
+            if checkpoints_dir(out_dir).is_dir()
+            else []
+        )
+        if ckpts:
+            kept = f"the checkpoints are kept (newest: {ckpts[-1].name})"
+        if os.environ.get("RANK", "0") in ("", "0"):
+            step = int(ckpts[-1].stem.split("-")[1]) if ckpts else 0
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                with open_append(metrics_path(out_dir)) as fh:
+                    event = {"event": "finished", "step": step, "reason": "stopped", "phase": "start-up"}
+                    fh.write(json.dumps({**event, "time": time.time()}) + "\n")
+            except (OSError, InputError):  # InputError: not a regular file there
+                pass  # nothing to keep: the message below still says what happened
+    return (
+        f"stopped by {name} during start-up, before the first step: nothing trained in this run; {kept}. "
+        "Run the same command to start again."
+    )
+
 
 HOLD_ENV = "MW_ENV_TEST_HOLD"
 
@@ -51,7 +138,7 @@ def hold(point: str) -> None:
         if at == point and path:
             Path(f"{path}.waiting").touch()
             # A stop signal lets go too: the harness need not guess when a forwarded signal arrived.
-            while not Path(path).exists() and not stopping.received():
+            while not Path(path).exists() and not received():
                 time.sleep(0.02)  # the SIGTERM handler runs between these waits, as between kernels
 
 
@@ -65,17 +152,29 @@ class StopFlag:
     def __enter__(self) -> StopFlag:
         with contextlib.suppress(ValueError):  # not the main thread (tests): no handler
             self._old = signal.signal(signal.SIGTERM, self._handle)
-        stopping.enter("steps")
+        enter("steps")
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
-        stopping.note()
+        note()
 
     def __exit__(self, *exc: object) -> None:
-        stopping.enter("finishing")  # a SIGTERM from here on waits for the report (trainer/stopping.py)
+        enter("finishing")  # a SIGTERM from here on waits for the report (the phases above)
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
 
 
-__all__ = ["HOLD_ENV", "StopFlag", "hold", "mark"]
+__all__ = [
+    "HOLD_ENV",
+    "StopFlag",
+    "StopRequested",
+    "enter",
+    "hold",
+    "install",
+    "mark",
+    "note",
+    "pending",
+    "received",
+    "stopped_before_start",
+]

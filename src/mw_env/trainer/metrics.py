@@ -1,4 +1,4 @@
-"""metrics.jsonl (one JSON event per line, appended and flushed) and the tagging metrics.
+"""metrics.jsonl (one JSON event per line, appended and flushed); the tagging metrics are scoring.py's.
 
 Events (design.md): step, eval, checkpoint, skipped_step, finished - each with "time" (unix
 seconds) - plus "resumed" (step, path) when a run continues from a checkpoint. Every event is also
@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import fault_for
-
-METRICS = "metrics.jsonl"
+from mw_env.atomic import fault_for, open_append
+from mw_env.runs.rundir import METRICS_FILE
 
 
 class MetricsWriter:
@@ -31,13 +30,13 @@ class MetricsWriter:
         enabled: bool = True,
     ) -> None:
         self.enabled = enabled
-        self.path = Path(run_dir) / METRICS
+        self.path = Path(run_dir) / METRICS_FILE
         self._fh = None
         self._tracker = None
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
+        self._fh = open_append(self.path)  # a FIFO or a device here is refused, not hung on
         if tracking != "none":
             from mw_env.trainer.tracking import open_trackers  # its third-party packages are optional
 
@@ -71,7 +70,7 @@ class MetricsWriter:
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """All events; a torn last line (a killed writer) is skipped."""
-    path = Path(run_dir) / METRICS
+    path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
     out = []
@@ -90,33 +89,3 @@ def latest_by_step(events: Sequence[dict[str, Any]], kind: str) -> list[dict[str
         if e.get("event") == kind and isinstance(e.get("step"), int):
             by_step[e["step"]] = e
     return [by_step[s] for s in sorted(by_step)]
-
-
-def spans(tags: Sequence[str]) -> set[tuple[int, int, str]]:
-    """Entity spans (start, end, type) from BIO tags, conlleval style: an I- that does not continue
-    an entity of its own type starts a new one."""
-    out: set[tuple[int, int, str]] = set()
-    start, kind = -1, ""
-    for i, tag in enumerate([*tags, "O"]):
-        prefix, _, typ = tag.partition("-")
-        continues = prefix == "I" and typ == kind and start >= 0
-        if start >= 0 and not continues:
-            out.add((start, i, kind))
-            start, kind = -1, ""
-        if prefix in ("B", "I") and not continues:
-            start, kind = i, typ
-    return out
-
-
-def entity_prf(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> tuple[float, float, float]:
-    """Micro precision, recall, F1 over exact entity spans."""
-    tp = n_gold = n_pred = 0
-    for g, p in zip(gold, pred, strict=True):
-        gs, ps = spans(g), spans(p)
-        tp += len(gs & ps)
-        n_gold += len(gs)
-        n_pred += len(ps)
-    precision = tp / n_pred if n_pred else 0.0
-    recall = tp / n_gold if n_gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return precision, recall, f1

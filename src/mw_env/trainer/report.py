@@ -21,7 +21,9 @@ from typing import Any
 
 from mw_env.atomic import write_json_atomic, write_text_atomic
 from mw_env.errors import os_error_in
-from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
+from mw_env.runs.manifest import read_manifest, write_manifest
+from mw_env.runs.rundir import CHECKPOINTS_DIR, DOCTOR_FILE, MANIFEST
+from mw_env.textsafe import duration
 from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
 from mw_env.trainer.report_card import HistogramDrawer, card_blocks
@@ -68,14 +70,6 @@ def display_source(source: str | None, run_dir: Path) -> str:
     return f"file:{path.name}"
 
 
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    if s < 120:
-        return f"{s} s"
-    h, m = divmod(s // 60, 60)
-    return f"{h} h {m:02d} min" if h else f"{m} min {s % 60:02d} s"
-
-
 def _num(value: object, spec: str = ".4f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "n/a"
 
@@ -83,7 +77,7 @@ def _num(value: object, spec: str = ".4f") -> str:
 def final_checkpoint(run_dir: Path) -> Path | None:
     from mw_env.trainer.checkpoint import list_checkpoints
 
-    found = list_checkpoints(Path(run_dir) / "checkpoints")
+    found = list_checkpoints(Path(run_dir) / CHECKPOINTS_DIR)
     return found[-1] if found else None
 
 
@@ -111,26 +105,33 @@ def summary_pairs(
     ]
     if evals:
         last = evals[-1]
+        mode = _f1_mode(last)
+        other = "strict" if mode == "conlleval" else "conlleval"
         pairs += [
             (
                 f"Last eval (step {last.get('step')})",
-                f"loss {_num(last.get('loss'))}, token accuracy "
-                f"{_num(last.get('token_acc'))}, entity F1 {_num(last.get('entity_f1'))}",
+                f"loss {_num(last.get('loss'))}, word accuracy (BIO tag per word) "
+                f"{_num(last.get('token_acc'))}, entity F1 ({mode}) {_num(last.get('entity_f1'))}"
+                + (
+                    f", entity F1 ({other}) {_num(last.get(f'entity_f1_{other}'))}"
+                    if f"entity_f1_{other}" in last
+                    else ""
+                ),
             ),
             (
-                "Entity precision / recall",
+                f"Entity precision / recall ({mode})",
                 f"{_num(last.get('entity_precision'))} / {_num(last.get('entity_recall'))}",
             ),
         ]
         scored = [e for e in evals if isinstance(e.get("entity_f1"), (int, float))]
         if scored:
             best = max(scored, key=lambda e: e["entity_f1"])
-            pairs.append(("Best entity F1", f"{best['entity_f1']:.4f} (step {best['step']})"))
+            pairs.append((f"Best entity F1 ({mode})", f"{best['entity_f1']:.4f} (step {best['step']})"))
     else:
         pairs.append(("Evaluation", "no evaluation ran"))
     times = [e["time"] for e in events if isinstance(e.get("time"), (int, float))]
     if len(times) >= 2:
-        pairs.append(("Wall time (first to last event)", _duration(max(times) - min(times))))
+        pairs.append(("Wall time (first to last event)", duration(max(times) - min(times))))
     rates = [e["tokens_per_s"] for e in steps if isinstance(e.get("tokens_per_s"), (int, float))]
     if rates:
         pairs.append(("Throughput (median)", f"{statistics.median(rates):,.0f} tokens/s"))
@@ -141,7 +142,7 @@ def summary_pairs(
         ("Precision", f"{fact['precision']} ({fact['precision_reason']})"),
         ("Device", f"{fact['device_name']} ({fact['device']}), world size {fact['world_size']}"),
         ("torch", fact["torch"]),
-        ("Doctor", "not run" if doctor is None else ("ok" if doctor.get("ok") else "FAILED checks")),
+        ("Doctor", _doctor_words(doctor)),
         (
             "Config",
             f"{display_source('file:' + str(resolved.path), run_dir)[5:] if resolved.path else 'defaults'}, "
@@ -153,9 +154,26 @@ def summary_pairs(
         pairs.append(("Environment lock", Code(f"{lock.get('file')} sha256 {lock['sha256']}")))
     else:
         pairs.append(("Environment lock", "none (the venv has no lock; `mw-env lock` writes one)"))
+    drift = facts.get("venv_drift")
+    if isinstance(drift, dict) and drift.get("changes"):
+        changes = "; ".join(map(str, drift["changes"]))
+        pairs.append(
+            ("Venv drift", f"{changes} (since the venv's lock); the run's lock: {drift.get('run_lock')}")
+        )
     ckpt = final_checkpoint(run_dir)
     pairs.append(("Final checkpoint", Code(ckpt.relative_to(run_dir).as_posix()) if ckpt else "none"))
     return pairs
+
+
+def _doctor_words(doctor: dict[str, object] | None) -> str:
+    if doctor is None:
+        return "not run"
+    from mw_env.checks.model import doctor_warnings
+
+    warned = doctor_warnings(doctor)
+    if not doctor.get("ok"):
+        return "FAILED checks"
+    return f"ok with {len(warned)} warning(s): {'; '.join(warned)}" if warned else "ok"
 
 
 def _draw_figures(
@@ -258,7 +276,7 @@ def _read_doctor(run_dir: Path, doctor_json: Path | None) -> dict[str, object] |
     if not (doctor_json and Path(doctor_json).is_file()):
         return None
     doctor = json.loads(Path(doctor_json).read_text(encoding="utf-8"))
-    kept = Path(run_dir) / "doctor.json"
+    kept = Path(run_dir) / DOCTOR_FILE
     if Path(doctor_json).resolve() != kept.resolve():
         # The launcher's pending report becomes this run's doctor.json only now, with the report.
         write_json_atomic(kept, doctor, default=str)
@@ -315,3 +333,9 @@ def _log_to_mlflow(run_dir: Path) -> None:
     warning = log_run_artifacts(run_dir, checkpoint=ckpt, checkpoint_sha256=digest)
     if warning:
         print(warning, file=sys.stderr, flush=True)
+
+
+def _f1_mode(event: dict[str, object]) -> str:
+    """The entity F1 mode an eval event shows; events from before f1_mode was logged were conlleval's."""
+    mode = event.get("f1_mode")
+    return mode if isinstance(mode, str) and mode in ("conlleval", "strict") else "conlleval"

@@ -29,7 +29,7 @@ EVAL_METRICS = (
     ("entity_f1", "entity F1"),
     ("entity_precision", "entity precision"),
     ("entity_recall", "entity recall"),
-    ("token_acc", "token accuracy"),
+    ("token_acc", "word accuracy"),
 )
 
 
@@ -169,7 +169,12 @@ def loss_figure(events: Sequence[dict[str, Any]], out_dir: Path) -> Figure:
 
 def eval_figure(events: Sequence[dict[str, Any]], out_dir: Path) -> Figure | None:
     """Entity F1 / precision / recall and token accuracy per evaluation; None when no eval ran."""
-    curves = [(label, series(events, "eval", key)) for key, label in EVAL_METRICS]
+    modes = [e.get("f1_mode") for e in events if e.get("event") == "eval"]
+    mode = modes[-1] if modes and modes[-1] in ("conlleval", "strict") else "conlleval"
+    curves = [
+        (f"{label} ({mode})" if key == "entity_f1" else label, series(events, "eval", key))
+        for key, label in EVAL_METRICS
+    ]
     if not any(points for _, points in curves):
         return None
     title = "Held-out metrics"

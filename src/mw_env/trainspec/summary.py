@@ -36,6 +36,10 @@ def parameter_counts(
     # per block: two LayerNorms (4d), qkv (3d^2 + 3d), out proj (d^2 + d), ff1 (d*ff + ff), ff2 (ff*d + d)
     block = 4 * d + 3 * d * d + 3 * d + d * d + d + d * ff + ff + ff * d + d
     rows = [("embeddings", vocab_size * d + m.max_len * d)]
+    if (
+        config.word_features
+    ):  # trainer/words.py: n-gram, shape (12^3), length (17), first-class (12) rows + proj
+        rows.append(("word features", (m.word_buckets + 12**3 + 17 + 12) * d + d * d + d))
     rows += [(f"block {i}", block) for i in range(m.n_layers)]
     rows.append(("head", 2 * d + d * n_labels + n_labels))
     return rows
@@ -54,9 +58,8 @@ def _labels(config: TrainConfig, base: Path | None, venv: Path | None) -> tuple[
 
     where = base or Path.cwd()
     try:
-        shards = expand_files(d.train_files, "data.train_files", where) + expand_files(
-            d.val_files, "data.val_files", where
-        )
+        shards = [p for key, globs in d.train_globs() for p in expand_files(globs, key, where)]
+        shards += expand_files(d.val_files, "data.val_files", where)
     except InputError:
         shards = []
     found = corpus_labels(shards, d.tags_column, venv=venv) if shards else None
@@ -88,6 +91,9 @@ def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | Non
         data = {
             "source": "files",
             "train_files": list(d.train_files),
+            "sources": [
+                {"name": s.name or s.files[0], "files": list(s.files), "weight": s.weight} for s in d.sources
+            ],
             "val_files": list(d.val_files),
             # held out: whole row groups, chosen by a hash of (data.seed, shard name, row group)
             "val_fraction": None if d.val_files else d.val_fraction,

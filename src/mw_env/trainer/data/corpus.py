@@ -25,6 +25,7 @@ from mw_env.trainer.data.memory import MemoryProducer, Split, collate, encode_sp
 from mw_env.trainer.data.order import RankOrder, assign_blocks
 from mw_env.trainer.data.reader import PieceReader
 from mw_env.trainer.data.shards import Block, Shard
+from mw_env.trainer.data.sources import WeightedSources, index_train, weighted
 from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding, FileProducer, gather, iter_val_rows
 from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
 from mw_env.trainspec.config import TrainConfig
@@ -69,6 +70,7 @@ class Corpus:
     shards: list[Shard] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
     owned: list[list[int]] = field(default_factory=list)  # block indices per rank
+    weighted: WeightedSources | None = None  # data.sources: the mix and each source's blocks per rank
 
     def rank_rows(self, rank: int) -> int:
         if self.split is not None:
@@ -88,13 +90,19 @@ class Corpus:
                 batch_size=o.batch_size,
                 accumulation=o.accumulation_steps,
             )
-        order = RankOrder(
-            self.blocks,
-            self.owned[self.rank],
-            seed=c.runtime.seed,
-            rank=self.rank,
-            window_rows=c.data.shuffle_rows,
-        )
+        w = self.weighted
+        several = w is not None and len(w.names) > 1
+        orders = [
+            RankOrder(
+                self.blocks,
+                owned[self.rank],
+                seed=c.runtime.seed,
+                rank=self.rank,
+                window_rows=c.data.shuffle_rows,
+                salt=(k,) if several else (),  # one source reads exactly as data.train_files does
+            )
+            for k, owned in enumerate(w.owned if w is not None else [self.owned])
+        ]
         reader = PieceReader(self.shards, self.blocks, _columns(c))
         auto = c.data.workers < 0  # the automatic count starts workers only for windows worth splitting
         encoding = Encoding(
@@ -105,7 +113,8 @@ class Corpus:
             min_rows=ENCODE_ROWS if auto else 0,
         )
         return FileProducer(
-            order=order,
+            order=orders,
+            mix=w.mix if w is not None and several else None,
             encoding=encoding,
             labels=self.labels,
             batch_size=o.batch_size,
@@ -161,6 +170,7 @@ class Corpus:
                 {"rank": r, "rows_per_epoch": self.rank_rows(r), **pos} for r, pos in enumerate(positions)
             ],
             "sources": self.sources,
+            **({"mix": self.weighted.card(positions)} if self.weighted is not None else {}),
         }
 
 
@@ -231,13 +241,7 @@ def _index(config: TrainConfig, world: int) -> dict[str, Any]:
     cache = index_mod.load_cache(run_dir)
     before = dict(cache)
     sample = not data.labels
-    train = index_mod.index_shards(
-        expand_files(data.train_files, "data.train_files"),
-        columns,
-        key="data.train_files",
-        labels=sample,
-        cache=cache,
-    )
+    train, source_of = index_train(config, columns, labels=sample, cache=cache)
     val = (
         index_mod.index_shards(
             expand_files(data.val_files, "data.val_files"),
@@ -254,7 +258,12 @@ def _index(config: TrainConfig, world: int) -> dict[str, Any]:
     tags: set[str] = set()
     for _shard, t in train + val:
         tags.update(t or ())
-    return {"train": [s for s, _ in train], "val": [s for s, _ in val], "tags": sorted(tags)}
+    return {
+        "train": [s for s, _ in train],
+        "val": [s for s, _ in val],
+        "tags": sorted(tags),
+        "source_of": source_of,
+    }
 
 
 def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus:
@@ -310,6 +319,9 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
         train_blocks = [b for b in all_blocks if b not in held_set]
         val_blocks, val_from = held, train_shards
         order_key["val_fraction"] = data.val_fraction
+    mixed = weighted(config, train_blocks, index["source_of"], world)
+    if mixed is not None:
+        order_key["sources"] = mixed.order_key()
     if len(train_blocks) < world:
         raise InputError(
             f"the training split has {len(train_blocks)} row group(s), fewer than the {world} processes: "
@@ -325,6 +337,10 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
         sum(b.rows for b in val_blocks), _val_batches(val_encoding, val_blocks), rank=rank, world=world
     )
     train_ids, val_ids = [s.identity() for s in train_shards], [s.identity() for s in val_shards]
+    if mixed is not None:  # a shard moved to another source is a changed corpus
+        train_ids = [
+            {**i, "source": mixed.names[k]} for i, k in zip(train_ids, index["source_of"], strict=True)
+        ]
     identity = {"source": "files", "order": order_key, "shards": train_ids, "val_shards": val_ids}
     sources = [{"kind": "train", **i} for i in train_ids] + [{"kind": "val", **i} for i in val_ids]
     if not val_shards:
@@ -347,7 +363,12 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
         world=world,
         shards=train_shards,
         blocks=train_blocks,
-        owned=assign_blocks(train_blocks, world, config.runtime.seed),
+        owned=(
+            assign_blocks(train_blocks, world, config.runtime.seed)
+            if mixed is None
+            else [sorted(b for per in mixed.owned for b in per[r]) for r in range(world)]
+        ),
+        weighted=mixed,
     )
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
+from mw_env.trainspec.columns import as_string_lists
 from mw_env.trainspec.tagdict import dictionary_values
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 LABEL_SAMPLE_ROWS = 4096  # per shard
 CACHE = "corpus-index.json"
 VERSION = 1
+Cache = dict[str, Any]  # the run folder's index cache: shard key -> its footer facts (JSON)
 T = TypeVar("T")
 
 
@@ -77,7 +79,7 @@ def sample_tags(
         batch = next(pf.iter_batches(batch_size=LABEL_SAMPLE_ROWS, columns=[columns[1]]), None)
         if batch is None:
             return []
-        uniq = pc.unique(pc.list_flatten(batch.column(0)))
+        uniq = pc.unique(pc.list_flatten(as_string_lists(batch.column(0))))
         return sorted(t for t in uniq.to_pylist() if t is not None)
     except UnicodeDecodeError:
         raise InputError(
@@ -139,7 +141,7 @@ def _no_rows(shard: Shard, key: str) -> None:
 
 
 def index_shards(
-    paths: Sequence[Path], columns: tuple[str, str], *, key: str, labels: bool, cache: dict[str, Any]
+    paths: Sequence[Path], columns: tuple[str, str], *, key: str, labels: bool, cache: Cache
 ) -> list[tuple[Shard, list[str] | None]]:
     """Each shard and its tag sample (None when labels are configured); `cache` is read and updated.
     Shards the cache lacks are read one after the other, in list order (the first failing one is the
@@ -169,7 +171,7 @@ def index_shards(
     ]
 
 
-def load_cache(run_dir: Path) -> dict[str, Any]:
+def load_cache(run_dir: Path) -> Cache:
     try:
         data = json.loads((run_dir / CACHE).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # a cache: anything unreadable is read again
@@ -183,7 +185,7 @@ def load_cache(run_dir: Path) -> dict[str, Any]:
     return data["shards"]
 
 
-def save_cache(run_dir: Path, entries: dict[str, Any]) -> None:
+def save_cache(run_dir: Path, entries: Cache) -> None:
     from mw_env.atomic import write_json_atomic
 
     try:
