@@ -9,7 +9,8 @@ The activation constants are fitted to peak RSS measured on the CPU build of tor
 and loss, AdamW, two steps; tests/trainspec/test_memory.py measures configs it was not fitted on). Per layer
 and per position of a [batch, width] micro-batch, in 4-byte values: 7.5 x d_model + 2.7 x d_ff, plus 12 x
 d_model more when dropout is on (its masks and outputs); 3.3 x d_model outside the layers (embeddings, head,
-loss); 48 MiB of torch's own working memory. Attention keeps no [width x width] matrix with a fused kernel
+loss), and for the word path (model.words) 6 x d_model per position and 1.5 per pair of positions of a row; 48
+MiB of torch's own working memory. Attention keeps no [width x width] matrix with a fused kernel
 (flash/efficient, and the CPU's flash kernel when dropout is off); the math kernel keeps about 3.4 per head
 (scores, softmax, dropout).
 bf16/fp16 on a GPU keep less: the figure is the fp32 upper bound.
@@ -26,6 +27,8 @@ from mw_env.trainspec.synthetic import LABELS
 STATE_BYTES = 16  # per parameter: weight, gradient, exp_avg, exp_avg_sq (fp32)
 DDP_BYTES = 4  # per parameter: DDP's gradient buckets
 VALUE = 4  # bytes of an fp32 activation
+WORDS_POSITION = 6.0  # values per position x d_model of the word path (model.words)
+WORDS_PAIR = 1.5  # values per (position, position) pair of a row: the word layout
 WORKING = 48 << 20  # torch's own buffers and allocator slack in a training process (the fit's intercept)
 
 
@@ -96,6 +99,10 @@ def estimate(
     if attention:
         layers += m.n_layers * 3.4 * b * m.n_heads * t * t
     outside = 3.3 * b * t * max(d, 64) + 4 * b * t * labels
+    if config.word_features:
+        # trainer/words.py: each position's n-gram and shape vectors, and the [width x width] word layout
+        # pooled with one batched matmul (its float weights kept for the backward pass).
+        outside += WORDS_POSITION * b * t * d + WORDS_PAIR * b * t * t
     activations = int((layers + outside) * VALUE) + WORKING
     return MemoryNeed(
         parameters=params,
