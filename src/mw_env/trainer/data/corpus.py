@@ -182,6 +182,11 @@ def _columns(c: TrainConfig) -> tuple[str, str]:
     return (c.data.tokens_column, c.data.tags_column)
 
 
+def encoder_for(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
+    """The encoder a run's rows go through (train predict/evaluate encode their input with it too)."""
+    return _encoder(tok, labels, c)
+
+
 def _encoder(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
     proto = getattr(tok, "proto", None)
     return VectorEncoder(
