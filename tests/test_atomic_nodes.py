@@ -154,6 +154,7 @@ ALLOWED = {
     ("trainer/lifecycle.py", "touch"): "MW_ENV_TEST_HOLD, the tests' hook",
     ("trainer/__main__.py", "touch"): "MW_ENV_STARTED_FILE, a marker the launcher names",
     ("provision/state.py", "os.open"): "its own S_ISREG check (the bootstrap lock)",
+    ("streams.py", "open('w')"): "fd 2, the process's own stderr, not a path",
 }
 
 

@@ -104,6 +104,10 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
         echo_json(record.to_dict())
         return 0
     d = record.run_dir
+    from mw_env.checks.model import doctor_warnings
+
+    for line in [*(f"warning: doctor: {w}" for w in doctor_warnings(launch.doctor)), *launch.notes]:
+        click.echo(line, err=True)
     click.echo(
         f"started {launch.config_path.name} detached (profile {launch.profile}; pid {record.pid}, trainer pid {record.child_pid})"
     )

@@ -31,7 +31,6 @@ from mw_env.trainspec.preflight import check_on_host
 if TYPE_CHECKING:
     from mw_env.profiles.model import Selection
 
-DOCTOR_FILE = "doctor.json"
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
 # report, which moves it to DOCTOR_FILE; a launch that fails before that leaves a finished run's
 # doctor.json, and so its manifest, untouched.
@@ -108,6 +107,7 @@ class Launch:
     profile: str | None = None
     venv: Path | None = None
     doctor: dict[str, object] | None = None  # the quick doctor's report (None when skipped)
+    notes: tuple[str, ...] = ()  # said before the run starts (the venv's drift, the run's lock)
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
 
@@ -141,7 +141,7 @@ def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
     if not wanted:
         return
     from mw_env.envlock import LOCK_FILE
-    from mw_env.runs.manifest import sha256_file
+    from mw_env.runs.rundir import sha256_file
 
     lock = venv / LOCK_FILE
     have = sha256_file(lock) if lock.is_file() else None
@@ -336,6 +336,12 @@ def prepare(request: LaunchRequest) -> Launch:
                 hint="fix them (`mw-env doctor` shows how), or pass --skip-doctor to start anyway",
             )
 
+    notes: tuple[str, ...] = ()
+    if not nodes.multi or nodes.node_rank == 0:
+        from mw_env.envlock.atlaunch import lock_for_run
+
+        notes = tuple(lock_for_run(venv=venv_path, out_dir=out_dir, selection=selection, env=env_in).lines())
+
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
     for item in r.overrides:
         args += ["--set", item]
@@ -365,6 +371,7 @@ def prepare(request: LaunchRequest) -> Launch:
         profile=selection.profile.name,
         venv=venv_path,
         doctor=doctor,
+        notes=notes,
         nodes=nodes,
         run_id=run_id,
     )

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -121,7 +121,9 @@ def rng_states() -> dict[str, Any]:
     """RNG states as tensors and plain containers (weights_only-loadable)."""
     import numpy as np
 
-    np_state = np.random.get_state()
+    # The legacy form is a tuple (name, keys, pos, has_gauss, cached_gaussian); numpy's stubs type it as the
+    # union with the dict form, which mypy sees where numpy is installed beside it (seqeval brings it).
+    np_state = cast("tuple[Any, ...]", np.random.get_state(legacy=True))
     py_version, py_state, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
