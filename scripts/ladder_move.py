@@ -68,6 +68,7 @@ FILES: dict[str, str] = {
     **{f"{m}.py": f"base/{m}.py" for m in ("errors", "atomic", "textsafe", "userfile", "userjson", "typed")},
     "versions.py": "base/versions.py",
     "lifeline.py": "base/lifeline.py",
+    "streams.py": "base/streams.py",  # the standard streams, guarded (issue 29)
     # hardware/: the machine seam, the facts, detection
     "machine.py": "hardware/machine.py",
     "hardware.py": "hardware/facts.py",
