@@ -249,6 +249,67 @@ def rewrite_paths(text: str, paths: dict[str, str], regex: re.Pattern[str]) -> s
 SHIELD = "mw\x00env"
 
 
+def short_names(moves: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Renamed modules as prose names them: `checkpoint_parts` -> (`ckpt.parts`, `trainer/ckpt/parts.py`), the
+    dotted name relative to the old module's folder and the new path."""
+    out: dict[str, tuple[str, str]] = {}
+    for old, new in moves.items():
+        if not old.endswith(".py") or old.rsplit("/", 1)[-1] == "__init__.py":
+            continue
+        stem = old.rsplit("/", 1)[-1][:-3]
+        if (
+            "_" not in stem
+        ):  # only distinctive names: "report" or "checkpoint" alone mean other things in prose
+            continue
+        parent = old.rsplit("/", 1)[0] + "/" if "/" in old else ""
+        rel = new[len(parent) :] if new.startswith(parent) else new
+        out[stem] = (rel[:-3].replace("/", "."), new)
+    return out
+
+
+def rewrite_prose(text: str, names: dict[str, tuple[str, str]]) -> str:
+    """Renamed modules in prose: `report_doc.DocBlock` -> `report.doc.DocBlock`, `export_runtime.py` ->
+    `trainer/export/runtime.py`. Never in code or a quoted string (a local name may still be spelled so)."""
+    if not names:
+        return text
+    alt = "|".join(sorted((re.escape(n) for n in names), key=len, reverse=True))
+    regex = re.compile(r"(?<![\w./\"'-])(" + alt + r")(\.py\b)?(?![\w/])")
+
+    def one(m: re.Match[str]) -> str:
+        dotted, path = names[m.group(1)]
+        return path if m.group(2) else dotted
+
+    return regex.sub(one, text)
+
+
+def rewrite_python_prose(text: str, names: dict[str, tuple[str, str]]) -> str:
+    """rewrite_prose over a Python file's comments and docstrings only."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return text
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    edits = []
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT or (
+            tok.type == tokenize.STRING and tok.string.lstrip("rbuRBU").startswith(('"""', "'''"))
+        ):
+            new = rewrite_prose(tok.string, names)
+            if new != tok.string:
+                start = offsets[tok.start[0] - 1] + tok.start[1]
+                end = offsets[tok.end[0] - 1] + tok.end[1]
+                edits.append((start, end, new))
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
 def rewrite_from_imports(text: str, modules: dict[str, str]) -> str:
     """`from mw_env[.pkg] import a, b` where a or b is a moved module: one statement per new parent."""
     try:
@@ -344,6 +405,7 @@ def apply(plan: Plan) -> None:
         (root / new).parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "mv", f"{PKG}/{old}", f"{PKG}/{new}"], cwd=REPO, check=True)
     regex = _path_regex(plan.paths)
+    prose = short_names(plan.moves)
     depth_change = {new: new.count("/") - old.count("/") for old, new in plan.moves.items()}
     for path in _text_files():
         rel = path.relative_to(REPO).as_posix()
@@ -357,6 +419,9 @@ def apply(plan: Plan) -> None:
                 new = relative_to_absolute(new, _dotted(under), path.name == "__init__.py")
                 new = deepen_file_parents(new, depth_change.get(under, 0))
             new = rewrite_from_imports(new, plan.modules)
+            new = rewrite_python_prose(new, prose)
+        elif path.suffix == ".md":
+            new = rewrite_prose(new, prose)
         new = rewrite_dotted(new, plan.modules)
         new = rewrite_paths(new, plan.paths, regex).replace(SHIELD, "mw_env")
         if new != text:
