@@ -237,7 +237,9 @@ def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[TaggerN
     config = config_from_dict(ckpt["config"])
     tokenizer = tokenizer_from_state(ckpt["tokenizer"])
     labels = list(ckpt["labels"])
-    model = TaggerNet(config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels))
+    model = TaggerNet(
+        config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels), words=config.word_features
+    )
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, tokenizer, labels
