@@ -42,7 +42,9 @@ def _explain(tmp_path: Path, capsys, venv: Path, *extra: str) -> dict[str, dict]
     log.write_text("\n".join([NO_BINARY, INVALID, TENSILE]) + "\n")
     rc = main(["doctor", "--explain", str(log), "--json", "--root", ROOT_780M, "--venv", str(venv), *extra])
     assert rc == 1  # fatal messages found
-    return {m["id"]: m for m in json.loads(capsys.readouterr().out)["messages"]}
+    data = json.loads(capsys.readouterr().out)
+    assert "(gfx1103)" in data["advice_for"] and str(venv) in data["advice_for"]
+    return {m["id"]: m for m in data["messages"]}
 
 
 def test_a_native_780m_venv_gets_the_native_source_and_no_override(tmp_path, capsys):
@@ -202,3 +204,24 @@ def test_the_tensile_forms_are_told_apart():
     assert cat.first_match(plain).id == "tensile-library-not-found"
     lazy = 'rocblaslt error: Cannot read "TensileLibrary_lazy_gfx1151.dat": No such file or directory'
     assert cat.first_match(lazy).id == "rocblaslt-lazy-library"
+
+
+def test_a_log_read_on_a_machine_without_an_amd_gpu_gets_every_gpus_advice(tmp_path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text(NO_BINARY + "\n")
+    rc = main(
+        [
+            "doctor",
+            "--explain",
+            str(log),
+            "--json",
+            "--root",
+            str(MACHINES / "cpu-only"),
+            "--venv",
+            str(tmp_path / "none"),
+        ]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 1 and data["advice_for"] is None
+    fix = data["messages"][0]["fix"]
+    assert "For the GPUs the profiles name" in fix and "gfx1103" in fix and "gfx1151" in fix

@@ -34,7 +34,10 @@ def check_venv(ctx: DoctorContext) -> list[CheckResult]:
         return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
     py = ctx.python
     if not (venv / "pyvenv.cfg").exists() and not py.exists() and not py.is_symlink():
-        cause, fix = ctx.fix("venv.not_a_venv", venv=venv)
+        from mw_env.provision.record import create_command
+
+        # A command bootstrap accepts: it refuses to build in a folder it did not make (issue 30).
+        cause, fix = ctx.fix("venv.not_a_venv", venv=venv, bootstrap=create_command(venv))
         return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
     out = [result("venv.exists", AREA, "venv exists", "pass", str(venv))]
     try:

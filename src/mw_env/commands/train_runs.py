@@ -18,6 +18,7 @@ import click
 from mw_env.commands.common import F, echo_json, json_option
 from mw_env.commands.train_export import export
 from mw_env.commands.train_options import launch_options, prepare_launch, run_folder_options
+from mw_env.commands.train_predict import evaluate, predict
 from mw_env.errors import EXIT_FAILED, MwEnvError
 from mw_env.textsafe import bounded, duration
 
@@ -300,4 +301,4 @@ def watch(
     return watcher.exit_code
 
 
-__all__ = ["export", "start", "status", "stop", "watch"]
+__all__ = ["evaluate", "export", "predict", "start", "status", "stop", "watch"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from mw_env.runs.logscan import RUN_HEADER, LogFinding, LogScanner, classify_line, scan_log
 from mw_env.runs.procinfo import signal_name
+from mw_env.runs.rundir import LOG_FILE
 from mw_env.textsafe import safe, safe_message
 
 # Re-exported: callers read log findings and anomalies from one place.
@@ -369,7 +370,7 @@ def analyze(
     last_output: float | None,
     now: float,
     thresholds: Thresholds = Thresholds(),
-    log_name: str = "train.log",
+    log_name: str = LOG_FILE,
 ) -> tuple[Anomaly, ...]:
     """Every anomaly the run shows, highest priority first."""
     found = [

@@ -26,6 +26,7 @@ from mw_env.lifeline import preexec
 from mw_env.runs import rendezvous
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
 from mw_env.runs.rendezvous import Nodes
+from mw_env.runs.rundir import MANIFEST, metrics_path
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 
@@ -222,7 +223,7 @@ def ended_cleanly(out_dir: Path) -> bool:
     import json
 
     try:
-        with open(Path(out_dir) / "metrics.jsonl", "rb") as fh:
+        with open(metrics_path(out_dir), "rb") as fh:
             fh.seek(0, 2)
             fh.seek(max(0, fh.tell() - 4096))
             last = fh.read().decode(errors="replace").strip().splitlines()[-1]
@@ -234,9 +235,7 @@ def ended_cleanly(out_dir: Path) -> bool:
     if event.get("reason") == "stopped":
         return True
     try:  # any other end counts once the manifest (written last) is newer than the metrics
-        return (Path(out_dir) / "MANIFEST.sha256").stat().st_mtime >= (
-            Path(out_dir) / "metrics.jsonl"
-        ).stat().st_mtime
+        return (Path(out_dir) / MANIFEST).stat().st_mtime >= (metrics_path(out_dir)).stat().st_mtime
     except OSError:
         return False
 

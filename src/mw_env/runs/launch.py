@@ -31,7 +31,6 @@ from mw_env.trainspec.preflight import check_on_host
 if TYPE_CHECKING:
     from mw_env.profiles.model import Selection
 
-DOCTOR_FILE = "doctor.json"
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
 # report, which moves it to DOCTOR_FILE; a launch that fails before that leaves a finished run's
 # doctor.json, and so its manifest, untouched.
@@ -142,7 +141,7 @@ def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
     if not wanted:
         return
     from mw_env.envlock import LOCK_FILE
-    from mw_env.runs.manifest import sha256_file
+    from mw_env.runs.rundir import sha256_file
 
     lock = venv / LOCK_FILE
     have = sha256_file(lock) if lock.is_file() else None

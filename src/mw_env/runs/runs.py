@@ -23,7 +23,7 @@ from mw_env.atomic import open_append, open_regular, write_json_atomic
 from mw_env.errors import InputError, StepFailed, os_fault
 from mw_env.runs import runstate
 from mw_env.runs.logscan import RUN_HEADER
-from mw_env.runs.runstate import STATE_FILE
+from mw_env.runs.rundir import LOG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE
 from mw_env.runs.supervise import (
     PROC,
     RUN_ID_ENV,
@@ -32,10 +32,7 @@ from mw_env.runs.supervise import (
     same_process_alive,
 )
 
-RUN_FILE = "run.json"
 EXIT_FILE = STATE_FILE
-LOG_FILE = "train.log"
-METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".run.lock"
 SPAWN_TIMEOUT_S = 30.0
 

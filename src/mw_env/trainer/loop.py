@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from mw_env.errors import StepFailed
+from mw_env.runs.rundir import CHECKPOINTS_DIR, MANIFEST, METRICS_FILE, checkpoints_dir
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.agree import run_lock
 from mw_env.trainer.checkpoint_parts import restore as restore_parts
@@ -79,7 +80,7 @@ def _optimizer(model: torch.nn.Module, resolved: ResolvedConfig) -> torch.optim.
 def _move_aside(out_dir: Path, echo: Echo) -> None:
     """--fresh: keep the old checkpoints and metrics, renamed, so a later resume cannot pick them up."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for name in ("checkpoints", "metrics.jsonl"):
+    for name in (CHECKPOINTS_DIR, METRICS_FILE):
         path = out_dir / name
         if path.exists():
             target = out_dir / f"{name}.old-{stamp}"
@@ -108,7 +109,7 @@ def train(
         with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
             return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
     except RuntimeError as exc:  # a node or process that died shows here as a transport error
-        lost = lost_peer(exc, dist, out_dir / "checkpoints")
+        lost = lost_peer(exc, dist, checkpoints_dir(out_dir))
         if lost is None:
             raise
         raise lost from None
@@ -132,6 +133,8 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
         f"process), {corpus.val.rows:,} validation rows, {len(corpus.labels)} labels ({corpus.labels.origin}); "
         f"opened in {time.perf_counter() - t0:.2f} s"
     )
+    if corpus.labels.note:
+        say(f"warning: {corpus.labels.note}")
     model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels)).to(
         device
     )
@@ -199,7 +202,7 @@ def _run(
 ) -> RunResult:
     rt = resolved.config.runtime
     say: Echo = echo if dist.main else (lambda _msg: None)
-    ckpt_dir = out_dir / "checkpoints"
+    ckpt_dir = checkpoints_dir(out_dir)
     if dist.main:
         out_dir.mkdir(parents=True, exist_ok=True)
         if fresh:
@@ -417,7 +420,7 @@ def _finish(
             s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json
         )
         s.say(f"report: {report}")
-        mark(s.out_dir, "finished", report=str(report), manifest=str(s.out_dir / "MANIFEST.sha256"), **ended)
+        mark(s.out_dir, "finished", report=str(report), manifest=str(s.out_dir / MANIFEST), **ended)
     if reason == "nonfinite":
         raise StepFailed(
             f"stopped at step {state.step}: {rt.max_nonfinite} optimizer steps in a row had a non-finite "

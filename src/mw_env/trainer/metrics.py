@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import fault_for, open_append
-
-METRICS = "metrics.jsonl"
+from mw_env.runs.rundir import METRICS_FILE
 
 
 class MetricsWriter:
@@ -31,7 +30,7 @@ class MetricsWriter:
         enabled: bool = True,
     ) -> None:
         self.enabled = enabled
-        self.path = Path(run_dir) / METRICS
+        self.path = Path(run_dir) / METRICS_FILE
         self._fh = None
         self._tracker = None
         if not enabled:
@@ -71,7 +70,7 @@ class MetricsWriter:
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """All events; a torn last line (a killed writer) is skipped."""
-    path = Path(run_dir) / METRICS
+    path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
     out = []

@@ -32,7 +32,7 @@ def save_model_dir(checkpoint: Path, out: Path, *, manifest_sha256: str | None =
     """Write the MLflow model folder for `checkpoint` into `out` (which must not exist yet)."""
     import torch
 
-    from mw_env.runs.manifest import sha256_file
+    from mw_env.runs.rundir import sha256_file
     from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
     from mw_env.trainer.export_bundle import id_layout, tokenizer_entry
 

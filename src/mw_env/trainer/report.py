@@ -21,7 +21,8 @@ from typing import Any
 
 from mw_env.atomic import write_json_atomic, write_text_atomic
 from mw_env.errors import os_error_in
-from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
+from mw_env.runs.manifest import read_manifest, write_manifest
+from mw_env.runs.rundir import CHECKPOINTS_DIR, DOCTOR_FILE, MANIFEST
 from mw_env.textsafe import duration
 from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
@@ -76,7 +77,7 @@ def _num(value: object, spec: str = ".4f") -> str:
 def final_checkpoint(run_dir: Path) -> Path | None:
     from mw_env.trainer.checkpoint import list_checkpoints
 
-    found = list_checkpoints(Path(run_dir) / "checkpoints")
+    found = list_checkpoints(Path(run_dir) / CHECKPOINTS_DIR)
     return found[-1] if found else None
 
 
@@ -275,7 +276,7 @@ def _read_doctor(run_dir: Path, doctor_json: Path | None) -> dict[str, object] |
     if not (doctor_json and Path(doctor_json).is_file()):
         return None
     doctor = json.loads(Path(doctor_json).read_text(encoding="utf-8"))
-    kept = Path(run_dir) / "doctor.json"
+    kept = Path(run_dir) / DOCTOR_FILE
     if Path(doctor_json).resolve() != kept.resolve():
         # The launcher's pending report becomes this run's doctor.json only now, with the report.
         write_json_atomic(kept, doctor, default=str)

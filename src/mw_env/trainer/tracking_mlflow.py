@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from mw_env.atomic import write_json_atomic
 from mw_env.errors import MwEnvError
-from mw_env.runs.manifest import sha256_file
+from mw_env.runs.rundir import MANIFEST, METRICS_FILE, sha256_file
 from mw_env.trainer.tracking_values import flatten, metric_values
 from mw_env.trainspec.extras import bootstrap_hint
 
@@ -131,7 +131,7 @@ class MLflowTracker:
             ) from exc
 
     def _resume(self) -> str | None:
-        metrics = self.run_dir / "metrics.jsonl"
+        metrics = self.run_dir / METRICS_FILE
         if not (metrics.is_file() and metrics.stat().st_size > 0):
             return None  # nothing logged in this folder yet (a new run, or --fresh moved it aside)
         try:
@@ -210,9 +210,9 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
         run_id = saved["run_id"]
         if (run_dir / "report").is_dir():
             client.log_artifacts(run_id, str(run_dir / "report"), artifact_path="report")
-        if (run_dir / "MANIFEST.sha256").is_file():
-            client.log_artifact(run_id, str(run_dir / "MANIFEST.sha256"))
-        manifest = run_dir / "MANIFEST.sha256"
+        if (run_dir / MANIFEST).is_file():
+            client.log_artifact(run_id, str(run_dir / MANIFEST))
+        manifest = run_dir / MANIFEST
         manifest_sha = sha256_file(manifest) if manifest.is_file() else None
         if manifest_sha:  # the run this model came from, verifiable: `mw-env train verify RUN`
             client.set_tag(run_id, "mw-env.manifest_sha256", manifest_sha)

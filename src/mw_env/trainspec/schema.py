@@ -20,6 +20,7 @@ TokenizerKind = Literal["byte", "sentencepiece"]
 UnknownTags = Literal["error", "ignore"]
 DataSource = Literal["synthetic", "files"]
 DistBackend = Literal["auto", "gloo", "nccl"]
+WordFeatureChoice = Literal["auto", "ngrams", "none"]
 # How entity spans are read from BIO tags for entity F1 (mw_env.trainer.scoring says how each differs).
 F1Mode = Literal["conlleval", "strict"]
 
@@ -31,6 +32,7 @@ TOKENIZERS: tuple[str, ...] = get_args(TokenizerKind)
 UNKNOWN_TAGS: tuple[str, ...] = get_args(UnknownTags)
 SOURCES: tuple[str, ...] = get_args(DataSource)
 DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
+WORD_FEATURES: tuple[str, ...] = get_args(WordFeatureChoice)
 F1_MODES: tuple[F1Mode, ...] = get_args(F1Mode)
 
 
@@ -42,6 +44,11 @@ class ModelConfig:
     d_ff: int = 1024
     dropout: float = 0.1
     max_len: int = 128  # tokens per sequence (bytes for the byte tokenizer); longer rows are truncated
+    # Words as well as bytes (trainer/words.py): "ngrams" adds a vector per word (hashed character n-grams,
+    # shape, length) to its bytes; "auto" = ngrams with the byte tokenizer, none with SentencePiece (its
+    # pieces are already word pieces). Checkpoints written before this key are models without it ("none").
+    words: WordFeatureChoice = "auto"
+    word_buckets: int = 16384  # rows of the hashed n-gram table (x d_model parameters)
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,12 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return {name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS}
 
+    @property
+    def word_features(self) -> bool:
+        """Whether the model has the word path: model.words resolved against the tokenizer."""
+        words = self.model.words
+        return words == "ngrams" or (words == "auto" and self.data.tokenizer == "byte")
+
     def sha256(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
@@ -172,6 +185,8 @@ ARCHITECTURE_KEYS = (
     "model.n_heads",
     "model.d_ff",
     "model.max_len",
+    "model.words",
+    "model.word_buckets",
     "data.source",
     "data.tokenizer",
     "data.seed",

@@ -17,6 +17,7 @@ from mw_env.trainspec.schema import (
     TOKENIZERS,
     TRACKING,
     UNKNOWN_TAGS,
+    WORD_FEATURES,
     DataConfig,
     TrainConfig,
 )
@@ -36,6 +37,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "model.n_heads": (1, 1_024),
     "model.d_ff": (1, 1_048_576),
     "model.max_len": (8, 1_048_576),  # rows of the positional table (max_len x d_model floats)
+    "model.word_buckets": (1, 16_777_216),  # rows of the hashed n-gram table (x d_model floats)
     "data.synthetic_rows": (1, 100_000_000),
     "data.synthetic_val_rows": (1, 10_000_000),
     "data.seed": (0, MAX_SEED),
@@ -108,6 +110,12 @@ def validate(config: TrainConfig) -> None:
     )
     _check(d.source in SOURCES, "data.source", d.source, ", ".join(SOURCES))
     _check(d.tokenizer in TOKENIZERS, "data.tokenizer", d.tokenizer, ", ".join(TOKENIZERS))
+    _check(m.words in WORD_FEATURES, "model.words", m.words, ", ".join(WORD_FEATURES))
+    if m.words == "ngrams" and d.tokenizer != "byte":
+        raise InputError(
+            f"config: model.words is 'ngrams' but data.tokenizer is {d.tokenizer!r} (words are read from bytes)",
+            hint="set model.words: auto (or none) with SentencePiece; its pieces are already word pieces",
+        )
     from mw_env.trainspec.synthetic import FORMATS  # torch-free
 
     bad = [c for c in d.countries if c not in FORMATS]
