@@ -99,6 +99,8 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
         out_dir=launch.out_dir / f"node-{rank}" if rank else launch.out_dir,
         cwd=launch.cwd,
         max_steps=_max_steps(launch.config_path, tuple(options.get("overrides", ()))),
+        memory_need=launch.memory_need,
+        memory_lower=launch.memory_lower,
     )
     if as_json:
         echo_json(record.to_dict())
@@ -183,8 +185,9 @@ def _render_status(result: RunStatus) -> None:
             f"  last checkpoint: step {p.last_checkpoint['step']} {p.last_checkpoint['path']} {ago}".rstrip()
         )
     if p.last_eval:
+        mode = p.last_eval.get("f1_mode")  # which entity F1 entity_f1 is (runtime.f1_mode)
         metrics = ", ".join(
-            f"{k} {v:.4g}"
+            f"{k}{f' ({mode})' if k == 'entity_f1' and isinstance(mode, str) else ''} {v:.4g}"
             for k, v in p.last_eval.items()
             if k not in ("step", "time") and isinstance(v, int | float)
         )
