@@ -13,16 +13,20 @@ HEADER = """# Benchmarks
 
 Measured by the scripts in bench/ (`make bench`, or one script at a time). Every figure is a ratio
 against a reference measured in the same run on the same machine; absolute times are for orientation.
-Each section says when and where it was measured.
+Each section says when and where it was measured, and under what load (`uptime`'s load average: the
+machine's 2 CPUs are shared with other jobs, which inflate wall times, rarely ratios).
 """
 
 
 def machine_line() -> str:
     import os
 
+    # The load at the start: every figure says what the machine was doing (issue 30), the section may add more.
+    one, five, _ = os.getloadavg()
     return (
         f"{time.strftime('%Y-%m-%d')} · {platform.machine()} · {os.cpu_count()} CPUs · "
-        f"Python {platform.python_version()} · {platform.platform(terse=True)}"
+        f"Python {platform.python_version()} · {platform.platform(terse=True)} · "
+        f"load average {one:.1f} (5 min {five:.1f}) at the start"
     )
 
 

@@ -16,13 +16,21 @@ HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_env(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Every test starts without the caller's MW_ENV_* settings (profile, root, torch source, debug...).
 
-    A developer's shell or a CI job may export them; a test that needs one sets it itself.
+    A developer's shell or a CI job may export them; a test that needs one sets it itself. The record of the
+    venv bootstrap built last goes to a folder of the test's own (made only when written): a test's bootstrap
+    never becomes the developer's default venv, nor another test's.
     """
     for var in [v for v in os.environ if v.startswith("MW_ENV_")]:
         monkeypatch.delenv(var)
+    import hashlib
+
+    tag = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]
+    monkeypatch.setenv("MW_ENV_STATE_DIR", str(tmp_path_factory.getbasetemp() / "mw-env-state" / tag))
 
 
 @pytest.fixture(autouse=True)

@@ -150,3 +150,80 @@ def test_export_without_its_extra_is_exit_2_as_the_docs_say(tmp_path, capsys):
     assert rc == 2 and "export" in err and "--extras" in err
     docs = (Path(__file__).parents[1] / "docs" / "runs.md").read_text()
     assert re.search(r"without it: `error:`[^.]*exit 2", " ".join(docs.split()))
+
+
+# Item 4: the venv a user built is the one later commands use, and they say so.
+
+
+def _built(path: Path) -> Path:
+    return fake_venv(
+        path, version="2.10.0+cpu", with_torch=False, record={"profile": "cpu", "torch_source": "cpu"}
+    )
+
+
+def test_commands_without_venv_use_the_venv_bootstrap_built_last_and_say_so(tmp_path, capsys, monkeypatch):
+    from mw_env.provision.record import default_venv, remember_venv
+
+    home = tmp_path / "home"
+    (home / "training-venv").mkdir(parents=True)  # an older venv at the default path: never used in silence
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    data = _built(tmp_path / "data" / "venv")
+    (data / "mw-env.env").write_text("export MW_MARK=data-venv\n")
+    assert default_venv() == home / "training-venv"
+    assert remember_venv(data) is not None
+    assert default_venv() == data
+    assert main(["env"]) == 0
+    out = capsys.readouterr()
+    assert "export MW_MARK=data-venv" in out.out
+    assert f"using {data}" in out.err and "built last" in out.err
+    # An activated venv still wins (it sets MW_ENV_VENV), without a note.
+    monkeypatch.setenv("MW_ENV_VENV", str(home / "training-venv"))
+    assert default_venv() == home / "training-venv"
+
+
+def test_a_vanished_last_venv_falls_back_to_the_default(tmp_path, monkeypatch):
+    import shutil
+
+    from mw_env.provision.record import chosen_venv, remember_venv
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = _built(tmp_path / "gone")
+    remember_venv(data)
+    shutil.rmtree(data)
+    assert chosen_venv() == (tmp_path / "training-venv", "")
+
+
+def test_the_doctor_says_which_venv_it_checks(tmp_path, capsys, monkeypatch):
+    from mw_env.provision.record import remember_venv
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = _built(tmp_path / "data-venv")
+    remember_venv(data)
+    main(["doctor", "--quick", "--root", str(MACHINES / "cpu-only")])
+    out = capsys.readouterr()
+    assert f"using {data}" in out.err
+    assert f"(venv {data})" in " ".join(out.out.split())
+
+
+def test_a_real_bootstrap_records_its_venv(tmp_path, monkeypatch):
+    # The record is written by the bootstrap command after a finished run (the slow end-to-end test of a real
+    # bootstrap covers the install); here: the state file is where commands look.
+    from mw_env.provision.record import last_venv_file, remember_venv
+
+    monkeypatch.setenv("MW_ENV_STATE_DIR", str(tmp_path / "state"))
+    path = remember_venv(tmp_path / "v")
+    assert path == last_venv_file() == tmp_path / "state" / "last-venv"
+    assert path.read_text().strip() == str(tmp_path / "v")
+
+
+def test_the_doctors_fix_for_a_folder_that_is_no_venv_is_a_command_bootstrap_accepts(tmp_path, capsys):
+    from mw_env.provision.plan import _checked_venv
+
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    rc = main(["doctor", "--quick", "--json", "--root", str(MACHINES / "cpu-only"), "--venv", str(folder)])
+    checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert rc == 1 and checks["venv.exists"]["status"] == "fail"
+    _checked_venv(Path(_hinted_venv(checks["venv.exists"]["fix"])))

@@ -4,8 +4,10 @@ said `mw-env train`, which fails with `--config is required`).
 - Each `mw-env ...` line in a code block of README.md and docs/*.md is parsed by the CLI itself (the command
   chain, every option and value, the required ones; `train` and `train start` also need --config), without
   running it. Synopsis lines (with `[`, `<`, `...`) are usage, not commands.
-- Blocks the docs mark `<!-- runnable -->` run as written in a fresh shell, after bootstrap's `next:` line for
-  the test venv (a real smoke run: doctor, training, report, manifest).
+- Blocks the docs mark `<!-- runnable -->` run as written in a fresh shell, after the README's "Then:" block and
+  bootstrap's `next:` line for the test venv (a real smoke run: doctor, training, report, manifest).
+- Every command block is run by a test or marked `<!-- example: why -->` (issue 30): the README's blocks
+  (`<!-- tested: ... -->`) run here, bootstrap as a dry run into a fresh `--venv`, the make targets as `make -n`.
 """
 
 from __future__ import annotations
@@ -97,18 +99,98 @@ def _fresh_shell(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+CODE = re.compile(r"^```([a-z]*)\n(.*?)^```", re.M | re.S)
+DATA = {"toml", "json", "yaml", "text"}  # what a block of these shows is data or output, not commands
+MARK = re.compile(r"<!-- (runnable|tested|example)\b|<!-- tests/\S+ runs this block")
+TESTED = re.compile(r"<!-- tested: tests/test_docs_commands\.py ([^>]*)-->\n```bash\n(.*?)^```", re.M | re.S)
+TOOL = ROOT / ".venv" / "bin" / "mw-env"  # the README's `.venv/bin/mw-env` (make install)
+
+
+def test_every_command_block_is_run_by_a_test_or_marked_an_example():
+    unmarked = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in CODE.finditer(text):
+            if m.group(1) in DATA:
+                continue
+            before = text[: m.start()].rstrip("\n").splitlines()
+            if not m.group(1) or not (before and MARK.match(before[-1].strip())):
+                first = m.group(2).strip().splitlines()[0] if m.group(2).strip() else ""
+                unmarked.append(f"{doc.name}: ```{m.group(1)} {first[:60]}")
+    assert not unmarked, (
+        "blocks neither run by a test nor marked `<!-- example: why -->` (a block of output or data is "
+        f"```text / toml / json / yaml; a block needs a language): {unmarked}"
+    )
+
+
+def _readme_block(kind: str) -> str:
+    blocks = [
+        body
+        for what, body in TESTED.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+        if kind in what
+    ]
+    assert len(blocks) == 1, f"README.md: no one block marked tested for {kind!r}"
+    return blocks[0]
+
+
+def _as_run_here(block: str, fresh: Path) -> str:
+    """The README's set-up block as the test runs it: bootstrap a dry run into a fresh venv, `make -n` for the
+    suite's targets (running the suite inside the suite is not the point), the tool venv left as it is."""
+    out = []
+    for line in block.splitlines():
+        cmd = re.sub(r"\s+#.*$", "", line).strip()
+        if not cmd:
+            continue
+        words = shlex.split(cmd)
+        assert words[0] == "make", f"README set-up block: {cmd!r} is not a make target this test knows"
+        if words[1:] == ["bootstrap"]:
+            out.append(
+                f"make -o .venv/.stamp bootstrap BOOTSTRAP_ARGS={shlex.quote(f'--venv {fresh} --dry-run')}"
+            )
+        else:
+            out.append(shlex.join(["make", "-n", *words[1:]]))
+    return "set -e\n" + "\n".join(out)
+
+
+def test_the_readmes_set_up_block_runs(tmp_path):
+    if not TOOL.exists():
+        pytest.skip("no .venv/bin/mw-env (make install) in this checkout")
+    fresh = tmp_path / "fresh-venv"
+    script = _as_run_here(_readme_block("bootstrap as a dry run"), fresh)
+    env = {**os.environ, "MW_ENV_STATE_DIR": str(tmp_path / "state")}
+    res = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"venv {fresh}" in res.stdout and "todo torch" in res.stdout  # the plan for the fresh venv
+    assert "pytest" in res.stdout and '-m "not slow"' in res.stdout  # make test and make test-fast, unrun
+    assert not fresh.exists() and not (tmp_path / "state").exists()  # a dry run changes nothing
+
+
 @pytest.mark.torch
 @pytest.mark.slow
-def test_next_line_and_the_runnable_blocks_work_pasted_into_a_fresh_shell(tmp_path):
+def test_the_readme_then_block_next_line_and_the_runnable_blocks_work_in_a_fresh_shell(tmp_path):
     from mw_env.commands.env import next_line, venv_mw_env
 
-    if venv_mw_env(VENV) is None:
-        pytest.skip("the test venv has no mw-env of its own")
+    if venv_mw_env(VENV) is None or not (VENV / "mw-env.json").is_file():
+        pytest.skip("the test venv has no mw-env of its own (or no bootstrap record)")
+    if not TOOL.exists():
+        pytest.skip("no .venv/bin/mw-env (make install) in this checkout")
     blocks = [b for doc in DOCS for b in RUNNABLE.findall(doc.read_text(encoding="utf-8"))]
     assert blocks, "no docs block is marked <!-- runnable -->"
+    # The README's "Then:" block after `make bootstrap` built the test venv: recorded as the venv bootstrap
+    # built last, which the block's commands (no --venv) must use and name, whatever ~/training-venv holds.
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "last-venv").write_text(f"{VENV}\n")
+    then = _readme_block("fresh shell").replace(".venv/bin/", f"{ROOT}/.venv/bin/")
+    readme = _fresh_shell(f"export MW_ENV_STATE_DIR={shlex.quote(str(state))}\nset -e\n{then}", tmp_path)
+    assert readme.returncode == 0, readme.stdout[-3000:] + readme.stderr[-3000:]
+    assert f"using {VENV}" in readme.stderr and f"(venv {VENV})" in " ".join(readme.stdout.split())
+    assert (tmp_path / "runs" / "smoke" / "MANIFEST.sha256").is_file()
+    # bootstrap's `next:` line, pasted in the same folder: the finished smoke run is said, exit 0.
     first = _fresh_shell(next_line(VENV), tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert (tmp_path / "runs" / "smoke" / "MANIFEST.sha256").is_file()
     activate = f"source {shlex.quote(str(VENV / 'bin' / 'activate'))}\nset -e\n"
     for block in blocks:
         res = _fresh_shell(activate + block, tmp_path)
@@ -126,3 +208,22 @@ def test_the_readme_names_the_extras_export_and_tracking_need():
     runs = (ROOT / "docs" / "runs.md").read_text(encoding="utf-8")
     for extra in ("export", "tracking", "mlflow"):
         assert f"--extras train,{extra}`" in runs, extra
+
+
+def test_every_benchmark_section_states_the_machine_and_its_load():
+    """Issue 30: a figure without the machine's load reads as a promise (69 s was 5 min 43 s at load 1)."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    sections = re.split(r"^#{2,3} ", text, flags=re.M)[1:]
+    assert sections
+    for section in sections:
+        if "|---" not in section:
+            continue  # a heading over subsections, no figures of its own
+        title = section.splitlines()[0]
+        assert "CPUs" in section and "load" in section, (
+            f"docs/benchmarks.md, {title!r}: machine or load unstated"
+        )
+
+
+def test_no_doc_promises_the_fast_suite_in_two_minutes():
+    for path in (ROOT / "README.md", ROOT / "Makefile", ROOT / "docs" / "design.md"):
+        assert "under two minutes" not in path.read_text(encoding="utf-8"), path.name

@@ -81,6 +81,23 @@ def _not_regular(p: str, what: str, mode: int) -> InputError:
     )
 
 
+def _read_checked(fd: int, st: os.stat_result, limit: int, path: str | os.PathLike[str], what: str) -> bytes:
+    """_read_fd, where a read that fails on a "regular" file of size 0 is bad input: that is a kernel
+    pseudo-file (/proc/self/mem: EIO; /proc/PID/... of a process gone: ESRCH), no file a user writes, and
+    not a fault of the disk (exit 1 with "check the disk" sent the user to smartctl). A read that fails on a
+    file with bytes on disk stays the machine's fault."""
+    try:
+        return _read_fd(fd, limit)
+    except OSError as exc:
+        if st.st_size != 0:
+            raise
+        raise InputError(
+            f"cannot read {what} {os.fspath(path)}: it is a kernel pseudo-file, not a regular file "
+            f"(reading it fails: {exc.strerror or exc})",
+            hint="pass a regular file",
+        ) from None
+
+
 def _read_fd(fd: int, limit: int) -> bytes:
     chunks: list[bytes] = []
     got = 0
@@ -103,7 +120,7 @@ def read_bytes(
     with open_regular(path, what=what) as (fd, st):
         if st.st_size > max_bytes:
             raise _too_big(path, what, max_bytes, st.st_size)
-        data = _read_fd(fd, max_bytes + 1)  # /proc-style files report size 0: the read is the check
+        data = _read_checked(fd, st, max_bytes + 1, path, what)  # /proc-style files report size 0
     if len(data) > max_bytes:
         raise _too_big(path, what, max_bytes, None)
     return data
@@ -140,7 +157,7 @@ def read_tail(path: str | os.PathLike[str], *, what: str = "file", max_bytes: in
         skipped = max(0, st.st_size - max_bytes)
         if skipped:
             os.lseek(fd, skipped, os.SEEK_SET)
-        data = _read_fd(fd, max_bytes)
+        data = _read_checked(fd, st, max_bytes, path, what)
     if skipped and b"\n" in data:
         cut = data.index(b"\n") + 1  # drop the partial first line
         skipped += cut

@@ -116,6 +116,8 @@ def test_missing_override_on_gfx1103(tmp_path):
     assert ov.status == "fail"
     assert "invalid device function" in ov.detail
     assert "export HSA_OVERRIDE_GFX_VERSION=11.0.0" in ov.fix
+    # The risk and the way out, as bootstrap words them from the profile's table (issue 30), not typed here.
+    assert "TheRock#1184" in ov.fix and "`--source amd-multiarch`" in ov.fix
     kernels = by_id(report)["arch.kernels"]
     assert kernels.status == "fail" and "gfx1103 is not in" in kernels.detail
 
@@ -129,6 +131,7 @@ def test_override_from_the_venv_env_file_counts(tmp_path):
     )
     report = _quick("doctor-docker-780m-shm64m", GPU_780M, venv, container="docker")
     assert by_id(report)["arch.override"].status == "pass"
+    assert "hang" in by_id(report)["arch.override"].detail  # the override runs, with bootstrap's warning
     assert by_id(report)["arch.kernels"].status == "pass"
     assert by_id(report)["venv.record"].status == "pass"
     assert (
@@ -516,3 +519,20 @@ def test_network_not_needed_when_torch_came_from_a_wheelhouse(tmp_path, monkeypa
     )
     net = by_id(report)["network.index"]
     assert net.status == "skip" and "/srv/wheels" in net.detail
+
+
+def test_override_on_gfx1151_is_harmful_under_a_wheel_without_it_too(tmp_path):
+    # The profile knows no override for gfx1151 and its sources carry native kernels: the doctor says which,
+    # from the profile's table (issue 30; it was a list of targets typed into the check).
+    venv = fake_venv(tmp_path / "v", version="2.9.1+rocm6.4", hip="6.4.43482", blas_gfx=["gfx1100"])
+    report = _quick(
+        "doctor-strix-halo-old-kernel",
+        GPU_8060S,
+        venv,
+        env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0"},
+        ram=128 * GIB,
+        kernel="6.14.0-1007-oem",
+    )
+    ov = by_id(report)["arch.override"]
+    assert ov.status == "warn" and "native kernels in amd-multiarch" in ov.detail
+    assert "unset HSA_OVERRIDE_GFX_VERSION" in ov.fix

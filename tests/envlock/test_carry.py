@@ -83,3 +83,48 @@ def test_a_training_run_logs_the_locks_hash_to_mlflow(
     saved = json.loads((run / "mlflow-run.json").read_text())
     params = MlflowClient(tracking_uri=uri).get_run(saved["run_id"]).data.params
     assert params["env.lock_sha256"] == digest and params["env.lock"] == LOCK_FILE
+
+
+def test_a_drifted_venv_is_named_in_the_report_and_what_the_runs_lock_holds(tmp_path: Path) -> None:
+    """Issue 30 #3, without a bootstrap: a venv whose lock lacks a hand-added tqdm. (The real venv, the
+    console and the lock uv writes: test_lock_e2e.py.)"""
+    from mw_env.checks.model import doctor_warnings
+    from mw_env.envlock.atlaunch import LaunchLock, drift_fact
+
+    venv, run = tmp_path / "venv", tmp_path / "run"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    for dist in ("torch-2.13.0+cpu", "sympy-1.14.0", "tqdm-4.67.1"):
+        (site / f"{dist}.dist-info").mkdir(parents=True)
+        (site / f"{dist}.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\n")
+    (venv / LOCK_FILE).write_text(lock_text(Path("/srv/wheels")))
+    stale = drift_fact(venv, sha256_file(venv / LOCK_FILE))
+    assert stale == {
+        "changes": ["tqdm 4.67.1 (added, not in the lock)"],
+        "run_lock": "the venv's own lock: it lacks these changes (`mw-env lock` writes the venv as it is)",
+    }
+    assert "it holds these changes" in str(drift_fact(venv, "0" * 64))
+    lines = LaunchLock(("tqdm 4.67.1 (added, not in the lock)",), written=run / LOCK_FILE).lines()
+    assert (
+        "drifted from its lock: tqdm 4.67.1" in lines[0] and "written from the venv as it is now" in lines[1]
+    )
+    assert LaunchLock().lines() == []
+    doctor = {
+        "ok": True,
+        "checks": [
+            {"id": "venv.lock", "title": "venv matches its lock", "status": "warn", "detail": "tqdm added"},
+            {"id": "torch.build", "title": "torch build", "status": "pass", "detail": ""},
+        ],
+    }
+    assert doctor_warnings(doctor) == ["venv.lock: venv matches its lock - tqdm added"]
+    run.mkdir()
+    m = MetricsWriter(run)
+    m.log("finished", step=0, reason="max_steps")
+    m.close()
+    facts = {"venv_drift": stale}
+    md = write_report(run, resolved=resolve_config(path=find_config("smoke")), card={}, facts=facts)
+    doc = (run / "report" / "report.md").read_text()
+    assert md.is_file() and "- Doctor: not run" in doc  # no doctor report given
+    assert (
+        "- Venv drift: tqdm 4.67.1 (added, not in the lock) (since the venv's lock); the run's lock: the venv's own"
+        in doc
+    )

@@ -176,3 +176,46 @@ def test_mw_env_lock_writes_the_same_packages_for_an_existing_venv(env, first, t
     assert [(p.name, p.version, p.wheels) for p in again.packages] == [
         (p.name, p.version, p.wheels) for p in bootstrap_lock.packages
     ]
+
+
+def test_a_run_in_a_drifted_venv_says_so_and_carries_the_venv_as_it_is(env, rebuilt, tmp_path):
+    """Issue 30 #3: a package added by hand after the lock. The console, the report and the data card say
+    drift, and the run's lock is the venv as it was at launch: a rebuild from it installs that package."""
+    from wheelfactory import build_wheel
+
+    wheel = build_wheel(tmp_path / "dist", "drift-probe", "1.0", files={"drift_probe.py": "X = 1\n"})
+    subprocess.run(
+        [env["UV"], "pip", "install", "--python", str(rebuilt / "bin" / "python"), str(wheel)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    out = tmp_path / "run"
+    res = mw_env(
+        env,
+        *("train", "--venv", str(rebuilt), "--profile", "cpu", "--config", "smoke"),
+        *("--set", f"runtime.out_dir={out}", "--set", "runtime.max_steps=2", "--set", "runtime.eval_every=2"),
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    said = " ".join(res.stderr.split())
+    assert "doctor: quick checks passed with" in said and "venv.lock: venv matches its lock" in said, said
+    assert "drift-probe 1.0 (added, not in the lock)" in said, said
+    assert f"the run's lock {out / LOCK_FILE} was written from the venv as it is now" in said, said
+    report = (out / "report" / "report.md").read_text()
+    doctor_row = next(line for line in report.splitlines() if line.startswith("- Doctor:"))
+    assert "ok with" in doctor_row and "drift-probe" in doctor_row, doctor_row
+    drift_row = next(line for line in report.splitlines() if line.startswith("- Venv drift:"))
+    assert "drift-probe 1.0 (added, not in the lock)" in drift_row and "it holds these changes" in drift_row
+    card = json.loads((out / "report" / "data_card.json").read_text())
+    assert any("drift-probe 1.0" in line for line in card["venv_drift"]["changes"])
+    # The run's lock holds the hand-added package (from its wheel file), and the rebuild plan takes that lock.
+    lock = read_lock(out / LOCK_FILE)
+    assert lock.package("drift-probe").version == "1.0"
+    assert lock.package("drift-probe").wheels[0].sha256 == sha256_file(wheel)
+    assert read_lock(rebuilt / LOCK_FILE).sha256 != lock.sha256  # the venv's own lock is left as it was
+    plan = mw_env(
+        env,
+        *("bootstrap", "--profile", "cpu", "--lock", str(out / LOCK_FILE)),
+        *("--venv", str(tmp_path / "v"), "--find-links", str(wheel.parent), "--dry-run", "--json"),
+    )  # the hand-added wheel is a local file: the rebuild names its folder, as the lock reader's hint says
+    assert plan.returncode == 0 and json.loads(plan.stdout)["lock"]["sha256"] == lock.sha256, plan.stderr

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,8 @@ def test_real_cpu_bootstrap_from_wheelhouse_then_doctor(tmp_path):
     # The closing line is runnable as written: the venv has its own mw-env.
     assert f"next: source {venv}/bin/activate && mw-env train" in first.stdout
     assert (venv / "bin" / "mw-env").is_file()
+    # Recorded as the venv bootstrap built last (conftest points MW_ENV_STATE_DIR at this test's own folder).
+    assert (Path(env["MW_ENV_STATE_DIR"]) / "last-venv").read_text().strip() == str(venv)
     record = json.loads((venv / "mw-env.json").read_text())
     assert record["torch_version"] == wheel.version and record["torch_build"] == "cpu"
     # The venv's own python runs the real torch and mw-env (editable from this checkout).
@@ -58,10 +61,10 @@ def test_real_cpu_bootstrap_from_wheelhouse_then_doctor(tmp_path):
     # A re-run changes nothing.
     again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 0 and "nothing changed" in again.stdout, again.stdout + again.stderr
-    # The doctor, run on its own against the venv, passes too.
+    # The doctor, run on its own without --venv (the README's "Then:" block), checks that venv, says so, passes.
     doctor = subprocess.run(
         [sys.executable, "-m", "mw_env", "doctor", "--profile", "cpu", "--json"],
-        env={**env, "MW_ENV_VENV": str(venv)},
+        env={**env, "HOME": str(tmp_path / "home")},  # whatever ~/training-venv holds is not the one built
         capture_output=True,
         text=True,
         timeout=300,
@@ -69,3 +72,4 @@ def test_real_cpu_bootstrap_from_wheelhouse_then_doctor(tmp_path):
     )
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert json.loads(doctor.stdout)["ok"] is True
+    assert f"using {venv}" in doctor.stderr and "built last" in doctor.stderr

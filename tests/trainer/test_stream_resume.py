@@ -1,6 +1,7 @@
 """Exact resume on a streamed multi-shard Parquet corpus: SIGKILL after a checkpoint, then the same
 command, ends bitwise equal to an uninterrupted run (weights, optimizer, RNG states, data position,
-data-card counts, every per-step loss) - one process, and 2 gloo processes with accumulation.
+data-card counts, every per-step loss) - one process, and 2 gloo processes with accumulation drawing from
+two weighted sources (data.sources).
 A changed corpus or label set is refused, naming what changed."""
 
 from __future__ import annotations
@@ -126,16 +127,30 @@ def entry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _weighted(corpus: Path) -> tuple[str, ...]:
+    """data.sources instead of data.train_files: shard-00 as a small source (weight 1), the others as a large
+    one (weight 3), so the resume covers the mix (mix.py) and each source's own windows."""
+    return (
+        "data.train_files=[]",
+        f"data.sources=[{{name: small, files: ['{corpus}/shard-00.parquet'], weight: 1}}, "
+        f"{{name: large, files: ['{corpus}/shard-0[12].parquet'], weight: 3}}]",
+    )
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("nproc", "acc"), [(1, 2), (2, 2)], ids=["single-process-acc2", "ddp-2-gloo-acc2"])
+@pytest.mark.parametrize(
+    ("nproc", "acc", "weighted"),
+    [(1, 2, False), (2, 2, True)],
+    ids=["single-process-acc2", "ddp-2-gloo-acc2-weighted-sources"],
+)
 def test_sigkill_then_same_command_is_exact(
-    nproc: int, acc: int, corpus: Path, entry: Path, tmp_path: Path
+    nproc: int, acc: int, weighted: bool, corpus: Path, entry: Path, tmp_path: Path
 ) -> None:
     if nproc > 1 and not (Path(sys.executable).parent / "torchrun").exists():
         pytest.skip("no torchrun next to this python")
     from mw_env.trainer.loop import train
 
-    extra = (f"optim.accumulation_steps={acc}",)
+    extra = (f"optim.accumulation_steps={acc}", *(_weighted(corpus) if weighted else ()))
     ref, run = tmp_path / "ref", tmp_path / "run"
     same_config = files_config(run, corpus, *EXTRA, *extra)  # what the command line resolves to
     if nproc == 1:  # in-process where it can be: one torch import less per run on 2 shared cores
@@ -158,6 +173,12 @@ def test_sigkill_then_same_command_is_exact(
     state = _state(run)
     assert len(state["rng"]) == nproc and len(state["data"]["position"]) == nproc
     assert state["data"]["position"][0]["next_step"] == 8
+    if weighted:  # each rank drew 8 steps x 2 micro x 8 rows, one in four from the small source
+        mix = json.loads((run / "report" / "data_card.json").read_text())["mix"]
+        assert [(m["name"], m["rows_drawn"], m["realised_share"]) for m in mix] == [
+            ("small", 64, 0.25),
+            ("large", 192, 0.75),
+        ]
 
 
 def test_changed_corpus_and_labels_are_refused(tmp_path: Path) -> None:

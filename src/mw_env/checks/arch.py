@@ -10,8 +10,37 @@ from mw_env.checks.model import CheckResult, result
 
 AREA = "arch"
 OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
-# Targets with native kernels in current wheels where an override only hurts (doctor-anchors B2#15, legacy#6348).
-NATIVE_HARMFUL = {"gfx1150", "gfx1151", "gfx1100", "gfx1101", "gfx1102", "gfx1030", "gfx1200", "gfx1201"}
+
+
+def _native_only(ctx: DoctorContext, gfx: str | None) -> str | None:
+    """The sources with native `gfx` kernels when the profile knows no override for it (gfx1151, gfx1100...):
+    there an override only hurts (doctor-anchors B2#15, legacy#6348). Derived from the profile's source table,
+    as bootstrap decides (issue 30), never a list typed here."""
+    from mw_env.profiles.amd import rank_native
+
+    profile = ctx.profile
+    if not gfx or profile.hsa_override_when_missing or any(o.gfx == gfx for o in profile.arch_overrides):
+        return None
+    native = rank_native(profile.sources, gfx)
+    return ", ".join(s.id for s in native) if native else None
+
+
+def _override_risk(ctx: DoctorContext, gfx: str | None, arch: list[str]) -> str:
+    """The hang warning bootstrap gives for this override (profiles.amd.decide_override), with the source that
+    has native kernels instead, if any."""
+    from mw_env.profiles.amd import decide_override, rank_native
+
+    if not gfx:
+        return ""
+    profile = ctx.profile
+    d = decide_override(
+        profile,
+        gfx,
+        arch,
+        source_id=ctx.selection.torch.id,
+        alternatives=rank_native(profile.sources, gfx),
+    )
+    return "; ".join(d.warnings)
 
 
 def gfx_from_override(value: str) -> str | None:
@@ -81,8 +110,13 @@ def _override(ctx: DoctorContext, info: dict) -> CheckResult:
     if value:
         target = gfx_from_override(value)
         native_ok = bool(arch) and native in arch
-        if native in NATIVE_HARMFUL or native_ok:
-            why = "in this wheel's arch list" if native_ok else "supported natively by current ROCm wheels"
+        native_only = _native_only(ctx, native)
+        if native_only or native_ok:
+            why = (
+                "in this wheel's arch list"
+                if native_ok
+                else f"native kernels in {native_only}, no override known"
+            )
             cause, fix = ctx.fix(
                 "arch.override_harmful",
                 gfx=native,
@@ -101,11 +135,8 @@ def _override(ctx: DoctorContext, info: dict) -> CheckResult:
                 expected=expected or "a major.minor.stepping value such as 11.0.0",
             )
             return result("arch.override", AREA, title, "warn", cause, fix)
-        note = (
-            " - experimental: hangs and page faults under fp16 load are reported"
-            if native == "gfx1103"
-            else ""
-        )
+        risk = _override_risk(ctx, native, arch)
+        note = f" - {risk}" if risk else ""
         return result("arch.override", AREA, title, "pass", f"{value}: {native} runs {target} kernels{note}")
     if expected:
         cause, fix = ctx.fix(
@@ -114,6 +145,7 @@ def _override(ctx: DoctorContext, info: dict) -> CheckResult:
             arch_list=", ".join(arch) if arch else f"the profile's source lacks {native}",
             value=expected,
             env_file=env_file,
+            risk=_override_risk(ctx, native, arch),
         )
         return result("arch.override", AREA, title, "fail", cause, fix)
     return result("arch.override", AREA, title, "pass", f"not set, not needed for {native or 'this GPU'}")

@@ -89,3 +89,14 @@ def result(
 ) -> CheckResult:
     """Shorthand used by the check modules."""
     return CheckResult(id=id, area=area, title=title, status=status, detail=detail, fix=fix, info=tuple(info))
+
+
+def doctor_warnings(report: object) -> list[str]:
+    """`id: title - detail` of each warning in a doctor's JSON report (a run's console line, report and card
+    say them: a venv that drifted from its lock is not "ok")."""
+    checks = report.get("checks") if isinstance(report, dict) else None
+    return [
+        f"{c.get('id')}: {c.get('title')} - {c.get('detail')}"
+        for c in checks or ()
+        if isinstance(c, dict) and c.get("status") == "warn"
+    ]

@@ -24,7 +24,7 @@ def _venv_option(verb: str) -> Any:
         "--venv",
         type=click.Path(path_type=Path),  # a file here is refused by the planner with error:/hint:
         default=None,
-        help=f"The venv to {verb} (default: $MW_ENV_VENV or ~/training-venv).",
+        help=f"The venv to {verb} (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
     )
 
 
@@ -178,6 +178,12 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from mw_env.envlock.match import target_of
 
     options = args.options(resolved.machine.env, lock, target_of(sel))
+    if args.venv is None:
+        from mw_env.provision.record import venv_note
+
+        note = venv_note(resolved.machine.env)
+        if note:
+            out.print(f"note: {note}", markup=False)
 
     torch = sel.torch
     if lock is not None:
@@ -276,6 +282,10 @@ def _bootstrap(args: BootstrapArgs) -> int:
             out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}", soft_wrap=True)
         out.print(f"state kept: re-run to resume at '{result.failed_step}' ({result.total_s:.1f}s)")
         return err.exit_code if err else EXIT_FAILED
+    from mw_env.provision.record import remember_venv
+
+    # Commands run later without --venv use this venv (and say so), not some older ~/training-venv.
+    remember_venv(the_plan.venv, resolved.machine.env)
     verb = "ready" if result.changed else "already complete, nothing changed"
     out.print(f"[green]{the_plan.venv} {verb}[/] (torch {result.torch_version}) in {result.total_s:.1f}s")
     from rich.markup import escape
@@ -293,7 +303,16 @@ def _read_lock(args: BootstrapArgs, sel: Any, env: Mapping[str, str]) -> Any:
 
     assert args.lock is not None
     sources = discover(env=env, find_links=args.find_links)
-    return load_for_bootstrap(args.lock, selection=sel, sources=sources, force=args.force, env=env)
+    extras = tuple(e.strip() for e in args.extras.split(",") if e.strip())
+    return load_for_bootstrap(
+        args.lock,
+        selection=sel,
+        sources=sources,
+        force=args.force,
+        env=env,
+        project=args.project,
+        extras=extras,
+    )
 
 
 def _doctor_hook(resolved: Any, out: Any) -> Any:

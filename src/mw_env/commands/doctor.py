@@ -208,6 +208,8 @@ def _explain(
                 "source": safe(source),
                 "fatal": fatal,
                 "note": note,
+                # Whom the GPU advice in the fixes is for: this machine's GPU and venv, or null (every GPU).
+                "advice_for": advice.machine or None,
                 "messages": [
                     {
                         "id": h.message.id,
@@ -244,9 +246,12 @@ def _explain(
 @source_option
 @click.option(
     "--venv",
-    type=click.Path(file_okay=False),
+    # A file here is the doctor's to diagnose (venv.not_a_folder: a failed check, exit 1, with its fix), like
+    # a folder that is not a venv; click's file_okay=False made it a usage error (2), against the README.
+    type=click.Path(),
     default=None,
-    help="The venv to check (default: the one bootstrap made: $MW_ENV_VENV or ~/training-venv).",
+    help="The venv to check (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv); "
+    "with --explain, the venv whose torch source and wheel archs the GPU advice is for.",
 )
 @json_option
 @click.option(
@@ -301,9 +306,11 @@ def doctor(
     from mw_env.checks.runner import read_venv_record
     from mw_env.machine import Machine
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv
+    from mw_env.provision.record import default_venv, venv_note
 
     chosen_venv = Path(venv).expanduser() if venv else default_venv(Machine.from_env(root).env)
+    if venv is None and (note := venv_note(os.environ)):
+        _console(stderr=True).print(f"note: {note}", markup=False)
     # Read once: a broken record is the venv checks' finding (the second half), not a reason to stop here.
     record = read_venv_record(chosen_venv.absolute())
     resolved = resolve_for_venv(

@@ -83,7 +83,7 @@ def _looks_like_venv(path: Path) -> bool:
     "--venv",
     type=click.Path(path_type=Path),
     default=None,
-    help="The venv to read (default: $MW_ENV_VENV or ~/training-venv).",
+    help="The venv to read (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
 )
 @json_option
 def env_cmd(
@@ -102,13 +102,22 @@ def env_cmd(
     Exit codes: 0 ok, 2 bad input (--venv that is not a venv, unknown profile, invalid profile file,
     --root not a folder).
     """
-    from mw_env.provision.record import create_command, default_venv, env_path, export_lines, read_record
+    from mw_env.provision.record import (
+        create_command,
+        default_venv,
+        env_path,
+        export_lines,
+        read_record,
+        venv_note,
+    )
 
     if root is not None:  # a bad --root is named first, as by every command that reads the machine
         from mw_env.profiles.resolve import _check_root
 
         _check_root(Path(root), given_as="--root")
     target = (venv or default_venv(os.environ)).expanduser().absolute()
+    if venv is None and (note := venv_note(os.environ)):
+        click.echo(f"# note: {note}", err=True)
     if venv is not None and not _looks_like_venv(target):
         what = "does not exist" if not target.exists() else "is not a venv (no pyvenv.cfg, no bin/python)"
         raise InputError(

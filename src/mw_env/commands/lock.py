@@ -17,7 +17,7 @@ from mw_env.commands.common import echo_json, json_option, profile_options, root
     "--venv",
     type=click.Path(path_type=Path),
     default=None,
-    help="The venv to lock (default: $MW_ENV_VENV or ~/training-venv).",
+    help="The venv to lock (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
 )
 @click.option(
     "--output",
@@ -52,8 +52,10 @@ def lock(
     from mw_env.envlock import LOCK_FILE
     from mw_env.envlock.make import lock_venv, write_lock
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv, read_record
+    from mw_env.provision.record import default_venv, read_record, venv_note
 
+    if venv is None and (note := venv_note(os.environ)):
+        click.echo(f"note: {note}", err=True)
     venv = Path(venv).expanduser() if venv else default_venv(os.environ)
     refuse_special(output or venv / LOCK_FILE)  # before uv works: the writer refuses it again at the end
     # The torch source the venv was built with, as the doctor and train judge it (one detection).

@@ -2,7 +2,7 @@
 
 `mw-env train --config smoke` runs the doctor's quick checks, then the trainer with the venv's python
 (torchrun for --nproc-per-node > 1). `config`, `summary` and `verify` run here, without torch.
-`start status stop watch export` come from mw_env.commands.train_runs, imported when asked for.
+`start status stop watch export predict evaluate` come from mw_env.commands.train_runs, imported when asked for.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mw_env.commands.train_options import ConfigSelection
     from mw_env.runs.launch import LaunchOptions
 
-RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
+RUN_COMMANDS = ("start", "status", "stop", "watch", "export", "predict", "evaluate")
 
 
 class TrainGroup(click.Group):
@@ -68,6 +68,11 @@ def train(ctx: click.Context, config_name: str | None, **options: Unpack[LaunchO
         return None
     from mw_env.runs.foreground import run_foreground, stoppable_start, stopped_before_launch
 
+    if options.get("venv") is None:
+        from mw_env.provision.record import venv_note
+
+        if note := venv_note():
+            click.echo(f"note: {note}", err=True)
     stopped: list[int] = []
     with stoppable_start(stopped):  # SIGTERM during the config and the doctor: a clean stop, exit 0
         launch = prepare_launch(config_name=config_name, **options)
@@ -75,7 +80,15 @@ def train(ctx: click.Context, config_name: str | None, **options: Unpack[LaunchO
         click.echo(stopped_before_launch(stopped[0]), err=True)
         return 0
     if launch.doctor is not None:
-        click.echo("doctor: quick checks passed", err=True)
+        from mw_env.checks.model import doctor_warnings
+
+        warned = doctor_warnings(launch.doctor)
+        n = f"{len(warned)} warning{'s' if len(warned) != 1 else ''}"
+        click.echo("doctor: quick checks passed" + (f" with {n}:" if warned else ""), err=True)
+        for line in warned:
+            click.echo(f"  warning: {line}", err=True)
+    for line in launch.notes:
+        click.echo(line, err=True)
     click.echo(
         f"training {launch.config_path.name} in {launch.venv} (profile {launch.profile}); "
         f"run folder {launch.out_dir}",
@@ -101,22 +114,19 @@ def config_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
 @json_option
 def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
     """The model (parameters per block, total), the data and the schedule."""
+    from mw_env.trainspec.preflight import check_columns, check_labels
     from mw_env.trainspec.summary import summarize
 
     config = resolve_train_config(**selection).config
+    venv = _default_venv()
+    # The same host checks as `mw-env train` before the doctor (trainspec/preflight.py): a glob that matches
+    # nothing, a FIFO or a device as a shard, a missing column, a tokens column that is not a list of
+    # strings, a tag outside data.labels - each exit 2 here as there, never a summary of data the trainer
+    # refuses. The venv's packages are the run's concern, not the summary's.
+    check_labels(config)
     if config.data.source == "files":
-        from pathlib import Path
-
-        from mw_env.trainspec.files import expand_files
-
-        # A glob that matches nothing is bad input here as in `train` itself (exit 2 naming it), never a
-        # summary of no data.
-        for key, patterns in (
-            ("data.train_files", config.data.train_files),
-            ("data.val_files", config.data.val_files),
-        ):
-            expand_files(patterns, key, Path.cwd())
-    info = summarize(config, venv=_default_venv())
+        check_columns(config, Path.cwd(), venv)
+    info = summarize(config, venv=venv)
     if as_json:
         echo_json(info)
         return
@@ -140,7 +150,15 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
         )
     else:
         val = ", ".join(d["val_files"]) if d["val_files"] else f"{d['val_fraction']:g} of the train rows"
-        where = f"shards {', '.join(d['train_files'])}; validation: {val}"
+        if d.get("sources"):
+            total = sum(x["weight"] for x in d["sources"])
+            shards = "; ".join(
+                f"{x['name']} ({', '.join(x['files'])}) weight {x['weight']:g} = {x['weight'] / total:.1%} of the rows"
+                for x in d["sources"]
+            )
+            where = f"sources {shards}; validation: {val}"
+        else:
+            where = f"shards {', '.join(d['train_files'])}; validation: {val}"
     labels = (
         f"{len(d['labels'])} labels ({d['labels_from']})"
         if isinstance(d["labels"], list)

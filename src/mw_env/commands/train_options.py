@@ -86,7 +86,7 @@ def launch_options(func: F) -> F:
                 "--venv",
                 type=click.Path(file_okay=False, path_type=Path),
                 default=None,
-                help="Training venv (default: the one bootstrap made, $MW_ENV_VENV or ~/training-venv).",
+                help="Training venv (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
             ),
             click.option("--skip-doctor", is_flag=True, help="Start even if the doctor's quick checks fail."),
             click.option(

@@ -23,14 +23,67 @@ ENV_FILE = "mw-env.env"
 RECORD_VERSION = 1
 
 
-def default_venv(env: Mapping[str, str] | None = None) -> Path:
-    """`$MW_ENV_VENV`, else `~/training-venv`."""
+STATE_DIR_ENV = "MW_ENV_STATE_DIR"  # where bootstrap remembers the venv it built last (tests point it away)
+LAST_VENV_FILE = "last-venv"
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HOME") or str(Path.home()))
+
+
+def last_venv_file(env: Mapping[str, str] | None = None) -> Path:
+    """`$MW_ENV_STATE_DIR/last-venv`, else `$XDG_STATE_HOME/mw-env/last-venv` (~/.local/state by default)."""
+    env = os.environ if env is None else env
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV]).expanduser() / LAST_VENV_FILE
+    state = Path(env.get("XDG_STATE_HOME") or _home(env) / ".local" / "state").expanduser()
+    return state / "mw-env" / LAST_VENV_FILE
+
+
+def remember_venv(venv: Path, env: Mapping[str, str] | None = None) -> Path | None:
+    """Record `venv` as the one bootstrap built last, so commands without --venv use it (and say so).
+
+    Best effort: a read-only home only loses the convenience (None), never a finished bootstrap."""
+    path = last_venv_file(env)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, str(Path(venv).expanduser().absolute()) + "\n")
+    except OSError:
+        return None
+    return path
+
+
+def chosen_venv(env: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """(the venv a command without --venv uses, why): `$MW_ENV_VENV` (an activated venv), else the venv
+    bootstrap built last while it still exists, else `~/training-venv`. `why` is "" for the plain default."""
     env = os.environ if env is None else env
     chosen = env.get("MW_ENV_VENV")
     if chosen:
-        return Path(chosen).expanduser()
-    home = env.get("HOME") or str(Path.home())
-    return Path(home) / "training-venv"
+        return Path(chosen).expanduser(), "$MW_ENV_VENV (an activated venv)"
+    default = _home(env) / "training-venv"
+    pointer = last_venv_file(env)
+    try:
+        text = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    last = Path(text) if text and Path(text).is_absolute() else None
+    if last is not None and last != default and (last / RECORD_FILE).is_file():
+        return last, f"the venv `mw-env bootstrap` built last (recorded in {pointer}; --venv picks another)"
+    return default, ""
+
+
+def default_venv(env: Mapping[str, str] | None = None) -> Path:
+    """`$MW_ENV_VENV`, else the venv bootstrap built last (while it exists), else `~/training-venv`."""
+    return chosen_venv(env)[0]
+
+
+def venv_note(env: Mapping[str, str] | None = None) -> str | None:
+    """`using VENV: why`, for a command that took its venv from bootstrap's record rather than the default: a
+    command never checks another venv in silence."""
+    venv, why = chosen_venv(env)
+    if not why or why.startswith("$MW_ENV_VENV"):
+        return None
+    return f"using {venv}, {why}"
 
 
 def create_command(venv: Path) -> str:

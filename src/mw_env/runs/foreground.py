@@ -24,8 +24,10 @@ from typing import Protocol
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.lifeline import preexec
 from mw_env.runs import rendezvous
+from mw_env.runs.fit import oom_hint
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
 from mw_env.runs.rendezvous import Nodes
+from mw_env.runs.rundir import MANIFEST, metrics_path
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 
@@ -43,6 +45,10 @@ class Launched(Protocol):
     def cwd(self) -> Path: ...
     @property
     def nodes(self) -> Nodes | None: ...
+    @property
+    def memory_need(self) -> int | None: ...
+    @property
+    def memory_lower(self) -> str: ...
 
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
@@ -188,13 +194,28 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
     if code < 0:
         after = cgroup_oom_kills()
         oom = None if oom_before is None or after is None else after > oom_before
-        raise killed(-code, launch.out_dir, sent=bool(forwarded), oom=oom)
+        raise killed(
+            -code,
+            launch.out_dir,
+            sent=bool(forwarded),
+            oom=oom,
+            need=launch.memory_need,
+            lower=launch.memory_lower,
+        )
     if code not in (0, 1, 2, EXIT_INTERRUPTED):
         return EXIT_FAILED
     return code
 
 
-def killed(signum: int, out_dir: Path, *, sent: bool, oom: bool | None) -> StepFailed:
+def killed(
+    signum: int,
+    out_dir: Path,
+    *,
+    sent: bool,
+    oom: bool | None,
+    need: int | None = None,
+    lower: str = "",
+) -> StepFailed:
     """The error for a trainer killed by a signal: the OOM killer only when the kernel's cgroup counter
     says it killed (memory.events oom_kill went up during the run); a signal the user sent, never."""
     name = signal_name(signum, number=True)
@@ -202,7 +223,7 @@ def killed(signum: int, out_dir: Path, *, sent: bool, oom: bool | None) -> StepF
     if oom and not sent:
         return StepFailed(
             f"the trainer was killed by the kernel's out-of-memory killer ({name}; memory.events oom_kill rose)",
-            hint=f"lower optim.batch_size or model size, or free memory; then {resume}",
+            hint=oom_hint(need, lower, resume),
         )
     who = "by a signal sent to it" if not sent else "after the signal mw-env passed on"
     record = (
@@ -222,7 +243,7 @@ def ended_cleanly(out_dir: Path) -> bool:
     import json
 
     try:
-        with open(Path(out_dir) / "metrics.jsonl", "rb") as fh:
+        with open(metrics_path(out_dir), "rb") as fh:
             fh.seek(0, 2)
             fh.seek(max(0, fh.tell() - 4096))
             last = fh.read().decode(errors="replace").strip().splitlines()[-1]
@@ -234,9 +255,7 @@ def ended_cleanly(out_dir: Path) -> bool:
     if event.get("reason") == "stopped":
         return True
     try:  # any other end counts once the manifest (written last) is newer than the metrics
-        return (Path(out_dir) / "MANIFEST.sha256").stat().st_mtime >= (
-            Path(out_dir) / "metrics.jsonl"
-        ).stat().st_mtime
+        return (Path(out_dir) / MANIFEST).stat().st_mtime >= (metrics_path(out_dir)).stat().st_mtime
     except OSError:
         return False
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.errors import InputError, MwEnvError
+from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
 from mw_env.runs.supervise import RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
@@ -31,7 +32,6 @@ from mw_env.trainspec.preflight import check_on_host
 if TYPE_CHECKING:
     from mw_env.profiles.model import Selection
 
-DOCTOR_FILE = "doctor.json"
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
 # report, which moves it to DOCTOR_FILE; a launch that fails before that leaves a finished run's
 # doctor.json, and so its manifest, untouched.
@@ -108,8 +108,13 @@ class Launch:
     profile: str | None = None
     venv: Path | None = None
     doctor: dict[str, object] | None = None  # the quick doctor's report (None when skipped)
+    notes: tuple[str, ...] = ()  # said before the run starts (the venv's drift, the run's lock)
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
+    # The memory the run needs (runs/fit.py: bytes, all processes of this node) and the settings that lower
+    # it: an OOM-killed run's hint says both.
+    memory_need: int | None = None
+    memory_lower: str = ""
 
 
 def profile_defaults(selection: Selection) -> dict[str, object]:
@@ -141,7 +146,7 @@ def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
     if not wanted:
         return
     from mw_env.envlock import LOCK_FILE
-    from mw_env.runs.manifest import sha256_file
+    from mw_env.runs.rundir import sha256_file
 
     lock = venv / LOCK_FILE
     have = sha256_file(lock) if lock.is_file() else None
@@ -288,6 +293,14 @@ def prepare(request: LaunchRequest) -> Launch:
     cwd = Path.cwd()
     # Files, columns, labels and the venv's packages: checked now, not after the doctor and a torch import.
     check_on_host(resolved.config, venv=venv_path, base=cwd)
+    # Settings the machine can hold: the model's and a batch's memory against this machine's or GPU's.
+    fit = check_fits(
+        resolved.config,
+        hardware=resolved_env.hardware,
+        build=selection.torch.build,
+        nproc=r.nproc_per_node,
+        read=resolved_env.machine.read,
+    )
     out_dir = (cwd / Path(resolved.config.runtime.out_dir).expanduser()).resolve()
     if not nodes.multi:
         # A live trainer there refuses us anyway; say so now, before the doctor runs. (Nodes of a multi-node
@@ -336,6 +349,12 @@ def prepare(request: LaunchRequest) -> Launch:
                 hint="fix them (`mw-env doctor` shows how), or pass --skip-doctor to start anyway",
             )
 
+    notes: tuple[str, ...] = ()
+    if not nodes.multi or nodes.node_rank == 0:
+        from mw_env.envlock.atlaunch import lock_for_run
+
+        notes = tuple(lock_for_run(venv=venv_path, out_dir=out_dir, selection=selection, env=env_in).lines())
+
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
     for item in r.overrides:
         args += ["--set", item]
@@ -365,6 +384,9 @@ def prepare(request: LaunchRequest) -> Launch:
         profile=selection.profile.name,
         venv=venv_path,
         doctor=doctor,
+        notes=notes,
         nodes=nodes,
         run_id=run_id,
+        memory_need=fit.needed,
+        memory_lower=fit.need.what_to_lower(),
     )

@@ -8,16 +8,14 @@ run produced is.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from mw_env.atomic import write_text_atomic
+from mw_env.runs.rundir import EXCLUDED_NAMES, MANIFEST, sha256_file
 
-MANIFEST = "MANIFEST.sha256"
-EXCLUDED_NAMES = {MANIFEST, "train.log", "run.json", "state.json", "torchrun.log"}
 EXCLUDED_DIRS = {"mlruns"}  # only at the top of the run folder
 
 
@@ -63,14 +61,6 @@ class ManifestCheck:
             "outside": list(self.outside),
             "unreadable": list(self.unreadable),
         }
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _artifacts(run_dir: Path) -> list[str]:

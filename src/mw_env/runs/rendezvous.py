@@ -19,9 +19,9 @@ from pathlib import Path
 
 from mw_env.atomic import open_append
 from mw_env.errors import InputError, StepFailed
+from mw_env.runs.rundir import CHECKPOINT_GLOB, PEER_LOST, TORCHRUN_LOG, checkpoints_dir
 
 STARTED_ENV = "MW_ENV_STARTED_FILE"  # the trainer touches it when it starts: the rendezvous completed
-TORCHRUN_LOG = "torchrun.log"
 # The first line comes at once, then one every REPEAT_S: often enough to see it is alive, rarely enough
 # not to bury the rest of the terminal.
 REPEAT_S = 15.0
@@ -141,10 +141,10 @@ def never_joined(nodes: Nodes, reason: str, *, argv: Sequence[str] | None = None
 
 def store_lost(nodes: Nodes, out_dir: Path, log: Path | None) -> StepFailed:
     """This node's torchrun lost the rendezvous store: node 0, which serves it at the endpoint, is gone."""
-    ckpts = sorted((Path(out_dir) / "checkpoints").glob("step-*.pt"))
+    ckpts = sorted(checkpoints_dir(out_dir).glob(CHECKPOINT_GLOB))
     kept = f"the newest checkpoint is {ckpts[-1]}" if ckpts else "no checkpoint was written here"
     return StepFailed(
-        f"a peer of the run stopped answering (this is node {nodes.node_rank} of {nodes.nnodes}; lost node-rank 0, "
+        f"{PEER_LOST} (this is node {nodes.node_rank} of {nodes.nnodes}; lost node-rank 0, "
         f"which serves the rendezvous at {nodes.rdzv_endpoint}); {kept}; torchrun's output is in {log}",
         hint="a node stopped (killed, crashed or unreachable): restart every node with the same command (its own "
         "--node-rank); they resume together from the newest checkpoint",

@@ -24,8 +24,8 @@ from typing import Any
 
 from mw_env.atomic import open_regular
 from mw_env.errors import InputError
+from mw_env.runs.rundir import LOCK_NAME
 
-LOCK_NAME = ".lock"  # a dotfile: outside the run manifest
 _TRIES = 10
 
 

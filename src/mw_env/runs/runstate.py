@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import open_append, write_json_atomic
+from mw_env.runs.rundir import STATE_FILE
 
-STATE_FILE = "state.json"
 LOCK_FILE = ".state.lock"
 STATES = ("running", "stopping", "finishing", "finished", "exited", "killed")
 TERMINAL = ("finished", "exited", "killed")

@@ -15,6 +15,8 @@ import contextlib
 import re
 from dataclasses import dataclass, field
 
+from mw_env.runs.rundir import PEER_LOST, WORKER_EXIT
+
 # torchrun's agent logs through glog-style lines: "W1130 05:38:07.597000 4800 torch/distributed/run.py:874] ..."
 _AGENT_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ torch/distributed/")
 _EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
@@ -28,11 +30,10 @@ _STORE_LOST = ("torch.distributed.DistNetworkError", "torch.distributed.DistStor
 # A worker's own word on its exit status (trainer/__main__.py), for when torchrun prints no failure table: node 0's
 # torchrun, done first, takes the rendezvous store down with it, and another node's torchrun then dies of the lost
 # store before it tabulates its workers' codes (a bad input on every node ended in exit 1 on all but one).
-WORKER_EXIT = "mw-env worker exit status: "
 # trainer/peers.py's words for a peer that went away. After another rank's own `error:` (rank 0: the disk is
 # full) it is that failure's echo on the ranks left waiting for it, not a second cause: its advice to restart
 # every node would be untrue. It goes to the log then; as the first error (a node lost) it is shown.
-PEER_LOST = "error: a peer of the run stopped answering"
+PEER_LOST_ERROR = f"error: {PEER_LOST}"  # as the CLI prints the trainer's error
 
 
 @dataclass
@@ -107,7 +108,7 @@ class TorchrunStderr:
         if _AGENT_LINE.match(line):
             self.dropped.append(line)
             return []
-        if line.startswith(PEER_LOST) and self.said_error:
+        if line.startswith(PEER_LOST_ERROR) and self.said_error:
             self.dropped.append(line)
             self._echo_hint = True
             return []

@@ -15,7 +15,7 @@ from mw_env.runs.runstatus import _life_alive
 def check_verifiable(out_dir: Path) -> None:
     """InputError unless the run in `out_dir` is finished: MANIFEST.sha256 is the last file a run writes,
     so checking it against a run that is still going (or was killed) lists differences that are not."""
-    from mw_env.runs.manifest import MANIFEST
+    from mw_env.runs.rundir import MANIFEST
 
     out_dir = Path(out_dir).resolve()
     life = runstate.read_state(out_dir)

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.hint:
             print(f"hint: {safe_message(exc.hint)}", file=sys.stderr, flush=True)
         if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: the code survives torchrun's own end
-            from mw_env.runs.torchrun_output import WORKER_EXIT
+            from mw_env.runs.rundir import WORKER_EXIT
 
             print(f"{WORKER_EXIT}{exc.exit_code}", file=sys.stderr, flush=True)
         return exc.exit_code

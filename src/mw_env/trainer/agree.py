@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import InputError, MwEnvError
 from mw_env.runs import runlock
-from mw_env.runs.manifest import sha256_file
+from mw_env.runs.rundir import sha256_file
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.distributed import DistInfo, gather_objects
 

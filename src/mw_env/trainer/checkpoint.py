@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from mw_env.atomic import atomic_open, write_text_atomic
 from mw_env.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault, os_words
-from mw_env.runs.manifest import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
+from mw_env.runs.rundir import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
 from mw_env.trainer.checkpoint_parts import CHECKS, FORMAT_VERSION, PARTS, REQUIRED_KEYS
 from mw_env.trainer.checkpoint_schema import (
     CKPT_RE,
@@ -237,7 +237,9 @@ def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[TaggerN
     config = config_from_dict(ckpt["config"])
     tokenizer = tokenizer_from_state(ckpt["tokenizer"])
     labels = list(ckpt["labels"])
-    model = TaggerNet(config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels))
+    model = TaggerNet(
+        config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels), words=config.word_features
+    )
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, tokenizer, labels

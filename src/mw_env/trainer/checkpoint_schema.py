@@ -94,7 +94,9 @@ def _check_shapes(ckpt: dict[str, Any], path: Path) -> None:
     if vocab is None:
         raise unreadable(path, "its tokenizer state is invalid")
     with torch.device("meta"):  # shapes only: no memory, however large the config says the model is
-        meta = TaggerNet(config.model, vocab_size=vocab, n_labels=len(ckpt["labels"]))
+        meta = TaggerNet(
+            config.model, vocab_size=vocab, n_labels=len(ckpt["labels"]), words=config.word_features
+        )
     expected = meta.state_dict()
     found = ckpt["model"]
     if set(found) != set(expected):

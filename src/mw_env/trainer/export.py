@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from mw_env.atomic import atomic_path, check_faults
 from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed, os_error_in, os_fault
-from mw_env.runs.manifest import sha256_file
+from mw_env.runs.rundir import CHECKPOINTS_DIR, sha256_file
 from mw_env.trainer.export_bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
 from mw_env.trainer.export_verify import OUTPUT_NAME
 from mw_env.trainspec.extras import bootstrap_hint
@@ -98,7 +98,7 @@ def resolve_checkpoint(path: Path) -> Path:
     if path.is_file():
         return path
     if path.is_dir():
-        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        folder = path / CHECKPOINTS_DIR if (path / CHECKPOINTS_DIR).is_dir() else path
         found = latest_valid_checkpoint(folder, warn=lambda msg: print(msg, file=sys.stderr))
         if found is not None:
             return found
@@ -108,7 +108,7 @@ def resolve_checkpoint(path: Path) -> Path:
 
 def run_dir_of(checkpoint: Path) -> Path | None:
     """The run folder of `<run>/checkpoints/step-N.pt`, else None."""
-    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+    return checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS_DIR else None
 
 
 def _export(

@@ -41,6 +41,7 @@ from typing import Any
 from mw_env.atomic import open_append
 from mw_env.errors import InputError
 from mw_env.runs import runstate
+from mw_env.runs.rundir import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
 
 
 class StopRequested(BaseException):
@@ -92,7 +93,9 @@ def stopped_before_start(out_dir: Path | None, signum: int) -> str:
     kept = "no checkpoint yet"
     if out_dir is not None:
         ckpts = (
-            sorted((out_dir / "checkpoints").glob("step-*.pt")) if (out_dir / "checkpoints").is_dir() else []
+            sorted(checkpoints_dir(out_dir).glob(CHECKPOINT_GLOB))
+            if checkpoints_dir(out_dir).is_dir()
+            else []
         )
         if ckpts:
             kept = f"the checkpoints are kept (newest: {ckpts[-1].name})"
@@ -100,7 +103,7 @@ def stopped_before_start(out_dir: Path | None, signum: int) -> str:
             step = int(ckpts[-1].stem.split("-")[1]) if ckpts else 0
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
-                with open_append(out_dir / "metrics.jsonl") as fh:
+                with open_append(metrics_path(out_dir)) as fh:
                     event = {"event": "finished", "step": step, "reason": "stopped", "phase": "start-up"}
                     fh.write(json.dumps({**event, "time": time.time()}) + "\n")
             except (OSError, InputError):  # InputError: not a regular file there

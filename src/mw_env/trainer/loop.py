@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from mw_env.errors import StepFailed
+from mw_env.runs.rundir import CHECKPOINTS_DIR, MANIFEST, METRICS_FILE, checkpoints_dir
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.agree import run_lock
 from mw_env.trainer.checkpoint_parts import restore as restore_parts
@@ -38,6 +39,7 @@ from mw_env.trainer.model import build_model
 from mw_env.trainer.peers import lost_peer
 from mw_env.trainer.resume import check_compatible, pick_checkpoint
 from mw_env.trainer.runtime import (
+    cpu_bounds,
     environment_facts,
     pick_device,
     resolve_precision,
@@ -79,7 +81,7 @@ def _optimizer(model: torch.nn.Module, resolved: ResolvedConfig) -> torch.optim.
 def _move_aside(out_dir: Path, echo: Echo) -> None:
     """--fresh: keep the old checkpoints and metrics, renamed, so a later resume cannot pick them up."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for name in ("checkpoints", "metrics.jsonl"):
+    for name in (CHECKPOINTS_DIR, METRICS_FILE):
         path = out_dir / name
         if path.exists():
             target = out_dir / f"{name}.old-{stamp}"
@@ -108,7 +110,7 @@ def train(
         with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
             return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
     except RuntimeError as exc:  # a node or process that died shows here as a transport error
-        lost = lost_peer(exc, dist, out_dir / "checkpoints")
+        lost = lost_peer(exc, dist, checkpoints_dir(out_dir))
         if lost is None:
             raise
         raise lost from None
@@ -120,7 +122,10 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
     config = resolved.config
     rt, o = config.runtime, config.optim
     device = pick_device(rt, dist.local_rank)
-    set_determinism(deterministic=rt.deterministic, threads=rt.threads, device=device)
+    threads, clamped = cpu_bounds(config)
+    for warning in clamped:
+        say(f"warning: {warning}")
+    set_determinism(deterministic=rt.deterministic, threads=threads, device=device)
     precision = resolve_precision(rt.precision, device)
     say(f"device {device}, precision {precision.name} ({precision.reason}), world size {dist.world}")
     seed_host_rngs(rt.seed, dist.rank)
@@ -132,6 +137,8 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
         f"process), {corpus.val.rows:,} validation rows, {len(corpus.labels)} labels ({corpus.labels.origin}); "
         f"opened in {time.perf_counter() - t0:.2f} s"
     )
+    if corpus.labels.note:
+        say(f"warning: {corpus.labels.note}")
     model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels)).to(
         device
     )
@@ -199,7 +206,7 @@ def _run(
 ) -> RunResult:
     rt = resolved.config.runtime
     say: Echo = echo if dist.main else (lambda _msg: None)
-    ckpt_dir = out_dir / "checkpoints"
+    ckpt_dir = checkpoints_dir(out_dir)
     if dist.main:
         out_dir.mkdir(parents=True, exist_ok=True)
         if fresh:
@@ -239,11 +246,14 @@ def _run(
         import sys
 
         from mw_env.envlock import carry
+        from mw_env.envlock.atlaunch import drift_fact
 
-        carried = carry(Path(sys.prefix), out_dir)
+        carried = carry(Path(sys.prefix), out_dir)  # written from the venv at launch where it drifted
         if carried is not None:
             facts["env_lock"] = {"file": carried[0].name, "sha256": carried[1]}
             hparams["env"] = {"lock": carried[0].name, "lock_sha256": carried[1]}
+        # A venv changed since its lock: the report and the data card name it, and what the run's lock holds.
+        facts["venv_drift"] = drift_fact(Path(sys.prefix), carried[1] if carried else None)
     metrics = MetricsWriter(out_dir, tracking=rt.tracking, hparams=hparams, enabled=dist.main)
     session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
     if found is not None:
@@ -406,13 +416,15 @@ def _finish(
 
         total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
         card = s.corpus.card(total, [p["position"] for p in parts])
+        if s.facts.get("venv_drift"):
+            card["venv_drift"] = s.facts["venv_drift"]  # the venv the run used, as it was (issue 30 #3)
         if s.hasher is not None:
             card["sources"] = s.hasher.annotate(card["sources"])
         report = write_report(
             s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json
         )
         s.say(f"report: {report}")
-        mark(s.out_dir, "finished", report=str(report), manifest=str(s.out_dir / "MANIFEST.sha256"), **ended)
+        mark(s.out_dir, "finished", report=str(report), manifest=str(s.out_dir / MANIFEST), **ended)
     if reason == "nonfinite":
         raise StepFailed(
             f"stopped at step {state.step}: {rt.max_nonfinite} optimizer steps in a row had a non-finite "

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import fault_for, open_append
-
-METRICS = "metrics.jsonl"
+from mw_env.runs.rundir import METRICS_FILE
+from mw_env.runs.rundir_events import EventName
 
 
 class MetricsWriter:
@@ -31,7 +31,7 @@ class MetricsWriter:
         enabled: bool = True,
     ) -> None:
         self.enabled = enabled
-        self.path = Path(run_dir) / METRICS
+        self.path = Path(run_dir) / METRICS_FILE
         self._fh = None
         self._tracker = None
         if not enabled:
@@ -43,7 +43,7 @@ class MetricsWriter:
 
             self._tracker = open_trackers(tracking, Path(run_dir), dict(hparams or {}))
 
-    def log(self, event: str, *, at: float | None = None, **fields: Any) -> dict[str, Any]:
+    def log(self, event: EventName, *, at: float | None = None, **fields: Any) -> dict[str, Any]:
         """Append one event; `at`: its time when it happened before it is written (a step's, steplog.py)."""
         record = {"event": event, **fields, "time": time.time() if at is None else at}
         if self._fh is not None:
@@ -71,7 +71,7 @@ class MetricsWriter:
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """All events; a torn last line (a killed writer) is skipped."""
-    path = Path(run_dir) / METRICS
+    path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
     out = []

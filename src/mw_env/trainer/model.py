@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mw_env.trainer.words import WordFeatures
 from mw_env.trainspec.config import ModelConfig, TrainConfig
 
 
@@ -43,13 +44,18 @@ class TransformerBlock(nn.Module):
 
 
 class TaggerNet(nn.Module):
-    """Token ids [B, T] + attention mask [B, T] (True = real token) -> label logits [B, T, n_labels]."""
+    """Token ids [B, T] + attention mask [B, T] (True = real token) -> label logits [B, T, n_labels].
 
-    def __init__(self, cfg: ModelConfig, *, vocab_size: int, n_labels: int) -> None:
+    words=True (TrainConfig.word_features) adds each word's vector (trainer/words.py) to its bytes'
+    embeddings; the inputs stay the same, so exports and their runtime need nothing more.
+    """
+
+    def __init__(self, cfg: ModelConfig, *, vocab_size: int, n_labels: int, words: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.words = WordFeatures(cfg.d_model, cfg.word_buckets) if words else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout) for _ in range(cfg.n_layers)
@@ -69,7 +75,10 @@ class TaggerNet(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         t = input_ids.shape[1]
         pos = torch.arange(t, device=input_ids.device)
-        x = self.drop(self.tok_emb(input_ids) + self.pos_emb(pos)[None])
+        x = self.tok_emb(input_ids) + self.pos_emb(pos)[None]
+        if self.words is not None:
+            x = x + self.words(input_ids, attention_mask)
+        x = self.drop(x)
         mask = attention_mask[:, None, None, :]
         for block in self.blocks:
             x = block(x, mask)
@@ -80,7 +89,7 @@ def build_model(config: TrainConfig, *, vocab_size: int, n_labels: int) -> Tagge
     """Initialise the weights from runtime.seed alone, so every rank and every rerun start equal."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.runtime.seed)
-        return TaggerNet(config.model, vocab_size=vocab_size, n_labels=n_labels)
+        return TaggerNet(config.model, vocab_size=vocab_size, n_labels=n_labels, words=config.word_features)
 
 
 _BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
@@ -110,6 +119,8 @@ def parameter_table(model: TaggerNet) -> list[tuple[str, int]]:
     rows = [
         ("embeddings", sum(p.numel() for p in (*model.tok_emb.parameters(), *model.pos_emb.parameters())))
     ]
+    if model.words is not None:
+        rows.append(("word features", sum(p.numel() for p in model.words.parameters())))
     rows += [(f"block {i}", sum(p.numel() for p in b.parameters())) for i, b in enumerate(model.blocks)]
     rows.append(("head", sum(p.numel() for p in (*model.ln_f.parameters(), *model.head.parameters()))))
     return rows

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mw_env.errors import StepFailed
+from mw_env.runs.rundir import PEER_LOST
 
 if TYPE_CHECKING:
     from mw_env.trainer.distributed import DistInfo
@@ -60,7 +61,7 @@ def lost_peer(exc: BaseException, dist: DistInfo, ckpt_dir: Path) -> StepFailed 
     kept = f"the newest checkpoint is {newest}" if newest else "no checkpoint was written yet"
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return StepFailed(
-        f"a peer of the run stopped answering ({where}): {first[:200]}; {kept}",
+        f"{PEER_LOST} ({where}): {first[:200]}; {kept}",
         hint="a node or process stopped (killed, crashed or unreachable): restart every node with the same "
         "command (its own --node-rank); they resume together from the newest checkpoint",
     )

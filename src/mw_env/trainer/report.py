@@ -21,7 +21,8 @@ from typing import Any
 
 from mw_env.atomic import write_json_atomic, write_text_atomic
 from mw_env.errors import os_error_in
-from mw_env.runs.manifest import MANIFEST, read_manifest, write_manifest
+from mw_env.runs.manifest import read_manifest, write_manifest
+from mw_env.runs.rundir import CHECKPOINTS_DIR, DOCTOR_FILE, MANIFEST
 from mw_env.textsafe import duration
 from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
@@ -76,7 +77,7 @@ def _num(value: object, spec: str = ".4f") -> str:
 def final_checkpoint(run_dir: Path) -> Path | None:
     from mw_env.trainer.checkpoint import list_checkpoints
 
-    found = list_checkpoints(Path(run_dir) / "checkpoints")
+    found = list_checkpoints(Path(run_dir) / CHECKPOINTS_DIR)
     return found[-1] if found else None
 
 
@@ -141,7 +142,7 @@ def summary_pairs(
         ("Precision", f"{fact['precision']} ({fact['precision_reason']})"),
         ("Device", f"{fact['device_name']} ({fact['device']}), world size {fact['world_size']}"),
         ("torch", fact["torch"]),
-        ("Doctor", "not run" if doctor is None else ("ok" if doctor.get("ok") else "FAILED checks")),
+        ("Doctor", _doctor_words(doctor)),
         (
             "Config",
             f"{display_source('file:' + str(resolved.path), run_dir)[5:] if resolved.path else 'defaults'}, "
@@ -153,9 +154,26 @@ def summary_pairs(
         pairs.append(("Environment lock", Code(f"{lock.get('file')} sha256 {lock['sha256']}")))
     else:
         pairs.append(("Environment lock", "none (the venv has no lock; `mw-env lock` writes one)"))
+    drift = facts.get("venv_drift")
+    if isinstance(drift, dict) and drift.get("changes"):
+        changes = "; ".join(map(str, drift["changes"]))
+        pairs.append(
+            ("Venv drift", f"{changes} (since the venv's lock); the run's lock: {drift.get('run_lock')}")
+        )
     ckpt = final_checkpoint(run_dir)
     pairs.append(("Final checkpoint", Code(ckpt.relative_to(run_dir).as_posix()) if ckpt else "none"))
     return pairs
+
+
+def _doctor_words(doctor: dict[str, object] | None) -> str:
+    if doctor is None:
+        return "not run"
+    from mw_env.checks.model import doctor_warnings
+
+    warned = doctor_warnings(doctor)
+    if not doctor.get("ok"):
+        return "FAILED checks"
+    return f"ok with {len(warned)} warning(s): {'; '.join(warned)}" if warned else "ok"
 
 
 def _draw_figures(
@@ -258,7 +276,7 @@ def _read_doctor(run_dir: Path, doctor_json: Path | None) -> dict[str, object] |
     if not (doctor_json and Path(doctor_json).is_file()):
         return None
     doctor = json.loads(Path(doctor_json).read_text(encoding="utf-8"))
-    kept = Path(run_dir) / "doctor.json"
+    kept = Path(run_dir) / DOCTOR_FILE
     if Path(doctor_json).resolve() != kept.resolve():
         # The launcher's pending report becomes this run's doctor.json only now, with the report.
         write_json_atomic(kept, doctor, default=str)

@@ -60,7 +60,15 @@ def check_compatible(
 ) -> list[str]:
     """Raise InputError when this run must not continue `ckpt`; return the corpus changes that
     data.allow_changed_corpus accepts (the caller says them)."""
-    diff = architecture_diff(config_from_dict(ckpt["config"]), config)
+    saved = config_from_dict(ckpt["config"])
+    if saved.word_features != config.word_features and "words" not in ckpt["config"].get("model", {}):
+        raise InputError(
+            f"cannot resume from {path}: it was written before word features existed (model.words), so its "
+            f"model reads bytes only, and this config's model also reads words (model.words: {config.model.words})",
+            hint="continue it as it was with --set model.words=none, or start over with --fresh to train "
+            "a model with word features",
+        )
+    diff = architecture_diff(saved, config)
     if diff:
         raise InputError(
             f"cannot resume from {path}: the config changed where it must not ({'; '.join(diff)})",

@@ -10,12 +10,12 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from mw_env.errors import StepFailed
-from mw_env.trainspec.config import RuntimeConfig
+from mw_env.trainspec.config import RuntimeConfig, TrainConfig
 
 
 def pick_device(runtime: RuntimeConfig, local_rank: int) -> torch.device:
@@ -90,6 +90,27 @@ def autocast(device: torch.device, precision: ChosenPrecision) -> contextlib.Abs
     return torch.autocast(device_type=device.type, dtype=precision.dtype)
 
 
+def cpu_bounds(config: TrainConfig) -> tuple[int, list[str]]:
+    """runtime.threads (0 = torch's default) and data.workers bounded by this rank's share of the CPUs the
+    process may use (affinity, cgroup cpu.max): `runtime.threads=4096` started 8,193 threads on 2 cores.
+    Returns the threads to set and a warning per setting lowered."""
+    from mw_env.capacity import bounded, usable_cpus
+    from mw_env.trainer.data.corpus import ranks_per_node
+    from mw_env.trainer.data.workers import rank_workers
+
+    ranks = ranks_per_node()
+    warnings: list[str] = []
+    threads = config.runtime.threads
+    if threads:
+        cpus = usable_cpus()
+        threads, warning = bounded("runtime.threads", threads, max(1, cpus.usable // ranks), cpus)
+        warnings += [warning] if warning else []
+    if config.data.source == "files":
+        _, warning = rank_workers(config.data.workers, ranks)
+        warnings += [warning] if warning else []
+    return threads, warnings
+
+
 def set_determinism(*, deterministic: bool, threads: int, device: torch.device) -> None:
     if threads:
         torch.set_num_threads(threads)
@@ -121,7 +142,9 @@ def rng_states() -> dict[str, Any]:
     """RNG states as tensors and plain containers (weights_only-loadable)."""
     import numpy as np
 
-    np_state = np.random.get_state()
+    # The legacy form is a tuple (name, keys, pos, has_gauss, cached_gaussian); numpy's stubs type it as the
+    # union with the dict form, which mypy sees where numpy is installed beside it (seqeval brings it).
+    np_state = cast("tuple[Any, ...]", np.random.get_state(legacy=True))
     py_version, py_state, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mw_env.runs.rundir import checkpoints_dir
 from mw_env.trainer import checkpoint as ckpt_mod
 from mw_env.trainer.checkpoint_parts import payload
 from mw_env.trainer.data import Corpus, Counts
@@ -47,7 +48,7 @@ class Session:
 
     @property
     def ckpt_dir(self) -> Path:
-        return self.out_dir / "checkpoints"
+        return checkpoints_dir(self.out_dir)
 
     def position(self) -> dict[str, Any]:
         """Where this rank's stream stands before step `state.step` (arithmetic on row counts)."""

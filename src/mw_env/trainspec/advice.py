@@ -77,6 +77,7 @@ def cpu_warning(*, device: str, parameters: int, step_s: float, steps_left: int)
 SYNTHETIC_ONLY = ("synthetic_rows", "synthetic_val_rows", "countries", "noise")
 FILES_ONLY = (
     "train_files",
+    "sources",
     "val_files",
     "val_fraction",
     "tokens_column",

@@ -244,6 +244,9 @@ def resolve_config(
 # data.shuffle_window (row groups per window) became data.shuffle_rows: a checkpoint that has it still loads,
 # and its data order (which records the window) is then reported as changed by the resume's corpus check.
 RETIRED = (("data", "shuffle_window"),)
+# Keys added since, with the value that describes what an older checkpoint holds: a model written before
+# `model.words` has no word path, whatever today's default is.
+ADDED = ((("model", "words"), "none"),)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
@@ -254,6 +257,9 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
     for section, key in RETIRED:  # keys older checkpoints hold that this version replaced
         if isinstance(known.get(section), Mapping) and key in known[section]:
             known[section] = {k: v for k, v in known[section].items() if k != key}
+    for (section, key), value in ADDED:
+        if isinstance(known.get(section), Mapping) and key not in known[section]:
+            known[section] = {**known[section], key: value}
     flat = _reader("checkpoint config").flatten(TrainConfig, known)
     return typed.build(TrainConfig, {k: _coerce(k, v, "checkpoint config") for k, v in flat.items()})
 
@@ -264,6 +270,10 @@ def architecture_diff(old: TrainConfig, new: TrainConfig) -> list[str]:
     out = []
     for key in ARCHITECTURE_KEYS:
         section, _, name = key.partition(".")
+        if key == "model.words":  # "auto" and what it resolves to build the same model
+            if old.word_features != new.word_features:
+                out.append(f"{key}: {a[section][name]!r} -> {b[section][name]!r}")
+            continue
         if a[section][name] != b[section][name]:
             out.append(f"{key}: {a[section][name]!r} -> {b[section][name]!r}")
     return out

@@ -1,10 +1,13 @@
-"""The column names of a Parquet file, from its footer, with the standard library only.
+"""The column names and shapes of a Parquet file, from its footer, with the standard library only.
 
 `mw-env train` checks a config's columns on the host before the doctor runs and before anything
 imports torch or pyarrow (mw-env's own interpreter has neither). A Parquet file ends with the
 Thrift-compact-encoded FileMetaData, its length (4 bytes, little-endian) and `PAR1`; field 2 of
 FileMetaData is the schema, a flat list of SchemaElement (field 4 name, field 5 num_children) in
 depth-first order whose first element is the root. Only that much is decoded; the rest is skipped.
+`parquet_column_kinds` also reads each element's physical type (1), repetition (3), converted type (6)
+and logical type (10), enough to tell a list of strings (what the trainer reads) from anything else as
+pyarrow's schema conversion does; trainspec/columns.py holds the rule both sides apply.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+
+from mw_env.trainspec.columns import Element, footer_kind
 
 MAGIC = b"PAR1"
 MAX_FOOTER = 64 << 20  # a footer larger than this is not one we should read on the host
@@ -113,8 +118,16 @@ class _Reader:
             self.skip(kind, depth)
 
 
-def _schema(reader: _Reader) -> list[tuple[str, int]]:
-    """(name, num_children) of each SchemaElement."""
+def _logical(reader: _Reader) -> int:
+    member = -1
+    for fid, kind in reader.fields():
+        member = fid if member == -1 else member
+        reader.skip(kind)
+    return member
+
+
+def _schema(reader: _Reader) -> list[Element]:
+    """Each SchemaElement, depth-first."""
     for fid, kind in reader.fields():
         if fid == 2 and kind == 9:
             size, elem = reader.list_header()
@@ -122,22 +135,39 @@ def _schema(reader: _Reader) -> list[tuple[str, int]]:
                 raise FooterError("the footer's schema is not a list of structs")
             out = []
             for _ in range(size):
-                name, children = "", 0
+                f: dict[str, object] = {"name": "", "children": 0}
                 for efid, ekind in reader.fields():
                     if efid == 4 and ekind == 8:
-                        name = reader.binary().decode("utf-8", errors="replace")
-                    elif efid == 5 and ekind == 5:
-                        children = reader.zigzag()
+                        f["name"] = reader.binary().decode("utf-8", errors="replace")
+                    elif ekind == 5 and efid in _INT_FIELDS:
+                        f[_INT_FIELDS[efid]] = reader.zigzag()
+                    elif efid == 10 and ekind == 12:
+                        f["logical"] = _logical(reader)
                     else:
                         reader.skip(ekind)
-                out.append((name, children))
+                out.append(Element(**f))  # type: ignore[arg-type]
             return out
         reader.skip(kind)
     raise FooterError("the footer has no schema")
 
 
+_INT_FIELDS = {1: "physical", 3: "repetition", 5: "children", 6: "converted"}
+
+
 def parquet_columns(path: Path) -> list[str]:
     """The top-level column names of the Parquet file at `path` (FooterError when it is not one)."""
+    return [e.name for e, _ in _top_level(path)]
+
+
+def parquet_column_kinds(path: Path) -> dict[str, str]:
+    """Each top-level column's shape in the words of trainspec.columns: "list<string>" for a list of
+    strings (dictionary-encoded or not: the encoding is not the schema), else what it is ("a struct",
+    "a list of int64", "string")."""
+    return {e.name: footer_kind(e, subtree) for e, subtree in _top_level(path)}
+
+
+def _top_level(path: Path) -> list[tuple[Element, list[Element]]]:
+    """The root's children, each with the elements of its subtree (itself first)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -159,21 +189,21 @@ def parquet_columns(path: Path) -> list[str]:
     if not schema:
         raise FooterError("the footer's schema is empty")
     # Depth-first: the root's children are the columns; skip each column's own subtree.
-    names, i, remaining = [], 1, schema[0][1]
+    out, i, remaining = [], 1, schema[0].children
     while remaining and i < len(schema):
-        name, _children = schema[i]
-        names.append(name)
-        i = _after_subtree(schema, i)
+        end = _after_subtree(schema, i)
+        out.append((schema[i], schema[i:end]))
+        i = end
         remaining -= 1
-    return names
+    return out
 
 
-def _after_subtree(schema: list[tuple[str, int]], i: int) -> int:
+def _after_subtree(schema: list[Element], i: int) -> int:
     pending = 1
     while pending and i < len(schema):
-        pending += schema[i][1] - 1
+        pending += schema[i].children - 1
         i += 1
     return i
 
 
-__all__ = ["FooterError", "parquet_columns"]
+__all__ = ["Element", "FooterError", "parquet_column_kinds", "parquet_columns"]

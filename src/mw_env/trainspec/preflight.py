@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mw_env.errors import InputError
+from mw_env.trainspec.columns import require_string_lists
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.extras import bootstrap_hint, installed, missing, needed_extras
 from mw_env.trainspec.files import expand_files
-from mw_env.trainspec.footer import FooterError, parquet_columns
+from mw_env.trainspec.footer import FooterError, parquet_column_kinds
 from mw_env.userjson import json_refusal, loads
 
 FIRST_LINE_MAX = 16 << 20  # a JSONL shard's first row longer than this is not a row
@@ -24,9 +25,15 @@ FIRST_LINE_MAX = 16 << 20  # a JSONL shard's first row longer than this is not a
 
 def columns_of(path: Path, key: str) -> list[str]:
     """The columns of one shard: the Parquet footer's, or the keys of a JSONL file's first row."""
+    return list(column_kinds(path, key))
+
+
+def column_kinds(path: Path, key: str) -> dict[str, str | None]:
+    """The columns of one shard with their kinds in trainspec.columns' words (a Parquet footer's; None for
+    a JSONL row's keys, whose values the trainer checks row by row)."""
     if path.suffix == ".parquet":
         try:
-            return parquet_columns(path)
+            return dict(parquet_column_kinds(path))
         except (FooterError, OSError) as exc:
             raise InputError(
                 f"{key}: {path} is not a readable Parquet file ({exc})",
@@ -49,22 +56,26 @@ def columns_of(path: Path, key: str) -> list[str]:
                     raise InputError(
                         f"{key}: {path} line 1 is not a JSON object", hint="each line is one object"
                     )
-                return list(row)
+                return dict.fromkeys(row)
     raise InputError(f"{key}: {path} is empty", hint="drop it from the file list")
 
 
 def check_columns(config: TrainConfig, base: Path, venv: Path | None = None) -> None:
     d = config.data
     parquet: list[tuple[Path, str]] = []
-    for key, patterns in (("data.train_files", d.train_files), ("data.val_files", d.val_files)):
+    for key, patterns in (*d.train_globs(), ("data.val_files", d.val_files)):
         for path in expand_files(patterns, key, base):
-            cols = columns_of(path, key)
+            kinds = column_kinds(path, key)
+            cols = list(kinds)
             for ckey, name in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
                 if name not in cols:
                     raise InputError(
                         f"{ckey}={name!r}: {path} has no column {name!r} (its columns: {', '.join(cols) or 'none'})",
                         hint=f"set {ckey} to the shard's column, e.g. --set {ckey}={cols[0] if cols else 'NAME'}",
                     )
+            # The trainer's rule, on the footer: a struct or a list of numbers is refused here, as there.
+            known = {c: k for c, k in kinds.items() if k is not None}
+            require_string_lists(path, known, (d.tokens_column, d.tags_column))
             if d.labels and d.unknown_tags == "error":
                 if path.suffix == ".jsonl":
                     _check_tags(path, d.tags_column, d.labels, key)
@@ -93,8 +104,9 @@ def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> Non
 def _check_parquet_tags(
     shards: list[tuple[Path, str]], column: str, labels: Sequence[str], venv: Path | None
 ) -> None:
-    """Row group 0 of each Parquet shard against data.labels (pyarrow here, else in the venv; skipped when
-    neither can read it: the trainer then reports the tag with its shard and row)."""
+    """Every row group's tags of each Parquet shard (their dictionaries, else the first rows) against
+    data.labels (pyarrow here, else in the venv; skipped when neither can read it: the trainer then reports
+    the tag with its shard and row)."""
     from mw_env.trainspec.labelscan import parquet_tags
 
     for path, key in shards:
@@ -102,17 +114,21 @@ def _check_parquet_tags(
         unknown = sorted((found or set()) - set(labels))
         if unknown:
             raise InputError(
-                f"data.labels does not list {', '.join(map(repr, unknown[:8]))}, found in {path} row group 0 ({key})",
+                f"data.labels does not list {', '.join(map(repr, unknown[:8]))}, found in {path} ({key})",
                 hint="add them to data.labels, leave data.labels empty to take the corpus's, or "
                 "--set data.unknown_tags=ignore to train without them",
             )
 
 
 def check_labels(config: TrainConfig) -> None:
+    from mw_env.trainspec.labelscan import not_bio, not_bio_error
+
     labels = list(config.data.labels or [])
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
         raise InputError(f"data.labels lists {', '.join(dup)} more than once", hint="list each tag once")
+    if plain := not_bio(labels):
+        raise not_bio_error(plain, "data.labels")
 
 
 def check_packages(config: TrainConfig, venv: Path) -> None:
@@ -141,4 +157,4 @@ def check_on_host(config: TrainConfig, *, venv: Path | None, base: Path) -> None
         check_packages(config, venv)
 
 
-__all__ = ["check_on_host", "columns_of"]
+__all__ = ["check_columns", "check_on_host", "column_kinds", "columns_of"]

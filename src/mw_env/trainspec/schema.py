@@ -20,6 +20,7 @@ TokenizerKind = Literal["byte", "sentencepiece"]
 UnknownTags = Literal["error", "ignore"]
 DataSource = Literal["synthetic", "files"]
 DistBackend = Literal["auto", "gloo", "nccl"]
+WordFeatureChoice = Literal["auto", "ngrams", "none"]
 # How entity spans are read from BIO tags for entity F1 (mw_env.trainer.scoring says how each differs).
 F1Mode = Literal["conlleval", "strict"]
 
@@ -31,6 +32,7 @@ TOKENIZERS: tuple[str, ...] = get_args(TokenizerKind)
 UNKNOWN_TAGS: tuple[str, ...] = get_args(UnknownTags)
 SOURCES: tuple[str, ...] = get_args(DataSource)
 DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
+WORD_FEATURES: tuple[str, ...] = get_args(WordFeatureChoice)
 F1_MODES: tuple[F1Mode, ...] = get_args(F1Mode)
 
 
@@ -42,12 +44,28 @@ class ModelConfig:
     d_ff: int = 1024
     dropout: float = 0.1
     max_len: int = 128  # tokens per sequence (bytes for the byte tokenizer); longer rows are truncated
+    # Words as well as bytes (trainer/words.py): "ngrams" adds a vector per word (hashed character n-grams,
+    # shape, length) to its bytes; "auto" = ngrams with the byte tokenizer, none with SentencePiece (its
+    # pieces are already word pieces). Checkpoints written before this key are models without it ("none").
+    words: WordFeatureChoice = "auto"
+    word_buckets: int = 16384  # rows of the hashed n-gram table (x d_model parameters)
+
+
+@dataclass(frozen=True)
+class WeightedSource:
+    """One entry of data.sources: its shards and its share of the training rows (docs/training.md)."""
+
+    files: tuple[str, ...] = ()  # JSONL / Parquet shards (globs allowed)
+    weight: float = 1.0  # rows drawn in proportion to the weights; a small source is repeated
+    name: str = ""  # shown in the data card; "" = its first glob
 
 
 @dataclass(frozen=True)
 class DataConfig:
     source: DataSource = "synthetic"
     train_files: tuple[str, ...] = ()  # JSONL / Parquet shards (globs allowed) with tokens + tags
+    # Instead of train_files: several globs, each with a weight (mixed row by row in those proportions).
+    sources: tuple[WeightedSource, ...] = ()
     val_files: tuple[str, ...] = ()  # explicit validation shards; else val_fraction of train rows
     val_fraction: float = 0.05
     synthetic_rows: int = 20000
@@ -70,6 +88,13 @@ class DataConfig:
     workers: int = -1  # files: encoder processes per rank; -1 = cores per rank - 1 (LOCAL_WORLD_SIZE)
     allow_changed_corpus: bool = False  # resume even though the shards or the data order changed
     hash_shards: bool = False  # files: full-file sha256 of each shard, once, in the background (data card)
+
+    def train_globs(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(the key that names them, the globs) of each training source: data.sources[i].files, or
+        data.train_files as the one source."""
+        if self.sources:
+            return [(f"data.sources[{i}].files", s.files) for i, s in enumerate(self.sources)]
+        return [("data.train_files", self.train_files)]
 
 
 @dataclass(frozen=True)
@@ -134,6 +159,12 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return {name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS}
 
+    @property
+    def word_features(self) -> bool:
+        """Whether the model has the word path: model.words resolved against the tokenizer."""
+        words = self.model.words
+        return words == "ngrams" or (words == "auto" and self.data.tokenizer == "byte")
+
     def sha256(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
@@ -154,6 +185,8 @@ ARCHITECTURE_KEYS = (
     "model.n_heads",
     "model.d_ff",
     "model.max_len",
+    "model.words",
+    "model.word_buckets",
     "data.source",
     "data.tokenizer",
     "data.seed",

@@ -17,6 +17,8 @@ from mw_env.trainspec.schema import (
     TOKENIZERS,
     TRACKING,
     UNKNOWN_TAGS,
+    WORD_FEATURES,
+    DataConfig,
     TrainConfig,
 )
 
@@ -35,6 +37,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "model.n_heads": (1, 1_024),
     "model.d_ff": (1, 1_048_576),
     "model.max_len": (8, 1_048_576),  # rows of the positional table (max_len x d_model floats)
+    "model.word_buckets": (1, 16_777_216),  # rows of the hashed n-gram table (x d_model floats)
     "data.synthetic_rows": (1, 100_000_000),
     "data.synthetic_val_rows": (1, 10_000_000),
     "data.seed": (0, MAX_SEED),
@@ -107,12 +110,23 @@ def validate(config: TrainConfig) -> None:
     )
     _check(d.source in SOURCES, "data.source", d.source, ", ".join(SOURCES))
     _check(d.tokenizer in TOKENIZERS, "data.tokenizer", d.tokenizer, ", ".join(TOKENIZERS))
+    _check(m.words in WORD_FEATURES, "model.words", m.words, ", ".join(WORD_FEATURES))
+    if m.words == "ngrams" and d.tokenizer != "byte":
+        raise InputError(
+            f"config: model.words is 'ngrams' but data.tokenizer is {d.tokenizer!r} (words are read from bytes)",
+            hint="set model.words: auto (or none) with SentencePiece; its pieces are already word pieces",
+        )
     from mw_env.trainspec.synthetic import FORMATS  # torch-free
 
     bad = [c for c in d.countries if c not in FORMATS]
     _check(bool(d.countries) and not bad, "data.countries", list(d.countries), ", ".join(FORMATS))
-    if d.source == "files" and not d.train_files:
-        raise InputError("config: data.source is 'files' but data.train_files is empty", hint="list shards")
+    if d.sources:
+        _check_sources(d)
+    elif d.source == "files" and not d.train_files:
+        raise InputError(
+            "config: data.source is 'files' but data.train_files is empty",
+            hint="list shards in data.train_files, or several weighted globs in data.sources",
+        )
     _check(d.unknown_tags in UNKNOWN_TAGS, "data.unknown_tags", d.unknown_tags, ", ".join(UNKNOWN_TAGS))
     for key, col in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
         _check(bool(col), key, col, "a column name")
@@ -150,12 +164,45 @@ def validate(config: TrainConfig) -> None:
     for key, paths in (
         ("runtime.out_dir", (r.out_dir,)),
         ("data.spm_model", (d.spm_model or "",)),
-        ("data.train_files", d.train_files),
+        *d.train_globs(),
         ("data.val_files", d.val_files),
     ):
         for path in paths:
             _check("\x00" not in path, key, path, "a path without NUL characters")
             _check_path_length(key, path)
+
+
+def _check_sources(d: DataConfig) -> None:
+    """data.sources: files mode, not beside data.train_files, each entry with globs and a finite weight > 0."""
+    if d.source != "files":
+        raise InputError(
+            f"config: data.sources is set but data.source is {d.source!r}",
+            hint="weighted sources are shards: --set data.source=files",
+        )
+    if d.train_files:
+        raise InputError(
+            "config: data.train_files and data.sources are both set",
+            hint="list every training glob under data.sources (each with its weight), and leave data.train_files empty",
+        )
+    for i, s in enumerate(d.sources):
+        if not s.files:
+            raise InputError(
+                f"config: data.sources[{i}].files is empty",
+                hint="each source names its shards: files: [/data/real/*.parquet]",
+            )
+        _check(
+            math.isfinite(s.weight) and s.weight > 0,
+            f"data.sources[{i}].weight",
+            s.weight,
+            "a number > 0 (the source's rows are drawn in proportion to it)",
+        )
+    names = [s.name or s.files[0] for s in d.sources]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InputError(
+            f"config: data.sources: two sources are named {twice[0]!r}",
+            hint="give each source its own name (data.sources[i].name): the data card tells them apart by it",
+        )
 
 
 # Linux's NAME_MAX and PATH_MAX (and those of every filesystem mw-env runs on): a longer name fails with

@@ -20,16 +20,16 @@ from mw_env.trainer.data import index as index_mod
 from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import VectorEncoder
-from mw_env.trainer.data.labels import BUNDLED, LabelSet, from_config
+from mw_env.trainer.data.labels import BUNDLED, LabelSet, discovered, from_config
 from mw_env.trainer.data.memory import MemoryProducer, Split, collate, encode_split
 from mw_env.trainer.data.order import RankOrder, assign_blocks
 from mw_env.trainer.data.reader import PieceReader
 from mw_env.trainer.data.shards import Block, Shard
+from mw_env.trainer.data.sources import WeightedSources, index_train, weighted
 from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding, FileProducer, gather, iter_val_rows
 from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.files import expand_files
-from mw_env.trainspec.labelscan import label_order
 from mw_env.trainspec.synthetic import check_countries, generate_row
 
 # (source, batch_size, max_batches) -> the (batch, words) pairs of a validation pass
@@ -69,6 +69,7 @@ class Corpus:
     shards: list[Shard] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
     owned: list[list[int]] = field(default_factory=list)  # block indices per rank
+    weighted: WeightedSources | None = None  # data.sources: the mix and each source's blocks per rank
 
     def rank_rows(self, rank: int) -> int:
         if self.split is not None:
@@ -88,13 +89,19 @@ class Corpus:
                 batch_size=o.batch_size,
                 accumulation=o.accumulation_steps,
             )
-        order = RankOrder(
-            self.blocks,
-            self.owned[self.rank],
-            seed=c.runtime.seed,
-            rank=self.rank,
-            window_rows=c.data.shuffle_rows,
-        )
+        w = self.weighted
+        several = w is not None and len(w.names) > 1
+        orders = [
+            RankOrder(
+                self.blocks,
+                owned[self.rank],
+                seed=c.runtime.seed,
+                rank=self.rank,
+                window_rows=c.data.shuffle_rows,
+                salt=(k,) if several else (),  # one source reads exactly as data.train_files does
+            )
+            for k, owned in enumerate(w.owned if w is not None else [self.owned])
+        ]
         reader = PieceReader(self.shards, self.blocks, _columns(c))
         auto = c.data.workers < 0  # the automatic count starts workers only for windows worth splitting
         encoding = Encoding(
@@ -105,7 +112,8 @@ class Corpus:
             min_rows=ENCODE_ROWS if auto else 0,
         )
         return FileProducer(
-            order=order,
+            order=orders,
+            mix=w.mix if w is not None and several else None,
             encoding=encoding,
             labels=self.labels,
             batch_size=o.batch_size,
@@ -115,15 +123,11 @@ class Corpus:
 
     @property
     def workers(self) -> int:
-        """data.workers, or (-1) one per core a rank has beyond its own (ranks per node from torchrun)."""
-        import os
+        """data.workers, or (-1) one per core a rank has beyond its own (ranks per node from torchrun); never
+        more than the rank's share of the CPUs it may use (workers.rank_workers)."""
+        from mw_env.trainer.data.workers import rank_workers
 
-        from mw_env.trainer.data.workers import default_workers
-
-        n = self.config.data.workers
-        if n >= 0:
-            return n
-        return default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        return rank_workers(self.config.data.workers, ranks_per_node())[0]
 
     def card(self, train: Counts, positions: list[dict[str, Any]]) -> dict[str, Any]:
         """The data card (report/data_card.json); its structure is documented in docs/training.md."""
@@ -165,11 +169,17 @@ class Corpus:
                 {"rank": r, "rows_per_epoch": self.rank_rows(r), **pos} for r, pos in enumerate(positions)
             ],
             "sources": self.sources,
+            **({"mix": self.weighted.card(positions)} if self.weighted is not None else {}),
         }
 
 
 def _columns(c: TrainConfig) -> tuple[str, str]:
     return (c.data.tokens_column, c.data.tags_column)
+
+
+def encoder_for(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
+    """The encoder a run's rows go through (train predict/evaluate encode their input with it too)."""
+    return _encoder(tok, labels, c)
 
 
 def _encoder(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
@@ -235,13 +245,7 @@ def _index(config: TrainConfig, world: int) -> dict[str, Any]:
     cache = index_mod.load_cache(run_dir)
     before = dict(cache)
     sample = not data.labels
-    train = index_mod.index_shards(
-        expand_files(data.train_files, "data.train_files"),
-        columns,
-        key="data.train_files",
-        labels=sample,
-        cache=cache,
-    )
+    train, source_of = index_train(config, columns, labels=sample, cache=cache)
     val = (
         index_mod.index_shards(
             expand_files(data.val_files, "data.val_files"),
@@ -257,8 +261,14 @@ def _index(config: TrainConfig, world: int) -> dict[str, Any]:
         index_mod.save_cache(run_dir, cache)
     tags: set[str] = set()
     for _shard, t in train + val:
-        tags.update(t or ())
-    return {"train": [s for s, _ in train], "val": [s for s, _ in val], "tags": sorted(tags)}
+        tags.update(t[0] if t else ())
+    return {
+        "train": [s for s, _ in train],
+        "val": [s for s, _ in val],
+        "tags": sorted(tags),
+        "tags_sampled": [str(s.path) for s, t in train + val if t and t[1]],
+        "source_of": source_of,
+    }
 
 
 def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus:
@@ -281,11 +291,7 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
     labels = (
         from_config(data.labels)
         if data.labels
-        else LabelSet(
-            label_order(index["tags"]),
-            f"discovered in {n_shards} shard(s): each one's first row group "
-            f"(Parquet: its tags dictionary; else its first {index_mod.LABEL_SAMPLE_ROWS:,} rows)",
-        )
+        else discovered(index["tags"], index["tags_sampled"], n_shards)
     )
     all_blocks = [b for s in train_shards for b in s.blocks]
     if val_shards:
@@ -314,6 +320,9 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
         train_blocks = [b for b in all_blocks if b not in held_set]
         val_blocks, val_from = held, train_shards
         order_key["val_fraction"] = data.val_fraction
+    mixed = weighted(config, train_blocks, index["source_of"], world)
+    if mixed is not None:
+        order_key["sources"] = mixed.order_key()
     if len(train_blocks) < world:
         raise InputError(
             f"the training split has {len(train_blocks)} row group(s), fewer than the {world} processes: "
@@ -329,6 +338,10 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
         sum(b.rows for b in val_blocks), _val_batches(val_encoding, val_blocks), rank=rank, world=world
     )
     train_ids, val_ids = [s.identity() for s in train_shards], [s.identity() for s in val_shards]
+    if mixed is not None:  # a shard moved to another source is a changed corpus
+        train_ids = [
+            {**i, "source": mixed.names[k]} for i, k in zip(train_ids, index["source_of"], strict=True)
+        ]
     identity = {"source": "files", "order": order_key, "shards": train_ids, "val_shards": val_ids}
     sources = [{"kind": "train", **i} for i in train_ids] + [{"kind": "val", **i} for i in val_ids]
     if not val_shards:
@@ -351,7 +364,12 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
         world=world,
         shards=train_shards,
         blocks=train_blocks,
-        owned=assign_blocks(train_blocks, world, config.runtime.seed),
+        owned=(
+            assign_blocks(train_blocks, world, config.runtime.seed)
+            if mixed is None
+            else [sorted(b for per in mixed.owned for b in per[r]) for r in range(world)]
+        ),
+        weighted=mixed,
     )
 
 
@@ -394,3 +412,13 @@ def _synthetic(
         world=world,
         split=splits["train"],
     )
+
+
+def ranks_per_node() -> int:
+    """The ranks sharing this node's CPUs (torchrun's LOCAL_WORLD_SIZE; 1 without torchrun)."""
+    import os
+
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    except ValueError:
+        return 1

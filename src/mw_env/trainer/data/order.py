@@ -9,6 +9,9 @@ Streamed corpora (`data.source: files`):
   permuted, keyed by (seed, e, r, w). A window is the shuffle's memory: its rows are held while read.
 - Rank r's micro-batch m of step s is rows [(s*A + m)*B, +B) of its endless stream of epochs, so
   the position of any step is computed from row counts (footers), never replayed.
+- Weighted sources (data.sources, mix.py): each source's blocks are assigned and ordered as above, on
+  their own (keys salted with the source's index); row p of rank r's stream is row q of one source's
+  stream, as the mix's fixed schedule says.
 
 In-memory corpora (synthetic): position p is `randperm(seed + p // n)[p % n]` over the whole split,
 and micro-batch m of rank r is slice m*world + r of the step's window (world ranks x A micro-batches
@@ -74,10 +77,18 @@ class RankOrder:
     """Rank r's endless stream: stream row p -> (window, row inside the window's permutation)."""
 
     def __init__(
-        self, blocks: Sequence[Block], owned: Sequence[int], *, seed: int, rank: int, window_rows: int
+        self,
+        blocks: Sequence[Block],
+        owned: Sequence[int],
+        *,
+        seed: int,
+        rank: int,
+        window_rows: int,
+        salt: tuple[int, ...] = (),
     ):
         self.blocks, self.owned = blocks, list(owned)
         self.seed, self.rank, self.window_rows = seed, rank, window_rows
+        self.salt = salt  # weighted sources: (source index,), so each source has its own permutations
         self.epoch_rows = sum(blocks[b].rows for b in self.owned)
         self._epoch = -1
         self._order: list[int] = []
@@ -86,7 +97,7 @@ class RankOrder:
     def epoch_blocks(self, epoch: int) -> tuple[list[int], list[int]]:
         """The epoch's blocks in reading order, and the cumulative row count at the end of each."""
         if epoch != self._epoch:
-            perm = _rng(self.seed, _EPOCH, epoch, self.rank).permutation(len(self.owned)).tolist()
+            perm = _rng(self.seed, _EPOCH, epoch, self.rank, *self.salt).permutation(len(self.owned)).tolist()
             self._order = [self.owned[i] for i in perm]
             self._ends = list(accumulate(self.blocks[b].rows for b in self._order))
             self._epoch = epoch
@@ -98,7 +109,7 @@ class RankOrder:
     def window(self, epoch: int, number: int) -> Window:
         start = number * self.window_rows
         rows = min(self.window_rows, self.epoch_rows - start)
-        return Window(epoch, number, start, rows, (self.seed, _WINDOW, epoch, self.rank, number))
+        return Window(epoch, number, start, rows, (self.seed, _WINDOW, epoch, self.rank, number, *self.salt))
 
     def following(self, w: Window) -> Window:
         if w.number + 1 < self.n_windows():

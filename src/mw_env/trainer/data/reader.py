@@ -29,6 +29,7 @@ from mw_env.trainer.data.shards import (
     check_stamp,
     open_checked,
 )
+from mw_env.trainspec.columns import as_string_lists
 from mw_env.userjson import json_refusal, loads
 
 if TYPE_CHECKING:
@@ -232,15 +233,17 @@ class PieceReader:
                 block = self.blocks[p.block]
                 if self.shards[block.shard].kind == "parquet":
                     for rb in self._parquet(p.block, p.first, p.rows):
-                        tokens.append(rb.column(0))
-                        tags.append(rb.column(1))
+                        # Dictionary-encoded strings (a categorical) as plain ones: the encoder reads
+                        # string offsets and bytes, and batches with different dictionaries concatenate.
+                        tokens.append(as_string_lists(rb.column(0)))
+                        tags.append(as_string_lists(rb.column(1)))
                     local.append(np.arange(p.first, p.first + p.rows, dtype=np.int64))
                     part.append(np.full(p.rows, block.part, dtype=np.int32))
                 else:
                     if self._jsonl is None or self._jsonl[0] != p.block:
-                        a, b, lines = parse_jsonl(self.shards[block.shard], block, self.columns)
+                        a, b, line_nos = parse_jsonl(self.shards[block.shard], block, self.columns)
                         typ = pa.list_(pa.string())
-                        self._jsonl = (p.block, (pa.array(a, typ), pa.array(b, typ), np.array(lines)))
+                        self._jsonl = (p.block, (pa.array(a, typ), pa.array(b, typ), np.array(line_nos)))
                     else:  # rows parsed before: the file must still be the one they came from
                         check_stamp(self.shards[block.shard])
                     ta, ga, lines = self._jsonl[1]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mw_env.errors import InputError, StepFailed
+from mw_env.trainspec.columns import arrow_kind, require_string_lists
 from mw_env.trainspec.extras import bootstrap_hint
 
 if TYPE_CHECKING:
@@ -129,15 +130,6 @@ def _when(ns: int) -> str:
 
     t = datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc)
     return t.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-
-
-def _is_str_list(t: Any) -> bool:
-    import pyarrow as pa
-
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
-        return False
-    v = t.value_type
-    return pa.types.is_string(v) or pa.types.is_large_string(v)
 
 
 def _footer_bytes(path: Path, size: int, read_at: Callable[[int, int], bytes]) -> tuple[bytes, bytes]:
@@ -266,12 +258,7 @@ def _check_schema(path: Path, meta: FileMetaData, columns: tuple[str, str]) -> i
             f"{path}: missing column(s) {missing} (it has {arrow.names})",
             hint="name the columns with data.tokens_column / data.tags_column",
         )
-    for c in columns:
-        if not _is_str_list(arrow.field(c).type):
-            raise InputError(
-                f"{path}: column {c!r} is {arrow.field(c).type}, not a list of strings",
-                hint="tokens and tags are list<string> columns, one tag per token",
-            )
+    require_string_lists(path, {c: arrow_kind(arrow.field(c).type) for c in columns}, columns)
     prefix = columns[1] + "."
     leaves = [j for j in range(len(schema)) if schema.column(j).path.startswith(prefix)]
     return leaves[0] if len(leaves) == 1 else None

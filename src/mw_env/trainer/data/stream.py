@@ -29,6 +29,7 @@ from mw_env.trainer.data.batches import Batch, pad_flat
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, BAD_TEXT, Encoded, VectorEncoder
 from mw_env.trainer.data.labels import LabelSet
+from mw_env.trainer.data.mix import Mix
 from mw_env.trainer.data.order import Piece, RankOrder, Window, stream_rows_of
 from mw_env.trainer.data.reader import Chunk, PieceReader, check_row, where
 from mw_env.trainer.data.shards import Block, Shard
@@ -199,23 +200,12 @@ class Encoding:
             self.pool = None
 
 
-class FileProducer:
-    """Micro-batches of one rank over its blocks of a streamed corpus."""
+class _Windows:
+    """One order's current shuffle window and the next one, read ahead in a second thread."""
 
-    def __init__(
-        self,
-        *,
-        order: RankOrder,
-        encoding: Encoding,
-        labels: LabelSet,
-        batch_size: int,
-        accumulation: int,
-        stop: int | None = None,
-    ) -> None:
-        self.order, self.encoding, self.labels = order, encoding, labels
-        self.batch_size, self.accumulation = batch_size, accumulation
-        # The stream row after the last step's rows: no window past it is read ahead.
-        self.end = None if stop is None else stop * accumulation * batch_size
+    def __init__(self, order: RankOrder, encoding: Encoding, end: int | None) -> None:
+        self.order, self.encoding = order, encoding
+        self.end = end  # the stream row after the run's last: no window past it is read ahead
         self._current: _LoadedWindow | None = None
         self._next: tuple[tuple[int, int], Future[_LoadedWindow]] | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mw-env-read-ahead")
@@ -223,7 +213,7 @@ class FileProducer:
     def _load(self, window: Window) -> _LoadedWindow:
         return _LoadedWindow(window, self.encoding.rows(self.order.pieces(window)))
 
-    def _window(self, w: Window) -> _LoadedWindow:
+    def get(self, w: Window) -> _LoadedWindow:
         key = (w.epoch, w.number)
         cur = self._current
         if cur is not None and (cur.window.epoch, cur.window.number) == key:
@@ -243,16 +233,65 @@ class FileProducer:
             self._next = None
         return loaded
 
-    def _micro(self, rows: range, counts: Counts) -> Batch:
+    def parts(self, first: int, stop: int) -> list[tuple[Rows, np.ndarray]]:
+        """Rows [first, stop) of this order's stream, as (window rows, indices) in stream order."""
         parts = []
-        p = rows.start
-        while p < rows.stop:
+        p = first
+        while p < stop:
             w, off = self.order.locate(p)
-            loaded = self._window(w)
-            take = min(rows.stop - p, w.rows - off)
+            loaded = self.get(w)
+            take = min(stop - p, w.rows - off)
             parts.append((loaded.rows, loaded.perm[off : off + take]))
             p += take
+        return parts
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._next[1].cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._current = self._next = None
+
+
+class FileProducer:
+    """Micro-batches of one rank over its blocks of a streamed corpus.
+
+    With weighted sources (mix.py) each source is its own stream (its order over its blocks, its windows)
+    and row p of the rank's stream is row q of source k's, as the mix says; a micro-batch's rows are then
+    gathered source by source (each source's rows in stream order)."""
+
+    def __init__(
+        self,
+        *,
+        order: RankOrder | Sequence[RankOrder],
+        encoding: Encoding,
+        labels: LabelSet,
+        batch_size: int,
+        accumulation: int,
+        stop: int | None = None,
+        mix: Mix | None = None,
+    ) -> None:
+        orders = [order] if isinstance(order, RankOrder) else list(order)
+        self.order, self.orders, self.mix = orders[0], orders, mix
+        self.encoding, self.labels = encoding, labels
+        self.batch_size, self.accumulation = batch_size, accumulation
+        # The stream row after the last step's rows: no window past it is read ahead.
+        end = None if stop is None else stop * accumulation * batch_size
+        ends = [end] * len(orders) if mix is None or end is None else mix.counts(end)
+        self.streams = [_Windows(o, encoding, e) for o, e in zip(orders, ends, strict=True)]
+
+    def _micro(self, rows: range, counts: Counts) -> Batch:
+        if self.mix is None:
+            return gather(self.streams[0].parts(rows.start, rows.stop), counts)
+        ks, qs = self.mix.locate(np.arange(rows.start, rows.stop, dtype=np.int64))
+        parts = []
+        for k in sorted(set(ks.tolist())):
+            mine = qs[ks == k]  # consecutive rows of source k's stream, in order
+            parts += self.streams[k].parts(int(mine[0]), int(mine[-1]) + 1)
         return gather(parts, counts)
+
+    def position(self, p: int) -> dict[str, int]:
+        """Where stream row p stands (with sources: its row; each source's is the mix's arithmetic)."""
+        return self.order.position(p) if self.mix is None else {"stream_row": p}
 
     def __call__(self, step: int) -> StepData:
         counts = Counts(len(self.labels))
@@ -263,13 +302,11 @@ class FileProducer:
             )
             micro.append(self._micro(rows, counts))
         first = stream_rows_of(step=step, micro=0, batch_size=self.batch_size, accumulation=self.accumulation)
-        return StepData(step, micro, counts, self.order.position(first.start))
+        return StepData(step, micro, counts, self.position(first.start))
 
     def close(self) -> None:
-        if self._next is not None:
-            self._next[1].cancel()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._current = self._next = None
+        for stream in self.streams:
+            stream.close()
         self.encoding.close()
 
 

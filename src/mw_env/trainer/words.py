@@ -1,0 +1,146 @@
+"""Words as well as bytes: a vector per word, computed inside the model from the byte ids alone.
+
+The byte path sees "12345," as six unrelated ids; a user's address generalises through what a word *is*:
+a digit string, a word ending in a comma, a street name never seen whose pieces ("-ton", "ville") were.
+Each byte position inside a word contributes (fastText-style) the embeddings of
+
+- its hashed character n-grams, lower-cased, with word-boundary marks: the trigram and 4-gram ending at
+  it, and at the word's last byte the trigram and 4-gram that end with the end-of-word mark (so "st", "apt"
+  and "po" are whole-word n-grams), hashed into `model.word_buckets` rows;
+- its shape: the classes (lower, upper, digit, comma, period, '#', '-' or '/', other punctuation,
+  non-ASCII) of the trigram ending at it, and at the last byte of the one ending with the end mark,
+  exact (12^3 rows: no hashing), so "12345" and "67890" share all their shape rows;
+- the word's length (capped at 16) and its first byte's class,
+
+and the word's vector is their mean over its bytes, added to the embedding of every byte of the word
+(separators and special tokens get none). Words are the byte tokenizer's: runs of bytes between spaces
+and special ids. Everything is elementwise arithmetic, a cumulative sum, comparisons and one batched
+matmul, so the module exports to ONNX unchanged: the export and its runtime helper feed the same
+input_ids / attention_mask as before and carry the features in the weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mw_env.trainer.data.tokenize import N_SPECIAL
+
+SPACE = ord(" ") + N_SPECIAL
+# Marks inside the n-gram windows, below every byte id (bytes are >= N_SPECIAL): before the word's first
+# byte (begin), further out (none), after its last byte (end).
+BEGIN, NONE, END = 1, 2, 3
+_BASE = 263  # > every byte id and mark: a window's digits are distinct in this base
+N_CLASSES = 12  # 9 byte classes + the three marks (classes 9, 10, 11)
+MAX_LEN_BUCKET = 16
+_CLASS_MARK = {BEGIN: 9, NONE: 10, END: 11}
+# Odd salts keep the four n-gram kinds apart in the hashed table.
+_SALT = (0, 1_000_003, 2_000_029, 3_000_017)
+
+
+def byte_classes() -> torch.Tensor:
+    """Class of every id below 4 + 256 (specials and marks get their mark class, used only in windows)."""
+    classes = torch.full((N_SPECIAL + 256,), 7, dtype=torch.long)  # other ASCII punctuation
+    for b in range(256):
+        ch = chr(b)
+        if b >= 128:
+            cls = 8
+        elif ch.islower():
+            cls = 0
+        elif ch.isupper():
+            cls = 1
+        elif ch.isdigit():
+            cls = 2
+        else:
+            cls = {",": 3, ".": 4, "#": 5, "-": 6, "/": 6}.get(ch, 7)
+        classes[b + N_SPECIAL] = cls
+    for mark, cls in _CLASS_MARK.items():
+        classes[mark] = cls
+    classes[0] = _CLASS_MARK[NONE]
+    return classes
+
+
+def lower_table() -> torch.Tensor:
+    """Id -> id of the lower-cased byte (ASCII letters only: UTF-8 continuation bytes stay as they are)."""
+    table = torch.arange(N_SPECIAL + 256, dtype=torch.long)
+    for b in range(ord("A"), ord("Z") + 1):
+        table[b + N_SPECIAL] = b + 32 + N_SPECIAL
+    return table
+
+
+def word_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(same [B, T, T]: position q is in position p's word; in_word [B, T]: p is a byte of a word)."""
+    boundary = (input_ids < N_SPECIAL) | (input_ids == SPACE) | ~attention_mask
+    in_word = ~boundary
+    word_index = torch.cumsum(boundary.long(), dim=1)  # bytes after a boundary share its index
+    same = (word_index[:, :, None] == word_index[:, None, :]) & in_word[:, :, None] & in_word[:, None, :]
+    return same, in_word
+
+
+def _shift(x: torch.Tensor, k: int, fill: int) -> torch.Tensor:
+    """x moved k positions right (k > 0: the byte k before) or left (k < 0), `fill` where none is."""
+    pad = torch.full_like(x[:, : abs(k)], fill)
+    return torch.cat([pad, x[:, :-k]], dim=1) if k > 0 else torch.cat([x[:, -k:], pad], dim=1)
+
+
+class WordFeatures(nn.Module):
+    """input_ids [B, T], attention_mask [B, T] -> a word vector per position [B, T, d_model]."""
+
+    def __init__(self, d_model: int, buckets: int) -> None:
+        super().__init__()
+        self.buckets = buckets
+        self.register_buffer("lower", lower_table(), persistent=False)
+        self.register_buffer("classes", byte_classes(), persistent=False)
+        self.ngram_emb = nn.Embedding(buckets, d_model)
+        self.shape_emb = nn.Embedding(N_CLASSES**3, d_model)
+        self.length_emb = nn.Embedding(MAX_LEN_BUCKET + 1, d_model)
+        self.first_emb = nn.Embedding(N_CLASSES, d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def windows(self, input_ids: torch.Tensor, same: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The 4 bytes ending at each position ([c-3, c-2, c-1, c], marks where the word has none) and
+        whether each position is its word's last byte."""
+        t = input_ids.shape[1]
+        idx = torch.arange(t, device=input_ids.device)
+        before = same & (idx[None, None, :] < idx[None, :, None])  # q in p's word, q < p
+        pos = before.long().sum(-1)  # position of p inside its word
+        length = same.long().sum(-1)
+        low = self.lower[input_ids]
+        window = [low]
+        for k in (1, 2, 3):
+            mark = torch.where(pos == k - 1, BEGIN, NONE)
+            window.insert(0, torch.where(pos >= k, _shift(low, k, NONE), mark))
+        last = (pos == length - 1) & (length > 0)
+        return window, last
+
+    def _hash(self, digits: list[torch.Tensor], salt: int) -> torch.Tensor:
+        h = digits[0]
+        for d in digits[1:]:
+            h = h * _BASE + d
+        return (h + salt) % self.buckets
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        same, in_word = word_layout(input_ids, attention_mask)
+        (c3, c2, c1, c0), last = self.windows(input_ids, same)
+        end = torch.full_like(c0, END)
+        lastf = last[..., None].to(self.ngram_emb.weight.dtype)
+        grams = self.ngram_emb(self._hash([c2, c1, c0], _SALT[0])) + self.ngram_emb(
+            self._hash([c3, c2, c1, c0], _SALT[1])
+        )
+        grams = grams + lastf * (
+            self.ngram_emb(self._hash([c1, c0, end], _SALT[2]))
+            + self.ngram_emb(self._hash([c2, c1, c0, end], _SALT[3]))
+        )
+        k2, k1, k0 = (self.classes[c] for c in (c2, c1, c0))
+        shape = self.shape_emb((k2 * N_CLASSES + k1) * N_CLASSES + k0)
+        shape = shape + lastf * self.shape_emb((k1 * N_CLASSES + k0) * N_CLASSES + _CLASS_MARK[END])
+        per_byte = grams + shape
+        weights = same.to(per_byte.dtype)
+        length = weights.sum(-1, keepdim=True)
+        pooled = torch.bmm(weights, per_byte) / length.clamp(min=1.0)
+        # The first byte of p's word: the one in p's word with no word byte before it (its class).
+        first = (same & (torch.cumsum(same.long(), dim=2) == 1)).long()
+        first_class = (first * self.classes[input_ids][:, None, :]).sum(-1)
+        length_bucket = length[..., 0].long().clamp(max=MAX_LEN_BUCKET)
+        word = pooled + self.length_emb(length_bucket) + self.first_emb(first_class)
+        return self.proj(word) * in_word[..., None].to(word.dtype)
