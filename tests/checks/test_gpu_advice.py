@@ -174,9 +174,10 @@ def test_every_placeholder_in_a_message_is_one_the_advice_fills():
 def test_no_message_types_which_source_covers_a_gpu_or_an_override_value():
     # Facts the profiles hold, never typed into the catalogue beside them: source ids and override values.
     profiles = load_profiles(env={})
-    ids = {s.id for p in profiles.values() for s in p.sources if p.default_source.build == "rocm"}
+    ids = {s.id for p in profiles.values() for s in p.sources if any(c.isdigit() for c in s.id)}
     values = {p.hsa_override_when_missing for p in profiles.values() if p.hsa_override_when_missing}
     values |= {o.hsa_override for p in profiles.values() for o in p.arch_overrides}
+    values |= {s.min_driver for p in profiles.values() for s in p.sources if s.min_driver}
     import yaml
 
     data = yaml.safe_load(CATALOGUE_FILE.read_text())
@@ -225,3 +226,16 @@ def test_a_log_read_on_a_machine_without_an_amd_gpu_gets_every_gpus_advice(tmp_p
     assert rc == 1 and data["advice_for"] is None
     fix = data["messages"][0]["fix"]
     assert "For the GPUs the profiles name" in fix and "gfx1103" in fix and "gfx1151" in fix
+
+
+def test_the_cuda_sentences_follow_the_cuda_table():
+    profiles = load_profiles(env={})
+    cause = next(m.cause for m in load_catalogue().messages if m.id == "no-kernel-image")
+    assert "cu126 sm_50-sm_90" in cause and "cu128 sm_75-sm_120" in cause
+    cuda = profiles["cuda"]
+    newer = replace(
+        cuda, sources=tuple(replace(s, min_driver="999.1") if s.id == "cu126" else s for s in cuda.sources)
+    )
+    advice = general({**profiles, "cuda": newer})
+    cat = load_catalogue(advice=advice)
+    assert "cu126 >= 999.1" in next(m.cause for m in cat.messages if m.id == "nvidia-driver-too-old")

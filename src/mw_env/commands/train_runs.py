@@ -99,6 +99,8 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
         out_dir=launch.out_dir / f"node-{rank}" if rank else launch.out_dir,
         cwd=launch.cwd,
         max_steps=_max_steps(launch.config_path, tuple(options.get("overrides", ()))),
+        memory_need=launch.memory_need,
+        memory_lower=launch.memory_lower,
     )
     if as_json:
         echo_json(record.to_dict())

@@ -123,15 +123,11 @@ class Corpus:
 
     @property
     def workers(self) -> int:
-        """data.workers, or (-1) one per core a rank has beyond its own (ranks per node from torchrun)."""
-        import os
+        """data.workers, or (-1) one per core a rank has beyond its own (ranks per node from torchrun); never
+        more than the rank's share of the CPUs it may use (workers.rank_workers)."""
+        from mw_env.trainer.data.workers import rank_workers
 
-        from mw_env.trainer.data.workers import default_workers
-
-        n = self.config.data.workers
-        if n >= 0:
-            return n
-        return default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        return rank_workers(self.config.data.workers, ranks_per_node())[0]
 
     def card(self, train: Counts, positions: list[dict[str, Any]]) -> dict[str, Any]:
         """The data card (report/data_card.json); its structure is documented in docs/training.md."""
@@ -416,3 +412,13 @@ def _synthetic(
         world=world,
         split=splits["train"],
     )
+
+
+def ranks_per_node() -> int:
+    """The ranks sharing this node's CPUs (torchrun's LOCAL_WORLD_SIZE; 1 without torchrun)."""
+    import os
+
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    except ValueError:
+        return 1
