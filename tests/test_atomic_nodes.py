@@ -155,6 +155,8 @@ ALLOWED = {
     ("trainer/__main__.py", "touch"): "MW_ENV_STARTED_FILE, a marker the launcher names",
     ("provision/state.py", "os.open"): "its own S_ISREG check (the bootstrap lock)",
     ("streams.py", "open('w')"): "fd 2, the process's own stderr, not a path",
+    ("trainer/tagio.py", "open('w')"): "a temporary path from atomic_path",
+    ("trainer/predict.py", "write_text"): "--result: a file in the caller's own tempfile.TemporaryDirectory",
 }
 
 

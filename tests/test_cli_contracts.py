@@ -215,3 +215,15 @@ def test_a_real_bootstrap_records_its_venv(tmp_path, monkeypatch):
     path = remember_venv(tmp_path / "v")
     assert path == last_venv_file() == tmp_path / "state" / "last-venv"
     assert path.read_text().strip() == str(tmp_path / "v")
+
+
+def test_the_doctors_fix_for_a_folder_that_is_no_venv_is_a_command_bootstrap_accepts(tmp_path, capsys):
+    from mw_env.provision.plan import _checked_venv
+
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    rc = main(["doctor", "--quick", "--json", "--root", str(MACHINES / "cpu-only"), "--venv", str(folder)])
+    checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert rc == 1 and checks["venv.exists"]["status"] == "fail"
+    _checked_venv(Path(_hinted_venv(checks["venv.exists"]["fix"])))

@@ -88,7 +88,18 @@ def split_debug(args: list[str]) -> tuple[list[str], bool]:
 
 
 # `mw-env train`'s subcommands (tests/test_cli_errors.py keeps this in step with the train group).
-_TRAIN_SUBCOMMANDS = ("config", "summary", "verify", "start", "status", "stop", "watch", "export")
+_TRAIN_SUBCOMMANDS = (
+    "config",
+    "summary",
+    "verify",
+    "start",
+    "status",
+    "stop",
+    "watch",
+    "export",
+    "predict",
+    "evaluate",
+)
 
 
 def _command_path(args: list[str]) -> str:

@@ -112,6 +112,37 @@ def test_export_cli_writes_a_verified_onnx_with_dynamic_axes(smoke_run, capfd):
     assert np.abs(got - expected)[mask.numpy()].max() < 1e-4
 
 
+def test_predict_from_the_export_tags_as_the_checkpoint_does(smoke_run, tmp_path):
+    """`train predict --export`: the ONNX model through mw_tagger (what a service runs) gives the checkpoint's tags
+    (after the first test's export); evaluate scores either the same."""
+    from mw_env.trainer.predict import main as predict_main
+
+    assert (smoke_run / "export" / "model-step-000000004.json").exists()  # written by the first test
+    rows = [
+        ["12", "Oak", "Street", "Leeds", "LS1", "4AB"],
+        ["Flat", "3", "9", "Rue", "de", "la", "Paix", "Paris"],
+    ]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"tokens": r, "tags": ["O"] * len(r)}) + "\n" for r in rows))
+    tags = {}
+    for how, extra in (("checkpoint", []), ("export", ["--export", str(smoke_run / "export")])):
+        out, result = tmp_path / f"{how}.jsonl", tmp_path / f"{how}.json"
+        argv = [
+            "predict",
+            str(smoke_run),
+            "--input",
+            str(data),
+            "--output",
+            str(out),
+            "--result",
+            str(result),
+        ]
+        assert predict_main([*argv, "--device", "cpu", *extra]) == 0, result.read_text()
+        tags[how] = [json.loads(x)["tags"] for x in out.read_text().splitlines()]
+        assert json.loads(result.read_text())["step"] == 4
+    assert tags["export"] == tags["checkpoint"] and len(tags["export"][1]) == 8
+
+
 def test_a_bound_that_is_not_met_keeps_nothing_and_loses_nothing(smoke_run, tmp_path, capsys):
     out = tmp_path / "model.onnx"
     out.write_bytes(b"the previous, working export")

@@ -98,7 +98,7 @@ def test_labels_come_from_the_first_row_groups_dictionary_without_decoding_a_row
     corpus = _open(tmp_path, "data.val_fraction=0.01", corpus=folder)
     assert decoded == []  # the tags dictionary page only
     assert {"B-galaxy", "I-galaxy"} <= set(corpus.labels.names)
-    assert "first row group" in corpus.labels.origin
+    assert "all of their tags" in corpus.labels.origin and corpus.labels.note == ""
 
 
 def test_a_tag_outside_the_sample_names_where_it_is(tmp_path: Path) -> None:
@@ -108,7 +108,10 @@ def test_a_tag_outside_the_sample_names_where_it_is(tmp_path: Path) -> None:
     rows[80]["tags"][0] = "B-galaxy"  # past the sampled rows
     bad = tmp_path / "corpus"
     bad.mkdir()
-    pq.write_table(pa.Table.from_pylist(rows), bad / "a.parquet", row_group_size=32)
+    # Tags not dictionary-encoded: the first rows are sampled (every row group's dictionary would find it).
+    pq.write_table(
+        pa.Table.from_pylist(rows), bad / "a.parquet", row_group_size=32, use_dictionary=["tokens"]
+    )
     real = index.LABEL_SAMPLE_ROWS
     index.LABEL_SAMPLE_ROWS = 40
     try:

@@ -81,7 +81,7 @@ def test_every_list_of_strings_variant_is_one_on_both_sides(tmp_path: Path, name
     assert ("dictionary" in str(pq.read_schema(path).field("tokens").type)) == ("dictionary" in name)
     assert parquet_column_kinds(path) == {"tokens": STRING_LIST, "tags": STRING_LIST}
     assert arrow_kind(pq.read_schema(path).field("tokens").type) == STRING_LIST
-    assert shard_tags(path, "tags", 4096) == {t for row in TAGS for t in row}
+    assert shard_tags(path, "tags", 4096) == ({t for row in TAGS for t in row}, False)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -180,7 +180,7 @@ def test_label_discovery_reads_dictionary_tags_without_a_dictionary_page(tmp_pat
         use_dictionary=False,
         row_group_size=16,
     )
-    assert shard_tags(path, "tags", 4096) == {t for row in TAGS for t in row}
+    assert shard_tags(path, "tags", 4096) == ({t for row in TAGS for t in row}, False)
     cfg = resolve_config(
         overrides=["data.source=files", f"data.train_files=[{path}]", f"data.val_files=[{path}]"]
     ).config

@@ -41,17 +41,18 @@ def test_the_dictionary_is_the_row_groups_tags(tmp_path: Path, codec: str) -> No
             assert got is None
         else:
             assert got is not None and len(got) == len(set(got)) and set(got) == _decoded(path, group)
-    # What summary/preflight read: the whole first row group (all 6 tags of rows 0-199), not its first rows
-    # (LZ4: no dictionary read, so the first 40 rows, as the trainer samples them).
-    assert _decoded(path, 0) == set(TAGS[:6])
-    assert shard_tags(path, "tags", 40) == ({"O", "B-street"} if codec == "LZ4" else set(TAGS[:6]))
+    # What summary/preflight read: every row group whole (all 8 tags: the last two first appear in row
+    # group 1), not the first rows (LZ4: no dictionary read, so the first 40 rows, sampled, as the trainer).
+    assert _decoded(path, 0) == set(TAGS[:6]) and _decoded(path, 1) >= set(TAGS[6:])
+    want = ({"O", "B-street"}, True) if codec == "LZ4" else (set(TAGS), False)
+    assert shard_tags(path, "tags", 40) == want
 
 
 def test_without_a_dictionary_the_first_rows_are_decoded(tmp_path: Path) -> None:
     path = tmp_path / "plain.parquet"
     pq.write_table(_table(), path, use_dictionary=["tokens"], row_group_size=200)
     assert dictionary_values(path, pq.read_metadata(path), "tags") is None
-    assert shard_tags(path, "tags", 40) == {"O", "B-street"}  # rows 0-39 only
+    assert shard_tags(path, "tags", 40) == ({"O", "B-street"}, True)  # rows 0-39 only: sampled
     assert dictionary_values(path, pq.read_metadata(path), "missing") is None
 
 
@@ -90,7 +91,8 @@ def test_the_venv_script_reads_as_here(tmp_path: Path, monkeypatch: pytest.Monke
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin"},  # no PYTHONPATH: the script needs no mw_env
     )
-    assert set(json.loads(done.stdout)) == shard_tags(path, "tags", 40) == set(TAGS[:6])
+    out = json.loads(done.stdout)
+    assert (set(out["tags"]), bool(out["sampled"])) == shard_tags(path, "tags", 40) == (set(TAGS), False)
 
 
 def test_field_end_is_the_footers_schema_encoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

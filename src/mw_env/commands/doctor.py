@@ -208,6 +208,8 @@ def _explain(
                 "source": safe(source),
                 "fatal": fatal,
                 "note": note,
+                # Whom the GPU advice in the fixes is for: this machine's GPU and venv, or null (every GPU).
+                "advice_for": advice.machine or None,
                 "messages": [
                     {
                         "id": h.message.id,
@@ -248,7 +250,8 @@ def _explain(
     # a folder that is not a venv; click's file_okay=False made it a usage error (2), against the README.
     type=click.Path(),
     default=None,
-    help="The venv to check (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
+    help="The venv to check (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv); "
+    "with --explain, the venv whose torch source and wheel archs the GPU advice is for.",
 )
 @json_option
 @click.option(

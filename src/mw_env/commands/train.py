@@ -2,7 +2,7 @@
 
 `mw-env train --config smoke` runs the doctor's quick checks, then the trainer with the venv's python
 (torchrun for --nproc-per-node > 1). `config`, `summary` and `verify` run here, without torch.
-`start status stop watch export` come from mw_env.commands.train_runs, imported when asked for.
+`start status stop watch export predict evaluate` come from mw_env.commands.train_runs, imported when asked for.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mw_env.commands.train_options import ConfigSelection
     from mw_env.runs.launch import LaunchOptions
 
-RUN_COMMANDS = ("start", "status", "stop", "watch", "export")
+RUN_COMMANDS = ("start", "status", "stop", "watch", "export", "predict", "evaluate")
 
 
 class TrainGroup(click.Group):

@@ -18,6 +18,7 @@ import click
 from mw_env.commands.common import F, echo_json, json_option
 from mw_env.commands.train_export import export
 from mw_env.commands.train_options import launch_options, prepare_launch, run_folder_options
+from mw_env.commands.train_predict import evaluate, predict
 from mw_env.errors import EXIT_FAILED, MwEnvError
 from mw_env.textsafe import bounded, duration
 
@@ -98,6 +99,8 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
         out_dir=launch.out_dir / f"node-{rank}" if rank else launch.out_dir,
         cwd=launch.cwd,
         max_steps=_max_steps(launch.config_path, tuple(options.get("overrides", ()))),
+        memory_need=launch.memory_need,
+        memory_lower=launch.memory_lower,
     )
     if as_json:
         echo_json(record.to_dict())
@@ -182,8 +185,9 @@ def _render_status(result: RunStatus) -> None:
             f"  last checkpoint: step {p.last_checkpoint['step']} {p.last_checkpoint['path']} {ago}".rstrip()
         )
     if p.last_eval:
+        mode = p.last_eval.get("f1_mode")  # which entity F1 entity_f1 is (runtime.f1_mode)
         metrics = ", ".join(
-            f"{k} {v:.4g}"
+            f"{k}{f' ({mode})' if k == 'entity_f1' and isinstance(mode, str) else ''} {v:.4g}"
             for k, v in p.last_eval.items()
             if k not in ("step", "time") and isinstance(v, int | float)
         )
@@ -300,4 +304,4 @@ def watch(
     return watcher.exit_code
 
 
-__all__ = ["export", "start", "status", "stop", "watch"]
+__all__ = ["evaluate", "export", "predict", "start", "status", "stop", "watch"]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.errors import InputError, MwEnvError
+from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
 from mw_env.runs.supervise import RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
@@ -110,6 +111,10 @@ class Launch:
     notes: tuple[str, ...] = ()  # said before the run starts (the venv's drift, the run's lock)
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
+    # The memory the run needs (runs/fit.py: bytes, all processes of this node) and the settings that lower
+    # it: an OOM-killed run's hint says both.
+    memory_need: int | None = None
+    memory_lower: str = ""
 
 
 def default_config(selection: Selection) -> str:
@@ -297,6 +302,14 @@ def prepare(request: LaunchRequest) -> Launch:
     cwd = Path.cwd()
     # Files, columns, labels and the venv's packages: checked now, not after the doctor and a torch import.
     check_on_host(resolved.config, venv=venv_path, base=cwd)
+    # Settings the machine can hold: the model's and a batch's memory against this machine's or GPU's.
+    fit = check_fits(
+        resolved.config,
+        hardware=resolved_env.hardware,
+        build=selection.torch.build,
+        nproc=r.nproc_per_node,
+        read=resolved_env.machine.read,
+    )
     out_dir = (cwd / Path(resolved.config.runtime.out_dir).expanduser()).resolve()
     if not nodes.multi:
         # A live trainer there refuses us anyway; say so now, before the doctor runs. (Nodes of a multi-node
@@ -383,4 +396,6 @@ def prepare(request: LaunchRequest) -> Launch:
         notes=notes,
         nodes=nodes,
         run_id=run_id,
+        memory_need=fit.needed,
+        memory_lower=fit.need.what_to_lower(),
     )

@@ -169,6 +169,8 @@ def _liveness(record: RunRecord | None, out_dir: Path) -> Liveness:
         oom_kills=ended.oom_kills if ended else 0,
         exit_recorded=ended is not None,
         stop_requested=bool(record.stop),
+        memory_need=record.memory_need,
+        memory_lower=record.memory_lower,
     )
 
 

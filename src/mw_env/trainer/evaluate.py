@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from mw_env.trainer.data import IGNORE, Corpus, ValSource
+from mw_env.trainer.data import IGNORE, Batch, Corpus, ValSource
 from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import sdpa_context
@@ -115,6 +115,16 @@ class EvalSums:
         )
 
 
+def batch_logits(
+    model: torch.nn.Module, batch: Batch, device: torch.device, precision: ChosenPrecision, sdpa_backend: str
+) -> torch.Tensor:
+    """The model's float32 logits [rows, tokens, labels] for a batch on `device`: the one forward pass of
+    evaluation, `train evaluate` and `train predict` (what the model reads from a batch is said here once)."""
+    with autocast(device, precision), sdpa_context(sdpa_backend):
+        logits = model(batch.input_ids, batch.attention_mask)
+    return logits.float()
+
+
 @torch.no_grad()
 def evaluate_share(
     model: torch.nn.Module,
@@ -136,9 +146,7 @@ def evaluate_share(
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     for cpu_batch, words_rows in val.batches(batch_size, max_batches):
         batch = cpu_batch.to(device, non_blocking=device.type == "cuda")
-        with autocast(device, precision), sdpa_context(sdpa_backend):
-            logits = model(batch.input_ids, batch.attention_mask)
-        logits = logits.float()
+        logits = batch_logits(model, batch, device, precision, sdpa_backend)
         loss = F.cross_entropy(
             logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE, reduction="sum"
         )

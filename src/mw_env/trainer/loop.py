@@ -39,6 +39,7 @@ from mw_env.trainer.model import build_model
 from mw_env.trainer.peers import lost_peer
 from mw_env.trainer.resume import check_compatible, pick_checkpoint
 from mw_env.trainer.runtime import (
+    cpu_bounds,
     environment_facts,
     pick_device,
     resolve_precision,
@@ -121,7 +122,10 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
     config = resolved.config
     rt, o = config.runtime, config.optim
     device = pick_device(rt, dist.local_rank)
-    set_determinism(deterministic=rt.deterministic, threads=rt.threads, device=device)
+    threads, clamped = cpu_bounds(config)
+    for warning in clamped:
+        say(f"warning: {warning}")
+    set_determinism(deterministic=rt.deterministic, threads=threads, device=device)
     precision = resolve_precision(rt.precision, device)
     say(f"device {device}, precision {precision.name} ({precision.reason}), world size {dist.world}")
     seed_host_rngs(rt.seed, dist.rank)
@@ -133,6 +137,8 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
         f"process), {corpus.val.rows:,} validation rows, {len(corpus.labels)} labels ({corpus.labels.origin}); "
         f"opened in {time.perf_counter() - t0:.2f} s"
     )
+    if corpus.labels.note:
+        say(f"warning: {corpus.labels.note}")
     model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels)).to(
         device
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 from mw_env.atomic import fault_for, open_append
 from mw_env.runs.rundir import METRICS_FILE
+from mw_env.runs.rundir_events import EventName
 
 
 class MetricsWriter:
@@ -42,7 +43,7 @@ class MetricsWriter:
 
             self._tracker = open_trackers(tracking, Path(run_dir), dict(hparams or {}))
 
-    def log(self, event: str, *, at: float | None = None, **fields: Any) -> dict[str, Any]:
+    def log(self, event: EventName, *, at: float | None = None, **fields: Any) -> dict[str, Any]:
         """Append one event; `at`: its time when it happened before it is written (a step's, steplog.py)."""
         record = {"event": event, **fields, "time": time.time() if at is None else at}
         if self._fh is not None:

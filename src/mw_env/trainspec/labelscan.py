@@ -1,9 +1,10 @@
 """The labels a files corpus will train with, found without torch: `train summary` counts the head with them.
 
 The trainer (trainer/data/index.py) takes `data.labels` when set, else, ordered by `label_order`, the tags
-of each Parquet shard's first row group (from the tags column's dictionary page, trainspec/tagdict.py; a
-shard without one: its first LABEL_SAMPLE_ROWS rows) and of each JSONL shard's first LABEL_SAMPLE_ROWS
-non-empty lines. This reads the same: JSONL with the standard library, Parquet with tagdict.shard_tags -
+of every row group of each Parquet shard (from the tags column's dictionary pages, trainspec/tagdict.py; a
+shard without them: its first LABEL_SAMPLE_ROWS rows, "sampled") and of each JSONL shard's first
+LABEL_SAMPLE_ROWS non-empty lines (sampled when the shard has more). Sampled labels are said plainly, with
+the `data.labels` line to paste: a tag first met after the sample stops the run there. This reads the same: JSONL with the standard library, Parquet with tagdict.shard_tags -
 here if mw-env's interpreter has pyarrow, else in the training venv's python (which has it: the `train`
 extra), sent tagdict.py's text as a script. None when neither can.
 """
@@ -11,9 +12,13 @@ extra), sent tagdict.py's text as a script. None when neither can.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from mw_env.errors import InputError
 
 LABEL_SAMPLE_ROWS = 4096  # trainer/data/index.py: the rows of each shard the label set is discovered in
 # Run by the training venv's python when mw-env's has no pyarrow: tagdict.py's own text, then the loop (the
@@ -21,10 +26,12 @@ LABEL_SAMPLE_ROWS = 4096  # trainer/data/index.py: the rows of each shard the la
 PARQUET_LOOP = """
 import json, sys
 rows, column, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-seen = set()
+seen, sampled = set(), []
 for p in paths:
-    seen |= shard_tags(p, column, rows)
-print(json.dumps(sorted(seen)))
+    tags, part = shard_tags(p, column, rows)
+    seen |= tags
+    sampled += [p] if part else []
+print(json.dumps({"tags": sorted(seen), "sampled": sampled}))
 """
 
 
@@ -52,23 +59,36 @@ def label_order(tags: Iterable[str]) -> tuple[str, ...]:
 
 
 def jsonl_tags(path: Path, column: str) -> set[str]:
+    return jsonl_sample(path, column)[0]
+
+
+def jsonl_sample(path: Path, column: str) -> tuple[set[str], bool]:
+    """The tags of the first LABEL_SAMPLE_ROWS non-empty lines, and whether the shard has more (sampled)."""
     seen: set[str] = set()
     rows = 0
     with open(path, "rb") as fh:
         for raw in fh:
             if raw.strip():
+                if rows >= LABEL_SAMPLE_ROWS:
+                    return seen, True
                 row = json.loads(raw)
                 tags = row.get(column) if isinstance(row, dict) else None
                 seen.update(t for t in tags or () if isinstance(t, str))
                 rows += 1
-                if rows >= LABEL_SAMPLE_ROWS:
-                    break
-    return seen
+    return seen, False
 
 
-def parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[str] | None:
+@dataclass(frozen=True)
+class CorpusTags:
+    """The tags found in a corpus's shards, and the shards whose tags were only sampled."""
+
+    tags: set[str] = field(default_factory=set)
+    sampled: tuple[str, ...] = ()
+
+
+def parquet_found(paths: Sequence[Path], column: str, venv: Path | None) -> CorpusTags | None:
     if not paths:
-        return set()
+        return CorpusTags()
     try:
         import pyarrow  # noqa: F401  (mw-env's interpreter may have it: then no subprocess)
     except ImportError:
@@ -81,28 +101,93 @@ def parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[s
             text=True,
             timeout=120,
         )
-        return set(json.loads(done.stdout)) if done.returncode == 0 else None
+        if done.returncode != 0:
+            return None
+        out = json.loads(done.stdout)
+        return CorpusTags(set(out["tags"]), tuple(out["sampled"]))
     from mw_env.trainspec.tagdict import shard_tags
 
     seen: set[str] = set()
+    sampled: list[str] = []
     for p in paths:
-        seen |= shard_tags(p, column, LABEL_SAMPLE_ROWS)
-    return seen
+        tags, part = shard_tags(p, column, LABEL_SAMPLE_ROWS)
+        seen |= tags
+        sampled += [str(p)] if part else []
+    return CorpusTags(seen, tuple(sampled))
 
 
-def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = None) -> tuple[str, ...] | None:
-    """The label set the trainer will discover in these shards (train then val), or None if unreadable here."""
+def parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[str] | None:
+    found = parquet_found(paths, column, venv)
+    return None if found is None else found.tags
+
+
+def corpus_found(shards: Sequence[Path], column: str, *, venv: Path | None = None) -> CorpusTags | None:
+    """The tags the trainer will discover in these shards (train then val), or None if unreadable here."""
     seen: set[str] = set()
+    sampled: list[str] = []
     try:
         for path in shards:
             if path.suffix == ".jsonl":
-                seen |= jsonl_tags(path, column)
-        found = parquet_tags([p for p in shards if p.suffix == ".parquet"], column, venv)
+                tags, part = jsonl_sample(path, column)
+                seen |= tags
+                sampled += [str(path)] if part else []
+        found = parquet_found([p for p in shards if p.suffix == ".parquet"], column, venv)
     except (OSError, ValueError, RecursionError, subprocess.SubprocessError):
         return None  # a row Python refuses (nesting, digits) is the trainer's to name, with its line
     if found is None:
         return None
-    return label_order(seen | found)
+    return CorpusTags(seen | found.tags, (*sampled, *found.sampled))
 
 
-__all__ = ["corpus_labels", "jsonl_tags", "label_order", "parquet_tags"]
+def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = None) -> tuple[str, ...] | None:
+    """The label set the trainer will discover in these shards (train then val), or None if unreadable here."""
+    found = corpus_found(shards, column, venv=venv)
+    return None if found is None else label_order(found.tags)
+
+
+def not_bio(tags: Iterable[str]) -> list[str]:
+    """Tags that are neither `O` nor IOB2 (`B-TYPE`, `I-TYPE`): a plain `StreetName` makes no entity, so
+    the entity F1 would be 0 at every evaluation."""
+    out = []
+    for tag in tags:
+        prefix, sep, typ = tag.partition("-")
+        if tag != "O" and not (sep and prefix in ("B", "I") and typ):
+            out.append(tag)
+    return sorted(out)
+
+
+def not_bio_error(tags: Sequence[str], where: str) -> InputError:
+    shown = ", ".join(map(repr, tags[:8])) + (f" and {len(tags) - 8} more" if len(tags) > 8 else "")
+    return InputError(
+        f"{where}: the tags {shown} have no B-/I- prefix; the tagger trains IOB2 tags (O, B-TYPE on an "
+        "entity's first word, I-TYPE on the rest) and scores entities from them: these would train and "
+        "score an entity F1 of 0",
+        hint="convert the corpus to IOB2: for each run of words with one plain tag X, tag the first B-X and "
+        "the others I-X (a tag per word that repeats, IO, converts so); docs/training.md shows it",
+    )
+
+
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
+
+
+def flow_list(labels: Sequence[str]) -> str:
+    """The labels as a YAML flow list for `data.labels` (quoted where YAML would read another type)."""
+
+    def one(tag: str) -> str:
+        plain = re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", tag) and tag.lower() not in _YAML_WORDS
+        return tag if plain else json.dumps(tag)
+
+    return "[" + ", ".join(one(t) for t in labels) + "]"
+
+
+__all__ = [
+    "CorpusTags",
+    "corpus_found",
+    "corpus_labels",
+    "flow_list",
+    "jsonl_tags",
+    "label_order",
+    "not_bio",
+    "not_bio_error",
+    "parquet_tags",
+]

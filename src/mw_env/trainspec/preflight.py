@@ -104,8 +104,9 @@ def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> Non
 def _check_parquet_tags(
     shards: list[tuple[Path, str]], column: str, labels: Sequence[str], venv: Path | None
 ) -> None:
-    """Row group 0 of each Parquet shard against data.labels (pyarrow here, else in the venv; skipped when
-    neither can read it: the trainer then reports the tag with its shard and row)."""
+    """Every row group's tags of each Parquet shard (their dictionaries, else the first rows) against
+    data.labels (pyarrow here, else in the venv; skipped when neither can read it: the trainer then reports
+    the tag with its shard and row)."""
     from mw_env.trainspec.labelscan import parquet_tags
 
     for path, key in shards:
@@ -113,17 +114,21 @@ def _check_parquet_tags(
         unknown = sorted((found or set()) - set(labels))
         if unknown:
             raise InputError(
-                f"data.labels does not list {', '.join(map(repr, unknown[:8]))}, found in {path} row group 0 ({key})",
+                f"data.labels does not list {', '.join(map(repr, unknown[:8]))}, found in {path} ({key})",
                 hint="add them to data.labels, leave data.labels empty to take the corpus's, or "
                 "--set data.unknown_tags=ignore to train without them",
             )
 
 
 def check_labels(config: TrainConfig) -> None:
+    from mw_env.trainspec.labelscan import not_bio, not_bio_error
+
     labels = list(config.data.labels or [])
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
         raise InputError(f"data.labels lists {', '.join(dup)} more than once", hint="list each tag once")
+    if plain := not_bio(labels):
+        raise not_bio_error(plain, "data.labels")
 
 
 def check_packages(config: TrainConfig, venv: Path) -> None:

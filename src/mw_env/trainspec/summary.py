@@ -45,16 +45,22 @@ def parameter_counts(
     return rows
 
 
-def _labels(config: TrainConfig, base: Path | None, venv: Path | None) -> tuple[list[str] | str, str]:
-    """(the labels the trainer will use, or a sentence when they cannot be known here; where they come from)."""
+def _labels(
+    config: TrainConfig, base: Path | None, venv: Path | None, warnings: list[str]
+) -> tuple[list[str] | str, str]:
+    """(the labels the trainer will use, or a sentence when they cannot be known here; where they come from).
+    What the trainer would refuse or only sample is added to `warnings`."""
+    from mw_env.trainspec.labelscan import LABEL_SAMPLE_ROWS, flow_list, label_order, not_bio, not_bio_error
+
     d = config.data
-    if d.source != "files":
-        return list(d.labels or LABELS), "data.labels" if d.labels else "bundled"
-    if d.labels:
-        return list(d.labels), "data.labels"
+    if d.source != "files" or d.labels:
+        names = list(d.labels or LABELS)
+        if plain := not_bio(names):
+            warnings.append(not_bio_error(plain, "data.labels").message)
+        return names, "data.labels" if d.labels else "bundled"
     from mw_env.errors import InputError
     from mw_env.trainspec.files import expand_files
-    from mw_env.trainspec.labelscan import corpus_labels
+    from mw_env.trainspec.labelscan import corpus_found
 
     where = base or Path.cwd()
     try:
@@ -62,10 +68,23 @@ def _labels(config: TrainConfig, base: Path | None, venv: Path | None) -> tuple[
         shards += expand_files(d.val_files, "data.val_files", where)
     except InputError:
         shards = []
-    found = corpus_labels(shards, d.tags_column, venv=venv) if shards else None
+    found = corpus_found(shards, d.tags_column, venv=venv) if shards else None
     if found is None:
-        return "discovered at start (tags of each shard's first row group)", "unknown here"
-    return list(found), f"discovered in {len(shards)} shard(s): each one's first row group"
+        return "discovered at start (every row group's tags of each shard)", "unknown here"
+    names = list(label_order(found.tags))
+    origin = f"discovered in {len(shards)} shard(s): all of their tags"
+    if plain := not_bio(names):
+        warnings.append(not_bio_error(plain, "the corpus's tags").message + "; the run would stop at start")
+    if found.sampled:
+        n = len(found.sampled)
+        origin += f", but only the first {LABEL_SAMPLE_ROWS:,} rows of {n} of them"
+        warnings.append(
+            f"the labels of {', '.join(found.sampled[:3])}{f' and {n - 3} more' if n > 3 else ''} are from "
+            f"their first {LABEL_SAMPLE_ROWS:,} rows only (no tags dictionary to read): a tag first met after "
+            "them stops the run there (exit 2); to be sure, list every tag of the corpus in the config "
+            f"(data: labels: {flow_list(names)}, with the missing ones added)"
+        )
+    return names, origin
 
 
 def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | None = None) -> dict[str, Any]:
@@ -73,7 +92,8 @@ def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | Non
     read from its shards as the trainer will (labelscan.py), so the head is counted for them."""
     m, d, o, r = config.model, config.data, config.optim, config.runtime
     vocab = tokenizer_vocab_size(config)
-    labels, labels_from = _labels(config, base, venv)
+    label_warnings: list[str] = []
+    labels, labels_from = _labels(config, base, venv, label_warnings)
     counted = isinstance(labels, list)
     n_labels = len(labels) if isinstance(labels, list) else len(LABELS)
     rows = parameter_counts(config, vocab_size=vocab, n_labels=n_labels)
@@ -141,5 +161,5 @@ def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | Non
             "checkpoint_every": r.checkpoint_every,
             "early_stop_patience": r.early_stop_patience,
         },
-        "warnings": config_warnings(config),
+        "warnings": config_warnings(config) + label_warnings,
     }

@@ -226,25 +226,46 @@ def dictionary_values(
         return None
 
 
-def shard_tags(path: str | Path, column: str, rows: int) -> set[str]:
-    """The tags the trainer discovers in one Parquet shard (trainer/data/index.py): its first non-empty row
-    group's dictionary, else its first `rows` rows. For `train summary` and preflight (trainspec/labelscan.py),
+def row_groups_tags(
+    path: Path,
+    meta: FileMetaData,
+    column: str,
+    groups: list[int],
+    leaf: int | None = None,
+    fd: int | None = None,
+) -> set[str] | None:
+    """Every distinct value of `column` in these row groups: the union of their dictionary pages (a rare tag
+    may first appear in any row group); None when one of them has none (the caller samples rows)."""
+    seen: set[str] = set()
+    for group in groups:
+        values = dictionary_values(path, meta, column, group, leaf, fd)
+        if values is None:
+            return None
+        seen.update(values)
+    return seen
+
+
+def shard_tags(path: str | Path, column: str, rows: int) -> tuple[set[str], bool]:
+    """The tags the trainer discovers in one Parquet shard (trainer/data/index.py) and whether they were
+    sampled: every non-empty row group's dictionary (not sampled), else its first `rows` rows (sampled:
+    a tag first seen later is not in them). For `train summary` and preflight (trainspec/labelscan.py),
     here or, as text, in the training venv's python."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
     meta = pf.metadata
-    group = next((g for g in range(meta.num_row_groups) if meta.row_group(g).num_rows), None)
-    if group is None:
-        return set()
-    whole = dictionary_values(Path(path), meta, column, group)
+    groups = [g for g in range(meta.num_row_groups) if meta.row_group(g).num_rows]
+    if not groups:
+        return set(), False
+    whole = row_groups_tags(Path(path), meta, column, groups)
     if whole is not None:
-        return set(whole)
+        return whole, False
     batch = next(pf.iter_batches(batch_size=rows, columns=[column]), None)
     if batch is None:
-        return set()
-    return {t for t in pc.unique(pc.list_flatten(batch.column(0))).to_pylist() if t is not None}
+        return set(), False
+    found = {t for t in pc.unique(pc.list_flatten(batch.column(0))).to_pylist() if t is not None}
+    return found, batch.num_rows < meta.num_rows
 
 
-__all__ = ["dictionary_values", "shard_tags"]
+__all__ = ["dictionary_values", "row_groups_tags", "shard_tags"]

@@ -7,6 +7,8 @@
 - index.py     the corpus index built once by rank 0, broadcast, cached; the label sample
 - reader.py    reading ranges of rows (pieces of row groups) as Arrow columns
 - order.py     which row every (step, micro-batch, rank) reads: a pure function of the step
+- mix.py       weighted sources: which source each row of a rank's stream comes from (a fixed schedule)
+- sources.py   the training sources (data.train_files, or data.sources with weights) and their blocks per rank
 - batches.py   the Batch and padding
 - stream.py    the file producer (windows of rows), gather/pad/count, the background reader
 - workers.py   encoder worker processes

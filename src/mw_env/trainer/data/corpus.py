@@ -20,7 +20,7 @@ from mw_env.trainer.data import index as index_mod
 from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import VectorEncoder
-from mw_env.trainer.data.labels import BUNDLED, LabelSet, from_config
+from mw_env.trainer.data.labels import BUNDLED, LabelSet, discovered, from_config
 from mw_env.trainer.data.memory import MemoryProducer, Split, collate, encode_split
 from mw_env.trainer.data.order import RankOrder, assign_blocks
 from mw_env.trainer.data.reader import PieceReader
@@ -30,7 +30,6 @@ from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding, FileProducer, gath
 from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.files import expand_files
-from mw_env.trainspec.labelscan import label_order
 from mw_env.trainspec.synthetic import check_countries, generate_row
 
 # (source, batch_size, max_batches) -> the (batch, words) pairs of a validation pass
@@ -124,15 +123,11 @@ class Corpus:
 
     @property
     def workers(self) -> int:
-        """data.workers, or (-1) one per core a rank has beyond its own (ranks per node from torchrun)."""
-        import os
+        """data.workers, or (-1) one per core a rank has beyond its own (ranks per node from torchrun); never
+        more than the rank's share of the CPUs it may use (workers.rank_workers)."""
+        from mw_env.trainer.data.workers import rank_workers
 
-        from mw_env.trainer.data.workers import default_workers
-
-        n = self.config.data.workers
-        if n >= 0:
-            return n
-        return default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        return rank_workers(self.config.data.workers, ranks_per_node())[0]
 
     def card(self, train: Counts, positions: list[dict[str, Any]]) -> dict[str, Any]:
         """The data card (report/data_card.json); its structure is documented in docs/training.md."""
@@ -180,6 +175,11 @@ class Corpus:
 
 def _columns(c: TrainConfig) -> tuple[str, str]:
     return (c.data.tokens_column, c.data.tags_column)
+
+
+def encoder_for(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
+    """The encoder a run's rows go through (train predict/evaluate encode their input with it too)."""
+    return _encoder(tok, labels, c)
 
 
 def _encoder(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
@@ -261,11 +261,12 @@ def _index(config: TrainConfig, world: int) -> dict[str, Any]:
         index_mod.save_cache(run_dir, cache)
     tags: set[str] = set()
     for _shard, t in train + val:
-        tags.update(t or ())
+        tags.update(t[0] if t else ())
     return {
         "train": [s for s, _ in train],
         "val": [s for s, _ in val],
         "tags": sorted(tags),
+        "tags_sampled": [str(s.path) for s, t in train + val if t and t[1]],
         "source_of": source_of,
     }
 
@@ -290,11 +291,7 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
     labels = (
         from_config(data.labels)
         if data.labels
-        else LabelSet(
-            label_order(index["tags"]),
-            f"discovered in {n_shards} shard(s): each one's first row group "
-            f"(Parquet: its tags dictionary; else its first {index_mod.LABEL_SAMPLE_ROWS:,} rows)",
-        )
+        else discovered(index["tags"], index["tags_sampled"], n_shards)
     )
     all_blocks = [b for s in train_shards for b in s.blocks]
     if val_shards:
@@ -415,3 +412,13 @@ def _synthetic(
         world=world,
         split=splits["train"],
     )
+
+
+def ranks_per_node() -> int:
+    """The ranks sharing this node's CPUs (torchrun's LOCAL_WORLD_SIZE; 1 without torchrun)."""
+    import os
+
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    except ValueError:
+        return 1

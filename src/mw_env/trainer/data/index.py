@@ -6,14 +6,14 @@ the same bytes); a JSONL shard is scanned once for its line offsets. The result 
 `<run>/corpus-index.json` under each shard's file identity (path, size, mtime, ctime, inode), so a resume
 or a second run over the same folder reads no footer and scans no JSONL again.
 
-Labels (when `data.labels` is unset): every distinct tag of each Parquet shard's first row group,
-read from the tags column's dictionary page (trainspec/tagdict.py: a few hundred bytes at the head of
-the column chunk, no row decoded, read with the footer's descriptor); a shard without one (tags not
-dictionary-encoded, an unknown codec) and a JSONL shard: the tags of its first LABEL_SAMPLE_ROWS rows, from the tags column
-only. Either way a bounded read, so opening costs the same whatever the row-group size, and once per
-shard. Why not a full pass: a full pass is a read of the whole corpus before step 1. A tag the sample
-missed is met later as an error naming the shard, row group and row (or line), with the hint to
-list the label set in `data.labels`.
+Labels (when `data.labels` is unset): every distinct tag of every row group of each Parquet shard, read
+from the tags column's dictionary pages (trainspec/tagdict.py: a few hundred bytes at the head of each
+column chunk, no row decoded, read with the footer's descriptor): a rare tag that first appears in a later
+row group is found before step 1. A shard without them (tags not dictionary-encoded, an unknown codec) and
+a JSONL shard: the tags of its first LABEL_SAMPLE_ROWS rows, from the tags column only, marked sampled
+(`tags_sampled`): the run says so at start, with the `data.labels` line to paste, because a tag the sample
+missed is met later as an error naming the shard, row group and row (or line). Why not a full pass
+there: it is a read of the whole corpus before step 1.
 """
 
 from __future__ import annotations
@@ -28,15 +28,16 @@ from mw_env.errors import InputError, MwEnvError
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainspec.columns import as_string_lists
-from mw_env.trainspec.tagdict import dictionary_values
+from mw_env.trainspec.tagdict import row_groups_tags
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
 LABEL_SAMPLE_ROWS = 4096  # per shard
 CACHE = "corpus-index.json"
-VERSION = 1
+VERSION = 2  # 2: every row group's dictionary (1 read the first only), `tags_sampled`
 Cache = dict[str, Any]  # the run folder's index cache: shard key -> its footer facts (JSON)
+Tags = tuple[list[str], bool] | None  # a shard's distinct tags and whether they were only sampled
 T = TypeVar("T")
 
 
@@ -55,10 +56,11 @@ def sample_tags(
     meta: pq.FileMetaData | None,
     leaf: int | None = None,
     fd: int | None = None,
-) -> list[str]:
-    """The distinct tags of the shard's first row group, from the tags column's dictionary page
-    (trainspec/tagdict.py); where it has none, of its first LABEL_SAMPLE_ROWS rows (tags column only).
-    `leaf`: the tags column's leaf index, known from the schema (shards.Schemas); `fd`: the file, open."""
+) -> tuple[list[str], bool]:
+    """(the distinct tags of the shard, sampled): every row group's, from the tags column's dictionary pages
+    (trainspec/tagdict.py); where they are missing, of its first LABEL_SAMPLE_ROWS rows (tags column only),
+    sampled when the shard has more. `leaf`: the tags column's leaf index, known from the schema
+    (shards.Schemas); `fd`: the file, open."""
     if kind == "jsonl":
         from mw_env.trainer.data.reader import parse_jsonl
 
@@ -67,10 +69,11 @@ def sample_tags(
         _tok, tags, _lines = parse_jsonl(shard, blocks[0], columns, limit=LABEL_SAMPLE_ROWS)
         for row in tags:
             seen.update(row)
-        return sorted(seen)
-    whole = dictionary_values(path, meta, columns[1], blocks[0].part, leaf, fd) if meta is not None else None
-    if whole is not None:  # the row group's every tag, from its dictionary page: no row decoded
-        return sorted(whole)
+        return sorted(seen), len(tags) < shard.rows
+    groups = [b.part for b in blocks]
+    whole = row_groups_tags(path, meta, columns[1], groups, leaf, fd) if meta is not None else None
+    if whole is not None:  # every row group's every tag, from their dictionary pages: no row decoded
+        return sorted(whole), False
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -78,9 +81,11 @@ def sample_tags(
         pf = pq.ParquetFile(path, metadata=meta, buffer_size=1 << 20)
         batch = next(pf.iter_batches(batch_size=LABEL_SAMPLE_ROWS, columns=[columns[1]]), None)
         if batch is None:
-            return []
+            return [], False
         uniq = pc.unique(pc.list_flatten(as_string_lists(batch.column(0))))
-        return sorted(t for t in uniq.to_pylist() if t is not None)
+        return sorted(t for t in uniq.to_pylist() if t is not None), batch.num_rows < sum(
+            b.rows for b in blocks
+        )
     except UnicodeDecodeError:
         raise InputError(
             f"{path}: a tag in its first rows is not valid UTF-8", hint=shards_mod.HINT_DAMAGED
@@ -92,13 +97,14 @@ def sample_tags(
         ) from None
 
 
-def _entry(shard: Shard, tags: list[str] | None) -> dict[str, Any]:
+def _entry(shard: Shard, found: tuple[list[str], bool] | None) -> dict[str, Any]:
     return {
+        "tags_sampled": bool(found and found[1]),
         "kind": shard.kind,
         "size": shard.size,
         "footer_sha256": shard.footer_sha256,
         "blocks": [[b.part, b.rows, b.start, b.stop, b.first_line] for b in shard.blocks],
-        "tags": tags,
+        "tags": found[0] if found else None,
     }
 
 
@@ -118,8 +124,8 @@ def _index_one(
     if path.suffix != ".parquet":
         shard = shards_mod._open_jsonl(path, i)
         _no_rows(shard, key)
-        tags = sample_tags(path, shard.kind, shard.blocks, columns, None) if labels else None
-        return _entry(shard, tags), shard
+        found = sample_tags(path, shard.kind, shard.blocks, columns, None) if labels else None
+        return _entry(shard, found), shard
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
@@ -129,10 +135,10 @@ def _index_one(
     try:
         shard, meta, leaf = shards_mod._open_parquet(path, i, columns, schemas, fd)
         _no_rows(shard, key)
-        tags = sample_tags(path, shard.kind, shard.blocks, columns, meta, leaf, fd) if labels else None
+        found = sample_tags(path, shard.kind, shard.blocks, columns, meta, leaf, fd) if labels else None
     finally:
         os.close(fd)
-    return _entry(shard, tags), shard
+    return _entry(shard, found), shard
 
 
 def _no_rows(shard: Shard, key: str) -> None:
@@ -142,8 +148,8 @@ def _no_rows(shard: Shard, key: str) -> None:
 
 def index_shards(
     paths: Sequence[Path], columns: tuple[str, str], *, key: str, labels: bool, cache: Cache
-) -> list[tuple[Shard, list[str] | None]]:
-    """Each shard and its tag sample (None when labels are configured); `cache` is read and updated.
+) -> list[tuple[Shard, Tags]]:
+    """Each shard and its tags (None when labels are configured); `cache` is read and updated.
     Shards the cache lacks are read one after the other, in list order (the first failing one is the
     error). Not in a thread pool: a shard is ~0.08 ms of CPU (a stat, one open, its footer and tags
     dictionary page: docs/benchmarks.md), and starting 8 threads in a process that has imported torch cost
@@ -166,9 +172,14 @@ def index_shards(
         cache[stats[i]], read[i] = _index_one(paths[i], i, columns, key, labels, schemas)
         read[i].stamp, read[i].host = shards_mod.stamp_of(stamps[i]), shards_mod.HOST
     return [
-        (read[i] if i in read else _shard(path, i, cache[st], stamps[i]), cache[st].get("tags"))
+        (read[i] if i in read else _shard(path, i, cache[st], stamps[i]), _tags(cache[st]))
         for i, (path, st) in enumerate(zip(paths, stats, strict=True))
     ]
+
+
+def _tags(entry: dict[str, Any]) -> Tags:
+    tags = entry.get("tags")
+    return None if tags is None else (tags, bool(entry.get("tags_sampled")))
 
 
 def load_cache(run_dir: Path) -> Cache:

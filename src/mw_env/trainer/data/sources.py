@@ -24,9 +24,9 @@ from mw_env.trainspec.files import expand_files
 
 def index_train(
     config: TrainConfig, columns: tuple[str, str], *, labels: bool, cache: index_mod.Cache
-) -> tuple[list[tuple[Shard, list[str] | None]], list[int]]:
+) -> tuple[list[tuple[Shard, index_mod.Tags]], list[int]]:
     """Every training shard (with its tag sample) and the source each belongs to."""
-    out: list[tuple[Shard, list[str] | None]] = []
+    out: list[tuple[Shard, index_mod.Tags]] = []
     source_of: list[int] = []
     seen: dict[Path, str] = {}
     for k, (key, globs) in enumerate(config.data.train_globs()):

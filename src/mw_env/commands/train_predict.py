@@ -1,0 +1,227 @@
+"""`mw-env train predict` and `mw-env train evaluate`: tag addresses with a run's model, or score it on labelled
+rows. Both run mw_env.trainer.predict inside the training venv (torch lives there), as `train export` does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+
+from mw_env.commands.common import echo_json, json_option
+from mw_env.errors import InputError, MwEnvError
+
+_RUN = click.argument("run", type=click.Path(path_type=Path))
+_VENV = click.option(
+    "--venv", type=click.Path(file_okay=False, path_type=Path), default=None, help="Training venv."
+)
+_EXPORT = click.option(
+    "--export",
+    "export_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Use this ONNX export (a folder, newest model-step-N.json; or the .json) instead of the newest "
+    "checkpoint; needs the `export` extra.",
+)
+_COLUMNS = (
+    click.option(
+        "--tokens-column", default=None, help="The words' column/key (default: the run's, `tokens`)."
+    ),
+    click.option("--tags-column", default=None, help="The tags' column/key (default: the run's, `tags`)."),
+)
+_DEVICE = click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="cpu, cuda, cuda:N, or auto (a GPU when torch sees one).",
+)
+
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def _columns(f: F) -> F:
+    for option in reversed(_COLUMNS):
+        f = option(f)
+    return f
+
+
+@click.command("predict", epilog="Exit codes: 0 tagged, 1 the model could not be run, 2 bad input.")
+@_RUN
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="JSONL, Parquet or text file.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where the tagged rows go: .parquet, else JSONL (default: JSONL on stdout).",
+)
+@_EXPORT
+@_columns
+@_DEVICE
+@_VENV
+def predict(
+    run: Path,
+    input_path: Path,
+    output: Path | None,
+    export_dir: Path | None,
+    tokens_column: str | None,
+    tags_column: str | None,
+    device: str,
+    venv: Path | None,
+) -> int:
+    """Tag the addresses in --input with RUN's newest checkpoint (or --export): one {tokens, tags} row each.
+
+    Input: .jsonl (a `tokens` list, or a `text`/`address` string, per line), .parquet (the same columns), or
+    plain text, one address a line."""
+    args = ["--input", str(_input(input_path, "--input"))]
+    if output is not None:
+        args += ["--output", str(output.expanduser().resolve())]
+    result = _run_in_venv("predict", run, args, export_dir, tokens_column, tags_column, device, venv)
+    where = result["output"] or "stdout"
+    click.echo(
+        f"tagged {result['rows']:,} rows ({result['words']:,} words) with {result['model']} -> {where}"
+        + (
+            f"; {result['truncated_words']:,} words past the model's max_len tagged O"
+            if result["truncated_words"]
+            else ""
+        ),
+        err=True,
+    )
+    return 0
+
+
+@click.command("evaluate", epilog="Exit codes: 0 scored, 1 the model could not be run, 2 bad input.")
+@_RUN
+@click.option(
+    "--data",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Labelled rows: .jsonl or .parquet with words and gold BIO tags.",
+)
+@_EXPORT
+@_columns
+@_DEVICE
+@_VENV
+@json_option
+def evaluate(
+    run: Path,
+    data: Path,
+    export_dir: Path | None,
+    tokens_column: str | None,
+    tags_column: str | None,
+    device: str,
+    venv: Path | None,
+    as_json: bool,
+) -> int:
+    """Score RUN's newest checkpoint (or --export) on labelled rows: word accuracy, exact-address rate,
+    entity precision/recall/F1 in strict IOB2 and conlleval modes, per-type F1, the commonest confusions."""
+    args = ["--data", str(_input(data, "--data"))]
+    result = _run_in_venv("evaluate", run, args, export_dir, tokens_column, tags_column, device, venv)
+    if as_json:
+        echo_json(result)
+        return 0
+    for line in render_evaluation(result):
+        click.echo(line)
+    return 0
+
+
+def render_evaluation(r: dict[str, object]) -> list[str]:
+    """The evaluation as text lines (the --json document, read back)."""
+    entity = r["entity"]
+    assert isinstance(entity, dict)
+    lines = [
+        f"{r['model']} on {r['data']}: {r['rows']:,} rows, {r['words']:,} words",
+        f"  word accuracy (BIO tag per word)  {r['word_accuracy']:.4f}",
+        f"  exact-address rate (every word)   {r['exact_address_rate']:.4f}",
+    ]
+    for mode in ("strict", "conlleval"):
+        e = entity[mode]
+        note = "  (the run's runtime.f1_mode)" if mode == r.get("f1_mode") else ""
+        lines.append(
+            f"  entity F1 {mode:<9}  {e['f1']:.4f}  (precision {e['precision']:.4f}, recall {e['recall']:.4f}){note}"
+        )
+    per = entity["strict"]["per_type"]
+    if per:
+        lines.append("  per type (strict):   F1      P      R  support")
+        for typ, v in sorted(per.items(), key=lambda kv: -kv[1]["support"]):
+            lines.append(
+                f"    {typ:<16} {v['f1']:.4f} {v['precision']:.4f} {v['recall']:.4f} {v['support']:>8,}"
+            )
+    confusions = r.get("confusions") or []
+    assert isinstance(confusions, list)
+    if confusions:
+        lines.append("  commonest confusions (gold -> predicted, words):")
+        lines += [f"    {c['gold']} -> {c['predicted']}: {c['count']:,}" for c in confusions]
+    if r.get("truncated_words"):
+        lines.append(
+            f"  note: {r['truncated_words']:,} words past the model's max_len were scored as tagged O"
+        )
+    return lines
+
+
+def _input(path: Path, option: str) -> Path:
+    """The input file, checked here before the venv's python starts (and imports torch) for nothing."""
+    import os
+    import stat
+
+    full = path.expanduser().resolve()
+    try:
+        st = os.stat(full)
+    except OSError as exc:
+        raise InputError(
+            f"{option} {path}: cannot read it: {exc.strerror or exc}", hint="check the path"
+        ) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(
+            f"{option} {path} is not a regular file", hint="name a .jsonl, .parquet or text file"
+        )
+    return full
+
+
+def _run_in_venv(
+    command: str,
+    run: Path,
+    args: list[str],
+    export_dir: Path | None,
+    tokens_column: str | None,
+    tags_column: str | None,
+    device: str,
+    venv: Path | None,
+) -> dict[str, object]:
+    from mw_env.commands.train_export import _check_export_extra, _venv_python
+
+    python, env = _venv_python(venv)
+    if export_dir is not None:
+        _check_export_extra(python.parent.parent)
+        args += ["--export", str(export_dir.expanduser().resolve())]
+    for flag, value in (("--tokens-column", tokens_column), ("--tags-column", tags_column)):
+        if value:
+            args += [flag, value]
+    with tempfile.TemporaryDirectory(prefix="mw-env-predict-") as tmp:
+        result_file = Path(tmp) / "result.json"
+        argv = [str(python), "-m", "mw_env.trainer.predict", command, str(run.expanduser().resolve()), *args]
+        argv += ["--device", device, "--result", str(result_file)]
+        # stdout is the user's (predict without --output writes its rows there); the result comes back in a file.
+        proc = subprocess.run(argv, env=env, check=False)
+        try:
+            result = json.loads(result_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise MwEnvError(
+                f"train {command} ended with code {proc.returncode} and no result",
+                hint="its error is above; is the training venv complete (`mw-env doctor`)?",
+            ) from None
+    if "error" in result:
+        raise MwEnvError(
+            result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
+        )
+    return dict(result)

@@ -1,0 +1,223 @@
+"""`mw-env train predict` and `mw-env train evaluate`, inside the training venv's python:
+
+    python -m mw_env.trainer.predict predict RUN --input FILE [--output FILE] [--export DIR] --result R.json
+    python -m mw_env.trainer.predict evaluate RUN --data FILE [--export DIR] --result R.json
+
+RUN is a run folder (its newest valid checkpoint) or a step-*.pt file. The rows go through the run's own
+encoder (data/corpus.encoder_for) and the evaluation's forward pass (evaluate.batch_logits), so what the
+model reads is what training fed it. With --export, the ONNX export's runtime helper (mw_tagger.Tagger,
+onnxruntime) tags instead: the model a service would run. A word the model cannot see (past model.max_len
+tokens) is tagged "O" and counted (`truncated_words`). The result (or {"error", "hint", "exit_code"}) is
+written as JSON to --result; predictions go to --output or stdout (tagio.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, os_error_in, os_fault
+from mw_env.trainer.scoring import Tally
+from mw_env.trainer.tagio import Row, read_rows, write_tagged
+
+if TYPE_CHECKING:
+    from mw_env.trainspec.schema import F1Mode
+
+OUTSIDE = "O"  # the tag of a word past the model's max_len
+
+
+class WordTagger(Protocol):
+    labels: list[str]
+    what: str  # the checkpoint or export file, for the result
+    step: int | None
+    tokens_column: str
+    tags_column: str
+    f1_mode: F1Mode
+    truncated: int  # words the model could not see (past model.max_len), tagged OUTSIDE, so far
+
+    def tag(self, rows: Sequence[list[str]]) -> list[list[str]]: ...
+
+
+class CheckpointTagger:
+    """A checkpoint's model on this machine's device (fp32), fed by the run's own encoder."""
+
+    def __init__(self, target: Path, *, batch_size: int = 64, device: str = "auto") -> None:
+        import torch
+
+        from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
+        from mw_env.trainer.data.corpus import encoder_for
+        from mw_env.trainer.data.labels import LabelSet
+        from mw_env.trainer.export import resolve_checkpoint
+        from mw_env.trainer.runtime import resolve_precision
+        from mw_env.trainspec.config import config_from_dict
+
+        path = resolve_checkpoint(target)
+        ckpt = load_checkpoint(path)
+        model, tokenizer, labels = model_from_checkpoint(ckpt)
+        config = config_from_dict(ckpt["config"])
+        self.labels, self.what = labels, str(path)
+        self.step: int | None = int(ckpt["step"])
+        self.tokens_column, self.tags_column = config.data.tokens_column, config.data.tags_column
+        self.f1_mode = config.runtime.f1_mode
+        self.label_set = LabelSet(tuple(labels), "checkpoint")
+        self.encoder = encoder_for(tokenizer, self.label_set, config)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.precision = resolve_precision("fp32", self.device)
+        self.sdpa_backend = config.runtime.sdpa_backend
+        self.batch_size = batch_size
+        self.truncated = 0
+
+    def tag(self, rows: Sequence[list[str]]) -> list[list[str]]:
+        import torch
+
+        from mw_env.trainer.data import IGNORE
+        from mw_env.trainer.data.memory import collate, encode_split
+        from mw_env.trainer.evaluate import batch_logits
+
+        # Any label will do as the input's tag: it only marks each word's first sub-token, where the
+        # prediction is read (a word cut off by max_len has none).
+        mark = self.labels[0]
+        split = encode_split(((w, [mark] * len(w)) for w in rows), self.encoder, self.label_set)
+        out: list[list[str]] = []
+        with torch.no_grad():
+            for start in range(0, len(rows), self.batch_size):
+                idx = range(start, min(start + self.batch_size, len(rows)))
+                batch = collate(split, idx)
+                logits = batch_logits(
+                    self.model, batch.to(self.device), self.device, self.precision, self.sdpa_backend
+                )
+                best = logits.argmax(-1).cpu()
+                keep = batch.labels != IGNORE
+                for i, r in enumerate(idx):
+                    seen = [self.labels[j] for j in best[i][keep[i]].tolist()]
+                    self.truncated += len(rows[r]) - len(seen)
+                    out.append(seen + [OUTSIDE] * (len(rows[r]) - len(seen)))
+        return out
+
+
+class ExportTagger:
+    """An ONNX export (its metadata JSON, or the newest in an export folder) through mw_tagger.Tagger."""
+
+    def __init__(self, export: Path) -> None:
+        from mw_env.trainer.export_runtime import Tagger as OnnxTagger
+
+        meta = _newest_metadata(export)
+        self.tagger = OnnxTagger(meta)
+        self.labels, self.what = self.tagger.labels, str(meta)
+        digits = meta.stem.rpartition("-")[2]  # model-step-000001000
+        self.step: int | None = int(digits) if digits.isdigit() else None
+        self.tokens_column, self.tags_column = "tokens", "tags"
+        self.f1_mode: F1Mode = "conlleval"
+        self.truncated = 0
+
+    def tag(self, rows: Sequence[list[str]]) -> list[list[str]]:
+        out = []
+        for words in rows:
+            seen = [t for _, t in self.tagger.tag(words, truncate=True)] if words else []
+            self.truncated += len(words) - len(seen)
+            out.append(seen + [OUTSIDE] * (len(words) - len(seen)))
+        return out
+
+
+def _newest_metadata(export: Path) -> Path:
+    export = export.expanduser()
+    if export.is_file() and export.suffix == ".json":
+        return export
+    if export.is_dir():
+        found = [p for p in export.glob("model-step-*.json") if p.with_suffix(".onnx").exists()]
+        if found:
+            return max(found, key=lambda p: (p.stem, p.stat().st_mtime))
+    raise InputError(
+        f"--export {export}: no ONNX export there (model-step-N.json beside its .onnx)",
+        hint="export the run first (`mw-env train export --out-dir RUN`), or name the export's .json",
+    )
+
+
+def make_tagger(target: Path, export: Path | None, device: str) -> WordTagger:
+    return ExportTagger(export) if export is not None else CheckpointTagger(target, device=device)
+
+
+def _rows(tagger: WordTagger, path: Path, args: argparse.Namespace, *, need_tags: bool = False) -> list[Row]:
+    return read_rows(
+        path,
+        tokens_column=args.tokens_column or tagger.tokens_column,
+        tags_column=args.tags_column or tagger.tags_column,
+        need_tags=need_tags,
+    )
+
+
+def predict(args: argparse.Namespace) -> dict[str, object]:
+    tagger = make_tagger(args.run, args.export, args.device)
+    rows = _rows(tagger, args.input, args)
+    tags = tagger.tag([r.words for r in rows])
+    write_tagged(args.output, [(r.words, t) for r, t in zip(rows, tags, strict=True)])
+    return {
+        "model": tagger.what,
+        "step": tagger.step,
+        "input": str(args.input),
+        "output": str(args.output) if args.output else None,
+        "rows": len(rows),
+        "words": sum(len(r.words) for r in rows),
+        "truncated_words": tagger.truncated,
+    }
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, object]:
+    tagger = make_tagger(args.run, args.export, args.device)
+    rows = _rows(tagger, args.data, args, need_tags=True)
+    tags = tagger.tag([r.words for r in rows])
+    tally = Tally()
+    for row, pred in zip(rows, tags, strict=True):
+        assert row.tags is not None  # need_tags
+        tally.add(row.tags, pred)
+    return {
+        "model": tagger.what,
+        "step": tagger.step,
+        "data": str(args.data),
+        "f1_mode": tagger.f1_mode,  # the run's runtime.f1_mode: the mode its own eval showed
+        "truncated_words": tagger.truncated,
+        **tally.report(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mw_env.trainer.predict")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("predict", "evaluate"):
+        s = sub.add_parser(name)
+        s.add_argument("run", type=Path)
+        if name == "predict":
+            s.add_argument("--input", type=Path, required=True)
+            s.add_argument("--output", type=Path, default=None)
+        else:
+            s.add_argument("--data", type=Path, required=True)
+        s.add_argument("--export", type=Path, default=None)
+        s.add_argument("--tokens-column", default=None)
+        s.add_argument("--tags-column", default=None)
+        s.add_argument("--device", default="auto")
+        s.add_argument("--result", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        result: dict[str, object] = (predict if args.command == "predict" else evaluate)(args)
+        code = 0
+    except MwEnvError as exc:
+        result, code = {"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}, exc.exit_code
+    except Exception as exc:
+        cause = os_error_in(exc)
+        if cause is None:
+            raise
+        err = os_fault(cause, "write the predictions" if args.command == "predict" else "read the data")
+        result, code = {"error": err.message, "hint": err.hint, "exit_code": EXIT_FAILED}, EXIT_FAILED
+    args.result.write_text(json.dumps(result), encoding="utf-8")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
