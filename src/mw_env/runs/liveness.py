@@ -1,0 +1,55 @@
+"""Whether a run's process is alive, as `train status` and `watch` judge it (read-only: /proc and the run's files).
+
+A detached run by run.json's supervisor and its exit record; a foreground run (no run.json) by its trainer's pid
+in state.json while the state says it is on its way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from mw_env.runs import runstate
+from mw_env.runs.anomalies import Liveness
+from mw_env.runs.runs import RunRecord, is_alive, read_exit
+from mw_env.runs.supervise import proc_stat
+
+
+def liveness(record: RunRecord | None, out_dir: Path) -> Liveness:
+    if record is None:
+        return foreground_liveness(out_dir)
+    ended = read_exit(out_dir)
+    alive = ended is None and is_alive(record)
+    return Liveness(
+        alive=alive,
+        pid=record.child_pid or record.pid,
+        returncode=ended.returncode if ended else None,
+        signal=ended.signal if ended else None,
+        oom_kills=ended.oom_kills if ended else 0,
+        exit_recorded=ended is not None,
+        stop_requested=bool(record.stop),
+        memory_need=record.memory_need,
+        memory_lower=record.memory_lower,
+    )
+
+
+def foreground_liveness(out_dir: Path) -> Liveness:
+    """A foreground run (no run.json): its trainer's pid from state.json while on its way; gone from there is
+    `vanished` (docs/runs.md, exit 12), which a SIGKILLed foreground run was not (`dead`, exit 0)."""
+    life = runstate.read_state(out_dir) or {}
+    if life.get("state") not in ("running", "stopping", "finishing"):
+        return Liveness(alive=None)
+    pid = life.get("pid")
+    return Liveness(alive=life_alive(life, Liveness(alive=None)), pid=pid if isinstance(pid, int) else None)
+
+
+def life_alive(life: Mapping[str, object], liveness: Liveness) -> bool:
+    """The process that wrote state.json is still there (a foreground run: judged by its pid)."""
+    if liveness.alive is not None:
+        return liveness.alive
+    pid = life.get("pid")
+    stat = proc_stat(pid) if isinstance(pid, int) and pid > 0 else None
+    return stat is not None and stat[0] not in ("Z", "X", "x")
+
+
+__all__ = ["foreground_liveness", "life_alive", "liveness"]
