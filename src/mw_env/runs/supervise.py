@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from mw_env.atomic import open_append
-from mw_env.errors import InputError
+from mw_env.errors import MwEnvError
 from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
 
@@ -194,7 +194,7 @@ def stopped_at_start_up(run_dir: Path, *, since: float) -> bool:
     try:
         with open_append(path) as fh:  # the run folder exists: we write state.json in it
             fh.write(json.dumps(event) + "\n")
-    except (OSError, InputError):  # InputError: not a regular file there (a FIFO is refused, not hung on)
+    except (OSError, MwEnvError):  # MwEnvError: a node put where metrics.jsonl belongs is not written to
         return False
     kept = f"the checkpoints are kept (newest: {ckpts[-1].name})" if ckpts else "no checkpoint yet"
     print(
