@@ -117,6 +117,12 @@ class Launch:
     memory_lower: str = ""
 
 
+def default_config(selection: Selection) -> str:
+    """The shipped config the profile trains when none is named (its `trainer.config`)."""
+    trainer = getattr(selection, "trainer", None) or selection.profile.trainer
+    return trainer.config
+
+
 def profile_defaults(selection: Selection) -> dict[str, object]:
     # The profile's defaults fitted to this GPU (bf16 only where it is native), not the profile's raw ones.
     trainer = getattr(selection, "trainer", None) or selection.profile.trainer
@@ -267,7 +273,8 @@ def prepare(request: LaunchRequest) -> Launch:
     from mw_env.provision.venvinfo import read_pyvenv_cfg
 
     read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
-    config_path = find_config(r.config)
+    # No --config: the profile's default (trainer.config), known once the profile is.
+    config_path = find_config(r.config) if r.config else None
     _check_lock(venv_path, env_in)
     record = read_record(venv_path)
     # The profile is detected (or given), never trusted from the venv: a CPU venv on a GPU machine must fail
@@ -282,6 +289,8 @@ def prepare(request: LaunchRequest) -> Launch:
         source=r.source,
     )
     selection = resolved_env.selection
+    if config_path is None:
+        config_path = find_config(default_config(selection))
     defaults = profile_defaults(selection)
     # Validate the config and the --set values here, before any process starts.
     resolved = resolve_config(

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from mw_env.atomic import open_append
+from mw_env.errors import MwEnvError
 from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
 
@@ -216,9 +218,9 @@ def stopped_at_start_up(run_dir: Path, *, since: float) -> bool:
     step = int(ckpts[-1].stem.split("-")[1]) if ckpts and ckpts[-1].stem.split("-")[1].isdigit() else 0
     event = {"event": "finished", "step": step, "reason": "stopped", "phase": "start-up", "time": time.time()}
     try:
-        with open(path, "a", encoding="utf-8") as fh:  # the run folder exists: we write state.json in it
+        with open_append(path) as fh:  # the run folder exists: we write state.json in it
             fh.write(json.dumps(event) + "\n")
-    except OSError:
+    except (OSError, MwEnvError):  # MwEnvError: a node put where metrics.jsonl belongs is not written to
         return False
     kept = f"the checkpoints are kept (newest: {ckpts[-1].name})" if ckpts else "no checkpoint yet"
     print(
