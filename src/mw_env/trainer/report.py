@@ -304,7 +304,7 @@ def write_report(
     """Write report/ and MANIFEST.sha256 (then the MLflow artifacts, if tracked); return report.md's path."""
     run_dir = Path(run_dir)
     out = run_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)  # never the run folder itself: a deleted one is not recreated
     events = read_metrics(run_dir)
     write_json_atomic(out / "hyperparameters.json", resolved.to_dict(), default=str)
     write_json_atomic(out / "data_card.json", card, default=str)
