@@ -33,6 +33,7 @@ from mw_env.trainer.distributed import (
     shutdown,
 )
 from mw_env.trainer.evaluate import evaluate_and_decide
+from mw_env.trainer.figure_pool import FigurePool
 from mw_env.trainer.folderwatch import watching
 from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
@@ -270,6 +271,7 @@ def _run(
         from mw_env.trainer.data.digest import ShardHasher
 
         session.hasher = ShardHasher(corpus.sources, out_dir)
+    session.figures = FigurePool.start() if dist.main else None  # figures drawn beside the run's end
     _wrap(trainer, rt.compile)
     mark(out_dir, "running", main=dist.main, step=session.state.step)
     if 0 < rt.max_steps <= session.state.step:
@@ -282,8 +284,9 @@ def _run(
         reason, last_ckpt, losses = _train_loop(session)
         return _finish(session, reason, last_ckpt, losses, doctor_json)
     finally:
-        if session.hasher is not None:
-            session.hasher.close()
+        for closing in (session.hasher, session.figures):
+            if closing is not None:
+                closing.close()
 
 
 def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
@@ -423,7 +426,7 @@ def _finish(
         if s.hasher is not None:
             card["sources"] = s.hasher.annotate(card["sources"])
         report = write_report(
-            s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json
+            s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json, pool=s.figures
         )
         s.say(f"report: {report}")
         mark(s.out_dir, "finished", report=str(report), manifest=str(s.out_dir / MANIFEST), **ended)
