@@ -18,7 +18,7 @@ from mw_env.checks.catalogue import CATALOGUE_FILE, general_advice, load_catalog
 from mw_env.checks.gpuadvice import KEYS, for_machine, general
 from mw_env.cli import main
 from mw_env.profiles import load_profiles, resolve
-from mw_env.profiles.loader import SHIPPED_DIR
+from mw_env.profiles.torchsources import SHIPPED as SHIPPED_SOURCES
 
 ROOT_780M = str(MACHINES / "incus-780m")
 ARCH_ENTRIES = ("invalid-device-function", "no-binary-for-gpu")
@@ -116,12 +116,12 @@ def test_changing_a_profiles_arch_list_changes_the_advice():
 def test_a_users_profile_file_changes_what_explain_says(tmp_path, capsys):
     folder = tmp_path / "profiles"
     folder.mkdir()
-    text = (SHIPPED_DIR / "gfx1103.yaml").read_text()
-    # amd-multiarch's table without gfx1103 (the first arch list is amd-multiarch's).
+    text = SHIPPED_SOURCES.read_text()
+    # amd-multiarch's table without gfx1103 (the first arch list of the source catalogue is amd-multiarch's).
     first = re.search(r"arch_list: \[[^\]]*\]", text)
     assert first and "gfx1103, " in first.group(0)
     text = text[: first.start()] + first.group(0).replace("gfx1103, ", "") + text[first.end() :]
-    (folder / "gfx1103.yaml").write_text(text)
+    (folder / "sources.yaml").write_text(text)
     venv = _venv(tmp_path / "v", "amd-multiarch")
     found = _explain(tmp_path, capsys, venv, "--profiles-dir", str(folder))
     assert "export HSA_OVERRIDE_GFX_VERSION=11.0.0" in found["no-binary-for-gpu"]["fix"]
