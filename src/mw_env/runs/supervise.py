@@ -34,6 +34,14 @@ PROC = Path("/proc")
 # Set by runs.launch in the environment of every process of one launch: torchrun puts its workers in sessions
 # of their own, so neither the process group nor the parent chain finds them all; their environment does.
 RUN_ID_ENV = "MW_ENV_RUN_ID"
+# The run folder (absolute) in the same environments: a run whose folder was deleted or replaced (no run.json
+# left to name its run id) is still found by where it was started (`train status`/`watch`/`stop`).
+RUN_DIR_ENV = "MW_ENV_RUN_DIR"
+
+
+def processes_of_folder(run_dir: Path) -> list[int]:
+    """Live processes of this user started for `run_dir` (its trainer, torchrun and workers)."""
+    return marked_processes(str(Path(run_dir).resolve()), key=RUN_DIR_ENV)
 
 
 def proc_stat(pid: int, *, proc: Path = PROC) -> tuple[str, int, int] | None:
@@ -128,9 +136,19 @@ def supervise(report_fd: int) -> int:
     os.close(report_fd)
     run_dir = Path(spec["run_dir"])
     set_state(run_dir, "running", child_pid=child.pid)
+    folder = _identity(run_dir)
     for early in pending:
         forward(early, None)
     returncode = child.wait()
+    if _identity(run_dir) != folder:
+        # Deleted or replaced under the run (the trainer stopped for it, trainer/folderwatch.py): a record
+        # written now would recreate the folder, or land in another run's.
+        print(
+            f"mw-env: the run folder {run_dir} was deleted or replaced while the run was alive; the trainer's "
+            f"exit ({returncode}) is not recorded there",
+            flush=True,
+        )
+        return 0
     if torchrun and returncode > 0:
         from mw_env.runs.foreground import ended_cleanly
 
@@ -157,6 +175,14 @@ def supervise(report_fd: int) -> int:
         child_pid=child.pid,
     )
     return 0
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def stopped_at_start_up(run_dir: Path, *, since: float) -> bool:
