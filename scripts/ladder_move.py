@@ -399,7 +399,7 @@ FIXUPS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def apply(plan: Plan) -> None:
+def apply(plan: Plan, ruff_path: str | None = None) -> None:
     root = REPO / PKG
     for old, new in plan.moves.items():
         (root / new).parent.mkdir(parents=True, exist_ok=True)
@@ -447,8 +447,14 @@ def apply(plan: Plan) -> None:
         path.write_text(text.replace(old, new), encoding="utf-8")
     append_layer_rule()
     replace_design_layout()
-    for argv in (["ruff", "check", "--fix", "--quiet"], ["ruff", "format", "--quiet"]):
-        subprocess.run([_tool(argv[0]), *argv[1:], "src", "tests", "bench", "scripts"], cwd=REPO, check=False)
+    ruff = _ruff(ruff_path)
+    if ruff is None:
+        print(
+            "ladder_move: no ruff (.venv/bin/ruff, PATH, --ruff): run `ruff check --fix` and `ruff format` now"
+        )
+        return
+    for argv in (["check", "--fix", "--quiet"], ["format", "--quiet"]):
+        subprocess.run([ruff, *argv, "src", "tests", "bench", "scripts"], cwd=REPO, check=False)
 
 
 def _remove_emptied(root: Path) -> None:
@@ -463,9 +469,11 @@ def _remove_emptied(root: Path) -> None:
                 shutil.rmtree(folder)
 
 
-def _tool(name: str) -> str:
-    local = REPO / ".venv" / "bin" / name
-    return str(local) if local.exists() else name
+def _ruff(given: str | None) -> str | None:
+    import shutil
+
+    local = REPO / ".venv" / "bin" / "ruff"
+    return given or (str(local) if local.exists() else shutil.which("ruff"))
 
 
 def _text_files() -> list[Path]:
@@ -530,6 +538,7 @@ def main() -> int:
     group.add_argument("--plan", action="store_true")
     group.add_argument("--apply", action="store_true")
     group.add_argument("--layer-rule", action="store_true")
+    ap.add_argument("--ruff", help="the ruff to run after the move (default: .venv/bin/ruff, else PATH)")
     args = ap.parse_args()
     if args.layer_rule:
         append_layer_rule()
@@ -564,7 +573,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    apply(plan)
+    apply(plan, args.ruff)
     print(
         f"moved {len(plan.moves)} files; next: make lint, the layout test, scripts/same_json.py compare, make test"
     )
