@@ -99,7 +99,6 @@ FILES: dict[str, str] = {
     "trainer/report.py": "trainer/report/report.py",
     "trainer/export.py": "trainer/export/onnx_export.py",
     "trainer/tracking.py": "trainer/tracking/tracking.py",
-    "trainer/mlflow_model.py": "trainer/tracking/mlflow_model.py",
     # Not onnx.py / mlflow.py: a module named like the library it imports is one sys.path entry away from
     # shadowing it (export/runtime.py is also run as a script from its own folder).
     "trainer/tracking_mlflow.py": "trainer/tracking/mlflow_tracker.py",
@@ -120,6 +119,9 @@ RULES: tuple[tuple[str, str], ...] = (
 # runs/rundir.py itself: the contract's file names, the cross-process words, sha256_file.
 FILES["runs/rundir.py"] = "rundir/contract.py"
 
+# Not moved, on purpose: trainer/mlflow_model.py. Its dotted name is the `loader_module` written into every
+# MLmodel the trainer logs to a registry (mlflow_model.LOADER): moved, models logged before would no longer load.
+
 # What stays where it is: the top-level entry modules, and folders that are rungs already (a new module in
 # one of them stays with it).
 STAY_TOP = {"__init__.py", "__main__.py", "cli.py"}
@@ -139,7 +141,8 @@ NEW_PACKAGES = {
     "trainspec/formats": "File formats read without their libraries: the Parquet footer and tags dictionary,"
     " Protocol Buffers/Thrift varints, the SentencePiece model's piece count.",
     "trainer/export": "ONNX export (onnx_export.py), its verification, the serving bundle and its runtime helper.",
-    "trainer/tracking": "Experiment tracking: TensorBoard and MLflow, the values they are fed, the MLflow model.",
+    "trainer/tracking": "Experiment tracking: TensorBoard and MLflow, and the values they are fed (the MLflow model"
+    " stays trainer/mlflow_model.py: its dotted name is written into every logged MLmodel).",
 }
 
 TEXT_GLOBS = (
@@ -447,6 +450,9 @@ def apply(plan: Plan, ruff_path: str | None = None) -> None:
         path.write_text(text.replace(old, new), encoding="utf-8")
     append_layer_rule()
     replace_design_layout()
+    subprocess.run(
+        ["git", "add", "-A", PKG, "tests", "docs"], cwd=REPO, check=True
+    )  # the new packages' files
     ruff = _ruff(ruff_path)
     if ruff is None:
         print(
