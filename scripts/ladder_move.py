@@ -409,6 +409,7 @@ def apply(plan: Plan, ruff_path: str | None = None) -> None:
         subprocess.run(["git", "mv", f"{PKG}/{old}", f"{PKG}/{new}"], cwd=REPO, check=True)
     regex = _path_regex(plan.paths)
     prose = short_names(plan.moves)
+    profiles_changed = False
     depth_change = {new: new.count("/") - old.count("/") for old, new in plan.moves.items()}
     for path in _text_files():
         rel = path.relative_to(REPO).as_posix()
@@ -429,6 +430,8 @@ def apply(plan: Plan, ruff_path: str | None = None) -> None:
         new = rewrite_paths(new, plan.paths, regex).replace(SHIELD, "mw_env")
         if new != text:
             path.write_text(new, encoding="utf-8")
+            if rel.startswith(f"{PKG}/profiles/") and path.suffix == ".yaml":
+                profiles_changed = True
     # New files after the rewrite: they are written with the new names already.
     for folder, doc in NEW_PACKAGES.items():
         init = root / folder / "__init__.py"
@@ -450,9 +453,16 @@ def apply(plan: Plan, ruff_path: str | None = None) -> None:
         path.write_text(text.replace(old, new), encoding="utf-8")
     append_layer_rule()
     replace_design_layout()
-    subprocess.run(
-        ["git", "add", "-A", PKG, "tests", "docs"], cwd=REPO, check=True
-    )  # the new packages' files
+    if (
+        profiles_changed
+    ):  # shipped.json holds each shipped profile's text: a stale copy is parsed as YAML again
+        python = REPO / ".venv" / "bin" / "python"
+        if python.exists():
+            subprocess.run([str(python), "-m", "mw_env.profiles.index"], cwd=REPO, check=True)
+        else:
+            print("ladder_move: a shipped profile changed: run `python -m mw_env.profiles.index`")
+    # The new packages' files, with the moves (the integrator commits what `git status` shows).
+    subprocess.run(["git", "add", "-A", PKG, "tests", "docs"], cwd=REPO, check=True)
     ruff = _ruff(ruff_path)
     if ruff is None:
         print(
