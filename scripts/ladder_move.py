@@ -145,17 +145,6 @@ NEW_PACKAGES = {
     " stays trainer/mlflow_model.py: its dotted name is written into every logged MLmodel).",
 }
 
-TEXT_GLOBS = (
-    "src/**/*",
-    "tests/**/*",
-    "bench/**/*",
-    "docs/**/*",
-    ".ci/*",
-    "README.md",
-    "Makefile",
-    "pyproject.toml",
-    "CONTRIBUTING.md",
-)
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".json", ".txt", ".cfg", ".ini", ""}
 
 
