@@ -12,7 +12,7 @@
 
 `BEHAVIOURS` is how each index answers when served (`serve(roots, BEHAVIOURS)`).
 
-`profiles_dir(dest, urls)` writes the shipped AMD profiles with their index URLs pointed at these.
+`profiles_dir(dest, urls)` writes a source catalogue with the shipped index URLs pointed at these.
 """
 
 from __future__ import annotations
@@ -104,13 +104,13 @@ def build_world(base: Path, archs: Sequence[str] = ARCHS) -> World:
 
 
 def profiles_dir(dest: Path, urls: Mapping[str, str]) -> Path:
-    """The shipped AMD profiles with their index URLs replaced (`urls`: REAL key -> local URL)."""
-    from mw_env.profiles.loader import SHIPPED_DIR
+    """A profiles folder whose source catalogue (sources.yaml) points the shipped indexes at local ones (`urls`:
+    REAL key -> local URL): the way a user points an index at a mirror."""
+    from mw_env.profiles.torchsources import SHIPPED
 
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("gfx1103", "gfx1151", "rocm"):
-        text = (SHIPPED_DIR / f"{name}.yaml").read_text()
-        for key, url in urls.items():
-            text = text.replace(REAL[key], url)
-        (dest / f"{name}.yaml").write_text(text)
+    text = SHIPPED.read_text()
+    for key, url in urls.items():
+        text = text.replace(REAL[key], url)
+    (dest / "sources.yaml").write_text(text)
     return dest

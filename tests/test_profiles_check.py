@@ -20,7 +20,7 @@ def _check(capsys, *args: str) -> tuple[int, dict]:
 
 
 def _by(data: dict, profile: str, source: str) -> dict:
-    return next(s for s in data["sources"] if s["profile"] == profile and s["source"] == source)
+    return next(s for s in data["sources"] if profile in s["profiles"] and s["source"] == source)
 
 
 def test_recorded_snapshots_match_the_shipped_tables(capsys):
@@ -61,7 +61,13 @@ def test_a_stale_row_in_a_snapshot_is_found_and_named(tmp_path, capsys):
     # The human report names the same rows.
     assert main(["profiles", "--check", "--snapshots", str(snaps), "gfx1103"]) == 1
     out = capsys.readouterr().out
-    assert "stale gfx1103/amd-multiarch" in out and "stale gfx1103/rocm6.4" in out
+    assert "stale amd-multiarch (gfx1103)" in out and "stale rocm6.4 (gfx1103)" in out
+
+
+def test_a_source_named_by_several_profiles_is_checked_once(capsys):
+    _code, data = _check(capsys, "--snapshots", str(SNAPSHOTS))
+    rows = [s for s in data["sources"] if s["source"] == "amd-multiarch"]
+    assert len(rows) == 1 and rows[0]["profiles"] == ["gfx1103", "gfx1151", "rocm"]
 
 
 def test_an_unknown_profile_is_bad_input(capsys):

@@ -18,7 +18,7 @@ from mw_env.checks.catalogue import CATALOGUE_FILE, general_advice, load_catalog
 from mw_env.checks.gpuadvice import KEYS, for_machine, general
 from mw_env.cli import main
 from mw_env.profiles import load_profiles, resolve
-from mw_env.profiles.loader import SHIPPED_DIR
+from mw_env.profiles.torchsources import SHIPPED as SHIPPED_SOURCES
 
 ROOT_780M = str(MACHINES / "incus-780m")
 ARCH_ENTRIES = ("invalid-device-function", "no-binary-for-gpu")
@@ -116,12 +116,12 @@ def test_changing_a_profiles_arch_list_changes_the_advice():
 def test_a_users_profile_file_changes_what_explain_says(tmp_path, capsys):
     folder = tmp_path / "profiles"
     folder.mkdir()
-    text = (SHIPPED_DIR / "gfx1103.yaml").read_text()
-    # amd-multiarch's table without gfx1103 (the first arch list is amd-multiarch's).
+    text = SHIPPED_SOURCES.read_text()
+    # amd-multiarch's table without gfx1103 (the first arch list of the source catalogue is amd-multiarch's).
     first = re.search(r"arch_list: \[[^\]]*\]", text)
     assert first and "gfx1103, " in first.group(0)
     text = text[: first.start()] + first.group(0).replace("gfx1103, ", "") + text[first.end() :]
-    (folder / "gfx1103.yaml").write_text(text)
+    (folder / "sources.yaml").write_text(text)
     venv = _venv(tmp_path / "v", "amd-multiarch")
     found = _explain(tmp_path, capsys, venv, "--profiles-dir", str(folder))
     assert "export HSA_OVERRIDE_GFX_VERSION=11.0.0" in found["no-binary-for-gpu"]["fix"]
@@ -174,9 +174,10 @@ def test_every_placeholder_in_a_message_is_one_the_advice_fills():
 def test_no_message_types_which_source_covers_a_gpu_or_an_override_value():
     # Facts the profiles hold, never typed into the catalogue beside them: source ids and override values.
     profiles = load_profiles(env={})
-    ids = {s.id for p in profiles.values() for s in p.sources if p.default_source.build == "rocm"}
+    ids = {s.id for p in profiles.values() for s in p.sources if any(c.isdigit() for c in s.id)}
     values = {p.hsa_override_when_missing for p in profiles.values() if p.hsa_override_when_missing}
     values |= {o.hsa_override for p in profiles.values() for o in p.arch_overrides}
+    values |= {s.min_driver for p in profiles.values() for s in p.sources if s.min_driver}
     import yaml
 
     data = yaml.safe_load(CATALOGUE_FILE.read_text())
@@ -225,3 +226,16 @@ def test_a_log_read_on_a_machine_without_an_amd_gpu_gets_every_gpus_advice(tmp_p
     assert rc == 1 and data["advice_for"] is None
     fix = data["messages"][0]["fix"]
     assert "For the GPUs the profiles name" in fix and "gfx1103" in fix and "gfx1151" in fix
+
+
+def test_the_cuda_sentences_follow_the_cuda_table():
+    profiles = load_profiles(env={})
+    cause = next(m.cause for m in load_catalogue().messages if m.id == "no-kernel-image")
+    assert "cu126 sm_50-sm_90" in cause and "cu128 sm_75-sm_120" in cause
+    cuda = profiles["cuda"]
+    newer = replace(
+        cuda, sources=tuple(replace(s, min_driver="999.1") if s.id == "cu126" else s for s in cuda.sources)
+    )
+    advice = general({**profiles, "cuda": newer})
+    cat = load_catalogue(advice=advice)
+    assert "cu126 >= 999.1" in next(m.cause for m in cat.messages if m.id == "nvidia-driver-too-old")

@@ -9,7 +9,7 @@ import pytest
 
 from mw_env.cli import main
 
-from .lock_support import lock_text
+from .lock_support import lock_text, quiet_wheelhouse
 
 REPO = Path(__file__).resolve().parents[2]
 MACHINES = REPO / "tests" / "fixtures" / "machines"
@@ -18,16 +18,7 @@ MACHINES = REPO / "tests" / "fixtures" / "machines"
 @pytest.fixture
 def quiet_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No pip.conf, uv config or wheelhouse of this machine: the test's wheelhouse only."""
-    home = tmp_path / "home"
-    home.mkdir()
-    for var in ("PIP_FIND_LINKS", "UV_FIND_LINKS", "MW_ENV_ROOT", "MW_ENV_PROFILE", "MW_ENV_VENV"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "xdg"))
-    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
-    wheelhouse = tmp_path / "wheels"
-    wheelhouse.mkdir()
-    return wheelhouse
+    return quiet_wheelhouse(monkeypatch, tmp_path)
 
 
 def _bootstrap(capsys, *args: str) -> tuple[int, str]:
@@ -46,7 +37,7 @@ def _bootstrap(capsys, *args: str) -> tuple[int, str]:
 )
 def test_a_cpu_lock_is_refused_on_amd_machines_naming_both(quiet_env, tmp_path, capsys, machine, here):
     lock = tmp_path / "pylock.cpu.toml"
-    lock.write_text(lock_text(quiet_env))
+    lock.write_text(lock_text(quiet_env, whole=True))
     venv = tmp_path / "venv"
     rc, text = _bootstrap(
         capsys,
@@ -61,7 +52,7 @@ def test_a_cpu_lock_is_refused_on_amd_machines_naming_both(quiet_env, tmp_path, 
 
 def test_a_missing_wheel_is_named_with_where_it_was_looked_for(quiet_env, tmp_path, capsys):
     lock = tmp_path / "pylock.cpu.toml"
-    lock.write_text(lock_text(quiet_env))
+    lock.write_text(lock_text(quiet_env, whole=True))
     rc, text = _bootstrap(
         capsys,
         *("--root", str(MACHINES / "cpu-only"), "--lock", str(lock), "--venv", str(tmp_path / "venv")),
@@ -73,7 +64,7 @@ def test_a_missing_wheel_is_named_with_where_it_was_looked_for(quiet_env, tmp_pa
 
 def test_a_lock_with_a_wheel_outside_the_wheelhouse_is_bad_input(quiet_env, tmp_path, capsys):
     lock = tmp_path / "pylock.cpu.toml"
-    lock.write_text(lock_text(tmp_path / "elsewhere"))
+    lock.write_text(lock_text(tmp_path / "elsewhere", whole=True))
     rc, text = _bootstrap(
         capsys,
         *("--root", str(MACHINES / "cpu-only"), "--lock", str(lock), "--venv", str(tmp_path / "venv")),
@@ -85,7 +76,7 @@ def test_a_lock_with_a_wheel_outside_the_wheelhouse_is_bad_input(quiet_env, tmp_
 def test_an_explicit_python_other_than_the_locks_is_refused(quiet_env, tmp_path, capsys):
     (quiet_env / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"not checked here")
     lock = tmp_path / "pylock.cpu.toml"
-    lock.write_text(lock_text(quiet_env))
+    lock.write_text(lock_text(quiet_env, whole=True))
     rc, text = _bootstrap(
         capsys,
         *("--root", str(MACHINES / "cpu-only"), "--lock", str(lock), "--venv", str(tmp_path / "venv")),
@@ -100,7 +91,13 @@ def _rocm_lock(tmp_path: Path, wheelhouse: Path) -> Path:
     lock = tmp_path / "pylock.gfx1103.toml"
     lock.write_text(
         lock_text(
-            wheelhouse, profile="gfx1103", build="rocm", torch=torch, arch="gfx1103", gpu="AMD Radeon 780M"
+            wheelhouse,
+            profile="gfx1103",
+            build="rocm",
+            torch=torch,
+            arch="gfx1103",
+            gpu="AMD Radeon 780M",
+            whole=True,
         )
     )
     return lock

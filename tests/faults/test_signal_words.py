@@ -38,6 +38,8 @@ class _Launch:
     env: dict = field(default_factory=dict)
     cwd: Path = Path(".")
     nodes: object = None
+    memory_need: int | None = None
+    memory_lower: str = ""
 
 
 def test_a_sigkilled_trainer_is_not_blamed_on_memory_without_the_kernel_saying_so(

@@ -50,12 +50,14 @@ def test_status_of_nothing_is_exit_2(tmp_path, capsys):
 def test_status_of_a_foreground_run_names_no_missing_log(tmp_path, capsys):
     finished = [
         {"event": "step", "step": 2, "loss": 1.5, "lr": 1e-3, "tokens_per_s": 10.0, "time": time.time()},
+        {"event": "eval", "step": 2, "entity_f1": 0.5, "f1_mode": "strict", "time": time.time()},
         {"event": "finished", "step": 2, "reason": "max_steps", "time": time.time()},
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in finished))
     assert main(["train", "status", "--out-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "finished (no run.json: a foreground run)" in out and "step 2" in out
+    assert "last eval: step 2: entity_f1 (strict) 0.5" in out  # which F1 it is, named
     assert "train.log" not in out  # a foreground run writes none
 
 

@@ -320,3 +320,22 @@ def test_mlflow_gets_the_model_loadable_by_pyfunc_and_registrable(tmp_path, no_m
     )
     version = mlflow.register_model(f"runs:/{saved['run_id']}/model", "address-tagger")
     assert int(version.version) == 1
+    if not hasattr(client, "create_logged_model"):
+        return  # MLflow 2: the run's model/ artifact is the model
+    # MLflow 3 (issue 30 #7): a LoggedModel, READY, linked to the run as its output, with the same files.
+    model_id = tags["mw-env.logged_model"].removeprefix("models:/")
+    logged = client.get_logged_model(model_id)
+    from mlflow.entities import LoggedModelStatus
+
+    assert logged.status == LoggedModelStatus.READY
+    assert logged.source_run_id == saved["run_id"] and logged.name == "model"
+    assert logged.tags["mw-env.manifest_sha256"] == sha256_file(run / "MANIFEST.sha256")
+    outputs = client.get_run(saved["run_id"]).outputs
+    assert [m.model_id for m in outputs.model_outputs] == [model_id]
+    found = client.search_logged_models(experiment_ids=[logged.experiment_id])
+    assert [m.model_id for m in found] == [model_id]
+    got = Path(mlflow.artifacts.download_artifacts(f"models:/{model_id}", dst_path=str(tmp_path / "dl3")))
+    assert yaml.safe_load((got / "MLmodel").read_text())["model_id"] == model_id
+    assert {p.name for p in (got / "data").iterdir()} == {"weights.pt", "tagger.json"}
+    version = mlflow.register_model(f"models:/{model_id}", "address-tagger")
+    assert int(version.version) == 2

@@ -161,3 +161,21 @@ def test_sources_that_overlap_or_are_too_small_are_refused(corpus: Path, tmp_pat
         open_corpus(cfg)
     with pytest.raises(InputError, match=r"data.sources\[0\] \(small\): its training split has 4 block"):
         open_corpus(_config(corpus, tmp_path / "b"), world=5)
+
+
+def test_summary_names_each_source_and_its_share(corpus: Path, tmp_path: Path, capsys) -> None:
+    from mw_env.cli import main
+
+    sources = (
+        f"data.sources=[{{name: small, files: ['{corpus}/small/*.parquet'], weight: 1}}, "
+        f"{{name: large, files: ['{corpus}/large/*.parquet'], weight: 3}}]"
+    )
+    common = ["train", "summary", "--config", "smoke", "--set", "data.source=files", "--set"]
+    assert main([*common, sources]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "small" in out and "weight 1 = 25.0% of the rows" in out and "weight 3 = 75.0%" in out
+    missing = (
+        f"data.sources=[{{files: ['{corpus}/small/*.parquet']}}, {{files: ['{tmp_path}/none/*.parquet']}}]"
+    )
+    assert main([*common, missing]) == 2
+    assert "error: data.sources[1].files: no file matches" in capsys.readouterr().err

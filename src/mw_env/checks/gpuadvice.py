@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from mw_env.provision.record import VenvRecord
 
 # The placeholders a catalogue message may carry; tests/checks hold every message to this list.
-KEYS: tuple[str, ...] = ("gpu_advice", "override_values", "math_sdpa")
+KEYS: tuple[str, ...] = ("gpu_advice", "override_values", "math_sdpa", "cuda_archs", "cuda_drivers")
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,30 @@ def general(profiles: Mapping[str, Profile]) -> Advice:
             "gpu_advice": advice,
             "override_values": values or "none known",
             "math_sdpa": _math_sdpa(profiles),
+            **_cuda(profiles),
         }
     )
+
+
+def _cuda(profiles: Mapping[str, Profile]) -> dict[str, str]:
+    """Which compute capabilities each CUDA source carries and the driver it needs, from the cuda profiles."""
+    from mw_env.profiles.archs import parse_cc
+
+    archs, drivers = [], []
+    for profile in profiles.values():
+        if profile.default_source.build != "cuda":
+            continue
+        for src in profile.sources:
+            sms = sorted((cc, a) for a in src.arch_list if (cc := parse_cc(a)) is not None)
+            if sms:
+                span = sms[0][1] if len(sms) == 1 else f"{sms[0][1]}-{sms[-1][1]}"
+                archs.append(f"{src.id} {span}{' (+PTX)' if src.ptx else ''}")
+            if src.min_driver:
+                drivers.append(f"{src.id} >= {src.min_driver}")
+    return {
+        "cuda_archs": ", ".join(archs) or "no CUDA profile loaded",
+        "cuda_drivers": ", ".join(drivers) or "no CUDA profile loaded",
+    }
 
 
 def _math_sdpa(profiles: Mapping[str, Profile]) -> str:

@@ -303,7 +303,16 @@ def _read_lock(args: BootstrapArgs, sel: Any, env: Mapping[str, str]) -> Any:
 
     assert args.lock is not None
     sources = discover(env=env, find_links=args.find_links)
-    return load_for_bootstrap(args.lock, selection=sel, sources=sources, force=args.force, env=env)
+    extras = tuple(e.strip() for e in args.extras.split(",") if e.strip())
+    return load_for_bootstrap(
+        args.lock,
+        selection=sel,
+        sources=sources,
+        force=args.force,
+        env=env,
+        project=args.project,
+        extras=extras,
+    )
 
 
 def _doctor_hook(resolved: Any, out: Any) -> Any:

@@ -106,7 +106,8 @@ def _check(
     marks = {"fresh": "[green]fresh[/]", "stale": "[red]stale[/]", "not checked": "[dim]not checked[/]"}
     for r in results:
         newest = f" (newest listed: {r.versions[0]})" if r.versions else ""
-        console.print(f"{marks[r.status]} {r.profile}/{r.source} {escape(redact(r.index))}{newest}")
+        named = ", ".join(r.profiles or (r.profile,))
+        console.print(f"{marks[r.status]} {r.source} ({named}) {escape(redact(r.index))}{newest}")
         for f in r.findings:
             console.print(f"    {escape(redact(f))}")
     unchecked = sum(r.status == "not checked" for r in results)

@@ -99,6 +99,8 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
         out_dir=launch.out_dir / f"node-{rank}" if rank else launch.out_dir,
         cwd=launch.cwd,
         max_steps=_max_steps(launch.config_path, tuple(options.get("overrides", ()))),
+        memory_need=launch.memory_need,
+        memory_lower=launch.memory_lower,
     )
     if as_json:
         echo_json(record.to_dict())
@@ -183,8 +185,9 @@ def _render_status(result: RunStatus) -> None:
             f"  last checkpoint: step {p.last_checkpoint['step']} {p.last_checkpoint['path']} {ago}".rstrip()
         )
     if p.last_eval:
+        mode = p.last_eval.get("f1_mode")  # which entity F1 entity_f1 is (runtime.f1_mode)
         metrics = ", ".join(
-            f"{k} {v:.4g}"
+            f"{k}{f' ({mode})' if k == 'entity_f1' and isinstance(mode, str) else ''} {v:.4g}"
             for k, v in p.last_eval.items()
             if k not in ("step", "time") and isinstance(v, int | float)
         )
@@ -228,6 +231,7 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
     from mw_env.runs.runs import is_alive, read_run
     from mw_env.runs.runstatus import run_status
     from mw_env.runs.stop import recent_events, stop_grace, stop_run
+    from mw_env.runs.supervise import RUN_DIR_ENV
 
     record = read_run(out_dir.resolve())
     # Announce the wait only when there is a live run to stop (no run: stop_run raises the error).
@@ -239,6 +243,20 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
             err=True,
         )
     result = stop_run(out_dir=out_dir, grace_s=grace)
+    if result.orphans:  # no record left in the folder: the run was found by its processes
+        if as_json:
+            echo_json(result.to_dict())
+        else:
+            click.echo(
+                f"the run started in {out_dir} has no record there (its folder was deleted or replaced); its "
+                f"processes {', '.join(map(str, result.orphans))}, found by {RUN_DIR_ENV} in their environment, "
+                + (
+                    f"were killed with SIGKILL after {duration(result.waited_s)}"
+                    if result.escalated
+                    else "stopped"
+                )
+            )
+        return EXIT_FAILED if result.escalated else 0
     after = run_status(out_dir=out_dir)
     code = EXIT_FAILED if result.escalated else 0
     if as_json:

@@ -39,7 +39,7 @@ def installed(venv: Path) -> dict[str, str]:
     if site is None:
         return found
     for d in sorted(site.glob("*.dist-info")):
-        if not (d / "METADATA").is_file() or _from_folder(d):
+        if not (d / "METADATA").is_file() or from_folder(d):
             continue
         stem = d.name[: -len(".dist-info")]
         name, _, version = stem.rpartition("-")
@@ -48,7 +48,7 @@ def installed(venv: Path) -> dict[str, str]:
     return found
 
 
-def _from_folder(dist_info: Path) -> bool:
+def from_folder(dist_info: Path) -> bool:
     """Installed from a local folder (`-e /src/mw-env`, `mw-env @ file:///src/mw-env`): the project."""
     try:
         data = json.loads((dist_info / "direct_url.json").read_text(encoding="utf-8"))

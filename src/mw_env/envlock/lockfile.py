@@ -52,6 +52,7 @@ class LockedPackage:
     version: str
     wheels: tuple[Artifact, ...] = ()
     sdist: Artifact | None = None
+    dependencies: tuple[str, ...] = ()  # PEP 751 `dependencies` (names), where the lock holds the graph
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,15 @@ def _package(entry: Any, where: str, roots: list[Path] | None) -> LockedPackage:
         wheels = (*wheels, _artifact(entry["archive"], f"{where} archive", roots))
     if not wheels and sdist is None:
         raise InputError(f"{where}: no wheel or sdist to install", hint=f"a truncated lock? {HINT}")
-    return LockedPackage(name=normalize(name), version=version, wheels=wheels, sdist=sdist)
+    deps = entry.get("dependencies", [])
+    if not isinstance(deps, list) or not all(
+        isinstance(d, dict) and isinstance(d.get("name"), str) for d in deps
+    ):
+        raise InputError(f"{where}: dependencies must be a list of tables with a name", hint=HINT)
+    names = tuple(normalize(d["name"]) for d in deps if _NAME.match(d["name"]))
+    return LockedPackage(
+        name=normalize(name), version=version, wheels=wheels, sdist=sdist, dependencies=names
+    )
 
 
 def _artifact(raw: Any, where: str, roots: list[Path] | None) -> Artifact:

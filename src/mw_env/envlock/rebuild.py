@@ -48,9 +48,18 @@ def local_roots(
 
 
 def load_for_bootstrap(
-    path: Path, *, selection: Selection, sources: Sources, force: bool, env: Mapping[str, str] | None = None
+    path: Path,
+    *,
+    selection: Selection,
+    sources: Sources,
+    force: bool,
+    env: Mapping[str, str] | None = None,
+    project: Path | None = None,
+    extras: Sequence[str] = ("train",),
 ) -> Lock:
-    """The lock, validated and checked against this machine; InputError before anything is installed."""
+    """The lock, validated, checked whole (envlock.requires: the project's `extras` met, its wheels the
+    versions and the Python they claim) and against this machine; InputError before anything is installed.
+    `bootstrap --lock` and its `--dry-run` both come here, so the dry run refuses what the real run would."""
     torch = selection.torch
     roots = local_roots(sources, (torch.index_url, *getattr(torch, "extra_index_urls", ())), env)
     lock = read_lock(path, wheelhouses=roots)
@@ -75,7 +84,26 @@ def load_for_bootstrap(
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
             hint="put the wheel back into that wheelhouse, or make a new lock here",
         )
+    check_whole(lock, project=project, extras=extras)
     return lock
+
+
+def check_whole(lock: Lock, *, project: Path | None, extras: Sequence[str]) -> None:
+    """InputError naming what the lock lacks or gets wrong, whatever --force says (it is about hardware)."""
+    from mw_env.envlock.requires import lock_problems, marker_env, project_needs
+
+    env = marker_env(lock.meta.python, lock.meta.platform or "linux-x86_64")
+    problems = list(dict.fromkeys(lock_problems(lock, project_needs(project, extras, env))))
+    if not problems:
+        return
+    more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
+    wanted = ",".join(extras) or "none"
+    raise InputError(
+        f"{lock.source} is not whole: {'; '.join(problems[:6])}{more}",
+        hint=f"a lock is installed only whole: make a new one from a complete venv (`mw-env lock --venv VENV "
+        f"--output FILE`; a bootstrap with --extras {wanted} writes one into the venv), or bootstrap with the extras "
+        "the lock was made for; nothing was installed",
+    )
 
 
 def python_request(lock: Lock, given: str | None) -> str:

@@ -46,11 +46,12 @@ SKIP: dict[type, tuple[str, ...]] = {Profile: ("path", "shipped")}  # set by the
 class Ctx:
     """Where we are in which file, for error messages."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, what: str = "profile") -> None:
         self.path = path
+        self.what = what  # "profile", or "source catalogue" (sources.yaml)
 
     def fail(self, key: str, problem: str, allowed: str | None = None) -> InputError:
-        msg = f"profile {self.path}: {key or '(top level)'}: {problem}"
+        msg = f"{self.what} {self.path}: {key or '(top level)'}: {problem}"
         hint = f"allowed: {allowed}" if allowed else "see docs/profiles.md for the profile format"
         return InputError(msg, hint=hint)
 
@@ -101,7 +102,7 @@ _OVERRIDE_ALLOWED = 'major.minor.stepping, e.g. "10.3.0"'
 RULES: dict[tuple[type, str], Rule] = {
     (Profile, "name"): Rule.pattern(_NAME_RE, "lower-case letters, digits, '.', '_', '-' (e.g. gfx1103)"),
     (Profile, "sources"): Rule(
-        _sources, "at least one torch source: a list of mappings with id, build, version, local_tag"
+        _sources, "at least one torch source: ids from the source catalogue (sources.yaml), or mappings"
     ),
     (Profile, "hsa_override_when_missing"): Rule.pattern(_OVERRIDE_RE, 'major.minor.stepping, e.g. "11.0.0"'),
     (Profile, "aliases"): Rule.pattern(_NAME_RE, "lower-case names", each=True),
@@ -119,6 +120,10 @@ RULES: dict[tuple[type, str], Rule] = {
     (TorchSource, "min_driver"): Rule.pattern(_DOTTED_RE, 'e.g. "525.60.13"'),
     (TorchSource, "newest_torch"): Rule.pattern(_DOTTED_RE, '"2.14"'),
     (TorchSource, "download_gb"): Rule(_positive, "the stated download in GB, e.g. 1.1"),
+    (TorchSource, "installed_gb"): Rule(_positive, "the stated installed size in GB, e.g. 5.7"),
+    (TorchSource, "serves"): Rule.pattern(
+        r"^[a-z0-9*][a-z0-9._*-]*$", 'project names, "*" a wildcard, e.g. "amd-torch-device-*"', each=True
+    ),
     (TorchSource, "replaced_by"): Rule.pattern(_NAME_RE, "the id of another source of this profile"),
     (TorchSource, "pythons"): Rule.pattern(r"^cp3[0-9]{1,2}t?$", 'CPython tags, e.g. "cp312"', each=True),
     (DeviceSpec, "extra"): Rule.pattern(

@@ -116,10 +116,12 @@ def disk_need(source: object, *, all_devices: bool = False) -> DiskNeed:
     per_gpu_source = bool(getattr(getattr(source, "devices", None), "extra", ""))
     describes = stated is not None and (kind != "all-gpus" or not per_gpu_source)
     download = float(stated) if describes and stated is not None else size.download_gb
+    stated_installed = getattr(source, "installed_gb", None)
+    installed = float(stated_installed) if describes and stated_installed is not None else size.installed_gb
     return DiskNeed(
         source=getattr(source, "id", None) or "torch",
         kind=kind,
         label=size.label,
         download_bytes=int(download * GB),
-        installed_bytes=int(size.installed_gb * GB),
+        installed_bytes=int(installed * GB),
     )

@@ -21,16 +21,18 @@ from mw_env.profiles.model import Profile, TorchSource, has_local_tag
 
 @dataclass(frozen=True)
 class SourceCheck:
-    profile: str
+    profile: str  # the first profile naming the source
     source: str
     index: str
     status: str  # "fresh" | "stale" | "not checked"
     findings: tuple[str, ...] = ()
     versions: tuple[str, ...] = ()  # the torch versions of the row's build the index lists, newest first
+    profiles: tuple[str, ...] = ()  # every profile naming it (one catalogue entry, checked once)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "profile": self.profile,
+            "profiles": list(self.profiles or (self.profile,)),
             "source": self.source,
             "index": self.index,
             "status": self.status,
@@ -115,7 +117,8 @@ def check_profiles(
     timeout: float = 8.0,
     names: Sequence[str] = (),
 ) -> list[SourceCheck]:
-    """Every source of the named profiles (all by default), each index listed once."""
+    """Every source of the named profiles (all by default), each source checked once (with the profiles naming
+    it), each index listed once."""
     from mw_env.provision.indexlist import IndexAnswerError, list_project, list_projects
 
     cache: dict[str, _Listing | str] = {}
@@ -141,21 +144,23 @@ def check_profiles(
         cache[key] = _Listing(torch.versions(), torch.pythons(), projects)
         return cache[key]
 
-    out: list[SourceCheck] = []
+    # Each source once (a catalogue entry is named by several profiles), with every profile naming it.
+    rows: dict[tuple[str, str], tuple[TorchSource, list[str]]] = {}
     for p in sorted(profiles.values(), key=lambda p: p.name):
         if names and p.name not in names:
             continue
         for src in p.sources:
-            if not src.index_url:
-                continue
-            got = listing(src)
-            shown = src.index_url if snapshots is None else f"{src.index_url} (snapshot)"
-            if isinstance(got, str):
-                out.append(SourceCheck(p.name, src.id, shown, "not checked", (got,)))
-                continue
-            findings = compare(src, got.versions, got.pythons, got.projects)
-            tagged = tuple(v for v in got.versions if has_local_tag(v, src.local_tag))
-            out.append(
-                SourceCheck(p.name, src.id, shown, "stale" if findings else "fresh", tuple(findings), tagged)
-            )
+            if src.index_url:
+                rows.setdefault((src.id, src.index_url), (src, []))[1].append(p.name)
+    out: list[SourceCheck] = []
+    for src, named in rows.values():
+        got = listing(src)
+        shown = str(src.index_url) if snapshots is None else f"{src.index_url} (snapshot)"
+        if isinstance(got, str):
+            out.append(SourceCheck(named[0], src.id, shown, "not checked", (got,), profiles=tuple(named)))
+            continue
+        findings = compare(src, got.versions, got.pythons, got.projects)
+        tagged = tuple(v for v in got.versions if has_local_tag(v, src.local_tag))
+        status = "stale" if findings else "fresh"
+        out.append(SourceCheck(named[0], src.id, shown, status, tuple(findings), tagged, tuple(named)))
     return out

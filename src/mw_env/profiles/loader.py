@@ -12,9 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mw_env.errors import InputError
+from mw_env.profiles import torchsources
 from mw_env.profiles._readers import Ctx
 from mw_env.profiles.model import Profile
 from mw_env.profiles.schema import parse_profile
+from mw_env.profiles.torchsources import CATALOGUE_FILE, Entries
 
 SHIPPED_DIR = Path(__file__).resolve().parent
 PROFILES_ENV = "MW_ENV_PROFILES"
@@ -29,14 +31,19 @@ __all__ = [
 ]
 
 
-def load_profile_file(path: Path, *, shipped: bool = False) -> Profile:
-    """Read and validate one profile file (a bounded read of a regular UTF-8 file, then strict YAML)."""
+def load_profile_file(path: Path, *, shipped: bool = False, catalogue: Entries | None = None) -> Profile:
+    """Read and validate one profile file (a bounded read of a regular UTF-8 file, then strict YAML); its
+    source ids are looked up in `catalogue` (the shipped source catalogue by default)."""
     from mw_env.userfile import load_yaml, read_text
 
     text = read_text(path, what="profile")
     data = _shipped_data(path, text) if shipped else None
     if data is None:
         data = load_yaml(text, source=f"profile {path}", shipped=shipped)
+    if isinstance(data, Mapping) and "sources" in data:
+        # Named sources become the catalogue's entries: the rest of the loader sees whole sources.
+        entries = torchsources.load() if catalogue is None else catalogue
+        data = {**data, "sources": torchsources.expand(data["sources"], entries, path=path, shipped=shipped)}
     profile = parse_profile(data, path=path, shipped=shipped)
     if profile.name != path.stem:
         raise Ctx(path).fail(
@@ -55,13 +62,14 @@ def _shipped_data(path: Path, text: str) -> object | None:
     return cached(path.name, text)
 
 
-def _dir_profiles(folder: Path, *, shipped: bool) -> list[Profile]:
+def _dir_profiles(folder: Path, *, shipped: bool, catalogue: Entries) -> list[Profile]:
     if not folder.is_dir():
         raise InputError(
             f"profiles folder {folder} does not exist or is not a folder",
             hint=f"pass an existing folder to --profiles-dir / {PROFILES_ENV}",
         )
-    files = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+    # sources.yaml is the folder's source catalogue (torchsources.py), not a profile.
+    files = sorted(f for f in [*folder.glob("*.yaml"), *folder.glob("*.yml")] if f.name != CATALOGUE_FILE)
     seen: dict[str, Path] = {}
     out = []
     for f in files:
@@ -71,7 +79,7 @@ def _dir_profiles(folder: Path, *, shipped: bool) -> list[Profile]:
                 hint="keep one of them",
             )
         seen[f.stem] = f
-        out.append(load_profile_file(f, shipped=shipped))
+        out.append(load_profile_file(f, shipped=shipped, catalogue=catalogue))
     return out
 
 
@@ -86,9 +94,14 @@ def load_profiles(
 ) -> dict[str, Profile]:
     """Shipped profiles, then MW_ENV_PROFILES folders, then `extra_dirs` (--profiles-dir); later ones replace
     earlier ones with the same name. Every file is validated the same way."""
-    profiles: dict[str, Profile] = {p.name: p for p in _dir_profiles(SHIPPED_DIR, shipped=True)}
-    for folder in [*profile_dirs_from_env(env), *(Path(d).expanduser() for d in extra_dirs)]:
-        for p in _dir_profiles(folder, shipped=False):
+    folders = [*profile_dirs_from_env(env), *(Path(d).expanduser() for d in extra_dirs)]
+    # One catalogue for every profile: the shipped sources.yaml, then each folder's own (a mirror, a new index).
+    catalogue = torchsources.load([f for f in folders if f.is_dir()])
+    profiles: dict[str, Profile] = {
+        p.name: p for p in _dir_profiles(SHIPPED_DIR, shipped=True, catalogue=catalogue)
+    }
+    for folder in folders:
+        for p in _dir_profiles(folder, shipped=False, catalogue=catalogue):
             profiles[p.name] = p
     names = set(profiles)
     for p in profiles.values():

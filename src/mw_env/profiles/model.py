@@ -105,6 +105,8 @@ class TorchSource:
     # What the index answers for a project it does not hold: 404, or 403 (AMD's indexes, LocalAI#10997, and
     # pytorch.org's). The torch step tells uv to read a 403 from it as "not here" (provision/torchindex.py).
     unserved: Literal[403, 404] = 404
+    serves: tuple[str, ...] = ()  # the projects the index holds ("amd-torch-device-*"): the catalogue says
+    installed_gb: float | None = None  # the stated installed size of the install download_gb describes
 
     @property
     def per_gpu(self) -> bool:
@@ -185,6 +187,9 @@ class DoctorExpectations:
 
 @dataclass(frozen=True)
 class TrainerDefaults:
+    # The shipped trainer config `mw-env train` (and `train config`/`summary`) uses when --config is not
+    # given: the GPU-sized address-tagger, or address-tagger-cpu where training runs on the CPU.
+    config: str = "address-tagger"
     device: TrainerDevice = "cuda"
     precision: Precision = "fp32"
     sdpa_backend: SdpaBackend = "auto"

@@ -106,8 +106,20 @@ def _check_catalogue(ctx: Ctx, entries: tuple[Mapping[str, Any], ...]) -> None:
             )
 
 
+def check_source_entry(entry: Mapping[str, object], *, path: Path, key: str) -> TorchSource:
+    """One source catalogue entry (sources.yaml) read and checked as a profile's source is."""
+    ctx = Ctx(path, "source catalogue")
+    source: TorchSource = Reader(ctx.render, policy=POLICY, rules=RULES, skip=SKIP).read(
+        TorchSource, entry, key
+    )
+    _check_source(ctx, source, key)
+    return source
+
+
 def parse_profile(data: Any, *, path: Path, shipped: bool = False) -> Profile:
-    """Build a Profile from parsed YAML, raising InputError naming `path`, the key and the allowed values."""
+    """Build a Profile from parsed YAML, raising InputError naming `path`, the key and the allowed values.
+    Its sources are whole by now: the loader put the source catalogue's entries in place of the ids
+    (torchsources.expand)."""
     ctx = Ctx(path)
     reader = Reader(ctx.render, policy=POLICY, rules=RULES, skip=SKIP)
     if data is None or (isinstance(data, Mapping) and not data):

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mw_env.runs.fit import oom_hint
 from mw_env.runs.logscan import RUN_HEADER, LogFinding, LogScanner, classify_line, scan_log
 from mw_env.runs.procinfo import signal_name
 from mw_env.runs.rundir import LOG_FILE
@@ -120,6 +121,8 @@ class Liveness:
     oom_kills: int = 0  # rise of the cgroup's memory.events oom_kill counter over the run
     exit_recorded: bool = False
     stop_requested: bool = False
+    memory_need: int | None = None  # run.json: the run's estimated memory (runs/fit.py), for an OOM's hint
+    memory_lower: str = ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,8 +253,8 @@ def check_liveness(
             Anomaly(
                 "oom",
                 f"{pid} was killed by the kernel's OOM killer (cgroup oom_kill rose by {liveness.oom_kills})",
-                "the container ran out of host RAM: lower data.num_workers or the batch size, or raise the "
-                "container's memory limit; " + restart,
+                "the container ran out of host RAM: "
+                + oom_hint(liveness.memory_need, liveness.memory_lower, restart),
                 evidence=f"SIGKILL, memory.events oom_kill +{liveness.oom_kills}",
             )
         ]

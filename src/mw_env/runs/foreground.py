@@ -16,6 +16,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -24,9 +25,11 @@ from typing import Protocol
 from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.lifeline import preexec
 from mw_env.runs import rendezvous
+from mw_env.runs.fit import oom_hint
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
 from mw_env.runs.rendezvous import Nodes
 from mw_env.runs.rundir import MANIFEST, metrics_path
+from mw_env.runs.startup import stopped_at_start_up
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 
@@ -44,6 +47,10 @@ class Launched(Protocol):
     def cwd(self) -> Path: ...
     @property
     def nodes(self) -> Nodes | None: ...
+    @property
+    def memory_need(self) -> int | None: ...
+    @property
+    def memory_lower(self) -> str: ...
 
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
@@ -110,6 +117,7 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
     )  # from before the start: a SIGTERM in between is passed on, never our death
     handlers.enter_context(_forwarding(box, forwarded, workers=torchrun, interrupted=interrupted))
     # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
+    began = time.time()
     try:
         proc = subprocess.Popen(
             launch.argv,
@@ -174,6 +182,10 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
             if not forwarded:
                 write("torchrun was stopped by a signal and passed it on; every worker stopped cleanly")
             return 0
+        said = stopped_at_start_up(launch.out_dir, since=began) if forwarded and code != 0 else None
+        if said is not None and not filt.said_error:
+            write(said)  # our stop reached torchrun or its workers while they still imported torch
+            return 0
         code = filt.exit_code(code)
         if code == EXIT_FAILED and not filt.said_error:
             # No worker said why (killed mid-write, torchrun's own failure): never an exit 1 without a word.
@@ -189,13 +201,28 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
     if code < 0:
         after = cgroup_oom_kills()
         oom = None if oom_before is None or after is None else after > oom_before
-        raise killed(-code, launch.out_dir, sent=bool(forwarded), oom=oom)
+        raise killed(
+            -code,
+            launch.out_dir,
+            sent=bool(forwarded),
+            oom=oom,
+            need=launch.memory_need,
+            lower=launch.memory_lower,
+        )
     if code not in (0, 1, 2, EXIT_INTERRUPTED):
         return EXIT_FAILED
     return code
 
 
-def killed(signum: int, out_dir: Path, *, sent: bool, oom: bool | None) -> StepFailed:
+def killed(
+    signum: int,
+    out_dir: Path,
+    *,
+    sent: bool,
+    oom: bool | None,
+    need: int | None = None,
+    lower: str = "",
+) -> StepFailed:
     """The error for a trainer killed by a signal: the OOM killer only when the kernel's cgroup counter
     says it killed (memory.events oom_kill went up during the run); a signal the user sent, never."""
     name = signal_name(signum, number=True)
@@ -203,7 +230,7 @@ def killed(signum: int, out_dir: Path, *, sent: bool, oom: bool | None) -> StepF
     if oom and not sent:
         return StepFailed(
             f"the trainer was killed by the kernel's out-of-memory killer ({name}; memory.events oom_kill rose)",
-            hint=f"lower optim.batch_size or model size, or free memory; then {resume}",
+            hint=oom_hint(need, lower, resume),
         )
     who = "by a signal sent to it" if not sent else "after the signal mw-env passed on"
     record = (

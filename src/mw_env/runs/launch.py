@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.errors import InputError, MwEnvError
+from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
-from mw_env.runs.supervise import RUN_ID_ENV
+from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
 from mw_env.trainspec.preflight import check_on_host
 
@@ -110,6 +111,16 @@ class Launch:
     notes: tuple[str, ...] = ()  # said before the run starts (the venv's drift, the run's lock)
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
+    # The memory the run needs (runs/fit.py: bytes, all processes of this node) and the settings that lower
+    # it: an OOM-killed run's hint says both.
+    memory_need: int | None = None
+    memory_lower: str = ""
+
+
+def default_config(selection: Selection) -> str:
+    """The shipped config the profile trains when none is named (its `trainer.config`)."""
+    trainer = getattr(selection, "trainer", None) or selection.profile.trainer
+    return trainer.config
 
 
 def profile_defaults(selection: Selection) -> dict[str, object]:
@@ -262,7 +273,8 @@ def prepare(request: LaunchRequest) -> Launch:
     from mw_env.provision.venvinfo import read_pyvenv_cfg
 
     read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
-    config_path = find_config(r.config)
+    # No --config: the profile's default (trainer.config), known once the profile is.
+    config_path = find_config(r.config) if r.config else None
     _check_lock(venv_path, env_in)
     record = read_record(venv_path)
     # The profile is detected (or given), never trusted from the venv: a CPU venv on a GPU machine must fail
@@ -277,6 +289,8 @@ def prepare(request: LaunchRequest) -> Launch:
         source=r.source,
     )
     selection = resolved_env.selection
+    if config_path is None:
+        config_path = find_config(default_config(selection))
     defaults = profile_defaults(selection)
     # Validate the config and the --set values here, before any process starts.
     resolved = resolve_config(
@@ -288,6 +302,14 @@ def prepare(request: LaunchRequest) -> Launch:
     cwd = Path.cwd()
     # Files, columns, labels and the venv's packages: checked now, not after the doctor and a torch import.
     check_on_host(resolved.config, venv=venv_path, base=cwd)
+    # Settings the machine can hold: the model's and a batch's memory against this machine's or GPU's.
+    fit = check_fits(
+        resolved.config,
+        hardware=resolved_env.hardware,
+        build=selection.torch.build,
+        nproc=r.nproc_per_node,
+        read=resolved_env.machine.read,
+    )
     out_dir = (cwd / Path(resolved.config.runtime.out_dir).expanduser()).resolve()
     if not nodes.multi:
         # A live trainer there refuses us anyway; say so now, before the doctor runs. (Nodes of a multi-node
@@ -312,6 +334,7 @@ def prepare(request: LaunchRequest) -> Launch:
         env["PYTHONPATH"] = pythonpath
     run_id = uuid.uuid4().hex
     env[RUN_ID_ENV] = run_id
+    env[RUN_DIR_ENV] = str(out_dir)  # found by its folder even when the folder is gone (train stop/status)
     if nodes.multi:
         env[NODE_RANK_ENV] = str(nodes.node_rank)
 
@@ -374,4 +397,6 @@ def prepare(request: LaunchRequest) -> Launch:
         notes=notes,
         nodes=nodes,
         run_id=run_id,
+        memory_need=fit.needed,
+        memory_lower=fit.need.what_to_lower(),
     )

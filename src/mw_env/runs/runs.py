@@ -58,6 +58,9 @@ class RunRecord:
     # is wholly this run's, whatever its size.
     metrics_inode: int | None = None
     run_id: str | None = None  # MW_ENV_RUN_ID in the environment of each of the run's processes
+    # The memory the run was estimated to need (bytes, runs/fit.py) and what lowers it: an OOM kill's hint.
+    memory_need: int | None = None
+    memory_lower: str = ""
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -88,6 +91,8 @@ class RunRecord:
                 stop=dict(data["stop"]) if data.get("stop") else None,
                 metrics_inode=int(data["metrics_inode"]) if data.get("metrics_inode") is not None else None,
                 run_id=str(data["run_id"]) if data.get("run_id") else None,
+                memory_need=_int_or_none(data.get("memory_need")),
+                memory_lower=str(data.get("memory_lower") or ""),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:  # int(1e400): OverflowError
             raise InputError(
@@ -198,6 +203,8 @@ def start_run(
     out_dir: Path,
     cwd: Path | None = None,
     max_steps: int | None = None,
+    memory_need: int | None = None,
+    memory_lower: str = "",
 ) -> RunRecord:
     """Start `argv` detached (new session) with stdout+stderr appended to <out_dir>/train.log."""
     if not argv:
@@ -289,6 +296,8 @@ def start_run(
             cwd=str(cwd) if cwd else None,
             metrics_inode=metrics_inode,
             run_id=env.get(RUN_ID_ENV) or None,
+            memory_need=memory_need,
+            memory_lower=memory_lower,
         )
         try:
             write_json_atomic(out_dir / RUN_FILE, record.to_dict())

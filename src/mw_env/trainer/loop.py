@@ -33,12 +33,14 @@ from mw_env.trainer.distributed import (
     shutdown,
 )
 from mw_env.trainer.evaluate import evaluate_and_decide
+from mw_env.trainer.folderwatch import watching
 from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import build_model
 from mw_env.trainer.peers import lost_peer
 from mw_env.trainer.resume import check_compatible, pick_checkpoint
 from mw_env.trainer.runtime import (
+    cpu_bounds,
     environment_facts,
     pick_device,
     resolve_precision,
@@ -106,7 +108,8 @@ def train(
         timeout_s=config.dist.timeout_s,
     )
     try:
-        with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
+        # multinode: rank 0 holds <run>/.lock (trainer/agree.py) and watches the folder (folderwatch.py)
+        with run_lock(out_dir, dist), watching(out_dir, enabled=dist.main):
             return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
     except RuntimeError as exc:  # a node or process that died shows here as a transport error
         lost = lost_peer(exc, dist, checkpoints_dir(out_dir))
@@ -121,7 +124,10 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
     config = resolved.config
     rt, o = config.runtime, config.optim
     device = pick_device(rt, dist.local_rank)
-    set_determinism(deterministic=rt.deterministic, threads=rt.threads, device=device)
+    threads, clamped = cpu_bounds(config)
+    for warning in clamped:
+        say(f"warning: {warning}")
+    set_determinism(deterministic=rt.deterministic, threads=threads, device=device)
     precision = resolve_precision(rt.precision, device)
     say(f"device {device}, precision {precision.name} ({precision.reason}), world size {dist.world}")
     seed_host_rngs(rt.seed, dist.rank)

@@ -28,8 +28,11 @@ WEIGHTS = "weights.pt"
 META = "tagger.json"
 
 
-def save_model_dir(checkpoint: Path, out: Path, *, manifest_sha256: str | None = None) -> Path:
-    """Write the MLflow model folder for `checkpoint` into `out` (which must not exist yet)."""
+def save_model_dir(
+    checkpoint: Path, out: Path, *, manifest_sha256: str | None = None, model_id: str | None = None
+) -> Path:
+    """Write the MLflow model folder for `checkpoint` into `out` (which must not exist yet); `model_id`: the
+    MLflow 3 LoggedModel it is uploaded to (named in MLmodel, as mlflow's own writer does)."""
     import torch
 
     from mw_env.runs.rundir import sha256_file
@@ -54,11 +57,11 @@ def save_model_dir(checkpoint: Path, out: Path, *, manifest_sha256: str | None =
         "manifest_sha256": manifest_sha256,
     }
     (data / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    _write_mlmodel(Path(out) / "MLmodel")
+    _write_mlmodel(Path(out) / "MLmodel", model_id)
     return Path(out)
 
 
-def _write_mlmodel(path: Path) -> None:
+def _write_mlmodel(path: Path, model_id: str | None = None) -> None:
     """MLmodel by hand: mlflow.pyfunc's own writer imports pandas, which mlflow-skinny does not bring."""
     import platform
     import time
@@ -80,6 +83,7 @@ def _write_mlmodel(path: Path) -> None:
         },
         "mlflow_version": mlflow_version,
         "model_uuid": uuid.uuid4().hex,
+        **({"model_id": model_id} if model_id else {}),
         "utc_time_created": time.strftime("%Y-%m-%d %H:%M:%S.000000", time.gmtime()),
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")

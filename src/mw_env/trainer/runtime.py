@@ -15,7 +15,7 @@ from typing import Any, cast
 import torch
 
 from mw_env.errors import StepFailed
-from mw_env.trainspec.config import RuntimeConfig
+from mw_env.trainspec.config import RuntimeConfig, TrainConfig
 
 
 def pick_device(runtime: RuntimeConfig, local_rank: int) -> torch.device:
@@ -88,6 +88,27 @@ def autocast(device: torch.device, precision: ChosenPrecision) -> contextlib.Abs
     if precision.dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=precision.dtype)
+
+
+def cpu_bounds(config: TrainConfig) -> tuple[int, list[str]]:
+    """runtime.threads (0 = torch's default) and data.workers bounded by this rank's share of the CPUs the
+    process may use (affinity, cgroup cpu.max): `runtime.threads=4096` started 8,193 threads on 2 cores.
+    Returns the threads to set and a warning per setting lowered."""
+    from mw_env.capacity import bounded, usable_cpus
+    from mw_env.trainer.data.corpus import ranks_per_node
+    from mw_env.trainer.data.workers import rank_workers
+
+    ranks = ranks_per_node()
+    warnings: list[str] = []
+    threads = config.runtime.threads
+    if threads:
+        cpus = usable_cpus()
+        threads, warning = bounded("runtime.threads", threads, max(1, cpus.usable // ranks), cpus)
+        warnings += [warning] if warning else []
+    if config.data.source == "files":
+        _, warning = rank_workers(config.data.workers, ranks)
+        warnings += [warning] if warning else []
+    return threads, warnings
 
 
 def set_determinism(*, deterministic: bool, threads: int, device: torch.device) -> None:

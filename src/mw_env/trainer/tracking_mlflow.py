@@ -232,7 +232,9 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
 
 
 def _log_model(client: MlflowClient, run_id: str, checkpoint: Path, manifest_sha: str | None) -> str | None:
-    """The model as `model/` (an MLflow pyfunc model: mlflow_model.py), for the registry to promote."""
+    """The model as the run's `model/` artifact (an MLflow pyfunc model: mlflow_model.py, for MLflow 2's
+    `runs:/<id>/model`) and, where MLflow 3 is installed, as a LoggedModel (`models:/<model id>`): what MLflow
+    3's UI lists under the run's and the experiment's Models, and what `mlflow.register_model` takes."""
     import tempfile
 
     from mw_env.trainer.mlflow_model import save_model_dir
@@ -244,4 +246,47 @@ def _log_model(client: MlflowClient, run_id: str, checkpoint: Path, manifest_sha
         client.set_tag(run_id, "mw-env.model", f"runs:/{run_id}/model")
     except Exception as exc:  # a checkpoint that does not load is not logged as the model; the rest stands
         return f"mw-env: logging the model to MLflow failed ({type(exc).__name__}: {str(exc)[:300]})"
+    if not hasattr(client, "create_logged_model"):
+        return None  # MLflow 2: the run's artifact is the model
+    try:
+        _log_logged_model(client, run_id, checkpoint, manifest_sha)
+    except Exception as exc:  # the run's model/ artifact stands
+        return f"mw-env: logging the MLflow 3 LoggedModel failed ({type(exc).__name__}: {str(exc)[:300]})"
     return None
+
+
+def _log_logged_model(client: MlflowClient, run_id: str, checkpoint: Path, manifest_sha: str | None) -> None:
+    """MLflow 3's model entity, made with the client API (mlflow.pyfunc.log_model would do the same but
+    imports pandas, which mlflow-skinny lacks): create it linked to the run, upload the folder (its MLmodel
+    names the model id), mark it READY, and record it as the run's output at the checkpoint's step."""
+    import tempfile
+
+    from mlflow.entities import LoggedModelOutput
+
+    from mw_env.trainer.mlflow_model import save_model_dir
+
+    run = client.get_run(run_id)
+    tags = {
+        "mw-env.checkpoint": str(checkpoint),
+        **({"mw-env.manifest_sha256": manifest_sha} if manifest_sha else {}),
+    }
+    model = client.create_logged_model(
+        experiment_id=run.info.experiment_id,
+        name="model",
+        source_run_id=run_id,
+        tags=tags,
+        model_type="mw-env address tagger",
+    )
+    try:
+        with tempfile.TemporaryDirectory(prefix="mw-env-mlflow-") as tmp:
+            folder = save_model_dir(
+                checkpoint, Path(tmp) / "model", manifest_sha256=manifest_sha, model_id=model.model_id
+            )
+            client.log_model_artifacts(model.model_id, str(folder))
+    except BaseException:
+        client.finalize_logged_model(model.model_id, "FAILED")
+        raise
+    client.finalize_logged_model(model.model_id, "READY")
+    digits = checkpoint.stem.rpartition("-")[2]  # step-000000400.pt: the model is the run's output at 400
+    client.log_outputs(run_id, [LoggedModelOutput(model.model_id, int(digits) if digits.isdigit() else 0)])
+    client.set_tag(run_id, "mw-env.logged_model", f"models:/{model.model_id}")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+from mw_env.capacity import bounded, usable_cpus
 from mw_env.errors import InputError
 
 if TYPE_CHECKING:
@@ -36,13 +37,20 @@ _LEN = struct.Struct("<Q")
 
 
 def default_workers(ranks_per_node: int) -> int:
-    """Cores per rank minus one (the rank's own process: the step and the reader thread), at most 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    per_rank = cpus // max(ranks_per_node, 1)
+    """Cores per rank minus one (the rank's own process: the step and the reader thread), at most 8. The cores
+    are those this process may use (its affinity and the cgroup's cpu.max quota: mw_env.capacity)."""
+    per_rank = usable_cpus().usable // max(ranks_per_node, 1)
     return max(0, min(per_rank - 1, 8))
+
+
+def rank_workers(configured: int, ranks_per_node: int) -> tuple[int, str | None]:
+    """data.workers for one rank: -1 = default_workers; a count above the rank's share of the usable CPUs is
+    lowered to that share, with the warning to print (encoders beyond the cores only contend for them)."""
+    if configured < 0:
+        return default_workers(ranks_per_node), None
+    cpus = usable_cpus()
+    share = max(1, cpus.usable // max(ranks_per_node, 1))
+    return bounded("data.workers", configured, share, cpus)
 
 
 def _send(fh: IO[bytes] | None, obj: object) -> None:
