@@ -140,6 +140,10 @@ def test_the_order_is_a_pure_function_of_the_step(corpus: Path, tmp_path: Path) 
         (("data.sources=[{files: [], weight: 1}]",), r"data.sources\[0\].files is empty"),
         (("data.sources=[{files: [x.parquet]}]", "data.train_files=[y.parquet]"), "both set"),
         (("data.sources=[{files: [x.parquet], weight: .nan}]",), r"data.sources\[0\].weight"),
+        (
+            ("data.sources=[" + ", ".join(["{files: [x.parquet]}"] * 1001) + "]",),
+            "1001 sources, more than 1,000",
+        ),
     ],
 )
 def test_bad_sources_name_the_key(tmp_path: Path, sets: tuple[str, ...], message: str) -> None:
