@@ -108,7 +108,9 @@ def test_the_dry_run_text_shows_the_indexes_with_how_they_answer_and_the_disk(tm
     assert res.returncode == 0, res.stderr
     out = " ".join(res.stdout.split())
     srv = world["srv"]
-    assert f"index amd-multiarch {srv.url('multiarch')}: torch and its GPU packages come only from here" in out
+    assert (
+        f"index amd-multiarch {srv.url('multiarch')}: torch and its GPU packages come only from here" in out
+    )
     assert "it answers 403 for a project it does not hold: uv reads that as 'not here'" in out
     assert f"index default {srv.url('pypi')}: the default index: torch's own dependencies" in out
     assert "disk needs ~7.1 GiB for torch with one GPU's device package from amd-multiarch" in out
