@@ -329,5 +329,5 @@ def test_the_small_things_of_issue_20(tmp_path: Path) -> None:
     html = (run / "report" / "report.html").read_text()
     assert html.count("<table") == html.count('<div class="table"><table') > 3
     assert "div.table { max-width: 100%; overflow-x: auto; }" in html
-    svg = html[html.index("Loss: training and held-out") :]
+    svg = html[html.index("Loss: training (label-smoothed) and held-out (plain)") :]
     assert "resumed from a checkpoint" in svg[: svg.index("</svg>")]  # the legend of the loss figure

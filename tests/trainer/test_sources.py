@@ -104,6 +104,7 @@ def test_every_rank_draws_in_proportion_and_repeats_the_small_source(
         assert small == c.weighted.mix.counts(steps * 8)[0] == 120  # exactly 1 row in 4
     rows = [{"stream_row": 480}] * world
     card = c.card(Counts(len(c.labels)), rows)
+    assert c.weighted.describe() == "small 25.0% (40 rows), large 75.0% (300 rows)"
     mix = {s["name"]: s for s in card["mix"]}
     assert mix["small"]["configured_share"] == mix["small"]["realised_share"] == 0.25
     assert mix["small"]["rows_drawn"] == 120 * world and mix["small"]["epochs"] == 3.0 * world

@@ -132,6 +132,23 @@ def test_config_and_summary_commands(capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(capsys.readouterr().out)["config"]["model"]["d_model"] == 32
 
 
+def test_without_config_the_profile_names_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """cpu.yaml trains address-tagger-cpu, the GPU profiles address-tagger (profiles' trainer.config)."""
+    from mw_env.profiles import load_profiles
+    from mw_env.trainspec.config import find_config
+
+    defaults = {name: p.trainer.config for name, p in load_profiles().items()}
+    assert defaults["cpu"] == "address-tagger-cpu"
+    assert {n for n, c in defaults.items() if c == "address-tagger"} == set(defaults) - {"cpu"}
+    assert all(find_config(c).is_file() for c in defaults.values())
+    assert main(["train", "config", "--profile", "cpu"]) == 0
+    cpu = json.loads(capsys.readouterr().out)["config"]
+    assert (cpu["model"]["d_model"], cpu["runtime"]["out_dir"]) == (128, "runs/address-tagger-cpu")
+    assert main(["train", "summary", "--json", "--profile", "cuda"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert len([r for r in info["model"]["parameters"] if r["part"].startswith("block")]) == 6
+
+
 @pytest.mark.torch
 @pytest.mark.slow
 def test_mw_env_train_runs_smoke_in_the_venv(tmp_path: Path) -> None:

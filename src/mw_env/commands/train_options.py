@@ -31,7 +31,8 @@ def config_options(func: F) -> F:
         "config_name",
         default=None,
         metavar="FILE|NAME",
-        help="Config file (YAML/TOML) or a shipped config: smoke, address-tagger.",
+        help="Config file (YAML/TOML) or a shipped config: smoke, address-tagger, address-tagger-cpu "
+        "(default: the profile's, address-tagger-cpu on the cpu profile, address-tagger on a GPU).",
     )(func)
 
 
@@ -49,14 +50,15 @@ class ConfigSelection(TypedDict):
 
 def _profile_defaults(
     root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None
-) -> tuple[dict[str, object], str]:
+) -> tuple[dict[str, object], str, str]:
+    """(the profile's trainer defaults, its name, the config it trains when --config is not given)."""
     from mw_env.profiles import resolve
-    from mw_env.runs.launch import profile_defaults
+    from mw_env.runs.launch import default_config, profile_defaults
 
     selection = resolve(
         root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False
     ).selection
-    return profile_defaults(selection), selection.profile.name
+    return profile_defaults(selection), selection.profile.name, default_config(selection)
 
 
 def resolve_train_config(
@@ -70,11 +72,11 @@ def resolve_train_config(
 ) -> ResolvedConfig:
     from mw_env.trainspec.config import find_config, resolve_config
 
-    if not config_name:
-        raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
-    path = find_config(config_name)
-    defaults, name = _profile_defaults(root, profile, profiles_dirs, gpu)
-    return resolve_config(path=path, overrides=overrides, profile_defaults=defaults, profile_name=name)
+    path = find_config(config_name) if config_name else None
+    defaults, name, default = _profile_defaults(root, profile, profiles_dirs, gpu)
+    return resolve_config(
+        path=path or find_config(default), overrides=overrides, profile_defaults=defaults, profile_name=name
+    )
 
 
 def launch_options(func: F) -> F:
@@ -153,9 +155,7 @@ def prepare_launch(*, config_name: str | None, **options: Unpack[LaunchOptions])
     """`mw_env.runs.launch.prepare` from the launch options (the doctor's quick checks included)."""
     from mw_env.runs.launch import LaunchRequest, prepare
 
-    if not config_name:
-        raise click.UsageError("--config is required (a file, or one of: smoke, address-tagger)")
-    return prepare(LaunchRequest(config=config_name, **options))
+    return prepare(LaunchRequest(config=config_name or "", **options))
 
 
 def run_folder_options(func: Any) -> Any:

@@ -187,6 +187,9 @@ class DoctorExpectations:
 
 @dataclass(frozen=True)
 class TrainerDefaults:
+    # The shipped trainer config `mw-env train` (and `train config`/`summary`) uses when --config is not
+    # given: the GPU-sized address-tagger, or address-tagger-cpu where training runs on the CPU.
+    config: str = "address-tagger"
     device: TrainerDevice = "cuda"
     precision: Precision = "fp32"
     sdpa_backend: SdpaBackend = "auto"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypedDict
 from mw_env.errors import InputError, MwEnvError
 from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
-from mw_env.runs.supervise import RUN_ID_ENV
+from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
 from mw_env.trainspec.preflight import check_on_host
 
@@ -115,6 +115,12 @@ class Launch:
     # it: an OOM-killed run's hint says both.
     memory_need: int | None = None
     memory_lower: str = ""
+
+
+def default_config(selection: Selection) -> str:
+    """The shipped config the profile trains when none is named (its `trainer.config`)."""
+    trainer = getattr(selection, "trainer", None) or selection.profile.trainer
+    return trainer.config
 
 
 def profile_defaults(selection: Selection) -> dict[str, object]:
@@ -267,7 +273,8 @@ def prepare(request: LaunchRequest) -> Launch:
     from mw_env.provision.venvinfo import read_pyvenv_cfg
 
     read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
-    config_path = find_config(r.config)
+    # No --config: the profile's default (trainer.config), known once the profile is.
+    config_path = find_config(r.config) if r.config else None
     _check_lock(venv_path, env_in)
     record = read_record(venv_path)
     # The profile is detected (or given), never trusted from the venv: a CPU venv on a GPU machine must fail
@@ -282,6 +289,8 @@ def prepare(request: LaunchRequest) -> Launch:
         source=r.source,
     )
     selection = resolved_env.selection
+    if config_path is None:
+        config_path = find_config(default_config(selection))
     defaults = profile_defaults(selection)
     # Validate the config and the --set values here, before any process starts.
     resolved = resolve_config(
@@ -325,6 +334,7 @@ def prepare(request: LaunchRequest) -> Launch:
         env["PYTHONPATH"] = pythonpath
     run_id = uuid.uuid4().hex
     env[RUN_ID_ENV] = run_id
+    env[RUN_DIR_ENV] = str(out_dir)  # found by its folder even when the folder is gone (train stop/status)
     if nodes.multi:
         env[NODE_RANK_ENV] = str(nodes.node_rank)
 

@@ -26,8 +26,9 @@ from mw_env.runs.anomalies import (
     analyze,
     exit_code_for,
 )
-from mw_env.runs.runs import LOG_FILE, METRICS_FILE, RunRecord, is_alive, read_exit, read_run
-from mw_env.runs.supervise import proc_stat
+from mw_env.runs.liveness import life_alive, orphan_run
+from mw_env.runs.liveness import liveness as read_liveness
+from mw_env.runs.runs import LOG_FILE, METRICS_FILE, RunRecord, read_run
 from mw_env.runs.tail import MetricsTail, Tail
 
 LOG_SCAN_MAX = 64 * 1024 * 1024  # a huge log is scanned from its last 64 MiB
@@ -156,24 +157,6 @@ class RunStatus:
         }
 
 
-def _liveness(record: RunRecord | None, out_dir: Path) -> Liveness:
-    if record is None:
-        return Liveness(alive=None)
-    ended = read_exit(out_dir)
-    alive = ended is None and is_alive(record)
-    return Liveness(
-        alive=alive,
-        pid=record.child_pid or record.pid,
-        returncode=ended.returncode if ended else None,
-        signal=ended.signal if ended else None,
-        oom_kills=ended.oom_kills if ended else 0,
-        exit_recorded=ended is not None,
-        stop_requested=bool(record.stop),
-        memory_need=record.memory_need,
-        memory_lower=record.memory_lower,
-    )
-
-
 def _state(
     events: Sequence[dict[str, Any]],
     liveness: Liveness,
@@ -187,7 +170,7 @@ def _state(
         return {"stopped": "stopped", "nonfinite": "failed"}.get(str(life.get("reason")), "finished")
     if current == "killed":
         return "killed"
-    if current in ("stopping", "finishing") and _life_alive(life, liveness):
+    if current in ("stopping", "finishing") and life_alive(life, liveness):
         return str(current)
     finished = [e for e in events if e.get("event") == "finished"]
     # Ended while writing its report: the supervisor saw it exit then (detached), or state.json still says
@@ -198,21 +181,12 @@ def _state(
         return {"stopped": "stopped", "nonfinite": "failed"}.get(str(reason), "finished")
     alive = liveness.alive
     if alive is None and current in ("running", "stopping", "finishing"):
-        alive = _life_alive(life, liveness)  # a foreground run: its trainer's pid, from state.json
+        alive = life_alive(life, liveness)  # a foreground run: its trainer's pid, from state.json
     if alive:
         return "running" if any(e.get("event") == "step" for e in events) else "starting"
     if alive is False:
         return "stopped" if record and record.stop and not finished else "dead"
     return "unknown"
-
-
-def _life_alive(life: dict[str, Any], liveness: Liveness) -> bool:
-    """The process that wrote state.json is still there (a foreground run: judged by its pid)."""
-    if liveness.alive is not None:
-        return liveness.alive
-    pid = life.get("pid")
-    stat = proc_stat(pid) if isinstance(pid, int) and pid > 0 else None
-    return stat is not None and stat[0] not in ("Z", "X", "x")
 
 
 def _life_notes(state: str, life: dict[str, Any] | None) -> list[str]:
@@ -273,6 +247,7 @@ class RunWatcher:
                     hint="run the same status command again in a moment (a foreground run prints its progress in "
                     "its own terminal)",
                 ) from None
+            orphan_run(self.out_dir)
             raise InputError(
                 f"no training run in {self.out_dir}: no run.json, {METRICS_FILE} or {LOG_FILE}",
                 hint="pass the run's --out-dir (runtime.out_dir of its config)",
@@ -346,7 +321,7 @@ class RunWatcher:
     def _refresh(self) -> tuple[Liveness, list[dict[str, Any]]]:
         # Liveness first, then the files: a process seen dead has flushed everything it wrote,
         # so its `finished` event cannot be missed and taken for a vanished run.
-        liveness = _liveness(self.record, self.out_dir)
+        liveness = read_liveness(self.record, self.out_dir)
         self.life = runstate.read_state(self.out_dir)
         new = [event for _, event in self.history.read_events()]
         self.all_events += new
@@ -398,7 +373,7 @@ class RunWatcher:
             keys = ("step", "reason", "last_checkpoint", "during", "last_good_checkpoint")
             facts = {k: life[k] for k in keys if k in life}
             out.append(json_safe({"event": current, **facts, "time": life.get("time")}))
-        gone = liveness.alive is False or (liveness.alive is None and not _life_alive(life, liveness))
+        gone = liveness.alive is False or (liveness.alive is None and not life_alive(life, liveness))
         if self._held and (current == "finished" or gone or not life):
             # Finished with its report and manifest, or (the process gone before that) said to be incomplete.
             extra = (

@@ -16,12 +16,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
 from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
+from mw_env.runs.startup import stopped_at_start_up
 
 PROC = Path("/proc")
 # state.json (runstate.py): the supervisor writes "running" once the trainer is started and adds the
@@ -30,6 +32,14 @@ PROC = Path("/proc")
 # Set by runs.launch in the environment of every process of one launch: torchrun puts its workers in sessions
 # of their own, so neither the process group nor the parent chain finds them all; their environment does.
 RUN_ID_ENV = "MW_ENV_RUN_ID"
+# The run folder (absolute) in the same environments: a run whose folder was deleted or replaced (no run.json
+# left to name its run id) is still found by where it was started (`train status`/`watch`/`stop`).
+RUN_DIR_ENV = "MW_ENV_RUN_DIR"
+
+
+def processes_of_folder(run_dir: Path) -> list[int]:
+    """Live processes of this user started for `run_dir` (its trainer, torchrun and workers)."""
+    return marked_processes(str(Path(run_dir).resolve()), key=RUN_DIR_ENV)
 
 
 def proc_stat(pid: int, *, proc: Path = PROC) -> tuple[str, int, int] | None:
@@ -119,13 +129,24 @@ def supervise(report_fd: int) -> int:
         os.close(report_fd)
         print(f"mw-env: could not start {spec['argv'][0]}: {exc}", flush=True)
         return 127
+    started = time.time()
     os.write(report_fd, (json.dumps({"child_pid": child.pid}) + "\n").encode())
     os.close(report_fd)
     run_dir = Path(spec["run_dir"])
     set_state(run_dir, "running", child_pid=child.pid)
+    folder = _identity(run_dir)
     for early in pending:
         forward(early, None)
     returncode = child.wait()
+    if _identity(run_dir) != folder:
+        # Deleted or replaced under the run (the trainer stopped for it, trainer/folderwatch.py): a record
+        # written now would recreate the folder, or land in another run's.
+        print(
+            f"mw-env: the run folder {run_dir} was deleted or replaced while the run was alive; the trainer's "
+            f"exit ({returncode}) is not recorded there",
+            flush=True,
+        )
+        return 0
     if torchrun and returncode > 0:
         from mw_env.runs.foreground import ended_cleanly
 
@@ -140,6 +161,10 @@ def supervise(report_fd: int) -> int:
                 flush=True,
             )
             returncode = 0
+    said = stopped_at_start_up(run_dir, since=started) if sent and returncode != 0 else None
+    if said is not None:
+        print(f"mw-env: {said}", flush=True)
+        returncode = 0
     oom_after = cgroup_oom_kills()
     oom = (oom_after - oom_before) if oom_before is not None and oom_after is not None else 0
     record_exit(
@@ -150,6 +175,14 @@ def supervise(report_fd: int) -> int:
         child_pid=child.pid,
     )
     return 0
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def main(argv: Sequence[str] | None = None) -> int:

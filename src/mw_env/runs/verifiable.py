@@ -8,8 +8,8 @@ from pathlib import Path
 from mw_env.errors import InputError
 from mw_env.runs import runstate
 from mw_env.runs.anomalies import Liveness
+from mw_env.runs.liveness import life_alive as _life_alive
 from mw_env.runs.runs import is_alive, read_run
-from mw_env.runs.runstatus import _life_alive
 
 
 def check_verifiable(out_dir: Path) -> None:

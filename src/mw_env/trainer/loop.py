@@ -33,6 +33,7 @@ from mw_env.trainer.distributed import (
     shutdown,
 )
 from mw_env.trainer.evaluate import evaluate_and_decide
+from mw_env.trainer.folderwatch import watching
 from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import build_model
@@ -107,7 +108,8 @@ def train(
         timeout_s=config.dist.timeout_s,
     )
     try:
-        with run_lock(out_dir, dist):  # multinode: rank 0 holds <run>/.lock (trainer/agree.py)
+        # multinode: rank 0 holds <run>/.lock (trainer/agree.py) and watches the folder (folderwatch.py)
+        with run_lock(out_dir, dist), watching(out_dir, enabled=dist.main):
             return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
     except RuntimeError as exc:  # a node or process that died shows here as a transport error
         lost = lost_peer(exc, dist, checkpoints_dir(out_dir))
@@ -137,6 +139,8 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
         f"process), {corpus.val.rows:,} validation rows, {len(corpus.labels)} labels ({corpus.labels.origin}); "
         f"opened in {time.perf_counter() - t0:.2f} s"
     )
+    if corpus.weighted is not None:
+        say(f"sources (share of the rows drawn): {corpus.weighted.describe()}")
     if corpus.labels.note:
         say(f"warning: {corpus.labels.note}")
     model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels)).to(

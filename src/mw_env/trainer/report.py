@@ -177,7 +177,7 @@ def _doctor_words(doctor: dict[str, object] | None) -> str:
 
 
 def _draw_figures(
-    events: Sequence[dict[str, Any]], out: Path, resolved: ResolvedConfig
+    events: Sequence[dict[str, Any]], out: Path, resolved: ResolvedConfig, n_labels: int = 0
 ) -> tuple[list[Figure], HistogramDrawer, str | None]:
     """(run figures, histogram drawer, note): figures need matplotlib; without it, a note instead."""
     try:
@@ -204,7 +204,11 @@ def _draw_figures(
             return None
 
     try:
-        return rf.run_figures(events, out, grad_clip=resolved.config.optim.grad_clip), draw, None
+        o = resolved.config.optim
+        figures = rf.run_figures(
+            events, out, grad_clip=o.grad_clip, smoothing=o.label_smoothing, n_labels=n_labels
+        )
+        return figures, draw, None
     except Exception as exc:  # a plotting failure must not cost the rest of the report (a disk fault does)
         if os_error_in(exc) is not None:
             raise
@@ -221,7 +225,8 @@ def build_blocks(
     events: Sequence[dict[str, Any]],
     out: Path,
 ) -> list[DocBlock]:
-    figures, draw, note = _draw_figures(events, out, resolved)
+    labels = card.get("labels") if isinstance(card, dict) else None
+    figures, draw, note = _draw_figures(events, out, resolved, len(labels) if isinstance(labels, list) else 0)
     blocks: list[DocBlock] = [
         Heading("Summary"),
         kv_table(summary_pairs(run_dir, events, facts, doctor, resolved), "kv summary"),
@@ -299,7 +304,7 @@ def write_report(
     """Write report/ and MANIFEST.sha256 (then the MLflow artifacts, if tracked); return report.md's path."""
     run_dir = Path(run_dir)
     out = run_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)  # never the run folder itself: a deleted one is not recreated
     events = read_metrics(run_dir)
     write_json_atomic(out / "hyperparameters.json", resolved.to_dict(), default=str)
     write_json_atomic(out / "data_card.json", card, default=str)

@@ -123,17 +123,27 @@ class WordFeatures(nn.Module):
         same, in_word = word_layout(input_ids, attention_mask)
         (c3, c2, c1, c0), last = self.windows(input_ids, same)
         end = torch.full_like(c0, END)
-        lastf = last[..., None].to(self.ngram_emb.weight.dtype)
-        grams = self.ngram_emb(self._hash([c2, c1, c0], _SALT[0])) + self.ngram_emb(
-            self._hash([c3, c2, c1, c0], _SALT[1])
-        )
-        grams = grams + lastf * (
-            self.ngram_emb(self._hash([c1, c0, end], _SALT[2]))
-            + self.ngram_emb(self._hash([c2, c1, c0, end], _SALT[3]))
+        # One lookup per table (the four n-grams, the two shapes stacked), the end-of-word ones weighted
+        # by "is the last byte": one gather and one scatter in the backward pass instead of six.
+        grams = torch.stack(
+            [
+                self._hash([c2, c1, c0], _SALT[0]),
+                self._hash([c3, c2, c1, c0], _SALT[1]),
+                self._hash([c1, c0, end], _SALT[2]),
+                self._hash([c2, c1, c0, end], _SALT[3]),
+            ],
+            dim=-1,
         )
         k2, k1, k0 = (self.classes[c] for c in (c2, c1, c0))
-        shape = self.shape_emb((k2 * N_CLASSES + k1) * N_CLASSES + k0)
-        shape = shape + lastf * self.shape_emb((k1 * N_CLASSES + k0) * N_CLASSES + _CLASS_MARK[END])
+        shapes = torch.stack(
+            [(k2 * N_CLASSES + k1) * N_CLASSES + k0, (k1 * N_CLASSES + k0) * N_CLASSES + _CLASS_MARK[END]],
+            dim=-1,
+        )
+        lastf = last.to(self.ngram_emb.weight.dtype)[..., None, None]
+        ones = torch.ones_like(lastf)
+        gram_weight = torch.cat([ones, ones, lastf, lastf], dim=-2)  # [B, T, 4, 1]
+        grams = (self.ngram_emb(grams) * gram_weight).sum(-2)
+        shape = (self.shape_emb(shapes) * torch.cat([ones, lastf], dim=-2)).sum(-2)
         per_byte = grams + shape
         weights = same.to(per_byte.dtype)
         length = weights.sum(-1, keepdim=True)
