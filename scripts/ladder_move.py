@@ -73,6 +73,7 @@ FILES: dict[str, str] = {
     "machine.py": "hardware/machine.py",
     "hardware.py": "hardware/facts.py",
     "detect.py": "hardware/detect.py",
+    "capacity.py": "hardware/capacity.py",  # the CPUs and memory this process may use (cgroup limits)
     # sources/: where packages come from
     "provision/uv.py": "sources/uv.py",
     "provision/indexlist.py": "sources/indexlist.py",
