@@ -126,3 +126,26 @@ def test_a_trainer_whose_folder_is_deleted_stops_and_does_not_recreate_it(tmp_pa
     assert f"error: the run folder {run} was deleted or moved away" in err and "Traceback" not in err
     assert not run.exists()  # no checkpoints/, report or state record in a new folder of the same name
     assert proc_stat(proc.pid) is None
+
+
+def test_stop_leaves_a_foreground_run_whose_folder_is_intact_to_its_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    run, tag = tmp_path / "run", new_tag()
+    run.mkdir()
+    env = {**os.environ, RUN_DIR_ENV: str(run.resolve()), "MW_ENV_TEST_TAG": tag}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], env=env, stdin=subprocess.PIPE
+    )
+    try:
+        wait_until(lambda: _marked(proc.pid, run), what="the process to start")
+        (run / "state.json").write_text(json.dumps({"state": "running", "pid": proc.pid, "history": []}))
+        assert main(["train", "stop", str(run)]) == 2
+        assert "a foreground run stops with Ctrl-C" in capsys.readouterr().err
+        assert proc.poll() is None  # not signalled
+    finally:
+        proc.kill()
+        proc.wait()
+        kill_tagged(tag)

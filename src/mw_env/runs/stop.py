@@ -138,7 +138,10 @@ def stop_run(
     it only if it is still there after the grace (`grace_s`, else computed from `events`)."""
     out_dir = Path(out_dir).resolve()
     record = read_run(out_dir)
-    if record is None and (found := processes_of_folder(out_dir)):
+    # No record at all (the folder deleted or replaced under the run): its processes, found by their folder.
+    # A foreground run whose folder is intact keeps its own answer below (it stops with Ctrl-C).
+    bare = not metrics_path(out_dir).exists() and runstate.read_state(out_dir) is None
+    if record is None and bare and (found := processes_of_folder(out_dir)):
         return _stop_orphans(out_dir, found, stop_grace((), override=grace_s), poll_s, clock, sleep)
     if record is None:
         raise InputError(

@@ -140,6 +140,8 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
         f"process), {corpus.val.rows:,} validation rows, {len(corpus.labels)} labels ({corpus.labels.origin}); "
         f"opened in {time.perf_counter() - t0:.2f} s"
     )
+    if corpus.weighted is not None:
+        say(f"sources (share of the rows drawn): {corpus.weighted.describe()}")
     if corpus.labels.note:
         say(f"warning: {corpus.labels.note}")
     model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels)).to(

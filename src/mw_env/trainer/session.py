@@ -56,8 +56,6 @@ class Session:
         """Where this rank's stream stands before step `state.step` (arithmetic on row counts)."""
         o = self.resolved.config.optim
         rows = self.state.step * o.batch_size * o.accumulation_steps
-        if self.corpus.split is not None:
-            rows *= self.dist.world  # the in-memory order is one global stream
         per_epoch = self.corpus.rank_rows(self.dist.rank)
         return {
             "next_step": self.state.step,
