@@ -28,7 +28,7 @@ from typing import TypedDict
 
 from mw_env.trainer.report_figures import Figure
 
-Events = Sequence[dict]  # metrics.jsonl's events as read_metrics returns them
+MetricEvents = Sequence[dict]  # metrics.jsonl's events as read_metrics returns them
 
 
 class Request(TypedDict, total=False):
@@ -154,7 +154,7 @@ def histogram_request(name: str, title: str, counts: Sequence[float], width: flo
     )
 
 
-def draw(req: Request, events: Events) -> Figure | None:
+def draw(req: Request, events: MetricEvents) -> Figure | None:
     """One request, drawn here (the worker, or the report when the pool could not)."""
     from mw_env.trainer import report_figures as rf
 
@@ -184,7 +184,7 @@ def _serve() -> None:
     warm = MplFigure(figsize=(2, 1), layout="constrained")  # fonts and the layout engine, loaded now
     warm.add_subplot().plot([0, 1], [0, 1], label="x")
     warm.savefig(open(os.devnull, "wb"), format="png")  # noqa: SIM115 (closed with the process)
-    events: dict[str, Events] = {}
+    events: dict[str, MetricEvents] = {}
     for line in sys.stdin:
         try:
             req = json.loads(line)
