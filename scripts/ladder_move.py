@@ -552,7 +552,7 @@ def main() -> int:
         append_layer_rule()
         print("appended the layer rule to tests/test_layout.py (git checkout tests/test_layout.py to undo)")
         return 0
-    if (REPO / PKG / "base").exists():
+    if any(f.startswith("base/") for f in tracked_files()):
         print("ladder_move: src/mw_env/base/ exists: the move was applied already", file=sys.stderr)
         return 2
     plan = make_plan(tracked_files())
