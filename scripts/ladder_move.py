@@ -454,7 +454,8 @@ def apply(plan: Plan, ruff_path: str | None = None) -> None:
         else:
             print("ladder_move: a shipped profile changed: run `python -m mw_env.profiles.index`")
     # The new packages' files, with the moves (the integrator commits what `git status` shows).
-    subprocess.run(["git", "add", "-A", PKG, "tests", "docs"], cwd=REPO, check=True)
+    subprocess.run(["git", "add", "-u"], cwd=REPO, check=True)
+    subprocess.run(["git", "add", "-A", PKG], cwd=REPO, check=True)
     ruff = _ruff(ruff_path)
     if ruff is None:
         print(
@@ -463,6 +464,7 @@ def apply(plan: Plan, ruff_path: str | None = None) -> None:
         return
     for argv in (["check", "--fix", "--quiet"], ["format", "--quiet"]):
         subprocess.run([ruff, *argv, "src", "tests", "bench", "scripts"], cwd=REPO, check=False)
+    subprocess.run(["git", "add", "-u"], cwd=REPO, check=True)  # what ruff changed
 
 
 def _remove_emptied(root: Path) -> None:
@@ -552,7 +554,7 @@ def main() -> int:
         append_layer_rule()
         print("appended the layer rule to tests/test_layout.py (git checkout tests/test_layout.py to undo)")
         return 0
-    if (REPO / PKG / "base").exists():
+    if any(f.startswith("base/") for f in tracked_files()):
         print("ladder_move: src/mw_env/base/ exists: the move was applied already", file=sys.stderr)
         return 2
     plan = make_plan(tracked_files())
