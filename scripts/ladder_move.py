@@ -37,8 +37,9 @@ To finish the move (the integrator, on main once nobody else lands):
     python3 scripts/same_json.py compare /tmp/before.json    # byte-identical, or each difference shown
     make test && git commit -m "the house as a ladder (scripts/ladder_move.py)"
 
-An unmapped module: add it to FILES or RULES (or STAY_TOP / STAY_FOLDERS), `git checkout .`, apply again.
-A fixup that no longer applies: the code it names changed; update FIXUPS to the new text.
+An unmapped module stops the script before it changes anything: add it to FILES or RULES (or STAY_TOP /
+STAY_FOLDERS) and apply again. A fixup that no longer applies stops it half-way (the code it names changed):
+`git reset -q --hard && git clean -fdq src`, update FIXUPS to the new text, apply again.
 
 No compatibility shims: "no behaviour change" means the CLI and the files it reads and writes, not the old
 import paths.
