@@ -27,6 +27,20 @@ Usage (from the repository root, on a clean work tree, on a branch of its own):
     python3 scripts/ladder_move.py --layer-rule  # only append the layer rule to tests/test_layout.py (to show
                                                  # that today's tree breaks it); `git checkout` it afterwards
 
+To finish the move (the integrator, on main once nobody else lands):
+
+    git switch -c ladder main
+    python3 scripts/same_json.py capture /tmp/before.json    # needs .venv (make install)
+    python3 scripts/ladder_move.py --apply                    # stops, changing nothing, on an unmapped module
+    make install && make lint                                 # the editable install sees the new tree
+    .cache/test-venv/bin/python -m pytest tests/test_layout.py tests/test_ladder_move.py -q
+    python3 scripts/same_json.py compare /tmp/before.json    # byte-identical, or each difference shown
+    make test && git commit -m "the house as a ladder (scripts/ladder_move.py)"
+
+An unmapped module stops the script before it changes anything: add it to FILES or RULES (or STAY_TOP /
+STAY_FOLDERS) and apply again. A fixup that no longer applies stops it half-way (the code it names changed):
+`git reset -q --hard && git clean -fdq src`, update FIXUPS to the new text, apply again.
+
 No compatibility shims: "no behaviour change" means the CLI and the files it reads and writes, not the old
 import paths.
 """
