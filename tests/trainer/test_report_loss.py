@@ -64,3 +64,13 @@ def test_the_figure_pool_draws_the_curves_and_a_dead_worker_costs_nothing(tmp_pa
     finally:
         pool.close()
     assert all(p.poll() is not None for p in pool.procs)
+
+
+def test_only_a_run_long_enough_starts_the_figure_pool() -> None:
+    from mw_env.trainer.figure_pool import MIN_STEPS, FigurePool
+
+    assert FigurePool.for_run(main=False, max_steps=400, step=0) is None  # other ranks draw nothing
+    assert FigurePool.for_run(main=True, max_steps=20, step=0) is None  # a smoke run draws its own
+    assert (
+        FigurePool.for_run(main=True, max_steps=400, step=400 - MIN_STEPS + 1) is None
+    )  # resumed near its end

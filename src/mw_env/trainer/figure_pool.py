@@ -52,9 +52,21 @@ RUN_FIGURES = ("loss", "eval", "lr", "grad_norm")
 HIST_XLABEL = "input tokens per row"  # the data card's histograms are token lengths
 
 
+MIN_STEPS = 100  # a shorter run draws its figures itself: its end is short, and the processes cost CPU
+
+
 class FigurePool:
     def __init__(self, procs: list[subprocess.Popen[str]]) -> None:
         self.procs = procs
+
+    @classmethod
+    def for_run(cls, *, main: bool, max_steps: int, step: int) -> FigurePool | None:
+        """A pool for rank 0 of a run with at least MIN_STEPS steps to go (max_steps 0: no limit): three
+        imports of matplotlib cost a few CPU seconds, which a run of a few steps (a smoke run, the test
+        suite's hundreds of runs) would pay for a second saved at its end."""
+        if not main or 0 < max_steps < step + MIN_STEPS:
+            return None
+        return cls.start()
 
     @classmethod
     def start(cls, workers: int = FIGURE_WORKERS) -> FigurePool | None:

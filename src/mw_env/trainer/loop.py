@@ -259,7 +259,7 @@ def _run(
         from mw_env.trainer.data.digest import ShardHasher
 
         session.hasher = ShardHasher(corpus.sources, out_dir)
-    session.figures = FigurePool.start() if dist.main else None  # figures drawn beside the run's end
+    session.figures = FigurePool.for_run(main=dist.main, max_steps=rt.max_steps, step=session.state.step)
     _wrap(trainer, rt.compile)
     mark(out_dir, "running", main=dist.main, step=session.state.step)
     if 0 < rt.max_steps <= session.state.step:
