@@ -61,22 +61,21 @@ def hand_loop_rates(resolved, steps: int) -> list[float]:
     import torch
     import torch.nn.functional as F
 
-    from mw_env.trainer.data import IGNORE, Order, collate, micro_batch_indices, open_corpus
+    from mw_env.trainer.data import IGNORE, open_corpus
     from mw_env.trainer.model import build_model
 
     cfg = resolved.config
-    corpus = open_corpus(cfg)  # synthetic: the packed in-memory split
+    corpus = open_corpus(cfg)  # synthetic: an in-memory shard
+    # The same rows the trainer reads, produced before the loop: the reference pays nothing for its data.
+    producer = corpus.producer(stop=steps)
+    batches = [producer(step).micro[0] for step in range(steps)]
+    producer.close()
     model = build_model(cfg, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
-    order = Order(len(corpus.split), cfg.runtime.seed)
     rates = []
     model.train()
     last = time.perf_counter()
-    for step in range(steps):
-        idx = micro_batch_indices(
-            order, step=step, micro=0, rank=0, world=1, batch_size=cfg.optim.batch_size, accumulation=1
-        )
-        batch = collate(corpus.split, idx)
+    for batch in batches:
         logits = model(batch.input_ids, batch.attention_mask)
         tokens = int((batch.labels != IGNORE).sum())
         loss = (

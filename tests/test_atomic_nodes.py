@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import os
 import socket
 import stat
@@ -132,14 +133,20 @@ def test_a_link_to_a_device_is_refused_as_the_device(tmp_path: Path) -> None:
     assert link.is_symlink() and os.readlink(link) == "/dev/null"
 
 
+@functools.cache
+def _trees() -> dict[str, ast.Module]:
+    """Every module of src/mw_env, parsed once for the tests below."""
+    return {m.relative_to(SRC).as_posix(): ast.parse(m.read_text()) for m in sorted(SRC.rglob("*.py"))}
+
+
 def test_every_writer_of_atomic_is_covered() -> None:
     """A new writer in atomic.py joins WRITERS (and so the node tests); every caller uses only these."""
-    tree = ast.parse((SRC / "atomic.py").read_text())
+    tree = _trees()["atomic.py"]
     helpers = {"fault_for", "check_faults", "temporary_name", "fsync_dir", "node_kind", "refuse_special"}
     public = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
     assert public - helpers == set(WRITERS)
-    for module in SRC.rglob("*.py"):
-        for n in ast.walk(ast.parse(module.read_text())):
+    for module, parsed in _trees().items():
+        for n in ast.walk(parsed):
             if isinstance(n, ast.ImportFrom) and n.module == "mw_env.atomic":
                 assert {a.name for a in n.names} <= set(WRITERS) | helpers, module
 
@@ -183,11 +190,9 @@ def _writes(tree: ast.AST) -> Iterator[str]:
 
 def test_no_module_writes_a_file_but_through_atomic() -> None:
     found = set()
-    for module in SRC.rglob("*.py"):
-        rel = module.relative_to(SRC).as_posix()
-        if rel == "atomic.py":
-            continue
-        found |= {(rel, w) for w in _writes(ast.parse(module.read_text()))}
+    for rel, parsed in _trees().items():
+        if rel != "atomic.py":
+            found |= {(rel, w) for w in _writes(parsed)}
     assert found - set(ALLOWED) == set(), "write through mw_env.atomic (or say here why it is safe)"
 
 

@@ -37,7 +37,7 @@ def _argv(command: str, tmp: Path) -> list[str]:
     }[command]
 
 
-def _run(argv: list[str], mode: str | None) -> tuple[int, str, str]:
+def _run(argv: list[str], mode: str | None, *, module: bool = True) -> tuple[int, str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     # A child that starts with a closed fd: close it between fork and exec (pass_fds cannot close 0-2).
     close = {"stdout-closed": 1, "stderr-closed": 2, "stdin-closed": 0}.get(mode or "")
@@ -54,7 +54,7 @@ def _run(argv: list[str], mode: str | None) -> tuple[int, str, str]:
         out = write_end
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "mw_env", *argv],
+            [sys.executable, *(["-m", "mw_env"] if module else []), *argv],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
@@ -120,3 +120,22 @@ def test_a_closed_stdin_reads_as_empty(tmp_path: Path) -> None:
     code, out, err = _run(["doctor", "--explain", "-"], "stdin-closed")
     assert "Traceback" not in err and code in (0, 1), err
     assert out == _run(["doctor", "--explain", "-"], None)[1]  # as from an empty stdin (/dev/null)
+
+
+@pytest.mark.parametrize("mode", ["stdout-full", "stdout-broken-pipe"])
+def test_the_trainers_lines_to_a_lost_stdout_say_so(mode: str) -> None:
+    """The trainer (a child with the user's stdout) said "cannot write: the disk is full" for a full stdout;
+    its one printer (`_say`) now names standard output, and Python's last flush prints nothing more."""
+    program = (
+        "import sys\n"
+        "from mw_env.errors import MwEnvError\n"
+        "from mw_env.trainer.__main__ import _say\n"
+        "try:\n"
+        "    _say('step 1: loss 2.0')\n"
+        "except MwEnvError as exc:\n"
+        "    print(exc.message, file=sys.stderr)\n"
+        "    raise SystemExit(exc.exit_code)\n"
+    )
+    code, _, err = _run(["-c", program], mode, module=False)
+    assert code == 1 and err.startswith("cannot write to standard output: "), err
+    assert "Exception ignored" not in err and "disk" not in err

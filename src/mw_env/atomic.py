@@ -29,6 +29,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
+from mw_env.userfile import kind_of  # the one list of a path's kinds, in words (readers and writers)
+
 _in_open = threading.local()
 
 
@@ -110,15 +112,6 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def node_kind(path: str | Path) -> str | None:
     """What `path` names when that is not a regular file ("a character device", ...), or None: a regular
     file, or nothing (a missing path or a dangling link is a file this writer may create). A link is
@@ -131,7 +124,7 @@ def node_kind(path: str | Path) -> str | None:
         return None  # unreadable here (EACCES, ELOOP): the write itself says what is wrong
     if stat.S_ISREG(mode):
         return None
-    return next((words for test, words in _KINDS if test(mode)), "not a regular file")
+    return kind_of(mode)
 
 
 def refuse_special(path: str | Path) -> None:
@@ -172,7 +165,7 @@ def open_regular(
     st_mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(st_mode):
         os.close(fd)
-        raise _refusal(path, next((w for test, w in _KINDS if test(st_mode)), "not a regular file"))
+        raise _refusal(path, kind_of(st_mode))
     os.set_blocking(fd, True)
     return fd
 

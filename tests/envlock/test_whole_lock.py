@@ -152,3 +152,26 @@ def test_the_doctor_reads_the_venvs_requirements(
     assert check.status == "fail" and words in check.detail, check
     assert "onnx" not in check.detail and "tzdata" not in check.detail  # extras not installed, markers false
     assert f"mw-env bootstrap --venv {venv}" in check.fix
+
+
+def test_packages_of_an_adopted_site_count_as_installed(tmp_path: Path) -> None:
+    """A base image's torch (bootstrap adopts it with a .pth) is installed for the venv's python too."""
+    from mw_env.provision.venvinfo import ADOPT_PTH
+
+    venv = fake_venv(tmp_path / "v", version="2.13.0+cpu", record={"profile": "cpu", "extras": ["train"]})
+    site = next(venv.glob("lib/python3*/site-packages"))
+    _dist(
+        site,
+        "mw_env",
+        "0.1.0",
+        ['torch>=2.4; extra == "train"', 'numpy>=1.24; extra == "train"'],
+        folder=True,
+    )
+    base = tmp_path / "image-site"
+    base.mkdir()
+    _dist(base, "torch", "2.13.0+cpu", [])
+    _dist(base, "numpy", "2.0", [])
+    (site / ADOPT_PTH).write_text(f"{base}\n")
+    hw = hardware(None, container="docker")
+    check = by_id(run(fake_machine("doctor-cpu-docker-shm64m"), selection(hw, None), venv, hw=hw, quick=True))
+    assert check["venv.requirements"].status == "pass", check["venv.requirements"]

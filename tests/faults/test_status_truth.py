@@ -22,7 +22,8 @@ from tests.runs.runs_helpers import wait_until
 from mw_env.cli import main
 from mw_env.runs.foreground import children
 from mw_env.runs.runstatus import run_status
-from mw_env.runs.supervise import proc_stat, stopped_at_start_up
+from mw_env.runs.startup import stopped_at_start_up
+from mw_env.runs.supervise import proc_stat
 from proctools import kill_tagged, new_tag
 from smokeargs import TRAIN, smoke_args
 
@@ -39,7 +40,8 @@ def test_a_stop_before_the_trainer_could_take_it_is_a_stop_before_the_first_step
     (run / "checkpoints" / "step-000000004.pt").write_bytes(b"x")
     earlier = {"event": "finished", "step": 4, "reason": "max_steps", "time": 100.0}  # an earlier attempt
     (run / "metrics.jsonl").write_text(json.dumps(earlier) + "\n")
-    assert stopped_at_start_up(run, since=1000.0)
+    said = stopped_at_start_up(run, since=1000.0)
+    assert said is not None and "before the first step" not in said and "nothing trained" in said
     last = _events(run)[-1]
     assert last["event"] == "finished" and last["reason"] == "stopped" and last["phase"] == "start-up"
     assert last["step"] == 4  # the newest checkpoint, kept
@@ -47,12 +49,12 @@ def test_a_stop_before_the_trainer_could_take_it_is_a_stop_before_the_first_step
     stepped = tmp_path / "stepped"
     stepped.mkdir()
     (stepped / "metrics.jsonl").write_text(json.dumps({"event": "step", "step": 1, "time": 2000.0}) + "\n")
-    assert not stopped_at_start_up(stepped, since=1000.0)
+    assert stopped_at_start_up(stepped, since=1000.0) is None
     assert len(_events(stepped)) == 1
     fifo = tmp_path / "fifo"
     fifo.mkdir()
     os.mkfifo(fifo / "metrics.jsonl")
-    assert not stopped_at_start_up(fifo, since=1000.0)  # never opened: it would block
+    assert stopped_at_start_up(fifo, since=1000.0) is None  # never opened: it would block
 
 
 def test_a_foreground_run_whose_trainer_vanished_is_vanished_not_dead_and_ok(tmp_path: Path) -> None:

@@ -87,7 +87,9 @@ def test_bootstrap_and_its_dry_run_say_it_in_one_sentence(
         assert hint.startswith("hint: ") and "--recreate" in hint, err
 
 
-def test_the_doctor_train_and_export_say_the_same(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_doctor_train_export_and_lock_say_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     venv = _venv(tmp_path, "latin-1")
     code, out, _ = _run(capsys, "doctor", "--root", str(CPU), "--venv", str(venv), "--quick", "--json")
     checks = {c["id"]: c for c in json.loads(out)["checks"]}
@@ -97,6 +99,8 @@ def test_the_doctor_train_and_export_say_the_same(tmp_path: Path, capsys: pytest
     code, _, err = _run(capsys, "train", "--config", "smoke", "--venv", str(venv), "--skip-doctor")
     assert code == 2 and "pyvenv.cfg: not UTF-8 text" in err, err
     code, _, err = _run(capsys, "train", "export", str(tmp_path), "--venv", str(venv))
+    assert code == 2 and "pyvenv.cfg: not UTF-8 text" in err, err
+    code, _, err = _run(capsys, "lock", "--venv", str(venv), "--output", str(tmp_path / "lock.toml"))
     assert code == 2 and "pyvenv.cfg: not UTF-8 text" in err, err
 
 

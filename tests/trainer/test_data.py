@@ -180,24 +180,46 @@ def test_bad_parquet_and_missing_files(tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
-def test_order_is_a_pure_function_and_shards_match() -> None:
-    from mw_env.trainer.data import Order, micro_batch_indices
+def test_the_synthetic_corpus_is_an_in_memory_shard_read_like_files(tmp_path: Path) -> None:
+    """One data path (issue 28): generated rows are a shard of 64-row blocks, assigned to ranks, windowed and
+    shuffled by the file path's order; every epoch reads every row once."""
+    from mw_env.trainer.data import open_corpus
+    from mw_env.trainer.data.stream import FileProducer
 
-    a, b = Order(50, seed=7), Order(50, seed=7)
-    first = [a.index(p) for p in range(120)]
-    assert [b.index(p) for p in reversed(range(120))][::-1] == first  # random access, any order
-    assert sorted(first[:50]) == list(range(50)) and first[:50] != first[50:100]  # epochs reshuffle
-    # 2 ranks x 2 micro-batches read exactly the rows of 1 rank x 4 micro-batches, micro for micro.
-    single = [
-        micro_batch_indices(a, step=3, micro=m, rank=0, world=1, batch_size=4, accumulation=4)
-        for m in range(4)
+    cfg = resolve_config(
+        overrides=[
+            "data.synthetic_rows=200",
+            "data.synthetic_val_rows=24",
+            "optim.batch_size=10",
+            "data.shuffle_rows=64",
+            f"runtime.out_dir={tmp_path}",
+        ]
+    ).config
+    corpus = open_corpus(cfg)
+    assert [s.kind for s in corpus.shards] == ["memory"] and [b.rows for b in corpus.blocks] == [
+        64,
+        64,
+        64,
+        8,
     ]
-    ddp = [
-        micro_batch_indices(a, step=3, micro=m, rank=r, world=2, batch_size=4, accumulation=2)
-        for m in range(2)
-        for r in range(2)
-    ]
-    assert single == ddp
+    producer = corpus.producer()
+    assert isinstance(producer, FileProducer)
+    try:
+        first = [producer(s) for s in range(40)]  # 2 epochs of 200 rows
+        again = [producer(s) for s in reversed(range(40))][::-1]
+    finally:
+        producer.close()
+
+    def rows(steps):  # each row's ids without the batch's padding
+        return [tuple(x for x in r if x) for d in steps for b in d.micro for r in b.input_ids.tolist()]
+
+    assert rows(first) == rows(again)  # a pure function of the step: what exact resume needs
+    epoch0, epoch1 = rows(first)[:200], rows(first)[200:]
+    assert len(set(epoch0)) == len(set(epoch1)) and sorted(epoch0) == sorted(epoch1) and epoch0 != epoch1
+    assert sum(d.counts.rows for d in first) == 400
+    two = [open_corpus(cfg, rank=r, world=2) for r in (0, 1)]
+    assert set(two[0].owned[0]).isdisjoint(two[1].owned[1])  # each rank its own blocks
+    assert corpus.val.rows == 24 and corpus.identity["shards"][0]["kind"] == "synthetic"
 
 
 @pytest.mark.torch
@@ -261,3 +283,21 @@ def test_byte_fast_path_equals_the_general_loop() -> None:
         for max_len in (8, 16, 40, 128):
             assert encode_row(tok, words, tags, max_len) == encode_row(Words(), words, tags, max_len)
             assert encode_row(tok, words, None, max_len) == encode_row(Words(), words, None, max_len)
+
+
+@pytest.mark.torch
+def test_a_synthetic_checkpoint_from_the_in_memory_order_is_a_changed_data_order(tmp_path: Path) -> None:
+    """A checkpoint written before the synthetic corpus was read by the file path recorded no window or block:
+    its resume is refused as a changed data order (data.allow_changed_corpus continues it), never silently
+    continued in another order."""
+    from mw_env.trainer.resume import corpus_changes
+
+    corpus = open_corpus(resolve_config(overrides=[f"runtime.out_dir={tmp_path}"]).config)
+    old = {
+        **corpus.identity,
+        "order": {
+            k: v for k, v in corpus.identity["order"].items() if k not in ("shuffle_rows", "block_rows")
+        },
+    }
+    assert corpus_changes(old, corpus) == ["block_rows None -> 64", "shuffle_rows None -> 65536"]
+    assert corpus_changes(corpus.identity, corpus) == []

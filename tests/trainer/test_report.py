@@ -219,12 +219,12 @@ def test_without_matplotlib_the_report_is_still_written(tmp_path: Path, monkeypa
 
 def test_a_plotting_failure_costs_only_the_figures(tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("matplotlib")
-    from mw_env.trainer import report_figures
+    from mw_env.trainer import figure_pool, report_figures
 
     def broken(*_args, **_kwargs):
         raise ValueError("bad data")
 
-    monkeypatch.setattr(report_figures, "run_figures", broken)
+    monkeypatch.setattr(figure_pool, "draw", broken)  # each curve, drawn here or by the figure pool
     monkeypatch.setattr(report_figures, "histogram_figure", broken)
     md = _fake_run(tmp_path, STREAM_CARD).read_text()
     assert "Figures failed: ValueError: bad data" in md and "| 16 to 24 | 900 |" in md
@@ -329,5 +329,5 @@ def test_the_small_things_of_issue_20(tmp_path: Path) -> None:
     html = (run / "report" / "report.html").read_text()
     assert html.count("<table") == html.count('<div class="table"><table') > 3
     assert "div.table { max-width: 100%; overflow-x: auto; }" in html
-    svg = html[html.index("Loss: training and held-out") :]
+    svg = html[html.index("Loss: training (label-smoothed) and held-out (plain)") :]
     assert "resumed from a checkpoint" in svg[: svg.index("</svg>")]  # the legend of the loss figure

@@ -128,24 +128,26 @@ def _requirements(ctx: DoctorContext) -> CheckResult | None:
     died on `import numpy`. The venv's own requirements, not the lock's list (envlock.requires)."""
     from mw_env.envlock.drift import from_folder
     from mw_env.envlock.requires import marker_env, normalize, unmet, venv_needs
-    from mw_env.provision.venvinfo import site_packages, venv_python_version
+    from mw_env.provision.venvinfo import read_pyvenv_cfg, site_packages
 
     site = site_packages(ctx.venv)
     if site is None:
         return None
-    have: dict[str, str] = {}
-    project: list[str] = ["mw-env"]
-    for d in site.glob("*.dist-info"):
-        name, _, version = d.name[: -len(".dist-info")].rpartition("-")
-        if name and (d / "METADATA").is_file():
-            have[normalize(name)] = version
-            if from_folder(d):
-                project.append(normalize(name))  # the project, installed from its folder (-e or not)
-    extras = tuple(ctx.record.extras) if ctx.record is not None else ()
     try:
-        python = venv_python_version(ctx.venv) or "3"
+        cfg = read_pyvenv_cfg(ctx.venv) or {}
     except InputError:
         return None  # said by the venv.python check
+    python = cfg.get("version_info") or cfg.get("version") or "3"
+    have: dict[str, str] = {}
+    project: list[str] = ["mw-env"]
+    for where in (*_visible_sites(ctx.venv, cfg, python), site):  # the venv's own last: its versions win
+        for d in where.glob("*.dist-info"):
+            name, _, version = d.name[: -len(".dist-info")].rpartition("-")
+            if name and (d / "METADATA").is_file():
+                have[normalize(name)] = version
+                if where == site and from_folder(d):
+                    project.append(normalize(name))  # the project, installed from its folder (-e or not)
+    extras = tuple(ctx.record.extras) if ctx.record is not None else ()
     needs = venv_needs(site, marker_env(python), dict.fromkeys(project, extras))
     problems = unmet(needs, have)
     title = "packages have what they require"
@@ -158,6 +160,19 @@ def _requirements(ctx: DoctorContext) -> CheckResult | None:
     return result(
         "venv.requirements", AREA, title, "pass", f"{len(have)} packages, {len(needs)} requirements met"
     )
+
+
+def _visible_sites(venv: Path, cfg: dict[str, str], python: str) -> list[Path]:
+    """The other folders the venv's python imports packages from: an adopted torch's site (bootstrap's .pth:
+    a base image's torch), and the base interpreter's when pyvenv.cfg includes the system site-packages."""
+    from mw_env.provision.venvinfo import adopted_site
+
+    out = [Path(line.strip()) for line in (adopted_site(venv) or "").splitlines() if line.strip()]
+    if cfg.get("include-system-site-packages", "").lower() == "true" and cfg.get("home"):
+        major_minor = ".".join(python.split(".")[:2])
+        base = Path(cfg["home"]).parent / "lib" / f"python{major_minor}"
+        out += [base / "site-packages", base / "dist-packages", Path("/usr/lib/python3/dist-packages")]
+    return [p for p in out if p.is_dir()]
 
 
 def _lock(ctx: DoctorContext) -> CheckResult | None:

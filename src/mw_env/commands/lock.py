@@ -58,6 +58,9 @@ def lock(
         click.echo(f"note: {note}", err=True)
     venv = Path(venv).expanduser() if venv else default_venv(os.environ)
     refuse_special(output or venv / LOCK_FILE)  # before uv works: the writer refuses it again at the end
+    from mw_env.provision.venvinfo import read_pyvenv_cfg
+
+    read_pyvenv_cfg(venv)  # uv would start the venv's python, which dies in site.py on a non-UTF-8 file
     # The torch source the venv was built with, as the doctor and train judge it (one detection).
     record = read_record(venv) if (venv / "bin" / "python").exists() else None
     resolved = resolve_for_venv(

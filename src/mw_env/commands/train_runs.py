@@ -231,6 +231,7 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
     from mw_env.runs.runs import is_alive, read_run
     from mw_env.runs.runstatus import run_status
     from mw_env.runs.stop import recent_events, stop_grace, stop_run
+    from mw_env.runs.supervise import RUN_DIR_ENV
 
     record = read_run(out_dir.resolve())
     # Announce the wait only when there is a live run to stop (no run: stop_run raises the error).
@@ -242,6 +243,20 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
             err=True,
         )
     result = stop_run(out_dir=out_dir, grace_s=grace)
+    if result.orphans:  # no record left in the folder: the run was found by its processes
+        if as_json:
+            echo_json(result.to_dict())
+        else:
+            click.echo(
+                f"the run started in {out_dir} has no record there (its folder was deleted or replaced); its "
+                f"processes {', '.join(map(str, result.orphans))}, found by {RUN_DIR_ENV} in their environment, "
+                + (
+                    f"were killed with SIGKILL after {duration(result.waited_s)}"
+                    if result.escalated
+                    else "stopped"
+                )
+            )
+        return EXIT_FAILED if result.escalated else 0
     after = run_status(out_dir=out_dir)
     code = EXIT_FAILED if result.escalated else 0
     if as_json:

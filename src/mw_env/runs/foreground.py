@@ -16,6 +16,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -28,6 +29,7 @@ from mw_env.runs.fit import oom_hint
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
 from mw_env.runs.rendezvous import Nodes
 from mw_env.runs.rundir import MANIFEST, metrics_path
+from mw_env.runs.startup import stopped_at_start_up
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 
@@ -115,6 +117,7 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
     )  # from before the start: a SIGTERM in between is passed on, never our death
     handlers.enter_context(_forwarding(box, forwarded, workers=torchrun, interrupted=interrupted))
     # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
+    began = time.time()
     try:
         proc = subprocess.Popen(
             launch.argv,
@@ -178,6 +181,10 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
             # complete): that is the documented exit 0.
             if not forwarded:
                 write("torchrun was stopped by a signal and passed it on; every worker stopped cleanly")
+            return 0
+        said = stopped_at_start_up(launch.out_dir, since=began) if forwarded and code != 0 else None
+        if said is not None and not filt.said_error:
+            write(said)  # our stop reached torchrun or its workers while they still imported torch
             return 0
         code = filt.exit_code(code)
         if code == EXIT_FAILED and not filt.said_error:

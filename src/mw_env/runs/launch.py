@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypedDict
 from mw_env.errors import InputError, MwEnvError
 from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
-from mw_env.runs.supervise import RUN_ID_ENV
+from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
 from mw_env.trainspec.preflight import check_on_host
 
@@ -334,6 +334,7 @@ def prepare(request: LaunchRequest) -> Launch:
         env["PYTHONPATH"] = pythonpath
     run_id = uuid.uuid4().hex
     env[RUN_ID_ENV] = run_id
+    env[RUN_DIR_ENV] = str(out_dir)  # found by its folder even when the folder is gone (train stop/status)
     if nodes.multi:
         env[NODE_RANK_ENV] = str(nodes.node_rank)
 

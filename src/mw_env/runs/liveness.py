@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from mw_env.errors import InputError
 from mw_env.runs import runstate
 from mw_env.runs.anomalies import Liveness
 from mw_env.runs.runs import RunRecord, is_alive, read_exit
-from mw_env.runs.supervise import proc_stat
+from mw_env.runs.supervise import RUN_DIR_ENV, proc_stat, processes_of_folder
 
 
 def liveness(record: RunRecord | None, out_dir: Path) -> Liveness:
@@ -52,4 +53,17 @@ def life_alive(life: Mapping[str, object], liveness: Liveness) -> bool:
     return stat is not None and stat[0] not in ("Z", "X", "x")
 
 
-__all__ = ["foreground_liveness", "life_alive", "liveness"]
+def orphan_run(out_dir: Path) -> None:
+    """No run record in `out_dir`: InputError (exit 2) naming the processes of a run started there, if any are
+    alive (its folder deleted or replaced under it), so `status`/`watch` never say "no run" of a live one."""
+    pids = processes_of_folder(out_dir)
+    if pids:
+        raise InputError(
+            f"no run record in {out_dir}, but {len(pids)} process(es) of a run started there are alive (pids "
+            f"{', '.join(map(str, pids[:8]))}, found by {RUN_DIR_ENV} in their environment): its folder was "
+            "deleted or replaced under it",
+            hint=f"`mw-env train stop {out_dir}` stops them",
+        )
+
+
+__all__ = ["foreground_liveness", "life_alive", "liveness", "orphan_run"]

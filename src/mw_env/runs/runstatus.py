@@ -26,7 +26,7 @@ from mw_env.runs.anomalies import (
     analyze,
     exit_code_for,
 )
-from mw_env.runs.liveness import life_alive
+from mw_env.runs.liveness import life_alive, orphan_run
 from mw_env.runs.liveness import liveness as read_liveness
 from mw_env.runs.runs import LOG_FILE, METRICS_FILE, RunRecord, read_run
 from mw_env.runs.tail import MetricsTail, Tail
@@ -247,6 +247,7 @@ class RunWatcher:
                     hint="run the same status command again in a moment (a foreground run prints its progress in "
                     "its own terminal)",
                 ) from None
+            orphan_run(self.out_dir)
             raise InputError(
                 f"no training run in {self.out_dir}: no run.json, {METRICS_FILE} or {LOG_FILE}",
                 hint="pass the run's --out-dir (runtime.out_dir of its config)",

@@ -26,7 +26,7 @@ from mw_env.errors import InputError
 from mw_env.runs import runstate
 from mw_env.runs.rundir import checkpoints_dir, metrics_path
 from mw_env.runs.runs import RUN_FILE, RunRecord, _run_lock, is_alive, read_run
-from mw_env.runs.supervise import group_members, marked_processes, same_process_alive
+from mw_env.runs.supervise import group_members, marked_processes, processes_of_folder, same_process_alive
 
 GRACE_FLOOR_S = 90.0  # never less than the old fixed grace: imports and a first step are not measured yet
 REPORT_S = 60.0  # the report (figures) and the manifest (hashing every checkpoint) after the last checkpoint
@@ -108,6 +108,9 @@ class StopResult:
     killed_pids: tuple[int, ...] = field(default_factory=tuple)
     grace: Grace | None = None
     last_good_checkpoint: str | None = None  # after a kill: the newest checkpoint whose sha256 checks out
+    orphans: tuple[
+        int, ...
+    ] = ()  # no run.json: the processes found by their folder (MW_ENV_RUN_DIR) and stopped
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -118,6 +121,7 @@ class StopResult:
             "killed_pids": list(self.killed_pids),
             "grace_s": round(self.grace.seconds, 1) if self.grace else None,
             "last_good_checkpoint": self.last_good_checkpoint,
+            "orphans": list(self.orphans),
         }
 
 
@@ -134,6 +138,11 @@ def stop_run(
     it only if it is still there after the grace (`grace_s`, else computed from `events`)."""
     out_dir = Path(out_dir).resolve()
     record = read_run(out_dir)
+    # No record at all (the folder deleted or replaced under the run): its processes, found by their folder.
+    # A foreground run whose folder is intact keeps its own answer below (it stops with Ctrl-C).
+    bare = not metrics_path(out_dir).exists() and runstate.read_state(out_dir) is None
+    if record is None and bare and (found := processes_of_folder(out_dir)):
+        return _stop_orphans(out_dir, found, stop_grace((), override=grace_s), poll_s, clock, sleep)
     if record is None:
         raise InputError(
             f"no detached run in {out_dir} (no {RUN_FILE})",
@@ -165,6 +174,37 @@ def stop_run(
                 deadline, seen = max(deadline, clock() + grace.after_ack_s), state
             sleep(poll_s)
         return _kill(record, grace, started, poll_s, clock, sleep)
+
+
+def _stop_orphans(
+    out_dir: Path,
+    pids: list[int],
+    grace: Grace,
+    poll_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> StopResult:
+    """A run with no record left (its folder deleted or replaced) but processes alive: SIGTERM each, SIGKILL
+    those still there after the grace. Nothing is written: the folder is not theirs any more."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    started = clock()
+    while clock() < started + grace.seconds and processes_of_folder(out_dir):
+        sleep(poll_s)
+    left = processes_of_folder(out_dir)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return StopResult(
+        out_dir,
+        was_running=True,
+        escalated=bool(left),
+        waited_s=clock() - started,
+        killed_pids=tuple(left),
+        grace=grace,
+        orphans=tuple(pids),
+    )
 
 
 def _kill(

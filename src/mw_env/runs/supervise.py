@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import stat as stat_mod
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from types import FrameType
 
 from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
+from mw_env.runs.startup import stopped_at_start_up
 
 PROC = Path("/proc")
 # state.json (runstate.py): the supervisor writes "running" once the trainer is started and adds the
@@ -32,6 +32,14 @@ PROC = Path("/proc")
 # Set by runs.launch in the environment of every process of one launch: torchrun puts its workers in sessions
 # of their own, so neither the process group nor the parent chain finds them all; their environment does.
 RUN_ID_ENV = "MW_ENV_RUN_ID"
+# The run folder (absolute) in the same environments: a run whose folder was deleted or replaced (no run.json
+# left to name its run id) is still found by where it was started (`train status`/`watch`/`stop`).
+RUN_DIR_ENV = "MW_ENV_RUN_DIR"
+
+
+def processes_of_folder(run_dir: Path) -> list[int]:
+    """Live processes of this user started for `run_dir` (its trainer, torchrun and workers)."""
+    return marked_processes(str(Path(run_dir).resolve()), key=RUN_DIR_ENV)
 
 
 def proc_stat(pid: int, *, proc: Path = PROC) -> tuple[str, int, int] | None:
@@ -126,9 +134,19 @@ def supervise(report_fd: int) -> int:
     os.close(report_fd)
     run_dir = Path(spec["run_dir"])
     set_state(run_dir, "running", child_pid=child.pid)
+    folder = _identity(run_dir)
     for early in pending:
         forward(early, None)
     returncode = child.wait()
+    if _identity(run_dir) != folder:
+        # Deleted or replaced under the run (the trainer stopped for it, trainer/folderwatch.py): a record
+        # written now would recreate the folder, or land in another run's.
+        print(
+            f"mw-env: the run folder {run_dir} was deleted or replaced while the run was alive; the trainer's "
+            f"exit ({returncode}) is not recorded there",
+            flush=True,
+        )
+        return 0
     if torchrun and returncode > 0:
         from mw_env.runs.foreground import ended_cleanly
 
@@ -143,7 +161,9 @@ def supervise(report_fd: int) -> int:
                 flush=True,
             )
             returncode = 0
-    if sent and returncode != 0 and stopped_at_start_up(run_dir, since=started):
+    said = stopped_at_start_up(run_dir, since=started) if sent and returncode != 0 else None
+    if said is not None:
+        print(f"mw-env: {said}", flush=True)
         returncode = 0
     oom_after = cgroup_oom_kills()
     oom = (oom_after - oom_before) if oom_before is not None and oom_after is not None else 0
@@ -157,50 +177,12 @@ def supervise(report_fd: int) -> int:
     return 0
 
 
-def stopped_at_start_up(run_dir: Path, *, since: float) -> bool:
-    """Our stop ended the run before its first step, before the trainer could take it: a SIGTERM while torchrun
-    (or its workers, or a single trainer) still imported torch kills it by the signal, or makes torchrun end 1.
-    That is the stop asked for, not a crash (docs/reliability.md's fault table: "stopped before the first step",
-    exit 0): the run's `finished` event (reason stopped, phase start-up) is written as the trainer would have,
-    and the exit recorded as 0. False (judged as before) once a step or a `finished` event was written."""
-    from mw_env.runs.rundir import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
-
-    path = metrics_path(run_dir)
-    with contextlib.suppress(OSError):
-        if not stat_mod.S_ISREG(path.stat().st_mode):
-            return False  # a FIFO or a device planted there is never opened (it could block us)
+def _identity(folder: Path) -> tuple[int, int] | None:
     try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, os.fstat(fh.fileno()).st_size - (1 << 20)))
-            tail = fh.read().decode("utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        tail = []
+        st = os.stat(folder)
     except OSError:
-        return False
-    for line in tail:
-        with contextlib.suppress(ValueError, RecursionError):
-            event = json.loads(line)
-            if isinstance(event, dict) and event.get("event") in ("step", "finished"):
-                moment = event.get("time")
-                if not isinstance(moment, int | float) or moment >= since:
-                    return False
-    ckpts = (
-        sorted(checkpoints_dir(run_dir).glob(CHECKPOINT_GLOB)) if checkpoints_dir(run_dir).is_dir() else []
-    )
-    step = int(ckpts[-1].stem.split("-")[1]) if ckpts and ckpts[-1].stem.split("-")[1].isdigit() else 0
-    event = {"event": "finished", "step": step, "reason": "stopped", "phase": "start-up", "time": time.time()}
-    try:
-        with open(path, "a", encoding="utf-8") as fh:  # the run folder exists: we write state.json in it
-            fh.write(json.dumps(event) + "\n")
-    except OSError:
-        return False
-    kept = f"the checkpoints are kept (newest: {ckpts[-1].name})" if ckpts else "no checkpoint yet"
-    print(
-        f"mw-env: stopped by SIGTERM during start-up, before the trainer could take it (it was still importing "
-        f"torch): nothing trained in this run; {kept}. Run the same command to start again.",
-        flush=True,
-    )
-    return True
+        return None
+    return st.st_dev, st.st_ino
 
 
 def main(argv: Sequence[str] | None = None) -> int:

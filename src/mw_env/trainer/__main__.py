@@ -186,7 +186,24 @@ def _say(msg: str) -> None:
     # a token are shown escaped, never executed by the terminal.
     from mw_env.textsafe import safe
 
-    print(safe(msg, limit=None, newlines=True), flush=True)
+    try:
+        print(safe(msg, limit=None, newlines=True), flush=True)
+    except (OSError, ValueError) as exc:
+        # stdout is full (/dev/full), closed or a pipe whose reader left: say that, not "the disk is full"
+        # (the checkpoints' disk is fine). fd 1 goes to /dev/null so the interpreter's last flush of what
+        # stays buffered cannot print "Exception ignored" either.
+        from mw_env.errors import os_words
+
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+        why = (exc.strerror or os_words(exc)) if isinstance(exc, OSError) else "it is closed"
+        raise MwEnvError(
+            f"cannot write to standard output: {why}",
+            hint="send the output to a file or a pipe that can take it, then run the same command: it resumes "
+            "from the newest checkpoint (all are kept)",
+        ) from None
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def save_checkpoint(payload: dict[str, Any], directory: Path, *, keep_last: int)
 
     hold("checkpoint")  # the fault harness's checkpoint phase
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(exist_ok=True)  # never the run folder itself: a deleted one is not recreated
         with atomic_open(final, "wb") as fh:
             torch.save(payload, fh)
         write_text_atomic(sidecar_path(final), f"{sha256_of(final)}  {final.name}\n")

@@ -84,8 +84,6 @@ FILES_ONLY = (
     "tags_column",
     "labels",
     "unknown_tags",
-    "shuffle_rows",
-    "workers",
     "allow_changed_corpus",
     "hash_shards",
 )

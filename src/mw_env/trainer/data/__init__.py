@@ -1,4 +1,5 @@
-"""Data: tokenizers, corpora (synthetic in memory, or JSONL/Parquet shards streamed), the resumable order.
+"""Data: tokenizers, corpora (JSONL/Parquet shards streamed; the synthetic one an in-memory shard read the same
+way), the resumable order.
 
 - tokenize.py  tokenizers and the per-row reference encoding (a word's label on its first sub-token)
 - encode.py    the vectorised encoder: Arrow columns of many rows -> flat id/label buffers
@@ -12,7 +13,7 @@
 - batches.py   the Batch and padding
 - stream.py    the file producer (windows of rows), gather/pad/count, the background reader
 - workers.py   encoder worker processes
-- memory.py    the in-memory (synthetic) split on the same encoder and gather
+- memory.py    rows held in memory (train predict/evaluate) on the same encoder and gather
 - card.py      counts of what was read, for the data card
 - corpus.py    opening a corpus (its index) and building the card
 """
@@ -24,7 +25,6 @@ from mw_env.trainer.data.card import Counts, sum_counts
 from mw_env.trainer.data.corpus import Corpus, ValSource, open_corpus
 from mw_env.trainer.data.labels import BUNDLED, LabelSet
 from mw_env.trainer.data.memory import Split, collate
-from mw_env.trainer.data.order import Order, micro_batch_indices
 from mw_env.trainer.data.shards import identity_diff
 from mw_env.trainer.data.stream import Prefetcher, StepData
 from mw_env.trainer.data.tokenize import (
@@ -57,7 +57,6 @@ __all__ = [
     "Corpus",
     "Counts",
     "LabelSet",
-    "Order",
     "Prefetcher",
     "SentencePieceTokenizer",
     "Split",
@@ -70,7 +69,6 @@ __all__ = [
     "identity_diff",
     "label_order",
     "make_tokenizer",
-    "micro_batch_indices",
     "open_corpus",
     "sum_counts",
     "tokenizer_from_state",

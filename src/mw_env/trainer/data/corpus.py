@@ -21,7 +21,6 @@ from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import VectorEncoder
 from mw_env.trainer.data.labels import BUNDLED, LabelSet, discovered, from_config
-from mw_env.trainer.data.memory import MemoryProducer, Split, collate, encode_split
 from mw_env.trainer.data.order import RankOrder, assign_blocks
 from mw_env.trainer.data.reader import PieceReader
 from mw_env.trainer.data.shards import Block, Shard
@@ -65,30 +64,17 @@ class Corpus:
     config: TrainConfig
     rank: int = 0
     world: int = 1
-    split: Split | None = None  # in-memory train split (synthetic)
     shards: list[Shard] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
     owned: list[list[int]] = field(default_factory=list)  # block indices per rank
     weighted: WeightedSources | None = None  # data.sources: the mix and each source's blocks per rank
 
     def rank_rows(self, rank: int) -> int:
-        if self.split is not None:
-            return len(self.split)
         return sum(self.blocks[b].rows for b in self.owned[rank])
 
-    def producer(self, stop: int | None = None) -> FileProducer | MemoryProducer:
+    def producer(self, stop: int | None = None) -> FileProducer:
         """This rank's producer; `stop`: the step the run ends before (nothing is read ahead past it)."""
         c, o = self.config, self.config.optim
-        if self.split is not None:
-            return MemoryProducer(
-                split=self.split,
-                labels=self.labels,
-                seed=c.runtime.seed,
-                rank=self.rank,
-                world=self.world,
-                batch_size=o.batch_size,
-                accumulation=o.accumulation_steps,
-            )
         w = self.weighted
         several = w is not None and len(w.names) > 1
         orders = [
@@ -162,8 +148,10 @@ class Corpus:
             },
             "shuffle": {
                 "seed": self.config.runtime.seed,
-                "block": "row group (Parquet) / ~4 MiB of lines (JSONL)" if self.source == "files" else "row",
-                "window_rows": self.config.data.shuffle_rows if self.source == "files" else None,
+                "block": "row group (Parquet) / ~4 MiB of lines (JSONL)"
+                if self.source == "files"
+                else f"{SYNTHETIC_BLOCK_ROWS} generated rows",
+                "window_rows": self.config.data.shuffle_rows,
             },
             "ranks": [
                 {"rank": r, "rows_per_epoch": self.rank_rows(r), **pos} for r, pos in enumerate(positions)
@@ -221,21 +209,6 @@ def _val_batches(encoding: Encoding, blocks: list[Block]) -> ValBatches:
         src.counts = counts
 
     return batches
-
-
-def _memory_val(split: Split, labels: LabelSet, rank: int, world: int) -> ValSource:
-    def batches(src: ValSource, batch_size: int, max_batches: int) -> Iterator[tuple[Batch, list[list[str]]]]:
-        counts = Counts(len(labels))
-        first, stop = src.share()
-        if max_batches:
-            stop = min(stop, first + max_batches * batch_size)
-        for start in range(first, stop, batch_size):
-            idx = range(start, min(start + batch_size, stop))
-            words = [split.preview[i] if i < len(split.preview) else [] for i in idx]
-            yield collate(split, idx, counts, labels), words
-        src.counts = counts
-
-    return ValSource(len(split), batches, rank=rank, world=world)
 
 
 def _index(config: TrainConfig, world: int) -> dict[str, Any]:
@@ -373,23 +346,39 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
     )
 
 
+SYNTHETIC_BLOCK_ROWS = 64  # the synthetic corpus's blocks: what is assigned to ranks, as a row group is
+
+
+def _memory_shard(
+    name: str, rows: Iterator[tuple[list[str], list[str]]], described: dict[str, object]
+) -> Shard:
+    """Generated rows as an in-memory shard of SYNTHETIC_BLOCK_ROWS-row blocks, read by the file path."""
+    import pyarrow as pa
+
+    words, tags = [], []
+    for w, t in rows:
+        words.append(w)
+        tags.append(t)
+    typ = pa.list_(pa.string())
+    n, b = len(words), SYNTHETIC_BLOCK_ROWS
+    blocks = [Block(0, k, min(b, n - k * b), start=k * b) for k in range(-(-n // b))]
+    return Shard(
+        Path(f"synthetic {name}"),
+        "memory",
+        0,
+        "",
+        blocks,
+        memory=(pa.array(words, typ), pa.array(tags, typ)),
+        described=described,
+    )
+
+
 def _synthetic(
     config: TrainConfig, tok: Tokenizer, order_key: dict[str, Any], rank: int, world: int
 ) -> Corpus:
+    """The generated corpus as two in-memory shards (train, val), opened and read like files."""
     data = config.data
     check_countries(data.countries)
-    encoder = _encoder(tok, BUNDLED, config)
-    splits = {
-        name: encode_split(
-            (
-                generate_row(seed=data.seed, split=name, index=i, countries=data.countries, noise=data.noise)
-                for i in range(n)
-            ),
-            encoder,
-            BUNDLED,
-        )
-        for name, n in (("train", data.synthetic_rows), ("val", data.synthetic_val_rows))
-    }
     source = {
         "kind": "synthetic",
         "generator": "mw_env.trainspec.synthetic",
@@ -399,18 +388,40 @@ def _synthetic(
         "countries": list(data.countries),
         "noise": data.noise,
     }
+    train, val = (
+        _memory_shard(
+            name,
+            (
+                generate_row(seed=data.seed, split=name, index=i, countries=data.countries, noise=data.noise)
+                for i in range(n)
+            ),
+            source if name == "train" else {"kind": "synthetic", "split": "val", "rows": n},
+        )
+        for name, n in (("train", data.synthetic_rows), ("val", data.synthetic_val_rows))
+    )
+    if len(train.blocks) < world:
+        raise InputError(
+            f"data.synthetic_rows = {data.synthetic_rows} makes {len(train.blocks)} block(s) of "
+            f"{SYNTHETIC_BLOCK_ROWS} rows, fewer than the {world} processes: each process reads blocks of its own",
+            hint=f"--set data.synthetic_rows={SYNTHETIC_BLOCK_ROWS * world} or more, or use fewer processes",
+        )
+    order_key.update({"shuffle_rows": data.shuffle_rows, "block_rows": SYNTHETIC_BLOCK_ROWS})
+    columns = _columns(config)
+    val_encoding = Encoding(PieceReader([val], val.blocks, columns), _encoder(tok, BUNDLED, config), BUNDLED)
     return Corpus(
         source="synthetic",
         tokenizer=tok,
         labels=BUNDLED,
         train_rows=data.synthetic_rows,
-        val=_memory_val(splits["val"], BUNDLED, rank, world),
+        val=ValSource(val.rows, _val_batches(val_encoding, val.blocks), rank=rank, world=world),
         identity={"source": "synthetic", "order": order_key, "shards": [source], "val_shards": []},
         sources=[source],
         config=config,
         rank=rank,
         world=world,
-        split=splits["train"],
+        shards=[train],
+        blocks=train.blocks,
+        owned=assign_blocks(train.blocks, world, config.runtime.seed),
     )
 
 

@@ -1,6 +1,6 @@
 """The data order: which row every (step, micro-batch, rank) reads, as a pure function of the step.
 
-Streamed corpora (`data.source: files`):
+Every corpus (files, or the synthetic one as an in-memory shard):
 - Blocks (row groups) are assigned to ranks once: in a permutation seeded by runtime.seed, each block
   goes to the rank with the fewest rows so far. Rank r only ever reads its own blocks.
 - Epoch e of rank r: its blocks in a permutation keyed by (seed, e, r), their rows concatenated into
@@ -13,9 +13,7 @@ Streamed corpora (`data.source: files`):
   their own (keys salted with the source's index); row p of rank r's stream is row q of one source's
   stream, as the mix's fixed schedule says.
 
-In-memory corpora (synthetic): position p is `randperm(seed + p // n)[p % n]` over the whole split,
-and micro-batch m of rank r is slice m*world + r of the step's window (world ranks x A micro-batches
-see exactly the rows of 1 rank x world*A).
+The synthetic corpus is an in-memory shard of 64-row blocks (corpus._memory_shard) in the same order.
 """
 
 from __future__ import annotations
@@ -144,32 +142,3 @@ class RankOrder:
 def stream_rows_of(*, step: int, micro: int, batch_size: int, accumulation: int) -> range:
     start = (step * accumulation + micro) * batch_size
     return range(start, start + batch_size)
-
-
-class Order:
-    """The in-memory training order: position p -> example index, a pure function of (seed, p)."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.seed = n, seed
-        self._epoch = -1
-        self._perm: list[int] = []
-
-    def index(self, position: int) -> int:
-        epoch = position // self.n
-        if epoch != self._epoch:
-            import torch
-
-            gen = torch.Generator().manual_seed(self.seed + epoch)
-            self._perm = torch.randperm(self.n, generator=gen).tolist()
-            self._epoch = epoch
-        return self._perm[position % self.n]
-
-
-def micro_batch_indices(
-    order: Order, *, step: int, micro: int, rank: int, world: int, batch_size: int, accumulation: int
-) -> list[int]:
-    """Rows of (step, micro, rank) of an in-memory split. Micro m of rank r is slice m*world + r of the
-    step's window, so `world` ranks x A micro-batches see exactly the rows of 1 rank x world*A."""
-    window = batch_size * accumulation * world
-    start = step * window + (micro * world + rank) * batch_size
-    return [order.index(p) for p in range(start, start + batch_size)]

@@ -231,7 +231,14 @@ class PieceReader:
         with self._lock:
             for p in pieces:
                 block = self.blocks[p.block]
-                if self.shards[block.shard].kind == "parquet":
+                memory = self.shards[block.shard].memory
+                if memory is not None:  # the synthetic corpus: rows [start, start + rows) of its arrays
+                    first = block.start + p.first
+                    tokens.append(memory[0].slice(first, p.rows))
+                    tags.append(memory[1].slice(first, p.rows))
+                    local.append(np.arange(first, first + p.rows, dtype=np.int64))
+                    part.append(np.full(p.rows, SYNTHETIC, dtype=np.int32))
+                elif self.shards[block.shard].kind == "parquet":
                     for rb in self._parquet(p.block, p.first, p.rows):
                         # Dictionary-encoded strings (a categorical) as plain ones: the encoder reads
                         # string offsets and bytes, and batches with different dictionaries concatenate.

@@ -33,6 +33,7 @@ from mw_env.trainspec.columns import arrow_kind, require_string_lists
 from mw_env.trainspec.extras import bootstrap_hint
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyarrow import NativeFile
     from pyarrow.parquet import FileMetaData
 
@@ -62,7 +63,7 @@ class Block:
 @dataclass
 class Shard:
     path: Path
-    kind: str  # "parquet" | "jsonl"
+    kind: str  # "parquet" | "jsonl" | "memory" (the synthetic corpus: rows generated into Arrow arrays)
     size: int
     footer_sha256: str
     blocks: list[Block] = field(default_factory=list)
@@ -71,12 +72,18 @@ class Shard:
     # takes its first look, checked by size and footer, as its stamp).
     stamp: tuple[int, int, int] | None = None
     host: str = ""
+    # kind "memory": the (tokens, tags) arrays the blocks slice (a block's `start` is its first row), and
+    # the identity the shard has instead of a file's (the generator's settings)
+    memory: tuple[pa.Array, pa.Array] | None = None
+    described: dict[str, object] | None = None
 
     @property
     def rows(self) -> int:
         return sum(b.rows for b in self.blocks)
 
     def identity(self) -> dict[str, Any]:
+        if self.described is not None:
+            return dict(self.described)
         return {
             "path": str(self.path),
             "format": self.kind,
