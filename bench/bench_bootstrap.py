@@ -115,9 +115,18 @@ def main() -> int:
                 if s["id"] != "doctor":
                     steps.setdefault(s["id"], []).append(s["duration_s"])
         warm_env = {**env, "UV_CACHE_DIR": str(work / "uv-cache-cold-0")}
-        t, out = _timed([*mw, "--venv", str(work / "warm")], warm_env)
-        t_warm = t - _doctor_s(json.loads(out))
-        t, out = _timed([*mw, "--venv", str(work / "warm")], warm_env)
+        warm: list[float] = []
+        warm_steps: dict[str, list[float]] = {"planning": []}
+        for i in range(3):  # new venvs from the shared cache: where each second goes
+            t, out = _timed([*mw, "--venv", str(work / f"warm-{i}")], warm_env)
+            result = json.loads(out)
+            warm.append(t - _doctor_s(result))
+            warm_steps["planning"].append(t - result["total_s"])
+            for s in result["steps"]:
+                if s["id"] != "doctor":
+                    warm_steps.setdefault(s["id"], []).append(s["duration_s"])
+        t_warm = statistics.median(warm)
+        t, out = _timed([*mw, "--venv", str(work / "warm-0")], warm_env)
         t_noop = t - _doctor_s(json.loads(out))
         manual_venv = work / "manual"
         t_manual = _timed([uv, "venv", "-q", "--seed", "--python", sys.executable, str(manual_venv)], env)[0]
@@ -138,13 +147,24 @@ def main() -> int:
     rows = [
         ("bare uv sequence, empty uv cache (reference)", ref),
         ("**`mw-env bootstrap`, empty uv cache**", med),
-        ("`mw-env bootstrap`, new venv, shared uv cache", t_warm),
+        ("`mw-env bootstrap`, new venv, shared uv cache (median of 3)", t_warm),
         ("`mw-env bootstrap` re-run (no-op)", t_noop),
         ("seed guide's pip sequence (`pip install`, pip's own cache)", t_manual),
     ]
     table = "\n".join(f"| {name} | {t:.1f} s | {t / ref:.2f} |" for name, t in rows)
     breakdown = ", ".join(
         f"{sid} {statistics.median(v):.1f} s" for sid, v in steps.items() if statistics.median(v) >= 0.05
+    )
+    pairs = statistics.median(c / b for c, b in zip(cold, bare, strict=True))
+    verdict = (
+        f"Issue 27's targets: cold <= 1.1x the bare sequence ({med / ref:.2f}x here; the median of the per-pair "
+        f"ratios {pairs:.2f}x), a new venv from a shared cache <= 1.5 s ({t_warm:.1f} s here): "
+        + ("both met" if med / ref <= 1.1 and t_warm <= 1.5 else "not met in this run")
+        + f", under {_load()} (the machine is shared with other developers' test runs; absolute seconds are "
+        "several times a quiet machine's)."
+    )
+    warm_breakdown = ", ".join(
+        f"{sid} {statistics.median(v):.2f} s" for sid, v in warm_steps.items() if statistics.median(v) >= 0.01
     )
     md = f"""## Bootstrap (bench/bench_bootstrap.py)
 
@@ -162,7 +182,10 @@ torch==<build>`, `uv pip install -e .[train]`. Bootstrap additionally plans (det
 choice: {statistics.median(planning):.1f} s median including the interpreter start), checks the torch build (from
 torch/version.py, while the extras install; `import torch` is left to the doctor), pins torch and writes the env
 and the record. Steps (median):
-{breakdown}. A new container that mounts the same uv cache provisions in the "shared uv cache" time.
+{breakdown}. A new container that mounts the same uv cache provisions in the "shared uv cache" time; where it goes
+(median of the 3 new venvs; planning is the interpreter start, detection, profile and plan): {warm_breakdown}.
+verify-torch's figure overlaps pin-torch and extras (it reads the build in the background while they run), so
+the new venv's path is planning + torch + extras + lock. {verdict}
 
 What an AMD bootstrap adds (issue 17), measured in the same run on a loopback copy of the AMD indexes
 (`tests/amdworld.py`; the real indexes are not reachable from this machine): listing the index's torch and the

@@ -27,6 +27,20 @@ Usage (from the repository root, on a clean work tree, on a branch of its own):
     python3 scripts/ladder_move.py --layer-rule  # only append the layer rule to tests/test_layout.py (to show
                                                  # that today's tree breaks it); `git checkout` it afterwards
 
+To finish the move (the integrator, on main once nobody else lands):
+
+    git switch -c ladder main
+    python3 scripts/same_json.py capture /tmp/before.json    # needs .venv (make install)
+    python3 scripts/ladder_move.py --apply                    # stops, changing nothing, on an unmapped module
+    make install && make lint                                 # the editable install sees the new tree
+    .cache/test-venv/bin/python -m pytest tests/test_layout.py tests/test_ladder_move.py -q
+    python3 scripts/same_json.py compare /tmp/before.json    # byte-identical, or each difference shown
+    make test && git commit -m "the house as a ladder (scripts/ladder_move.py)"
+
+An unmapped module stops the script before it changes anything: add it to FILES or RULES (or STAY_TOP /
+STAY_FOLDERS) and apply again. A fixup that no longer applies stops it half-way (the code it names changed):
+`git reset -q --hard && git clean -fdq src`, update FIXUPS to the new text, apply again.
+
 No compatibility shims: "no behaviour change" means the CLI and the files it reads and writes, not the old
 import paths.
 """
@@ -73,6 +87,7 @@ FILES: dict[str, str] = {
     "machine.py": "hardware/machine.py",
     "hardware.py": "hardware/facts.py",
     "detect.py": "hardware/detect.py",
+    "capacity.py": "hardware/capacity.py",  # the CPUs and memory this process may use (cgroup limits)
     # sources/: where packages come from
     "provision/uv.py": "sources/uv.py",
     "provision/indexlist.py": "sources/indexlist.py",
@@ -99,7 +114,6 @@ FILES: dict[str, str] = {
     "trainer/report.py": "trainer/report/report.py",
     "trainer/export.py": "trainer/export/onnx_export.py",
     "trainer/tracking.py": "trainer/tracking/tracking.py",
-    "trainer/mlflow_model.py": "trainer/tracking/mlflow_model.py",
     # Not onnx.py / mlflow.py: a module named like the library it imports is one sys.path entry away from
     # shadowing it (export/runtime.py is also run as a script from its own folder).
     "trainer/tracking_mlflow.py": "trainer/tracking/mlflow_tracker.py",
@@ -120,6 +134,9 @@ RULES: tuple[tuple[str, str], ...] = (
 # runs/rundir.py itself: the contract's file names, the cross-process words, sha256_file.
 FILES["runs/rundir.py"] = "rundir/contract.py"
 
+# Not moved, on purpose: trainer/mlflow_model.py. Its dotted name is the `loader_module` written into every
+# MLmodel the trainer logs to a registry (mlflow_model.LOADER): moved, models logged before would no longer load.
+
 # What stays where it is: the top-level entry modules, and folders that are rungs already (a new module in
 # one of them stays with it).
 STAY_TOP = {"__init__.py", "__main__.py", "cli.py"}
@@ -139,20 +156,10 @@ NEW_PACKAGES = {
     "trainspec/formats": "File formats read without their libraries: the Parquet footer and tags dictionary,"
     " Protocol Buffers/Thrift varints, the SentencePiece model's piece count.",
     "trainer/export": "ONNX export (onnx_export.py), its verification, the serving bundle and its runtime helper.",
-    "trainer/tracking": "Experiment tracking: TensorBoard and MLflow, the values they are fed, the MLflow model.",
+    "trainer/tracking": "Experiment tracking: TensorBoard and MLflow, and the values they are fed (the MLflow model"
+    " stays trainer/mlflow_model.py: its dotted name is written into every logged MLmodel).",
 }
 
-TEXT_GLOBS = (
-    "src/**/*",
-    "tests/**/*",
-    "bench/**/*",
-    "docs/**/*",
-    ".ci/*",
-    "README.md",
-    "Makefile",
-    "pyproject.toml",
-    "CONTRIBUTING.md",
-)
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".json", ".txt", ".cfg", ".ini", ""}
 
 
@@ -399,17 +406,20 @@ FIXUPS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def apply(plan: Plan) -> None:
+def apply(plan: Plan, ruff_path: str | None = None) -> None:
     root = REPO / PKG
     for old, new in plan.moves.items():
         (root / new).parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "mv", f"{PKG}/{old}", f"{PKG}/{new}"], cwd=REPO, check=True)
     regex = _path_regex(plan.paths)
     prose = short_names(plan.moves)
+    profiles_changed = False
     depth_change = {new: new.count("/") - old.count("/") for old, new in plan.moves.items()}
     for path in _text_files():
         rel = path.relative_to(REPO).as_posix()
-        if rel.startswith("scripts/ladder"):
+        if (
+            rel.startswith("scripts/ladder") or rel == "tests/test_ladder_move.py"
+        ):  # made-up input of the script
             continue
         text = path.read_text(encoding="utf-8")
         new = text
@@ -426,6 +436,8 @@ def apply(plan: Plan) -> None:
         new = rewrite_paths(new, plan.paths, regex).replace(SHIELD, "mw_env")
         if new != text:
             path.write_text(new, encoding="utf-8")
+            if rel.startswith(f"{PKG}/profiles/") and path.suffix == ".yaml":
+                profiles_changed = True
     # New files after the rewrite: they are written with the new names already.
     for folder, doc in NEW_PACKAGES.items():
         init = root / folder / "__init__.py"
@@ -447,8 +459,26 @@ def apply(plan: Plan) -> None:
         path.write_text(text.replace(old, new), encoding="utf-8")
     append_layer_rule()
     replace_design_layout()
-    for argv in (["ruff", "check", "--fix", "--quiet"], ["ruff", "format", "--quiet"]):
-        subprocess.run([_tool(argv[0]), *argv[1:], "src", "tests", "bench", "scripts"], cwd=REPO, check=False)
+    if (
+        profiles_changed
+    ):  # shipped.json holds each shipped profile's text: a stale copy is parsed as YAML again
+        python = REPO / ".venv" / "bin" / "python"
+        if python.exists():
+            subprocess.run([str(python), "-m", "mw_env.profiles.index"], cwd=REPO, check=True)
+        else:
+            print("ladder_move: a shipped profile changed: run `python -m mw_env.profiles.index`")
+    # The new packages' files, with the moves (the integrator commits what `git status` shows).
+    subprocess.run(["git", "add", "-u"], cwd=REPO, check=True)
+    subprocess.run(["git", "add", "-A", PKG], cwd=REPO, check=True)
+    ruff = _ruff(ruff_path)
+    if ruff is None:
+        print(
+            "ladder_move: no ruff (.venv/bin/ruff, PATH, --ruff): run `ruff check --fix` and `ruff format` now"
+        )
+        return
+    for argv in (["check", "--fix", "--quiet"], ["format", "--quiet"]):
+        subprocess.run([ruff, *argv, "src", "tests", "bench", "scripts"], cwd=REPO, check=False)
+    subprocess.run(["git", "add", "-u"], cwd=REPO, check=True)  # what ruff changed
 
 
 def _remove_emptied(root: Path) -> None:
@@ -463,9 +493,11 @@ def _remove_emptied(root: Path) -> None:
                 shutil.rmtree(folder)
 
 
-def _tool(name: str) -> str:
-    local = REPO / ".venv" / "bin" / name
-    return str(local) if local.exists() else name
+def _ruff(given: str | None) -> str | None:
+    import shutil
+
+    local = REPO / ".venv" / "bin" / "ruff"
+    return given or (str(local) if local.exists() else shutil.which("ruff"))
 
 
 def _text_files() -> list[Path]:
@@ -530,12 +562,13 @@ def main() -> int:
     group.add_argument("--plan", action="store_true")
     group.add_argument("--apply", action="store_true")
     group.add_argument("--layer-rule", action="store_true")
+    ap.add_argument("--ruff", help="the ruff to run after the move (default: .venv/bin/ruff, else PATH)")
     args = ap.parse_args()
     if args.layer_rule:
         append_layer_rule()
         print("appended the layer rule to tests/test_layout.py (git checkout tests/test_layout.py to undo)")
         return 0
-    if (REPO / PKG / "base").exists():
+    if any(f.startswith("base/") for f in tracked_files()):
         print("ladder_move: src/mw_env/base/ exists: the move was applied already", file=sys.stderr)
         return 2
     plan = make_plan(tracked_files())
@@ -564,7 +597,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    apply(plan)
+    apply(plan, args.ruff)
     print(
         f"moved {len(plan.moves)} files; next: make lint, the layout test, scripts/same_json.py compare, make test"
     )

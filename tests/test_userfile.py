@@ -185,16 +185,18 @@ def test_redact_hides_url_credentials() -> None:
 def test_a_token_in_a_user_profiles_index_url_is_never_shown(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import yaml
+
     from mw_env.cli import main
 
-    shipped = Path(__file__).resolve().parents[1] / "src" / "mw_env" / "profiles" / "cpu.yaml"
+    shipped = Path(__file__).resolve().parents[1] / "src" / "mw_env" / "profiles" / "sources.yaml"
     folder = tmp_path / "profiles"
     folder.mkdir()
-    (folder / "cpu.yaml").write_text(
-        shipped.read_text().replace(
-            "https://download.pytorch.org/whl/cpu", "https://me:S3CRET@mirror.example/cpu"
-        )
-    )
+    # A mirror with credentials in its URL, the documented way: the user's own sources.yaml replaces the
+    # shipped `cpu` entry (the shipped cpu profile names that id).
+    (cpu,) = [s for s in yaml.safe_load(shipped.read_text())["sources"] if s["id"] == "cpu"]
+    cpu["index_url"] = "https://me:S3CRET@mirror.example/cpu"
+    (folder / "sources.yaml").write_text(yaml.safe_dump({"sources": [cpu]}))
     root = Path(__file__).resolve().parent / "fixtures" / "machines" / "cpu-only"
     for args in (["detect", "--json"], ["detect"], ["profiles", "cpu"], ["profiles", "--json"]):
         extra = ["--root", str(root)] if args[0] == "detect" else []

@@ -103,6 +103,20 @@ def test_dry_run_json_says_version_index_device_packages_size_and_the_override_d
     assert "rocm7.14 has the same torch but installs every GPU's kernels" in plan["reason"]
 
 
+def test_the_dry_run_text_shows_the_indexes_with_how_they_answer_and_the_disk(tmp_path, env, world, indexes):
+    res = _bootstrap(env, world, "incus-780m", tmp_path / "v", "--dry-run", project=indexes.project)
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    srv = world["srv"]
+    assert (
+        f"index amd-multiarch {srv.url('multiarch')}: torch and its GPU packages come only from here" in out
+    )
+    assert "it answers 403 for a project it does not hold: uv reads that as 'not here'" in out
+    assert f"index default {srv.url('pypi')}: the default index: torch's own dependencies" in out
+    assert "disk needs ~7.1 GiB for torch with one GPU's device package from amd-multiarch" in out
+    assert "--config-file" in out and "mw-env-torch-uv.toml" in out
+
+
 def test_a_forced_source_without_the_gpus_kernels_gets_the_override_and_the_warning(
     tmp_path, env, world, indexes
 ):

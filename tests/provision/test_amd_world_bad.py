@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from amdworld import profiles_dir
-from indexserver import serve
+from indexserver import Behaviour, serve
 from wheelfactory import fake_torch, simple_index
 
 MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
@@ -22,7 +22,12 @@ def bad(tmp_path_factory):
     base = tmp_path_factory.mktemp("bad-world")
     # A torch of the right build with no device packages and no HIP library: nothing tells its archs.
     noarch = simple_index(base / "noarch", [fake_torch(base / "dist", "2.14.0+rocm7.14", hip="7.14.0")])
-    with serve({"noarch": noarch}) as srv:
+    # An index listing torch only for another Python (cp39), and one whose listed torch file is gone (404).
+    oldpy = fake_torch(base / "dist-py", "2.14.0+rocm7.14.0", hip="7.14.0", python_tag="cp39", abi_tag="cp39")
+    gone = fake_torch(base / "dist-gone", "2.14.0+rocm7.14.0", hip="7.14.0")
+    roots = {"noarch": noarch, "oldpy": simple_index(base / "oldpy", [oldpy])}
+    roots["gone"] = simple_index(base / "gone", [gone])
+    with serve(roots, {"gone": Behaviour(unserved=403, gone=frozenset({gone.name}))}) as srv:
         yield {"srv": srv, "base": base}
 
 
@@ -84,3 +89,26 @@ def test_a_wheel_without_arch_information_is_a_stated_fallback(tmp_path, hermeti
     assert record["wheel_archs"] == [] and record["wheel_archs_how"] == "unknown"
     assert record["arch_decision"].endswith("could not be read, so the table of rocm7.14 decides")
     assert "HSA_OVERRIDE_GFX_VERSION" not in (venv / "mw-env.env").read_text()  # the table: native gfx1103
+
+
+def test_an_index_with_torch_only_for_another_python_stops_before_anything_is_built(
+    tmp_path, hermetic_env, indexes, bad
+):
+    profiles = profiles_dir(tmp_path / "p", {"multiarch": bad["srv"].url("oldpy")})
+    venv = tmp_path / "v"
+    res = _run(hermetic_env, profiles, venv, indexes.project, "--all-devices")
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 1, out
+    assert "lists no torch+rocm7.14 wheel (its +rocm7.14 wheels are for cp39" in out and "--python" in out
+    assert not (venv / "bin" / "python").exists() and "Traceback" not in out
+
+
+@pytest.mark.slow
+def test_a_listed_torch_file_that_answers_404_is_named(tmp_path, hermetic_env, indexes, bad):
+    profiles = profiles_dir(tmp_path / "p", {"multiarch": bad["srv"].url("gone")})
+    venv = tmp_path / "v"
+    res = _run({**hermetic_env, "UV_HTTP_RETRIES": "0"}, profiles, venv, indexes.project, "--all-devices")
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 1, out
+    assert f"the index amd-multiarch ({bad['srv'].url('gone')}) answered HTTP 404 for torch" in out
+    assert "lists a file of torch that answers 404" in out and "Traceback" not in out

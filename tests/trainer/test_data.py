@@ -283,3 +283,21 @@ def test_byte_fast_path_equals_the_general_loop() -> None:
         for max_len in (8, 16, 40, 128):
             assert encode_row(tok, words, tags, max_len) == encode_row(Words(), words, tags, max_len)
             assert encode_row(tok, words, None, max_len) == encode_row(Words(), words, None, max_len)
+
+
+@pytest.mark.torch
+def test_a_synthetic_checkpoint_from_the_in_memory_order_is_a_changed_data_order(tmp_path: Path) -> None:
+    """A checkpoint written before the synthetic corpus was read by the file path recorded no window or block:
+    its resume is refused as a changed data order (data.allow_changed_corpus continues it), never silently
+    continued in another order."""
+    from mw_env.trainer.resume import corpus_changes
+
+    corpus = open_corpus(resolve_config(overrides=[f"runtime.out_dir={tmp_path}"]).config)
+    old = {
+        **corpus.identity,
+        "order": {
+            k: v for k, v in corpus.identity["order"].items() if k not in ("shuffle_rows", "block_rows")
+        },
+    }
+    assert corpus_changes(old, corpus) == ["block_rows None -> 64", "shuffle_rows None -> 65536"]
+    assert corpus_changes(corpus.identity, corpus) == []

@@ -219,12 +219,12 @@ def test_without_matplotlib_the_report_is_still_written(tmp_path: Path, monkeypa
 
 def test_a_plotting_failure_costs_only_the_figures(tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("matplotlib")
-    from mw_env.trainer import report_figures
+    from mw_env.trainer import figure_pool, report_figures
 
     def broken(*_args, **_kwargs):
         raise ValueError("bad data")
 
-    monkeypatch.setattr(report_figures, "run_figures", broken)
+    monkeypatch.setattr(figure_pool, "draw", broken)  # each curve, drawn here or by the figure pool
     monkeypatch.setattr(report_figures, "histogram_figure", broken)
     md = _fake_run(tmp_path, STREAM_CARD).read_text()
     assert "Figures failed: ValueError: bad data" in md and "| 16 to 24 | 900 |" in md

@@ -26,3 +26,51 @@ def test_the_loss_figure_names_the_smoothed_and_the_plain_loss(tmp_path: Path) -
     assert fig.title == "Loss: training (label-smoothed) and held-out (plain)" and fig.png.is_file()
     plain = loss_figure(events, tmp_path, smoothing=0.0, n_labels=13)
     assert "label-smoothed" not in plain.svg and "floor of" not in plain.svg
+
+
+@pytest.mark.slow
+def test_the_figure_pool_draws_the_curves_and_a_dead_worker_costs_nothing(tmp_path: Path) -> None:
+    """Issue 30 #6: the curves are drawn by processes started with the run (matplotlib imported beside the
+    steps), in parallel; a worker that died leaves its figures to the report, which draws them itself."""
+    import json
+
+    from mw_env.trainer import figure_pool
+    from mw_env.trainer.figure_pool import FigurePool
+
+    events = [
+        {"event": "step", "step": s, "loss": 2.0 / s + 0.55, "lr": 1e-3, "grad_norm": 1.0}
+        for s in range(1, 41)
+    ]
+    events += [{"event": "eval", "step": 40, "loss": 0.1, "entity_f1": 0.9, "token_acc": 0.95}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    out = tmp_path / "report"
+    out.mkdir()
+    reqs = figure_pool.run_requests(
+        tmp_path / "metrics.jsonl", out, grad_clip=1.0, smoothing=0.1, n_labels=13
+    )
+    pool = FigurePool.start()
+    assert pool is not None and len(pool.procs) == figure_pool.FIGURE_WORKERS
+    try:
+        drawn = pool.collect(pool.submit(reqs))
+        assert set(drawn) == set(figure_pool.RUN_FIGURES)
+        loss = drawn["loss"]
+        assert loss is not None and "floor of the smoothed training loss" in loss.svg and loss.png.is_file()
+        assert loss.svg == figure_pool.draw(reqs[0], events).svg  # the same figure as drawn here
+        pool.procs[1].kill()
+        pool.procs[1].wait()
+        again = pool.collect(pool.submit(reqs))
+        n = len(pool.procs)  # requests go round-robin: worker 1's are the caller's to draw
+        assert set(again) == {r["name"] for i, r in enumerate(reqs) if i % n != 1}
+    finally:
+        pool.close()
+    assert all(p.poll() is not None for p in pool.procs)
+
+
+def test_only_a_run_long_enough_starts_the_figure_pool() -> None:
+    from mw_env.trainer.figure_pool import MIN_STEPS, FigurePool
+
+    assert FigurePool.for_run(main=False, max_steps=400, step=0) is None  # other ranks draw nothing
+    assert FigurePool.for_run(main=True, max_steps=20, step=0) is None  # a smoke run draws its own
+    assert (
+        FigurePool.for_run(main=True, max_steps=400, step=400 - MIN_STEPS + 1) is None
+    )  # resumed near its end

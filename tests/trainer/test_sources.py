@@ -104,6 +104,7 @@ def test_every_rank_draws_in_proportion_and_repeats_the_small_source(
         assert small == c.weighted.mix.counts(steps * 8)[0] == 120  # exactly 1 row in 4
     rows = [{"stream_row": 480}] * world
     card = c.card(Counts(len(c.labels)), rows)
+    assert c.weighted.describe() == "small 25.0% (40 rows), large 75.0% (300 rows)"
     mix = {s["name"]: s for s in card["mix"]}
     assert mix["small"]["configured_share"] == mix["small"]["realised_share"] == 0.25
     assert mix["small"]["rows_drawn"] == 120 * world and mix["small"]["epochs"] == 3.0 * world
@@ -139,6 +140,10 @@ def test_the_order_is_a_pure_function_of_the_step(corpus: Path, tmp_path: Path) 
         (("data.sources=[{files: [], weight: 1}]",), r"data.sources\[0\].files is empty"),
         (("data.sources=[{files: [x.parquet]}]", "data.train_files=[y.parquet]"), "both set"),
         (("data.sources=[{files: [x.parquet], weight: .nan}]",), r"data.sources\[0\].weight"),
+        (
+            ("data.sources=[" + ", ".join(["{files: [x.parquet]}"] * 1001) + "]",),
+            "1001 sources, more than 1,000",
+        ),
     ],
 )
 def test_bad_sources_name_the_key(tmp_path: Path, sets: tuple[str, ...], message: str) -> None:

@@ -58,9 +58,11 @@ def _owner(url: str, indexes: Sequence[StepIndex]) -> tuple[str, str]:
 
 
 def _project(output: str, url: str | None = None) -> str:
-    if url:  # a project page: <index>/<project>/
-        parts = [p for p in url.split("?")[0].split("/") if p]
-        if parts and not parts[-1].endswith((".whl", ".tar.gz", ".zip", ".metadata")):
+    if url:  # a project page <index>/<project>/, or a file: its name starts with the project's
+        parts = [p for p in url.split("?")[0].split("#")[0].split("/") if p]
+        if parts and parts[-1].endswith((".whl", ".metadata")):
+            return parts[-1].split("-", 1)[0].replace("_", "-").lower()
+        if parts and not parts[-1].endswith((".tar.gz", ".zip")):
             return parts[-1]
     m = _MISSING.search(output) or _NO_VERSION.search(output)
     return m.group(1) if m else "torch"
@@ -78,6 +80,11 @@ def _hint(status: str, name: str, shown: str, project: str) -> str:
         return (
             f"{which} wants credentials for {project} (401 Unauthorized): put them in the URL "
             "(https://user:token@host/...), in ~/.netrc, or in UV_INDEX_<NAME>_USERNAME/_PASSWORD, then re-run"
+        )
+    if status == "404":
+        return (
+            f"{which} lists a file of {project} that answers 404 (a nightly index mid-update drops files it still "
+            "lists): re-run later (finished steps are kept), or choose another version or --source"
         )
     if status in ("DNS", "timeout", "unreachable"):
         return (

@@ -33,6 +33,7 @@ from mw_env.trainer.distributed import (
     shutdown,
 )
 from mw_env.trainer.evaluate import evaluate_and_decide
+from mw_env.trainer.figure_pool import FigurePool
 from mw_env.trainer.folderwatch import watching
 from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
@@ -52,7 +53,7 @@ from mw_env.trainer.session import Session
 from mw_env.trainer.step import Trainer
 from mw_env.trainer.steplog import StepLog
 from mw_env.trainspec.advice import config_warnings, resume_warnings
-from mw_env.trainspec.config import ResolvedConfig, TrainConfig
+from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.schedule import lr_factor
 
 Echo = Callable[[str], None]
@@ -139,6 +140,8 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
         f"process), {corpus.val.rows:,} validation rows, {len(corpus.labels)} labels ({corpus.labels.origin}); "
         f"opened in {time.perf_counter() - t0:.2f} s"
     )
+    if corpus.weighted is not None:
+        say(f"sources (share of the rows drawn): {corpus.weighted.describe()}")
     if corpus.labels.note:
         say(f"warning: {corpus.labels.note}")
     model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels)).to(
@@ -167,24 +170,10 @@ def _restore(session: Session, path: Path, ckpt: dict[str, Any], accepted_change
             f"checkpoint {path} could not be restored ({type(exc).__name__}: {str(exc)[:200]})",
             hint="--resume an older step-*.pt, or --fresh to start over (the old ones are kept, renamed)",
         ) from None
-    _schedule_from(s.trainer, s.resolved.config, s.state.step)
+    s.trainer.schedule_from(s.resolved.config, s.state.step)
     s.say(f"resumed from {path} at step {s.state.step}")
     for line in resume_warnings(ckpt.get("config") or {}, s.resolved.config, s.state.step):
         s.say(f"warning: {line}")
-
-
-def _schedule_from(trainer: Trainer, config: TrainConfig, step: int) -> None:
-    """This run's schedule from the first resumed step on. The checkpoint's optimizer holds the rate its own
-    schedule gave step `step`, and LambdaLR applies a lambda only at its next step(): under a changed
-    max_steps or lr the first resumed step would run at the old rate, one step after the warning said the
-    rate changed. Unchanged settings give the same float as before (bitwise resume)."""
-    o = config.optim
-    trainer.scheduler.base_lrs = [o.lr for _ in trainer.optimizer.param_groups]
-    factor = lr_factor(step, o, config.runtime.max_steps)
-    for group in trainer.optimizer.param_groups:
-        group["initial_lr"] = o.lr
-        group["lr"] = o.lr * factor
-    trainer.scheduler._last_lr = [g["lr"] for g in trainer.optimizer.param_groups]
 
 
 def _wrap(trainer: Trainer, compile_model: bool) -> None:
@@ -270,6 +259,7 @@ def _run(
         from mw_env.trainer.data.digest import ShardHasher
 
         session.hasher = ShardHasher(corpus.sources, out_dir)
+    session.figures = FigurePool.for_run(main=dist.main, max_steps=rt.max_steps, step=session.state.step)
     _wrap(trainer, rt.compile)
     mark(out_dir, "running", main=dist.main, step=session.state.step)
     if 0 < rt.max_steps <= session.state.step:
@@ -282,8 +272,9 @@ def _run(
         reason, last_ckpt, losses = _train_loop(session)
         return _finish(session, reason, last_ckpt, losses, doctor_json)
     finally:
-        if session.hasher is not None:
-            session.hasher.close()
+        for closing in (session.hasher, session.figures):
+            if closing is not None:
+                closing.close()
 
 
 def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
@@ -423,7 +414,7 @@ def _finish(
         if s.hasher is not None:
             card["sources"] = s.hasher.annotate(card["sources"])
         report = write_report(
-            s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json
+            s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json, pool=s.figures
         )
         s.say(f"report: {report}")
         mark(s.out_dir, "finished", report=str(report), manifest=str(s.out_dir / MANIFEST), **ended)

@@ -15,15 +15,17 @@ import importlib.metadata
 import json
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from mw_env.atomic import write_json_atomic, write_text_atomic
 from mw_env.errors import os_error_in
 from mw_env.runs.manifest import read_manifest, write_manifest
-from mw_env.runs.rundir import CHECKPOINTS_DIR, DOCTOR_FILE, MANIFEST
+from mw_env.runs.rundir import CHECKPOINTS_DIR, DOCTOR_FILE, MANIFEST, METRICS_FILE
 from mw_env.textsafe import duration
+from mw_env.trainer import figure_pool
+from mw_env.trainer.figure_pool import FigurePool
 from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
 from mw_env.trainer.report_card import HistogramDrawer, card_blocks
@@ -177,25 +179,29 @@ def _doctor_words(doctor: dict[str, object] | None) -> str:
 
 
 def _draw_figures(
-    events: Sequence[dict[str, Any]], out: Path, resolved: ResolvedConfig, n_labels: int = 0
-) -> tuple[list[Figure], HistogramDrawer, str | None]:
-    """(run figures, histogram drawer, note): figures need matplotlib; without it, a note instead."""
-    try:
-        import matplotlib  # noqa: F401  (the import that fails where the extra is missing)
+    events: Sequence[dict[str, Any]],
+    out: Path,
+    resolved: ResolvedConfig,
+    n_labels: int = 0,
+    have: dict[str, Figure | None] | None = None,
+) -> tuple[tuple[list[Figure], str | None], HistogramDrawer]:
+    """((the run figures, a note), the histogram drawer): figures need matplotlib; without it, a note
+    instead. `have`: the figures a FigurePool drew (trainer/figure_pool.py); any it lacks are drawn here."""
+    import importlib.util
 
-        from mw_env.trainer import report_figures as rf
-    except ImportError as exc:
+    have = have or {}
+    if importlib.util.find_spec("matplotlib") is None and not have:
         note = (
-            f"Figures skipped: matplotlib is not installed in this venv ({exc}); add the `train` extra "
+            "Figures skipped: matplotlib is not installed in this venv; add the `train` extra "
             f"({bootstrap_hint(sys.prefix, 'train')}) for figures in the next report."
         )
-        return [], lambda *_a: None, note
+        return ([], note), lambda *_a: None
 
     def draw(name: str, title: str, counts: Sequence[float], width: float) -> Figure | None:
+        if name in have:
+            return have[name]
         try:
-            return rf.histogram_figure(
-                name, title, counts, bin_width=width, xlabel="input tokens per row", out_dir=out
-            )
+            return figure_pool.draw(figure_pool.histogram_request(name, title, counts, width, out), [])
         except (
             Exception
         ) as exc:  # an odd histogram is shown as a table instead; a full disk is no odd histogram
@@ -203,16 +209,40 @@ def _draw_figures(
                 raise
             return None
 
+    o = resolved.config.optim
     try:
-        o = resolved.config.optim
-        figures = rf.run_figures(
-            events, out, grad_clip=o.grad_clip, smoothing=o.label_smoothing, n_labels=n_labels
+        reqs = figure_pool.run_requests(
+            Path(), out, grad_clip=o.grad_clip, smoothing=o.label_smoothing, n_labels=n_labels
         )
-        return figures, draw, None
+        found = [have[r["name"]] if r["name"] in have else figure_pool.draw(r, events) for r in reqs]
+        return ([f for f in found if f is not None], None), draw
     except Exception as exc:  # a plotting failure must not cost the rest of the report (a disk fault does)
         if os_error_in(exc) is not None:
             raise
-        return [], draw, f"Figures failed: {type(exc).__name__}: {exc} (metrics.jsonl has every value)."
+        return ([], f"Figures failed: {type(exc).__name__}: {exc} (metrics.jsonl has every value)."), draw
+
+
+def submit_figures(
+    pool: FigurePool, run_dir: Path, out: Path, resolved: ResolvedConfig, card: object
+) -> Callable[[], dict[str, Figure | None]]:
+    """Every figure of the report handed to the pool now (the curves, and the data card's histograms found
+    by a dry pass over its blocks); returns the collector, called when the blocks are built."""
+    labels = card.get("labels") if isinstance(card, dict) else None
+    o = resolved.config.optim
+    reqs = figure_pool.run_requests(
+        Path(run_dir) / METRICS_FILE,
+        out,
+        grad_clip=o.grad_clip,
+        smoothing=o.label_smoothing,
+        n_labels=len(labels) if isinstance(labels, list) else 0,
+    )
+
+    def record(name: str, title: str, counts: Sequence[float], width: float) -> None:
+        reqs.append(figure_pool.histogram_request(name, title, counts, width, out))
+
+    card_blocks(card, record)
+    lanes = pool.submit(reqs)
+    return lambda: pool.collect(lanes)
 
 
 def build_blocks(
@@ -224,9 +254,11 @@ def build_blocks(
     doctor: dict[str, object] | None,
     events: Sequence[dict[str, Any]],
     out: Path,
+    drawn: Callable[[], dict[str, Figure | None]] | None = None,
 ) -> list[DocBlock]:
     labels = card.get("labels") if isinstance(card, dict) else None
-    figures, draw, note = _draw_figures(events, out, resolved, len(labels) if isinstance(labels, list) else 0)
+    n_labels = len(labels) if isinstance(labels, list) else 0
+    (figures, note), draw = _draw_figures(events, out, resolved, n_labels, drawn() if drawn else None)
     blocks: list[DocBlock] = [
         Heading("Summary"),
         kv_table(summary_pairs(run_dir, events, facts, doctor, resolved), "kv summary"),
@@ -300,12 +332,15 @@ def write_report(
     card: dict[str, Any],
     facts: dict[str, Any],
     doctor_json: Path | None = None,
+    pool: FigurePool | None = None,
 ) -> Path:
     """Write report/ and MANIFEST.sha256 (then the MLflow artifacts, if tracked); return report.md's path."""
     run_dir = Path(run_dir)
     out = run_dir / "report"
     out.mkdir(exist_ok=True)  # never the run folder itself: a deleted one is not recreated
     events = read_metrics(run_dir)
+    # The figures first, to the pool's processes (drawn while this one writes the files below).
+    drawn = submit_figures(pool, run_dir, out, resolved, card) if pool is not None else None
     write_json_atomic(out / "hyperparameters.json", resolved.to_dict(), default=str)
     write_json_atomic(out / "data_card.json", card, default=str)
     doctor = _read_doctor(run_dir, doctor_json)
@@ -316,7 +351,7 @@ def write_report(
     )
 
     blocks = build_blocks(
-        run_dir, resolved=resolved, card=card, facts=facts, doctor=doctor, events=events, out=out
+        run_dir, resolved=resolved, card=card, facts=facts, doctor=doctor, events=events, out=out, drawn=drawn
     )
     title = f"Training run report: {run_dir.name}"
     write_text_atomic(out / "report.md", to_markdown(title, blocks, base=out))

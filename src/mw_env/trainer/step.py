@@ -29,7 +29,8 @@ from mw_env.trainer.data import IGNORE, Batch
 from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.model import sdpa_context
 from mw_env.trainer.runtime import ChosenPrecision, autocast
-from mw_env.trainspec.config import OptimConfig
+from mw_env.trainspec.config import OptimConfig, TrainConfig
+from mw_env.trainspec.schedule import lr_factor
 
 
 def read_host(t: torch.Tensor) -> list[list[float]]:
@@ -60,6 +61,19 @@ class Trainer:
     device: torch.device
     precision: ChosenPrecision
     dist: DistInfo
+
+    def schedule_from(self, config: TrainConfig, step: int) -> None:
+        """This run's schedule from the first resumed step on. The checkpoint's optimizer holds the rate its
+        own schedule gave step `step`, and LambdaLR applies a lambda only at its next step(): under a changed
+        max_steps or lr the first resumed step would run at the old rate, one step after the warning said
+        the rate changed. Unchanged settings give the same float as before (bitwise resume)."""
+        o = config.optim
+        self.scheduler.base_lrs = [o.lr for _ in self.optimizer.param_groups]
+        factor = lr_factor(step, o, config.runtime.max_steps)
+        for group in self.optimizer.param_groups:
+            group["initial_lr"] = o.lr
+            group["lr"] = o.lr * factor
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     def step(self, micro: list[Batch], stop_requested: Callable[[], bool] = lambda: False) -> StepOutcome:
         o, dist, device = self.optim, self.dist, self.device

@@ -172,6 +172,9 @@ def validate(config: TrainConfig) -> None:
             _check_path_length(key, path)
 
 
+MAX_SOURCES = 1_000  # trainer/data/mix.py gives each source >= 1 row of its 10,000-row schedule
+
+
 def _check_sources(d: DataConfig) -> None:
     """data.sources: files mode, not beside data.train_files, each entry with globs and a finite weight > 0."""
     if d.source != "files":
@@ -183,6 +186,11 @@ def _check_sources(d: DataConfig) -> None:
         raise InputError(
             "config: data.train_files and data.sources are both set",
             hint="list every training glob under data.sources (each with its weight), and leave data.train_files empty",
+        )
+    if len(d.sources) > MAX_SOURCES:
+        raise InputError(
+            f"config: data.sources lists {len(d.sources)} sources, more than {MAX_SOURCES:,}",
+            hint="the mix gives every source at least one row in 10,000: merge small sources into one glob list",
         )
     for i, s in enumerate(d.sources):
         if not s.files:
