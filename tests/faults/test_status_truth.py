@@ -107,3 +107,27 @@ def test_sigterm_while_torchrun_imports_is_stopped_before_the_first_step(tmp_pat
     assert res.returncode == 0 and "stopped" in res.stdout, (res.stdout, res.stderr)
     assert "out of memory" not in res.stdout + res.stderr
     assert "before the trainer could take it" in (run / "train.log").read_text()
+
+
+def test_only_the_stops_own_signal_makes_a_start_up_stop() -> None:
+    from mw_env.runs.startup import signal_ended
+    from mw_env.runs.torchrun_output import TorchrunStderr
+
+    assert signal_ended(-15, None)  # the trainer itself, killed by the SIGTERM
+    assert not signal_ended(1, None) and not signal_ended(1, TorchrunStderr())  # an exit 1 with nothing said
+    summary = [
+        "Traceback (most recent call last):",
+        '  File "torchrun", line 8, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  exitcode  : -15 (pid: 4242)",
+    ]
+    workers_killed = TorchrunStderr()
+    for line in summary:
+        workers_killed.feed(line)
+    assert signal_ended(1, workers_killed)
+    failed = TorchrunStderr()  # a worker's own failure before torchrun's summary: kept as it is
+    for line in ["error: cannot read shard x.parquet", "hint: restore it", *summary]:
+        failed.feed(line)
+    assert not signal_ended(1, failed)

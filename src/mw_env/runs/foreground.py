@@ -29,7 +29,7 @@ from mw_env.runs.fit import oom_hint
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
 from mw_env.runs.rendezvous import Nodes
 from mw_env.runs.rundir import MANIFEST, metrics_path
-from mw_env.runs.startup import stopped_at_start_up
+from mw_env.runs.startup import signal_ended, stopped_at_start_up
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 
@@ -182,8 +182,9 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
             if not forwarded:
                 write("torchrun was stopped by a signal and passed it on; every worker stopped cleanly")
             return 0
-        said = stopped_at_start_up(launch.out_dir, since=began) if forwarded and code != 0 else None
-        if said is not None and not filt.said_error:
+        ours = forwarded and code != 0 and signal_ended(code, filt)
+        said = stopped_at_start_up(launch.out_dir, since=began) if ours else None
+        if said is not None:
             write(said)  # our stop reached torchrun or its workers while they still imported torch
             return 0
         code = filt.exit_code(code)

@@ -18,6 +18,7 @@ from pathlib import Path
 from mw_env.atomic import open_append
 from mw_env.errors import MwEnvError
 from mw_env.runs.rundir import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
+from mw_env.runs.torchrun_output import TorchrunStderr
 
 
 def stopped_at_start_up(run_dir: Path, *, since: float) -> str | None:
@@ -64,4 +65,28 @@ def stopped_at_start_up(run_dir: Path, *, since: float) -> str | None:
     )
 
 
-__all__ = ["stopped_at_start_up"]
+def signal_ended(returncode: int, torchrun: TorchrunStderr | None) -> bool:
+    """The stop's own signal ended the run: a process killed by it (a negative code), or torchrun's exit 1 whose
+    output says a worker was ended by a signal or torchrun itself got one; never when a worker said an error of
+    its own (a real failure that happened to follow a stop keeps its exit)."""
+    if torchrun is not None and torchrun.said_error:
+        return False
+    if returncode < 0:
+        return True
+    return torchrun is not None and (torchrun.signalled or any(c < 0 for c in torchrun.exit_codes))
+
+
+def torchrun_output(log: Path, offset: int) -> TorchrunStderr:
+    """torchrun's lines in a detached run's log from `offset` (its last MiB), read as the foreground reads them."""
+    filt = TorchrunStderr()
+    with contextlib.suppress(OSError):
+        if stat_mod.S_ISREG(log.stat().st_mode):
+            with open(log, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                fh.seek(max(offset, size - (1 << 20)))
+                for line in fh.read().decode("utf-8", errors="replace").splitlines():
+                    filt.feed(line)
+    return filt
+
+
+__all__ = ["signal_ended", "stopped_at_start_up", "torchrun_output"]

@@ -23,7 +23,7 @@ from types import FrameType
 
 from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
-from mw_env.runs.startup import stopped_at_start_up
+from mw_env.runs.startup import signal_ended, stopped_at_start_up, torchrun_output
 
 PROC = Path("/proc")
 # state.json (runstate.py): the supervisor writes "running" once the trainer is started and adds the
@@ -120,6 +120,7 @@ def supervise(report_fd: int) -> int:
         signal.signal(signum, forward)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     oom_before = cgroup_oom_kills()
+    log_start = _size_of(1)  # this run's part of train.log (our stdout) begins here
     try:
         child = subprocess.Popen(spec["argv"], env=spec["env"], cwd=spec.get("cwd"), stdin=subprocess.DEVNULL)
     except OSError as exc:
@@ -161,7 +162,12 @@ def supervise(report_fd: int) -> int:
                 flush=True,
             )
             returncode = 0
-    said = stopped_at_start_up(run_dir, since=started) if sent and returncode != 0 else None
+    ours = sent and returncode != 0
+    if ours and torchrun:
+        ours = signal_ended(returncode, torchrun_output(run_dir / "train.log", log_start))
+    elif ours:
+        ours = returncode < 0  # the trainer itself, killed by the signal before it could take it
+    said = stopped_at_start_up(run_dir, since=started) if ours else None
     if said is not None:
         print(f"mw-env: {said}", flush=True)
         returncode = 0
@@ -175,6 +181,13 @@ def supervise(report_fd: int) -> int:
         child_pid=child.pid,
     )
     return 0
+
+
+def _size_of(fd: int) -> int:
+    try:
+        return os.fstat(fd).st_size
+    except OSError:
+        return 0
 
 
 def _identity(folder: Path) -> tuple[int, int] | None:
