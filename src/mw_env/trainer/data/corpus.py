@@ -150,7 +150,7 @@ class Corpus:
                 "seed": self.config.runtime.seed,
                 "block": "row group (Parquet) / ~4 MiB of lines (JSONL)"
                 if self.source == "files"
-                else f"{SYNTHETIC_BLOCK_ROWS} generated rows",
+                else f"{synthetic_block_rows(self.config.data.synthetic_rows, self.world)} generated rows",
                 "window_rows": self.config.data.shuffle_rows,
             },
             "ranks": [
@@ -349,10 +349,17 @@ def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus
 SYNTHETIC_BLOCK_ROWS = 64  # the synthetic corpus's blocks: what is assigned to ranks, as a row group is
 
 
+def synthetic_block_rows(rows: int, world: int) -> int:
+    """SYNTHETIC_BLOCK_ROWS, smaller where that would leave a process without a block of its own (64 rows on
+    2 processes: 32-row blocks). The world size is part of the order's key, so a block size that depends on it
+    changes nothing a resume relies on."""
+    return max(1, min(SYNTHETIC_BLOCK_ROWS, rows // max(1, world)))
+
+
 def _memory_shard(
-    name: str, rows: Iterator[tuple[list[str], list[str]]], described: dict[str, object]
+    name: str, rows: Iterator[tuple[list[str], list[str]]], described: dict[str, object], block_rows: int
 ) -> Shard:
-    """Generated rows as an in-memory shard of SYNTHETIC_BLOCK_ROWS-row blocks, read by the file path."""
+    """Generated rows as an in-memory shard of `block_rows`-row blocks, read by the file path."""
     import pyarrow as pa
 
     words, tags = [], []
@@ -360,7 +367,7 @@ def _memory_shard(
         words.append(w)
         tags.append(t)
     typ = pa.list_(pa.string())
-    n, b = len(words), SYNTHETIC_BLOCK_ROWS
+    n, b = len(words), block_rows
     blocks = [Block(0, k, min(b, n - k * b), start=k * b) for k in range(-(-n // b))]
     return Shard(
         Path(f"synthetic {name}"),
@@ -388,6 +395,7 @@ def _synthetic(
         "countries": list(data.countries),
         "noise": data.noise,
     }
+    block_rows = synthetic_block_rows(data.synthetic_rows, world)
     train, val = (
         _memory_shard(
             name,
@@ -396,16 +404,18 @@ def _synthetic(
                 for i in range(n)
             ),
             source if name == "train" else {"kind": "synthetic", "split": "val", "rows": n},
+            block_rows,
         )
         for name, n in (("train", data.synthetic_rows), ("val", data.synthetic_val_rows))
     )
     if len(train.blocks) < world:
         raise InputError(
-            f"data.synthetic_rows = {data.synthetic_rows} makes {len(train.blocks)} block(s) of "
-            f"{SYNTHETIC_BLOCK_ROWS} rows, fewer than the {world} processes: each process reads blocks of its own",
-            hint=f"--set data.synthetic_rows={SYNTHETIC_BLOCK_ROWS * world} or more, or use fewer processes",
+            f"data.synthetic_rows = {data.synthetic_rows} is fewer rows than the {world} processes: each "
+            "process reads rows of its own",
+            hint=f"--set data.synthetic_rows={world} or more (a few hundred to learn anything), or use fewer "
+            "processes",
         )
-    order_key.update({"shuffle_rows": data.shuffle_rows, "block_rows": SYNTHETIC_BLOCK_ROWS})
+    order_key.update({"shuffle_rows": data.shuffle_rows, "block_rows": block_rows})
     columns = _columns(config)
     val_encoding = Encoding(PieceReader([val], val.blocks, columns), _encoder(tok, BUNDLED, config), BUNDLED)
     return Corpus(
