@@ -64,7 +64,7 @@ def _load() -> str:
 
 def main() -> int:
     sys.path.insert(0, str(REPO / "src"))
-    from mw_env.provision.wheelhouse import discover, matching_torch, wheels_in
+    from mw_env.sources.wheelhouse import discover, matching_torch, wheels_in
 
     uv = _uv()
     sources = discover(env=os.environ)
@@ -206,7 +206,7 @@ def _amd_truth(work: Path) -> dict[str, float]:
     from amdworld import build_world
     from indexserver import serve
     from mw_env.provision.torchpick import pick_from_index
-    from mw_env.provision.wheelarch import read_wheel_archs
+    from mw_env.venv.wheelarch import read_wheel_archs
 
     work.mkdir(parents=True, exist_ok=True)
     world = build_world(work / "amd")

@@ -85,8 +85,8 @@ def main() -> int:
 
     import cpuinfo
 
-    from mw_env.detect import detect
-    from mw_env.machine import Machine
+    from mw_env.hardware.detect import detect
+    from mw_env.hardware.machine import Machine
 
     machines = REPO / "tests" / "fixtures" / "machines"
     # py-cpuinfo caches nothing between calls in-process, so each rep pays its full probe.

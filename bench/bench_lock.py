@@ -39,8 +39,8 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 def main() -> int:
     sys.path.insert(0, str(REPO / "src"))
-    from mw_env.envlock import LOCK_FILE
-    from mw_env.provision.wheelhouse import discover, matching_torch, wheels_in
+    from mw_env.sources.wheelhouse import discover, matching_torch, wheels_in
+    from mw_env.venv.lock import LOCK_FILE
 
     uv = next(
         (c for c in (os.environ.get("UV"), str(REPO / ".tools" / "bin" / "uv"), shutil.which("uv")) if c),

@@ -134,7 +134,7 @@ def train_model(
 ) -> tuple[Callable[[list[list[str]]], list[list[str]]], float, dict[str, Any]]:
     import torch
 
-    from mw_env.trainer.checkpoint import find_latest, model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import find_latest, model_from_checkpoint
     from mw_env.trainer.loop import train
     from mw_env.trainspec.config import find_config, resolve_config
 

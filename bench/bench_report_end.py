@@ -31,7 +31,7 @@ TIMED = r"""
 import json, sys, time
 from pathlib import Path
 run, mode = Path(sys.argv[1]), sys.argv[2]
-from mw_env.trainer.report import write_report
+from mw_env.trainer.report.report import write_report
 from mw_env.trainspec.config import find_config, resolve_config
 resolved = resolve_config(path=find_config("smoke"), overrides=[f"runtime.out_dir={run}", f"runtime.max_steps={sys.argv[3]}"])
 card = json.loads((run / "report" / "data_card.json").read_text())

@@ -154,7 +154,7 @@ def bench_throughput(tmp: Path) -> str:
 def bench_checkpoint(tmp: Path) -> str:
     import torch
 
-    from mw_env.trainer.checkpoint import save_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import save_checkpoint
     from mw_env.trainer.model import build_model
     from mw_env.trainspec.config import find_config, resolve_config
 

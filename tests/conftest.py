@@ -92,7 +92,7 @@ def fake_machine(name: str, *, env: dict[str, str] | None = None):
 
     Fake commands (nvidia-smi, rocminfo, ...) live in <root>/.mw-env-bin/ and print captured output.
     """
-    from mw_env.machine import Machine
+    from mw_env.hardware.machine import Machine
 
     root = MACHINES / name
     assert root.is_dir(), f"no fake machine {name!r} under {MACHINES}"

@@ -1,9 +1,9 @@
 """Writing never destroys what a path names (issue 29, class 1).
 
-Every file mw-env writes goes through mw_env/atomic.py: the atomic writers (a temporary file renamed over the
+Every file mw-env writes goes through mw_env/base/atomic.py: the atomic writers (a temporary file renamed over the
 path) and `open_regular`/`open_append` (logs and lock files written in place). Each refuses a path that names a
 character device, a FIFO, a socket or a folder with InputError (exit 2), and leaves the node as it was. The
-tests below run every writer of atomic.py against each kind of node, the commands that take an output path
+tests below run every writer of base/atomic.py against each kind of node, the commands that take an output path
 (`lock --output`, `host-commands --out`, `train export --out`) end to end, and check on the source that no
 module writes a file any other way.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from mw_env import atomic
+from mw_env.base import atomic
+from mw_env.base.errors import InputError
 from mw_env.cli import main
-from mw_env.errors import InputError
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "mw_env"
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
@@ -83,7 +83,7 @@ def _open_append(p: Path) -> None:
         fh.write("x\n")
 
 
-# Every function of atomic.py that writes a file; test_every_writer_of_atomic_is_covered keeps this whole.
+# Every function of base/atomic.py that writes a file; test_every_writer_of_atomic_is_covered keeps this whole.
 WRITERS: dict[str, Callable[[Path], None]] = {
     "write_text_atomic": lambda p: atomic.write_text_atomic(p, "x"),
     "write_bytes_atomic": lambda p: atomic.write_bytes_atomic(p, b"x"),
@@ -140,28 +140,28 @@ def _trees() -> dict[str, ast.Module]:
 
 
 def test_every_writer_of_atomic_is_covered() -> None:
-    """A new writer in atomic.py joins WRITERS (and so the node tests); every caller uses only these."""
-    tree = _trees()["atomic.py"]
+    """A new writer in base/atomic.py joins WRITERS (and so the node tests); every caller uses only these."""
+    tree = _trees()["base/atomic.py"]
     helpers = {"fault_for", "check_faults", "temporary_name", "fsync_dir", "node_kind", "refuse_special"}
     public = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
     assert public - helpers == set(WRITERS)
     for module, parsed in _trees().items():
         for n in ast.walk(parsed):
-            if isinstance(n, ast.ImportFrom) and n.module == "mw_env.atomic":
+            if isinstance(n, ast.ImportFrom) and n.module == "mw_env.base.atomic":
                 assert {a.name for a in n.names} <= set(WRITERS) | helpers, module
 
 
-# Writes outside atomic.py, each with why it cannot name a user's node: a temporary path that
+# Writes outside base/atomic.py, each with why it cannot name a user's node: a temporary path that
 # atomic_path handed out, a folder the writer has just created, a test hook's marker.
 ALLOWED = {
-    ("trainer/export.py", "write_bytes"): "a temporary path from atomic_path",
-    ("trainer/export.py", "write_text"): "a temporary path from atomic_path",
+    ("trainer/export/onnx_export.py", "write_bytes"): "a temporary path from atomic_path",
+    ("trainer/export/onnx_export.py", "write_text"): "a temporary path from atomic_path",
     ("trainer/mlflow_model.py", "write_text"): "a folder it has just created (mkdir without exist_ok)",
-    ("envlock/make.py", "write_text"): "a tempfile.TemporaryDirectory of its own",
+    ("venv/lock/make.py", "write_text"): "a tempfile.TemporaryDirectory of its own",
     ("trainer/lifecycle.py", "touch"): "MW_ENV_TEST_HOLD, the tests' hook",
     ("trainer/__main__.py", "touch"): "MW_ENV_STARTED_FILE, a marker the launcher names",
     ("provision/state.py", "os.open"): "its own S_ISREG check (the bootstrap lock)",
-    ("streams.py", "open('w')"): "fd 2, the process's own stderr, not a path",
+    ("base/streams.py", "open('w')"): "fd 2, the process's own stderr, not a path",
     ("trainer/tagio.py", "open('w')"): "a temporary path from atomic_path",
     ("trainer/predict.py", "write_text"): "--result: a file in the caller's own tempfile.TemporaryDirectory",
 }
@@ -191,9 +191,9 @@ def _writes(tree: ast.AST) -> Iterator[str]:
 def test_no_module_writes_a_file_but_through_atomic() -> None:
     found = set()
     for rel, parsed in _trees().items():
-        if rel != "atomic.py":
+        if rel != "base/atomic.py":
             found |= {(rel, w) for w in _writes(parsed)}
-    assert found - set(ALLOWED) == set(), "write through mw_env.atomic (or say here why it is safe)"
+    assert found - set(ALLOWED) == set(), "write through mw_env.base.atomic (or say here why it is safe)"
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""What this process may use (mw_env.capacity), its preflight use (runs/fit.py) and the trainer's bounds on
+"""What this process may use (mw_env.hardware.capacity), its preflight use (runs/fit.py) and the trainer's bounds on
 threads and data workers (issue 29, class 3: settings the machine can hold)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mw_env import capacity
 from mw_env.cli import main
+from mw_env.hardware import capacity
 
 GIB = 1 << 30
 
@@ -119,7 +119,7 @@ def test_a_model_no_machine_holds_is_refused_before_anything_starts(
 def test_the_check_judges_a_discrete_gpu_by_its_own_memory() -> None:
     from dataclasses import replace
 
-    from mw_env.hardware import Gpu, Hardware
+    from mw_env.hardware.facts import Gpu, Hardware
     from mw_env.runs.fit import judge
     from mw_env.trainspec.schema import ModelConfig, OptimConfig, RuntimeConfig, TrainConfig
 

@@ -17,7 +17,7 @@ def test_help_lists_commands_and_exit_codes(capsys):
 def test_help_does_not_import_heavy_modules():
     code = (
         "import sys; from mw_env.cli import main; rc = main(['--help']);"
-        "heavy = [m for m in ('torch', 'rich', 'yaml', 'cpuinfo', 'mw_env.detect') if m in sys.modules];"
+        "heavy = [m for m in ('torch', 'rich', 'yaml', 'cpuinfo', 'mw_env.hardware.detect') if m in sys.modules];"
         "print('HEAVY', heavy); raise SystemExit(rc)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

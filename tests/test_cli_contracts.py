@@ -162,7 +162,7 @@ def _built(path: Path) -> Path:
 
 
 def test_commands_without_venv_use_the_venv_bootstrap_built_last_and_say_so(tmp_path, capsys, monkeypatch):
-    from mw_env.provision.record import default_venv, remember_venv
+    from mw_env.venv.record import default_venv, remember_venv
 
     home = tmp_path / "home"
     (home / "training-venv").mkdir(parents=True)  # an older venv at the default path: never used in silence
@@ -185,7 +185,7 @@ def test_commands_without_venv_use_the_venv_bootstrap_built_last_and_say_so(tmp_
 def test_a_vanished_last_venv_falls_back_to_the_default(tmp_path, monkeypatch):
     import shutil
 
-    from mw_env.provision.record import chosen_venv, remember_venv
+    from mw_env.venv.record import chosen_venv, remember_venv
 
     monkeypatch.setenv("HOME", str(tmp_path))
     data = _built(tmp_path / "gone")
@@ -195,7 +195,7 @@ def test_a_vanished_last_venv_falls_back_to_the_default(tmp_path, monkeypatch):
 
 
 def test_the_doctor_says_which_venv_it_checks(tmp_path, capsys, monkeypatch):
-    from mw_env.provision.record import remember_venv
+    from mw_env.venv.record import remember_venv
 
     monkeypatch.setenv("HOME", str(tmp_path))
     data = _built(tmp_path / "data-venv")
@@ -209,7 +209,7 @@ def test_the_doctor_says_which_venv_it_checks(tmp_path, capsys, monkeypatch):
 def test_a_real_bootstrap_records_its_venv(tmp_path, monkeypatch):
     # The record is written by the bootstrap command after a finished run (the slow end-to-end test of a real
     # bootstrap covers the install); here: the state file is where commands look.
-    from mw_env.provision.record import last_venv_file, remember_venv
+    from mw_env.venv.record import last_venv_file, remember_venv
 
     monkeypatch.setenv("MW_ENV_STATE_DIR", str(tmp_path / "state"))
     path = remember_venv(tmp_path / "v")

@@ -3,7 +3,7 @@
 `mw-env train config --config smoke >&-` was an AttributeError traceback (Python sets sys.stdout to None when
 fd 1 is closed). Every command of cli.py COMMANDS runs here, as a real process, with each stream in a bad
 state: stdout closed, full (/dev/full) or a pipe whose reader left; stderr closed or full; stdin closed. The
-rules (mw_env/streams.py, docs/reliability.md): a lost stdout is exit 1, said on stderr (not to a reader that
+rules (mw_env/base/streams.py, docs/reliability.md): a lost stdout is exit 1, said on stderr (not to a reader that
 left); a lost stderr changes nothing but the words; a closed stdin reads as empty. Never a traceback.
 """
 
@@ -128,7 +128,7 @@ def test_the_trainers_lines_to_a_lost_stdout_say_so(mode: str) -> None:
     its one printer (`_say`) now names standard output, and Python's last flush prints nothing more."""
     program = (
         "import sys\n"
-        "from mw_env.errors import MwEnvError\n"
+        "from mw_env.base.errors import MwEnvError\n"
         "from mw_env.trainer.__main__ import _say\n"
         "try:\n"
         "    _say('step 1: loss 2.0')\n"

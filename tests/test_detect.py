@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from conftest import MACHINES, fake_machine
-from mw_env.detect import detect
-from mw_env.errors import InputError
-from mw_env.machine import Machine
+from mw_env.base.errors import InputError
+from mw_env.hardware.detect import detect
+from mw_env.hardware.machine import Machine
 
 GIB = 1024**3
 MIB = 1024**2
@@ -289,7 +289,7 @@ def test_real_machine():
 
 
 def test_an_unexpected_failure_in_one_part_becomes_a_note(monkeypatch):
-    import mw_env.detect as detect_module
+    import mw_env.hardware.detect as detect_module
 
     def boom(probe):
         raise ValueError("odd file")

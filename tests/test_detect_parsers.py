@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.detect import describe_gpu, select_gpu
-from mw_env.detection import tables
-from mw_env.detection.amd import KfdNode, gfx_name, gfx_version_string
-from mw_env.detection.nvidia import kernel_driver_version, query_smi
-from mw_env.detection.pci import normalize_slot
-from mw_env.detection.probe import Probe
-from mw_env.errors import InputError
-from mw_env.hardware import DeviceNode, Gpu
-from mw_env.machine import Machine
+from mw_env.base.errors import InputError
+from mw_env.hardware import tables
+from mw_env.hardware.amd import KfdNode, gfx_name, gfx_version_string
+from mw_env.hardware.detect import describe_gpu, select_gpu
+from mw_env.hardware.facts import DeviceNode, Gpu
+from mw_env.hardware.machine import Machine
+from mw_env.hardware.nvidia import kernel_driver_version, query_smi
+from mw_env.hardware.pci import normalize_slot
+from mw_env.hardware.probe import Probe
 
 GIB = 1024**3
 
@@ -302,8 +302,8 @@ def test_describe_gpu():
 
 
 def test_kfd_node_with_bad_render_minor_falls_back_to_sysfs(tmp_path):
-    from mw_env.detection.amd import amd_gpus
-    from mw_env.detection.pci import display_devices
+    from mw_env.hardware.amd import amd_gpus
+    from mw_env.hardware.pci import display_devices
 
     base = "sys/bus/pci/devices/0000:03:00.0"
     props = "simd_count 192\ngfx_target_version 110000\nvendor_id 4098\ndevice_id 29772\nlocation_id 768\ndrm_render_minor -1\n"

@@ -6,8 +6,8 @@ import shutil
 
 from conftest import MACHINES, fake_machine
 from mw_env.cli import main
-from mw_env.detect import detect
-from mw_env.machine import Machine
+from mw_env.hardware.detect import detect
+from mw_env.hardware.machine import Machine
 from mw_env.profiles import load_profiles, select
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.detection.container import container_info
-from mw_env.detection.probe import Probe
-from mw_env.detection.system import (
+from mw_env.hardware.container import container_info
+from mw_env.hardware.machine import Machine
+from mw_env.hardware.probe import Probe
+from mw_env.hardware.system import (
     cpu_info,
     memory_limit,
     memory_total,
@@ -20,7 +21,6 @@ from mw_env.detection.system import (
     pythons,
     uv_info,
 )
-from mw_env.machine import Machine
 
 
 def probe_for(root: Path, files: dict[str, str | bytes], *, path: str = "", meta: str | None = None) -> Probe:
@@ -235,7 +235,7 @@ def test_broken_uv_is_a_note_not_an_error(tmp_path):
 def test_real_root_falls_back_to_py_cpuinfo_when_proc_cpuinfo_fails(monkeypatch):
     import cpuinfo
 
-    from mw_env.detection import probe as probe_module
+    from mw_env.hardware import probe as probe_module
 
     real_text = probe_module.Probe.text
 
@@ -266,7 +266,7 @@ def test_fake_root_never_asks_py_cpuinfo_about_this_machine(tmp_path, monkeypatc
 
 
 def test_detect_can_skip_running_the_interpreters(tmp_path):
-    from mw_env.detect import detect
+    from mw_env.hardware.detect import detect
 
     bin_dir = tmp_path / "bin"
     marker = tmp_path / "ran"
@@ -293,7 +293,7 @@ def test_a_slow_interpreter_is_asked_again_alone_and_never_called_broken(tmp_pat
     """Issue 20 #12: under load a working pyenv shim missed its budget among eight parallel starts and was
     reported as one that "does not run". A timeout is retried alone with twice the time; one that still times
     out is named as slow, not broken."""
-    from mw_env.machine import CommandResult
+    from mw_env.hardware.machine import CommandResult
 
     bin_dir = tmp_path / "bin"
     script(bin_dir, "python3.11", "echo 3.11.9\n")

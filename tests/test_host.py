@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from mw_env.errors import InputError
-from mw_env.hardware import ContainerInfo, DeviceNode, Gpu, Hardware
-from mw_env.host import default_runtime, host_commands, host_plan, validate_container_name
-from mw_env.machine import Machine
+from mw_env.base.errors import InputError
+from mw_env.hardware.facts import ContainerInfo, DeviceNode, Gpu, Hardware
+from mw_env.hardware.machine import Machine
+from mw_env.host.commands import default_runtime, host_commands, host_plan, validate_container_name
 from mw_env.profiles import load_profiles, select
 
 

@@ -13,9 +13,9 @@ import re
 import pytest
 
 from conftest import MACHINES, fake_machine
-from mw_env.detect import detect
-from mw_env.errors import InputError
-from mw_env.host import host_plan
+from mw_env.base.errors import InputError
+from mw_env.hardware.detect import detect
+from mw_env.host.commands import host_plan
 from mw_env.profiles import load_profiles, select
 
 ROOTS = sorted(p.name for p in MACHINES.iterdir() if p.is_dir() and not p.name.startswith("doctor-"))
@@ -95,7 +95,7 @@ def test_explicit_image_says_the_venv_is_lost():
 
 
 def test_bare_metal_node_the_user_cannot_open_gets_the_group_not_a_passthrough():
-    from mw_env.hardware import ContainerInfo, DeviceNode, Gpu, Hardware
+    from mw_env.hardware.facts import ContainerInfo, DeviceNode, Gpu, Hardware
 
     gpu = Gpu(
         index=0,

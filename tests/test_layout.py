@@ -3,7 +3,7 @@
 - Where code runs: only `mw_env.trainer` runs inside the training venv; nothing else imports it or torch
   (mw-env's own interpreter may have no torch). Probe scripts that are *sent* to the venv's python are text.
 - No import cycles, however the import is hidden.
-- One atomic writer: `os.replace` appears only in `mw_env.atomic` (and the venv swap).
+- One atomic writer: `os.replace` appears only in `mw_env.base.atomic` (and the venv swap).
 - No module over 450 lines.
 """
 
@@ -72,7 +72,7 @@ def _in_venv(name: str) -> bool:
 
 def test_the_layout_is_what_the_rule_talks_about() -> None:
     # A rename of the packages must update this test, not silently pass it.
-    for pkg in ("mw_env.trainer", "mw_env.trainspec", "mw_env.runs", "mw_env.atomic"):
+    for pkg in ("mw_env.trainer", "mw_env.trainspec", "mw_env.runs", "mw_env.base.atomic"):
         assert pkg in MODULES, pkg
     assert {"mw_env.trainer.loop", "mw_env.runs.launch", "mw_env.trainspec.config"} <= set(MODULES)
 
@@ -126,7 +126,10 @@ def test_no_import_cycles() -> None:
 
 
 def test_os_replace_only_in_the_atomic_writer() -> None:
-    allowed = {"mw_env.atomic", "mw_env.provision.steps"}  # steps: the venv swap (two renames, recoverable)
+    allowed = {
+        "mw_env.base.atomic",
+        "mw_env.provision.steps",
+    }  # steps: the venv swap (two renames, recoverable)
     users = sorted(n for n, p in MODULES.items() if "os.replace(" in p.read_text(encoding="utf-8"))
     assert set(users) <= allowed, users
 
@@ -206,7 +209,7 @@ _HOST_CALLS = {
 
 
 @pytest.mark.parametrize(
-    "name", sorted(n for n in MODULES if n.startswith("mw_env.detection") or n == "mw_env.detect")
+    "name", sorted(n for n in MODULES if (n.startswith("mw_env.hardware") and n != "mw_env.hardware.machine"))
 )
 def test_detection_reaches_the_machine_only_through_machine(name: str) -> None:
     """Detection lists folders and runs programs through `Machine` (which keeps a fake root's to itself),
@@ -277,3 +280,86 @@ def test_the_count_of_any_does_not_rise() -> None:
     assert count > ANY_BUDGET - 20, (
         f"src/ has {count} `Any`: lower ANY_BUDGET in tests/test_layout.py to {count}"
     )
+
+
+# -- the ladder: every folder above what it uses (issue 28) ----------------------------------------------
+
+# Bottom up. A module of a rung imports only modules of its own rung or of rungs below it; the top-level
+# modules (cli.py, __main__.py) stand above every rung, and `mw_env` itself (the version) below them all.
+LADDER = (
+    "base",  # errors atomic textsafe userfile userjson typed versions lifeline
+    "hardware",  # machine, facts, detect and detection's parts and tables
+    "profiles",  # the hardware profiles and their torch sources
+    "sources",  # where packages come from: uv, indexlist, wheelhouse, pythons, freshness
+    "venv",  # what a venv holds: record, venvinfo, wheelarch, lock/
+    "host",  # operator-side commands
+    "checks",  # the doctor
+    "provision",  # the bootstrap plan and its steps
+    "trainspec",  # what a run is: config, validation, preflight, formats/
+    "rundir",  # the run folder's contract: names, words, events, manifest, runstate, runlock
+    "runs",  # detached runs, supervision, status, stop
+    "trainer",  # the loop and its wings: data/, ckpt/, report/, export/, tracking/
+    "commands",  # one module per CLI command
+)
+TOP = len(LADDER)  # cli, __main__
+
+
+def _rung(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1  # mw_env/__init__.py: the version, below everything
+    if parts[1] in LADDER:
+        return LADDER.index(parts[1])
+    if parts[1] in ("cli", "__main__"):
+        return TOP
+    raise AssertionError(f"{module} is in no rung of the ladder (LADDER in tests/test_layout.py)")
+
+
+def test_every_module_stands_on_a_rung() -> None:
+    folders = {n.split(".")[1] for n in MODULES if n.count(".") >= 1}
+    loose = sorted(folders - set(LADDER) - {"cli", "__main__"})
+    assert not loose, f"folders or top-level modules outside the ladder: {loose}; give each its rung"
+    assert set(LADDER) <= folders, f"rungs without a folder: {sorted(set(LADDER) - folders)}"
+
+
+def _upward() -> list[str]:
+    found = []
+    for name, deps in GRAPH.items():
+        here = _rung(name)
+        for dep in deps:
+            if dep in MODULES and dep != name and _rung(dep) > here:
+                found.append(f"{name} ({LADDER[here] if 0 <= here < TOP else 'top'}) imports {dep}")
+    return sorted(found)
+
+
+def test_no_folder_imports_one_above_it() -> None:
+    """Lazy imports in functions and TYPE_CHECKING imports count: a loop between two folders that only
+    function-level imports make is still a loop (envlock and provision were one)."""
+    up = _upward()
+    assert not up, "imports up the ladder:\n  " + "\n  ".join(up)
+
+
+def test_no_folder_loop() -> None:
+    edges: dict[str, set[str]] = {}
+    for name, deps in GRAPH.items():
+        for dep in deps:
+            if dep in MODULES and name.count(".") and dep.count("."):
+                a, b = name.split(".")[1], dep.split(".")[1]
+                if a != b:
+                    edges.setdefault(a, set()).add(b)
+    seen: dict[str, int] = {}  # 1 on the path, 2 done
+
+    def visit(folder: str, path: list[str]) -> list[str] | None:
+        seen[folder] = 1
+        for nxt in sorted(edges.get(folder, ())):
+            if seen.get(nxt) == 1:
+                return [*path, folder, nxt]
+            if nxt not in seen and (loop := visit(nxt, [*path, folder])):
+                return loop
+        seen[folder] = 2
+        return None
+
+    for folder in sorted(edges):
+        if folder not in seen:
+            loop = visit(folder, [])
+            assert loop is None, f"folders import each other: {' -> '.join(loop)}"

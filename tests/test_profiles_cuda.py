@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from mw_env.base.versions import version_tuple
 from mw_env.profiles import load_profiles
 from mw_env.profiles.cuda import choose_cuda_source, covers, minimum_driver_hint, parse_cc
-from mw_env.versions import version_tuple
 
 
 @pytest.fixture(scope="module")

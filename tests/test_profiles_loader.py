@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.profiles import (
     PROFILES_ENV,
     SHIPPED_DIR,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from mw_env.base.errors import InputError
 from mw_env.cli import main
-from mw_env.errors import InputError
 from mw_env.trainspec.config import resolve_config
 from mw_env.trainspec.preflight import check_on_host
 

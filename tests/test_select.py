@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
-from mw_env.hardware import DeviceNode, Gpu, Hardware
+from mw_env.base.errors import InputError
+from mw_env.hardware.facts import DeviceNode, Gpu, Hardware
 from mw_env.profiles import load_profiles, select
 
 USER = Path(__file__).parent / "fixtures" / "profiles" / "user"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.profiles import load_profiles
 from mw_env.profiles.loader import SHIPPED_DIR, load_profile_file
 from mw_env.profiles.torchsources import SHIPPED, load, read_file

@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 import pytest
 
-from mw_env.errors import InputError
-from mw_env.typed import Issue, Policy, Reader, Rule, build, choices, describe, field_types, leaf_types
+from mw_env.base.errors import InputError
+from mw_env.base.typed import Issue, Policy, Reader, Rule, build, choices, describe, field_types, leaf_types
 
 Color = Literal["red", "green"]
 

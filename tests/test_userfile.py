@@ -1,4 +1,4 @@
-"""mw_env.userfile (bounded non-blocking reads, the YAML entry point) and mw_env.textsafe (escape, cap, redact)."""
+"""mw_env.base.userfile (bounded non-blocking reads, the YAML entry point) and mw_env.base.textsafe (escape, cap, redact)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
-from mw_env.machine import Machine
-from mw_env.textsafe import redact, safe, safe_message
-from mw_env.userfile import load_yaml, read_bytes, read_stream_tail, read_tail, read_text
+from mw_env.base.errors import InputError
+from mw_env.base.textsafe import redact, safe, safe_message
+from mw_env.base.userfile import load_yaml, read_bytes, read_stream_tail, read_tail, read_text
+from mw_env.hardware.machine import Machine
 
 
 def test_read_text_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_fake_meta_read_by_a_second_thread_during_the_parse_is_the_described_one
     64 MiB /dev/shm failed under load. Here the second reader arrives while the parse is held."""
     import threading
 
-    import mw_env.userfile as userfile
+    import mw_env.base.userfile as userfile
 
     (tmp_path / ".mw-env-fake.yaml").write_text("disk:\n  /dev/shm: {total: 67108864, free: 67108864}\n")
     m = Machine(root=tmp_path, env={})
@@ -206,7 +206,7 @@ def test_a_token_in_a_user_profiles_index_url_is_never_shown(
 
 
 def test_bounded_makes_every_string_of_json_data_safe() -> None:
-    from mw_env.textsafe import bounded
+    from mw_env.base.textsafe import bounded
 
     data = {"event": "step", "reason": "\x1b[2J" + "x" * 1000, "n": [1, "\x07"], "ok": 1.5}
     out = bounded(data)
@@ -219,7 +219,7 @@ def test_bounded_makes_every_string_of_json_data_safe() -> None:
 @pytest.mark.parametrize("shipped", [False, True])
 def test_a_repeated_key_is_refused_by_both_loaders(shipped):
     """The shipped profiles' fast (libyaml) loader keeps the repeated-key rule of the users' loader."""
-    from mw_env.userfile import load_yaml
+    from mw_env.base.userfile import load_yaml
 
     with pytest.raises(InputError) as info:
         load_yaml("model:\n  d: 1\nmodel:\n  d: 2\n", source="profile x.yaml", shipped=shipped)
@@ -247,7 +247,7 @@ def test_a_lone_surrogate_escape_is_not_text(text: str) -> None:
     ids=["value", "in-a-list", "key", "bytes"],
 )
 def test_json_with_a_lone_surrogate_escape_is_refused(text: str | bytes) -> None:
-    from mw_env.userjson import NotText, json_refusal, load_json, loads
+    from mw_env.base.userjson import NotText, json_refusal, load_json, loads
 
     with pytest.raises(NotText) as info:
         loads(text)

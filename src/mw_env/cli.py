@@ -16,8 +16,8 @@ import sys
 import click
 
 from mw_env import __version__
-from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError, os_error_in, os_fault
-from mw_env.textsafe import safe_message
+from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError, os_error_in, os_fault
+from mw_env.base.textsafe import safe_message
 
 # name -> (module, attribute, one-line help). Order is the order of `mw-env --help`.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -118,12 +118,12 @@ def _command_path(args: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turn MwEnvError into `error:`/`hint:` lines and an exit code.
 
-    The standard streams are guarded first (mw_env.streams): a closed, full or broken stdout is exit 1
+    The standard streams are guarded first (mw_env.base.streams): a closed, full or broken stdout is exit 1
     (said on stderr, except to a reader that left: EPIPE), a stderr that cannot be written is dropped."""
     import errno
 
-    from mw_env.streams import StdoutLost, guard, say
-    from mw_env.textsafe import tolerant_streams
+    from mw_env.base.streams import StdoutLost, guard, say
+    from mw_env.base.textsafe import tolerant_streams
 
     tolerant_streams()  # a locale that cannot encode ✓ or a corpus word: escaped, never a traceback
     with guard():

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mw_env.hardware import ContainerInfo, Gpu, Hardware, OsInfo
+from mw_env.hardware.facts import ContainerInfo, Gpu, Hardware, OsInfo
 
 GIB = 1024**3
 REAL_TORCH = importlib.util.find_spec("torch")

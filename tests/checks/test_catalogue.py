@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
+from mw_env.base.errors import InputError
 from mw_env.checks.catalogue import load_catalogue, parse_catalogue, profile_messages, render_troubleshooting
-from mw_env.errors import InputError
 
 # (log line as users see it, catalogue id). Every error text in seeds/amd-whisper-finetune.txt and
 # seeds/training-environment.txt, plus the failure catalogue of doctor-anchors.md.

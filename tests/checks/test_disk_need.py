@@ -10,7 +10,7 @@ import pytest
 from doctor_helpers import GPU_780M, by_id, hardware, run, selection
 
 from conftest import fake_machine
-from mw_env.errors import StepFailed
+from mw_env.base.errors import StepFailed
 from mw_env.profiles import load_profiles
 from mw_env.profiles.disk import GB, MARGIN, disk_need, install_kind
 from mw_env.provision import steps

@@ -11,7 +11,7 @@ from doctor_helpers import GPU_780M, GPU_3090, by_id, fake_venv, hardware, run, 
 
 from conftest import MACHINES, fake_machine
 from mw_env.cli import main
-from mw_env.hardware import ContainerInfo
+from mw_env.hardware.facts import ContainerInfo
 
 CPU_ROOT = str(MACHINES / "doctor-cpu-docker-shm64m")
 
@@ -127,7 +127,7 @@ def test_nvidia_nodes_use_the_minor_detection_found():
     class Ctx:
         pass
 
-    from mw_env.detect import detect
+    from mw_env.hardware.detect import detect
 
     machine = fake_machine("nvidia-ampere-3090x2-560")
     hw = detect(machine)
@@ -300,7 +300,7 @@ def test_cpu_training_limited_by_omp_num_threads_warns():
     from test_verdicts import ctx_for, probe_of
 
     from mw_env.checks.device import check_device
-    from mw_env.hardware import CpuInfo
+    from mw_env.hardware.facts import CpuInfo
 
     stages = (
         {"stage": "import", "ok": True, "threads": 1},

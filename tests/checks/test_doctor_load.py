@@ -12,8 +12,8 @@ from doctor_helpers import GPU_780M, by_id, hardware, selection
 
 from conftest import MACHINES
 from mw_env.checks.load import Load, read_load, timeout_verdict
-from mw_env.hardware import CpuInfo
-from mw_env.machine import Machine
+from mw_env.hardware.facts import CpuInfo
+from mw_env.hardware.machine import Machine
 
 
 def _root_with_load(tmp_path, load1: float, fixture: str = "doctor-cpu-docker-shm64m") -> Machine:

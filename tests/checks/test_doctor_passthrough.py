@@ -5,7 +5,7 @@ from __future__ import annotations
 from doctor_helpers import by_id, fake_venv, run
 
 from conftest import fake_machine
-from mw_env.detect import detect
+from mw_env.hardware.detect import detect
 from mw_env.profiles import load_profiles, select
 
 

@@ -207,7 +207,7 @@ def test_corrupt_record_is_a_failed_check_not_a_traceback(tmp_path):
     (venv / "mw-env.json").write_text("{not json")
     report = _quick("doctor-cpu-docker-shm64m", None, venv, container="docker")
     rec = by_id(report)["venv.record"]
-    # The one JSON reader's wording (mw_env.userjson): the file, then why.
+    # The one JSON reader's wording (mw_env.base.userjson): the file, then why.
     assert rec.status == "fail" and "mw-env.json: not valid JSON" in rec.detail, rec.detail
 
 
@@ -413,7 +413,7 @@ def test_kfd_missing_fix_follows_the_runtime(tmp_path, container, name, needle):
     meta.write_text(
         meta.read_text().replace('  /dev/kfd: {type: char, mode: "0660", uid: 0, gid: 110}\n', "")
     )
-    from mw_env.machine import Machine
+    from mw_env.hardware.machine import Machine
 
     hw = hardware(GPU_780M, container=container, name=name)
     report = run(
@@ -464,7 +464,7 @@ def test_igpu_plus_dgpu_asks_for_hip_visible_devices(tmp_path):
     from dataclasses import replace
 
     from mw_env.checks import run_doctor
-    from mw_env.hardware import Hardware
+    from mw_env.hardware.facts import Hardware
 
     igpu = replace(GPU_780M, index=0)
     dgpu = replace(GPU_7900XTX, index=1, render_minor=129)
@@ -486,7 +486,7 @@ def test_nvidia_nodes_without_libcuda(tmp_path):
     import shutil
 
     from conftest import MACHINES
-    from mw_env.machine import Machine
+    from mw_env.hardware.machine import Machine
 
     root = tmp_path / "root"
     shutil.copytree(MACHINES / "doctor-nvidia-docker", root)

@@ -25,7 +25,7 @@ from mw_env.checks.catalogue import load_catalogue
 from mw_env.checks.context import Background, DoctorContext
 from mw_env.checks.probe import ProbeResult, parse_output
 from mw_env.checks.probe_script import PREFIX
-from mw_env.machine import Machine
+from mw_env.hardware.machine import Machine
 
 
 def probe_of(*stages: dict, stderr: str = "", returncode: int | None = 0) -> ProbeResult:

@@ -27,8 +27,8 @@ def quiet_wheelhouse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def needed_entries(extras: tuple[str, ...] = ("train",)) -> str:
     """An entry for each package mw-env and its `extras` require (torch aside), at the lowest version the
     requirement allows, as a complete venv's lock has them: `bootstrap --lock` installs only a whole lock
-    (envlock/requires.py). The wheels are named as on PyPI; these tests never download them."""
-    from mw_env.envlock.requires import marker_env, normalize, project_needs
+    (venv/lock/requires.py). The wheels are named as on PyPI; these tests never download them."""
+    from mw_env.venv.lock.requires import marker_env, normalize, project_needs
 
     out = []
     for need in project_needs(None, extras, marker_env("3.11.7")):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.envlock import LOCK_FILE, carry
-from mw_env.runs.manifest import read_manifest, sha256_file, verify_manifest
+from mw_env.rundir.manifest import read_manifest, sha256_file, verify_manifest
 from mw_env.trainer.metrics import MetricsWriter
-from mw_env.trainer.report import write_report
+from mw_env.trainer.report.report import write_report
 from mw_env.trainspec.config import find_config, resolve_config
+from mw_env.venv.lock import LOCK_FILE, carry
 
 from .lock_support import lock_text
 
@@ -89,7 +89,7 @@ def test_a_drifted_venv_is_named_in_the_report_and_what_the_runs_lock_holds(tmp_
     """Issue 30 #3, without a bootstrap: a venv whose lock lacks a hand-added tqdm. (The real venv, the
     console and the lock uv writes: test_lock_e2e.py.)"""
     from mw_env.checks.model import doctor_warnings
-    from mw_env.envlock.atlaunch import LaunchLock, drift_fact
+    from mw_env.venv.lock.atlaunch import LaunchLock, drift_fact
 
     venv, run = tmp_path / "venv", tmp_path / "run"
     site = venv / "lib" / "python3.11" / "site-packages"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from mw_env.cli import main
-from mw_env.envlock import LOCK_FILE
+from mw_env.venv.lock import LOCK_FILE
 
 from .lock_support import lock_text
 

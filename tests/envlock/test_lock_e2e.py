@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.envlock import LOCK_FILE
-from mw_env.envlock.lockfile import read_lock
-from mw_env.runs.manifest import read_manifest, sha256_file
+from mw_env.rundir.manifest import read_manifest, sha256_file
+from mw_env.venv.lock import LOCK_FILE
+from mw_env.venv.lock.lockfile import read_lock
 from provision.provision_support import find_uv_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 def _cpu_wheel():
-    from mw_env.provision.wheelhouse import discover, matching_torch, wheels_in
+    from mw_env.sources.wheelhouse import discover, matching_torch, wheels_in
 
     sources = discover(env=os.environ)
     good, _ = matching_torch(

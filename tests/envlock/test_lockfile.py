@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.envlock.drift import compare, installed
-from mw_env.envlock.lockfile import LOCK_MAX_BYTES, parse_lock, read_lock
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
+from mw_env.venv.lock.drift import compare, installed
+from mw_env.venv.lock.lockfile import LOCK_MAX_BYTES, parse_lock, read_lock
 
 from .lock_support import SYMPY_SHA, lock_text
 
@@ -119,7 +119,7 @@ def test_drift_names_each_package_with_both_versions(tmp_path: Path):
 
 
 def test_freeze_lines_become_exact_pins_and_the_project_is_left_out():
-    from mw_env.envlock.make import parse_freeze
+    from mw_env.venv.lock.make import parse_freeze
 
     frozen = parse_freeze(
         "Using Python 3.11.7 environment at: /v\n"
@@ -133,7 +133,7 @@ def test_freeze_lines_become_exact_pins_and_the_project_is_left_out():
 
 
 def test_uvs_refusals_are_said_in_the_locks_words():
-    from mw_env.envlock.rebuild import install_failure
+    from mw_env.venv.lock.rebuild import install_failure
 
     lock = _parse(lock_text(WH))
     mismatch = (

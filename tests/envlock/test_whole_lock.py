@@ -156,7 +156,7 @@ def test_the_doctor_reads_the_venvs_requirements(
 
 def test_packages_of_an_adopted_site_count_as_installed(tmp_path: Path) -> None:
     """A base image's torch (bootstrap adopts it with a .pth) is installed for the venv's python too."""
-    from mw_env.provision.venvinfo import ADOPT_PTH
+    from mw_env.venv.venvinfo import ADOPT_PTH
 
     venv = fake_venv(tmp_path / "v", version="2.13.0+cpu", record={"profile": "cpu", "extras": ["train"]})
     site = next(venv.glob("lib/python3*/site-packages"))

@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from mw_env.runs.manifest import sha256_file
+from mw_env.rundir.manifest import sha256_file
 
 # One tiny config for every fault case: 4 steps, a checkpoint and an eval every 2, small batches.
 TINY = (

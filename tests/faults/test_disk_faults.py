@@ -1,4 +1,4 @@
-"""ENOSPC, EIO and EACCES at each write a run makes, injected through the one writer's seam (mw_env.atomic,
+"""ENOSPC, EIO and EACCES at each write a run makes, injected through the one writer's seam (mw_env.base.atomic,
 MW_ENV_FAULTS): inside the write, after some bytes went out, as a disk that fills up does (torch's zip
 writer then wraps the OSError in its RuntimeError, as on a real full disk). The trainer runs in-process
 (`python -m mw_env.trainer run` as a function), so each case costs the steps, not a torch import.
@@ -74,7 +74,7 @@ def test_a_fault_at_each_write(
     monkeypatch.delenv("MW_ENV_FAULTS")
     resumed = "not tried"
     if code == "ENOSPC" and write in RESUMED:  # the disk has room again: the same command completes the run
-        from mw_env.runs.manifest import verify_manifest
+        from mw_env.rundir.manifest import verify_manifest
 
         rc, _out, err = _train(run, capsys)
         assert rc == 0, err

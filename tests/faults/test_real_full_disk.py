@@ -81,7 +81,7 @@ def test_a_tmpfs_that_fills_during_the_run(tmpfs: Path) -> None:
     again = _train(run)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert f"resumed from {run}/checkpoints/{kept[-1]}" in again.stdout + again.stderr
-    from mw_env.runs.manifest import verify_manifest
+    from mw_env.rundir.manifest import verify_manifest
 
     assert verify_manifest(run).ok
     record(

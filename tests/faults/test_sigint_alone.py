@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mw_env.errors import EXIT_INTERRUPTED
+from mw_env.base.errors import EXIT_INTERRUPTED
 from mw_env.runs import foreground
 
 # The child blocks SIGINT first, so the one passed on is waited for (sigwait), never lost before a pause().

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import StepFailed
+from mw_env.base.errors import StepFailed
 from mw_env.runs import foreground
 
 

@@ -113,7 +113,7 @@ def _events(run: Path) -> list[dict]:
 
 @pytest.mark.parametrize(("phase", "sig", "mode", "launch"), CASES, ids=["-".join(c) for c in CASES])
 def test_a_signal_at_a_phase(tmp_path: Path, phase: str, sig: str, mode: str, launch: str) -> None:
-    from mw_env.runs.manifest import verify_manifest
+    from mw_env.rundir.manifest import verify_manifest
     from mw_env.runs.runs import read_exit, read_run
 
     run, hold, tag = tmp_path / "run", tmp_path / "go", new_tag()

@@ -65,7 +65,7 @@ def _resume_like_the_loop(ckpts: Path, run: Path) -> str | None:
     """The loop's resume, then one optimizer step; the chosen checkpoint's name (None: none usable)."""
     import torch
 
-    from mw_env.trainer import checkpoint as ckpt_mod
+    from mw_env.trainer.ckpt import checkpoint as ckpt_mod
     from mw_env.trainer.runtime import restore_rng_states
     from mw_env.trainer.state import LoopState
     from mw_env.trainspec.synthetic import LABELS
@@ -131,7 +131,7 @@ def _mangle(rng: random.Random, ckpt: dict[str, Any]) -> None:
 def test_structure(index: int, tiny_run: Path, tmp_path: Path) -> None:
     import torch
 
-    from mw_env.trainer.checkpoint import sha256_of, sidecar_path
+    from mw_env.trainer.ckpt.checkpoint import sha256_of, sidecar_path
 
     rng = cases(21, 16)[index]
     run = tmp_path / "run"
@@ -190,7 +190,7 @@ def test_regression_zero_byte_newest_checkpoint_falls_back(tiny_run: Path, tmp_p
 def test_regression_missing_or_mangled_fields_fall_back(field: str, tiny_run: Path, tmp_path: Path) -> None:
     import torch
 
-    from mw_env.trainer.checkpoint import sha256_of, sidecar_path
+    from mw_env.trainer.ckpt.checkpoint import sha256_of, sidecar_path
 
     run = _fresh_copy(tiny_run, tmp_path)
     path = run / "checkpoints" / NEWEST
@@ -210,7 +210,7 @@ def test_regression_missing_or_mangled_fields_fall_back(field: str, tiny_run: Pa
 
 
 def test_regression_a_hundred_byte_flips_are_all_caught(tiny_run: Path, tmp_path: Path) -> None:
-    from mw_env.trainer.checkpoint import CheckpointError, load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import CheckpointError, load_checkpoint
 
     src = tiny_run / "checkpoints" / NEWEST
     data = src.read_bytes()

@@ -23,7 +23,7 @@ from tests.fuzz.fuzz_support import NASTY, cases, deadline, mutate, run_cli
 from tests.fuzz.test_fuzz_checkpoints import tiny_config
 from tests.fuzz.test_regressions import mw
 
-from mw_env.errors import MwEnvError
+from mw_env.base.errors import MwEnvError
 
 pytestmark = pytest.mark.torch
 
@@ -68,7 +68,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (run / "run.json").write_text(json.dumps({**record, "started_at": 0.0}, indent=2) + "\n")
     (run / "config.yaml").write_text(CONFIG)
     # Warm the imports the checkpoint checks make (seconds on a loaded machine), outside every case's deadline.
-    from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
 
     model_from_checkpoint(load_checkpoint(run / NEWEST))
     return run
@@ -111,8 +111,8 @@ def spoil(run: Path, target: str, how: str, rng: random.Random) -> None:
 
 def read_everything(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """What each command reads from the folder, under the oracle."""
-    from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
-    from mw_env.trainer.export import resolve_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.export.onnx_export import resolve_checkpoint
 
     run_cli(["train", "status", "--out-dir", str(run)], capsys, documented=STATUS_CODES)
     _, out, _ = run_cli(["train", "status", "--out-dir", str(run), "--json"], capsys, documented=STATUS_CODES)

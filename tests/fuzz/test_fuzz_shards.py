@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tests.fuzz.fuzz_support import NASTY, cases, deadline, mutate
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 pytestmark = pytest.mark.torch
 

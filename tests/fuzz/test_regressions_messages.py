@@ -20,7 +20,7 @@ class _Boom:
 def test_a_code_executing_checkpoint_is_refused_in_mw_envs_words(tmp_path: Path) -> None:
     import torch
 
-    from mw_env.trainer.checkpoint import CheckpointError, load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import CheckpointError, load_checkpoint
 
     path = tmp_path / "step-000000002.pt"
     torch.save({"step": 2, "evil": _Boom()}, path)
@@ -80,7 +80,7 @@ def test_a_folder_as_the_config(tmp_path: Path) -> None:
 
 @pytest.mark.torch
 def test_a_single_jsonl_shard_is_told_about_blocks_not_row_groups(tmp_path: Path) -> None:
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
     from mw_env.trainer.data import open_corpus
     from mw_env.trainspec.config import resolve_config
 

@@ -198,7 +198,7 @@ def test_duplicate_yaml_keys_in_a_profile_and_a_set_value(tmp_path: Path) -> Non
 def test_a_yaml_merge_key_may_still_override(tmp_path: Path) -> None:
     cfg = tmp_path / "merge.yaml"
     cfg.write_text("base: &b {d_model: 32}\nmodel:\n  <<: *b\n  d_model: 64\n")
-    from mw_env.userfile import load_yaml
+    from mw_env.base.userfile import load_yaml
 
     assert load_yaml(cfg.read_text(), source="x")["model"] == {"d_model": 64}
 
@@ -212,8 +212,8 @@ def test_duplicate_json_keys_in_a_run_record(tmp_path: Path) -> None:
 
 
 def test_userjson_names_both_lines_and_refusals() -> None:
-    from mw_env.errors import InputError
-    from mw_env.userjson import load_json
+    from mw_env.base.errors import InputError
+    from mw_env.base.userjson import load_json
 
     with pytest.raises(InputError, match=r"'a' appears twice \(lines 1 and 3\)"):
         load_json('{"a": 1,\n "b": {"a": 5},\n "a": 2}', source="f")
@@ -226,7 +226,7 @@ def test_userjson_names_both_lines_and_refusals() -> None:
 
 
 def test_report_renderers_escape_control_characters(tmp_path: Path) -> None:
-    from mw_env.trainer.report_doc import Bullets, Code, Heading, Para, Table, kv_table, to_html, to_markdown
+    from mw_env.trainer.report.doc import Bullets, Code, Heading, Para, Table, kv_table, to_html, to_markdown
 
     evil = "\x1b]0;pwned\x07\x1b[2J<b>"
     blocks = [
@@ -303,7 +303,7 @@ def test_secrets_in_other_url_surfaces(tmp_path: Path, where: str, url: str, as_
 
 
 def test_redact_keeps_harmless_parameters() -> None:
-    from mw_env.textsafe import redact
+    from mw_env.base.textsafe import redact
 
     assert redact("https://h/x?page=2&token=t") == "https://h/x?page=2&token=***"
     assert redact("--set runtime.key=1") == "--set runtime.key=1"  # not a URL query
@@ -315,7 +315,7 @@ def test_a_foreground_run_that_ended_while_writing_its_report_is_not_finished(tm
     """Found with a full disk at report/environment.json (a write the fault table did not list): the run
     exits 1, its metrics end with the loop's `finished` and state.json still says `finishing`, its writer
     gone. `status` said "finished"; it says the report may be incomplete and how to complete it."""
-    from mw_env.runs.runstate import set_state
+    from mw_env.rundir.runstate import set_state
     from mw_env.runs.runstatus import run_status
 
     run = tmp_path / "run"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tests.fuzz.fuzz_support import deadline
 
-from mw_env.errors import MwEnvError
+from mw_env.base.errors import MwEnvError
 
 pytestmark = pytest.mark.torch
 

@@ -14,7 +14,7 @@ import pytest
 
 from amdworld import BEHAVIOURS, TORCH_DEPS, build_world, profiles_dir
 from indexserver import AMD, Behaviour, serve
-from mw_env.provision.venvinfo import installed_version
+from mw_env.venv.venvinfo import installed_version
 
 MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
 

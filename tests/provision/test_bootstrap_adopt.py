@@ -10,7 +10,7 @@ import pytest
 
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, installed_version, plan
-from mw_env.provision.record import read_record
+from mw_env.venv.record import read_record
 
 from .provision_support import ROCM
 
@@ -119,8 +119,8 @@ def test_image_torch_of_another_build_is_not_offered(tmp_path, hermetic_env, ind
 
 def test_interpreters_without_torch_on_disk_are_not_started(tmp_path, hermetic_env, indexes, monkeypatch):
     """Probing an interpreter costs its start-up; one whose site folders hold no torch is skipped."""
-    import mw_env.provision.pythons as pythons_mod
-    from mw_env.provision.pythons import find_image_torch
+    import mw_env.sources.pythons as pythons_mod
+    from mw_env.sources.pythons import find_image_torch
 
     image, env = _image(tmp_path, hermetic_env, indexes)
     bare = tmp_path / "bare"
@@ -141,7 +141,7 @@ def test_interpreters_without_torch_on_disk_are_not_started(tmp_path, hermetic_e
 def test_another_training_venv_is_never_an_image_torch(tmp_path):
     """Issue 20 #5: in a shell where `eval "$(mw-env env)"` activated venv1, bootstrapping venv2 found venv1's
     python3 first on PATH, offered (and with --yes adopted) its torch: venv2 then depended on venv1 by a .pth."""
-    from mw_env.provision.pythons import image_pythons
+    from mw_env.sources.pythons import image_pythons
 
     def fake_venv(name: str, *, mw_env: bool = False):
         prefix = tmp_path / name

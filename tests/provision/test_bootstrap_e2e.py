@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.provision.wheelhouse import discover, matching_torch, wheels_in
+from mw_env.sources.wheelhouse import discover, matching_torch, wheels_in
 
 from .provision_support import find_uv_binary
 

@@ -12,8 +12,8 @@ import pytest
 
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, plan
-from mw_env.provision.record import read_record
 from mw_env.provision.state import lock_path, venv_lock
+from mw_env.venv.record import read_record
 
 from .provision_support import FakeSource, offline_options
 
@@ -141,7 +141,7 @@ def test_network_check_skips_for_a_resumed_wheelhouse_venv(tmp_path):
 
 
 def test_a_lock_path_that_is_not_a_file_is_a_clean_error(tmp_path):
-    from mw_env.errors import MwEnvError
+    from mw_env.base.errors import MwEnvError
 
     venv = tmp_path / "venv"
     lock_path(venv).mkdir(parents=True)

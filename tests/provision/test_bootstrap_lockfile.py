@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from mw_env.envlock import LOCK_FILE
-from mw_env.envlock.lockfile import read_lock
-from mw_env.envlock.rebuild import local_roots, torch_source_for
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import installed_version, plan
-from mw_env.provision.wheelhouse import discover
+from mw_env.sources.wheelhouse import discover
+from mw_env.venv.lock import LOCK_FILE
+from mw_env.venv.lock.lockfile import read_lock
+from mw_env.venv.lock.rebuild import local_roots, torch_source_for
 
 from .provision_support import ROCM, offline_options
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, plan
-from mw_env.provision.record import read_record
+from mw_env.venv.record import read_record
 
 from .provision_support import ROCM, offline_options
 
@@ -194,7 +194,7 @@ def test_another_source_over_a_finished_venv_needs_recreate(tmp_path, hermetic_e
 
 def test_python_behind_a_broken_pyenv_shim_is_found(tmp_path):
     """uv stops at the first broken python3.12 on PATH (a pyenv shim of an unselected version)."""
-    from mw_env.provision.uv import find_python
+    from mw_env.sources.uv import find_python
 
     def exe(path: Path, body: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -214,7 +214,7 @@ def test_python_behind_a_broken_pyenv_shim_is_found(tmp_path):
 def test_users_uv_routing_settings_cannot_move_torch_off_the_profiles_index(tmp_path, hermetic_env, indexes):
     """UV_INDEX_STRATEGY=unsafe-best-match would take the default index's newer CUDA torch for a range spec."""
     from mw_env.provision.plan import installed_version
-    from mw_env.provision.uv import uv_env
+    from mw_env.sources.uv import uv_env
 
     assert "UV_TORCH_BACKEND" not in uv_env({"UV_TORCH_BACKEND": "auto", "PATH": "/bin"})
     ranged = NamedSource("rocm6.4", "rocm", indexes.rocm.as_uri(), ">=2.9,<2.11", "+rocm6.4")

@@ -15,7 +15,7 @@ import pytest
 
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import build_path, installed_version, plan
-from mw_env.provision.record import read_record
+from mw_env.venv.record import read_record
 from proctools import hang_report, new_tag
 
 from .provision_support import ROCM, offline_options
@@ -181,7 +181,7 @@ def test_ctrl_c_in_the_cli_exits_130_and_stops_uv(tmp_path, hermetic_env, indexe
 
 @pytest.mark.slow
 def test_another_profile_over_a_finished_venv_needs_recreate(tmp_path, hermetic_env, indexes):
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
 
     venv = tmp_path / "venv"
     rocm = replace(ROCM, index_url=indexes.rocm.as_uri())

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import BootstrapOptions, installed_version, plan
-from mw_env.provision.record import read_record
+from mw_env.venv.record import read_record
 from wheelfactory import fake_torch, flat_dir
 
 from .provision_support import ROCM

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.provision.choose import ChoiceRequest, choose, exact_requirement
-from mw_env.provision.record import VenvRecord, default_venv, read_record, write_record
-from mw_env.provision.wheelhouse import discover, matching_torch, probe_index, unreachable_hint, wheels_in
+from mw_env.sources.wheelhouse import discover, matching_torch, probe_index, unreachable_hint, wheels_in
+from mw_env.venv.record import VenvRecord, default_venv, read_record, write_record
 from wheelfactory import fake_torch
 
 
@@ -93,7 +93,7 @@ def test_python_fallback_warns_and_explicit_request_does_not_fall_back(tmp_path,
         offline=False,
         requires_python=">=3.10",
     )
-    from mw_env.provision.wheelhouse import Sources
+    from mw_env.sources.wheelhouse import Sources
 
     src = Sources(find_links=(str(tmp_path),))
     got = choose(ChoiceRequest(request="3.99", explicit=False, sources=src, **common))
@@ -215,8 +215,8 @@ def test_disk_full_stops_in_preflight_and_changes_nothing(tmp_path, hermetic_env
 
 
 def test_uv_missing_and_not_installable_names_what_was_tried(tmp_path):
-    from mw_env.errors import StepFailed
-    from mw_env.provision.uv import install_uv
+    from mw_env.base.errors import StepFailed
+    from mw_env.sources.uv import install_uv
 
     broken = tmp_path / "python"
     broken.write_text("#!/bin/sh\necho 'No module named pip' >&2\nexit 1\n")
@@ -280,7 +280,7 @@ def test_activate_patch_is_idempotent_and_hooks_deactivate():
 
 def _choose_cpu(uv_bin, env: dict[str, str], request: str, index_url: str, *, wheelhouse: Path):
     """choose() for a CPU torch >=2.9 from `wheelhouse` (find-links) or `index_url`, the Python not explicit."""
-    from mw_env.provision.wheelhouse import Sources
+    from mw_env.sources.wheelhouse import Sources
 
     return choose(
         ChoiceRequest(
@@ -361,7 +361,7 @@ def test_no_index_settings_mean_find_links_only(tmp_path):
 def test_uv_is_installed_from_pypi_into_the_users_environment(tmp_path):
     import os
 
-    from mw_env.provision.uv import find_uv, install_uv
+    from mw_env.sources.uv import find_uv, install_uv
 
     if not probe_index("https://pypi.org/simple", env=os.environ).ok:
         pytest.skip("PyPI is not reachable")
@@ -380,8 +380,8 @@ def test_uv_is_installed_from_pypi_into_the_users_environment(tmp_path):
 
 
 def test_too_old_or_broken_uv_is_refused(tmp_path):
-    from mw_env.errors import StepFailed
-    from mw_env.provision.uv import check_version
+    from mw_env.base.errors import StepFailed
+    from mw_env.sources.uv import check_version
 
     old = tmp_path / "uv-old"
     old.write_text("#!/bin/sh\necho 'uv 0.4.1'\n")

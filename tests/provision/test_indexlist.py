@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from indexserver import serve
-from mw_env.provision.indexlist import IndexAnswerError, list_project, list_wheelhouse
+from mw_env.sources.indexlist import IndexAnswerError, list_project, list_wheelhouse
 from wheelfactory import build_wheel, fake_torch, flat_dir, simple_index
 
 LINUX = {"abi_tag": "cp312", "platform_tag": "manylinux_2_28_x86_64"}

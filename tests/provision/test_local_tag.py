@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from mw_env.errors import StepFailed
+from mw_env.base.errors import StepFailed
 from mw_env.profiles import load_profiles
 from mw_env.profiles.model import has_local_tag
 from mw_env.provision import verify

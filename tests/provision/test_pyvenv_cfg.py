@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from mw_env.base.errors import InputError
 from mw_env.cli import main
-from mw_env.errors import InputError
-from mw_env.provision.venvinfo import read_pyvenv_cfg, venv_python_version
+from mw_env.venv.venvinfo import read_pyvenv_cfg, venv_python_version
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "mw_env"
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "machines" / "cpu-only"

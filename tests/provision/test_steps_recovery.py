@@ -14,8 +14,8 @@ from mw_env.provision.execute import execute
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.state import State
 from mw_env.provision.steps import Run, _hint_for, recover_swap
-from mw_env.provision.venvinfo import build_path
-from mw_env.provision.wheelhouse import Sources
+from mw_env.sources.wheelhouse import Sources
+from mw_env.venv.venvinfo import build_path
 
 
 class Killed(BaseException):

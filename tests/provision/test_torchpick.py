@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mw_env.provision.indexlist import list_project
 from mw_env.provision.torchpick import pick_from_listing
+from mw_env.sources.indexlist import list_project
 from wheelfactory import fake_torch, simple_index
 
 

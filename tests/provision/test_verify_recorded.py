@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import plan
-from mw_env.provision.venvinfo import installed_fingerprint, site_packages
+from mw_env.venv.venvinfo import installed_fingerprint, site_packages
 
 from .provision_support import ROCM, offline_options
 
@@ -59,7 +59,7 @@ def test_an_unchanged_venv_is_still_a_no_op(tmp_path, hermetic_env, indexes):
 
 
 def test_a_failed_verify_on_a_nearly_full_disk_names_it(tmp_path, hermetic_env, indexes, monkeypatch):
-    from mw_env.provision import venvinfo
+    from mw_env.venv import venvinfo
 
     venv = tmp_path / "venv"
     assert _bootstrap(tmp_path, hermetic_env, indexes).ok

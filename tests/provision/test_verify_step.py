@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mw_env.errors import StepFailed
+from mw_env.base.errors import StepFailed
 from mw_env.provision import verify
 from wheelfactory import fake_torch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mw_env.provision.wheelarch import read_wheel_archs
+from mw_env.venv.wheelarch import read_wheel_archs
 
 
 def _site(venv: Path) -> Path:

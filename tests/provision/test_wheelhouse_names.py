@@ -7,11 +7,11 @@ import sys
 import pytest
 
 from mw_env.provision.choose import read_project_meta
-from mw_env.provision.wheelhouse import wheels_in
+from mw_env.sources.wheelhouse import wheels_in
 
 
 def test_wheel_names_are_read_as_pip_reads_them(tmp_path, monkeypatch):
-    monkeypatch.setattr("mw_env.provision.wheelhouse._machine_arch", lambda: "x86_64")
+    monkeypatch.setattr("mw_env.sources.wheelhouse._machine_arch", lambda: "x86_64")
     for name in (
         "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
         "Torch-2.12.0%2Bcpu-1-cp310.cp311-none-any.whl",  # capitals, an escaped '+', a build tag, two tags
@@ -47,7 +47,7 @@ def test_pyproject_is_read_on_python_3_10_with_tomli(tmp_path, monkeypatch):
 
 
 def test_installed_version_matches_dist_info_names_canonically(tmp_path):
-    from mw_env.provision.venvinfo import installed_version
+    from mw_env.venv.venvinfo import installed_version
 
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     for folder in ("torch-2.13.0+cpu.dist-info", "Sentence_Piece-0.2.0.dist-info", "half_done-1.0.dist-info"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mw_env.runs.manifest import verify_manifest, write_manifest
+from mw_env.rundir.manifest import verify_manifest, write_manifest
 
 
 def test_each_kind_is_named_per_item_and_counted_in_the_summary(tmp_path: Path) -> None:

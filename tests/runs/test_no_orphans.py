@@ -103,7 +103,7 @@ def test_sigkill_leaves_no_process(tmp_path: Path, tag: str, nproc: str, victim:
 def test_sigterm_of_mw_env_train_stops_the_trainer_gracefully_and_a_second_trainer_is_refused(
     tmp_path: Path, tag: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
     from mw_env.trainer.loop import train
     from mw_env.trainspec.config import find_config, resolve_config
 
@@ -129,7 +129,7 @@ def test_sigterm_of_mw_env_train_stops_the_trainer_gracefully_and_a_second_train
     assert list((run / "checkpoints").glob("step-*.pt"))
     assert_none_left(tag, within=10.0)
     # The lock went with its holder: the folder is free again.
-    from mw_env.runs.runlock import check_free
+    from mw_env.rundir.runlock import check_free
 
     check_free(run)
 

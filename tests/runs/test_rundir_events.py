@@ -1,4 +1,4 @@
-"""The metrics events' contract (runs/rundir_events.py): the trainer writes, and the readers on both sides
+"""The metrics events' contract (rundir/events.py): the trainer writes, and the readers on both sides
 compare with, only the declared event names; the design document names each of them."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from mw_env.runs.rundir_events import EVENT_NAMES, FINISH_REASONS
+from mw_env.rundir.events import EVENT_NAMES, FINISH_REASONS
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src" / "mw_env"

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
-from mw_env.runs import runlock
+from mw_env.base.errors import InputError
+from mw_env.rundir import runlock
 
 REPO = Path(__file__).resolve().parents[2]
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from mw_env.runs.runlock import acquire
+    from mw_env.rundir.runlock import acquire
     acquire(sys.argv[1], argv=["python", "-m", "mw_env.trainer", "run", "--config", "smoke"])
     print("held", flush=True)
     time.sleep(300)

@@ -17,9 +17,9 @@ pytest.importorskip("torch")
 pytest.importorskip("onnx", reason="the export extra (onnx) is not installed")
 pytest.importorskip("onnxruntime", reason="the export extra (onnxruntime) is not installed")
 
+from mw_env.base.errors import MwEnvError
 from mw_env.cli import main
-from mw_env.errors import MwEnvError
-from mw_env.runs.manifest import read_manifest, sha256_file, verify_manifest
+from mw_env.rundir.manifest import read_manifest, sha256_file, verify_manifest
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 VENV = Path(sys.executable).parent.parent
@@ -66,7 +66,7 @@ def test_export_cli_writes_a_verified_onnx_with_dynamic_axes(smoke_run, capfd):
     import onnxruntime as ort
     import torch
 
-    from mw_env.trainer.checkpoint import model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
 
     assert main(["train", "export", "--format", "onnx", "--venv", str(VENV), str(smoke_run), "--json"]) == 0
     out, err = capfd.readouterr()  # capfd: the export runs in a child process writing to fd 2
@@ -175,7 +175,7 @@ def test_a_full_disk_at_an_export_write_keeps_the_previous_export_whole(
     """Issue 22, a write the fault table did not list: a full disk at the metadata left the new model beside
     the old metadata (a model whose .json names another sha256) while the error said "nothing half-written is
     kept". Every file of an export is written under a temporary name before any is committed."""
-    from mw_env.trainer.export import export_onnx
+    from mw_env.trainer.export.onnx_export import export_onnx
 
     ckpt = smoke_run / "checkpoints" / "step-000000004.pt"
     out = tmp_path / "model.onnx"
@@ -190,7 +190,7 @@ def test_a_full_disk_at_an_export_write_keeps_the_previous_export_whole(
 
 
 def test_torchscript_exporter_outside_the_run_folder(smoke_run, tmp_path):
-    from mw_env.trainer.export import export_onnx
+    from mw_env.trainer.export.onnx_export import export_onnx
 
     ckpt = smoke_run / "checkpoints" / "step-000000004.pt"
     result = export_onnx(checkpoint=ckpt, out=tmp_path / "tagger.onnx", exporter="torchscript")
@@ -200,7 +200,7 @@ def test_torchscript_exporter_outside_the_run_folder(smoke_run, tmp_path):
 
 
 def test_bad_inputs_are_clear(tmp_path, capsys, monkeypatch):
-    from mw_env.trainer.export import export_onnx
+    from mw_env.trainer.export.onnx_export import export_onnx
 
     assert main(["train", "export", "--venv", str(VENV), str(tmp_path / "nope.pt")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -301,7 +301,7 @@ def test_the_docs_example_runs_verbatim(smoke_run, tmp_path):
 
 def test_a_sentencepiece_export_ships_its_model(tmp_path):
     spm = pytest.importorskip("sentencepiece")
-    from mw_env.trainer.export import export_onnx
+    from mw_env.trainer.export.onnx_export import export_onnx
 
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -343,8 +343,8 @@ def test_a_sentencepiece_export_ships_its_model(tmp_path):
 
 
 def test_variant_tolerances_are_judged():
-    from mw_env.errors import StepFailed
-    from mw_env.trainer.export_bundle import judge_variant
+    from mw_env.base.errors import StepFailed
+    from mw_env.trainer.export.bundle import judge_variant
 
     judge_variant("int8", {"argmax_agreement": 0.99, "max_abs_diff": 0.3}, min_agreement=0.98)
     with pytest.raises(StepFailed, match=r"argmax agreement 97\.00% < --min-agreement 98%") as err:

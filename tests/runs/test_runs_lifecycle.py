@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mw_env.cli import main
+from mw_env.rundir.runstate import read_state
 from mw_env.runs.runs import read_exit, read_run
-from mw_env.runs.runstate import read_state
 from mw_env.runs.runstatus import RunWatcher, run_status
 from smokeargs import smoke_args
 

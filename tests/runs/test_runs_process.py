@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
+from mw_env.rundir.runstate import read_state
 from mw_env.runs.anomalies import Thresholds
 from mw_env.runs.runs import (
     RunRecord,
@@ -21,7 +22,6 @@ from mw_env.runs.runs import (
     read_run,
     same_process_alive,
 )
-from mw_env.runs.runstate import read_state
 from mw_env.runs.runstatus import RunWatcher, run_status
 from mw_env.runs.stop import stop_run
 
@@ -258,7 +258,7 @@ def test_restart_reports_only_the_new_runs_problems(start_child, tmp_path):
 
 
 def test_start_fails_clearly_when_the_trainer_cannot_start(tmp_path):
-    from mw_env.errors import StepFailed
+    from mw_env.base.errors import StepFailed
     from mw_env.runs.runs import start_run
 
     with pytest.raises(StepFailed, match="could not be started: /no/such/python"):
@@ -334,7 +334,7 @@ def test_supervisor_refuses_to_run_by_hand(capsys):
 
 def test_a_replaced_metrics_file_is_wholly_this_runs(tmp_path):
     """--fresh moves metrics.jsonl aside: the new file is judged from its first byte."""
-    from mw_env.atomic import write_json_atomic
+    from mw_env.base.atomic import write_json_atomic
 
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(
@@ -393,7 +393,7 @@ while True:
 def test_a_damaged_state_history_counts_as_none(tmp_path, history):
     # state.json is only checked for its `state` on read; a `history` that is not a list (a foreign or hand-edited
     # file) starts afresh instead of failing the trainer's next state change.
-    from mw_env.runs.runstate import record_exit, set_state
+    from mw_env.rundir.runstate import record_exit, set_state
 
     (tmp_path / "state.json").write_text(json.dumps({"state": "running", "history": history}))
     record = set_state(tmp_path, "stopping")

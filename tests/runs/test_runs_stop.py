@@ -48,8 +48,8 @@ def test_verify_refuses_an_unfinished_run_and_judges_an_old_one_by_its_manifest(
 
     import pytest
 
-    from mw_env.errors import InputError
-    from mw_env.runs.runstate import record_exit, set_state
+    from mw_env.base.errors import InputError
+    from mw_env.rundir.runstate import record_exit, set_state
     from mw_env.runs.verifiable import check_verifiable
 
     run = tmp_path / "run"
@@ -68,7 +68,7 @@ def test_verify_refuses_an_unfinished_run_and_judges_an_old_one_by_its_manifest(
 def test_watch_says_a_run_that_died_writing_its_report_is_incomplete(tmp_path):
     import json
 
-    from mw_env.runs.runstate import record_exit, set_state
+    from mw_env.rundir.runstate import record_exit, set_state
     from mw_env.runs.runstatus import RunWatcher, run_status
 
     run = tmp_path / "run"
@@ -90,7 +90,7 @@ def test_a_foreground_run_is_judged_by_the_pid_its_state_record_names(tmp_path):
     import json
     import os
 
-    from mw_env.runs.runstate import set_state
+    from mw_env.rundir.runstate import set_state
     from mw_env.runs.runstatus import run_status
 
     run = tmp_path / "run"

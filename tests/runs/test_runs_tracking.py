@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError, MwEnvError
-from mw_env.trainer.tracking import NullTracker, flatten, metric_values, open_trackers
+from mw_env.base.errors import InputError, MwEnvError
+from mw_env.trainer.tracking.tracking import NullTracker, flatten, metric_values, open_trackers
 
 EVENTS = [
     {
@@ -134,7 +134,7 @@ def no_mlflow_env(monkeypatch):
 
 
 def test_tracking_uri_precedence(tmp_path, monkeypatch, no_mlflow_env):
-    from mw_env.trainer.tracking_mlflow import _sqlite_artifacts, resolve_tracking_uri
+    from mw_env.trainer.tracking.mlflow_tracker import _sqlite_artifacts, resolve_tracking_uri
 
     assert resolve_tracking_uri(tmp_path) == ((tmp_path / "mlruns").resolve().as_uri(), "run folder")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.cluster:5000")
@@ -189,7 +189,7 @@ def test_mlflow_sqlite_store_gets_the_run_its_metrics_and_the_report(tmp_path, m
     from mlflow.tracking import MlflowClient
 
     from mw_env.trainer.metrics import MetricsWriter
-    from mw_env.trainer.report import write_report
+    from mw_env.trainer.report.report import write_report
     from mw_env.trainspec.config import find_config, resolve_config
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
@@ -287,7 +287,7 @@ def test_mlflow_gets_the_model_loadable_by_pyfunc_and_registrable(tmp_path, no_m
     import yaml
     from mlflow.tracking import MlflowClient
 
-    from mw_env.runs.manifest import sha256_file
+    from mw_env.rundir.manifest import sha256_file
 
     run = tmp_path / "smoke"
     proc = _train_smoke(run, "mlflow", timeout=600)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainer import agree
 from mw_env.trainer.distributed import DistInfo
 

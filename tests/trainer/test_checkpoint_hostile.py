@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mw_env.errors import InputError, StepFailed
+from mw_env.base.errors import InputError, StepFailed
 
 from .helpers import tiny_config
 
@@ -40,7 +40,7 @@ def _rewrite(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     """Load, change, save back - and record the new file's hash, so only the structure check can object."""
     import torch
 
-    from mw_env.trainer.checkpoint import sha256_of, sidecar_path
+    from mw_env.trainer.ckpt.checkpoint import sha256_of, sidecar_path
 
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     change(ckpt)
@@ -86,7 +86,7 @@ MANGLED: dict[str, Callable[[dict[str, Any]], None]] = {
 def test_a_mangled_newest_checkpoint_falls_back_with_a_warning(
     name: str, tiny_run: Path, tmp_path: Path
 ) -> None:
-    from mw_env.trainer.checkpoint import find_latest
+    from mw_env.trainer.ckpt.checkpoint import find_latest
 
     run = _copy(tiny_run, tmp_path)
     _rewrite(run / "checkpoints" / NEWEST, MANGLED[name])
@@ -101,7 +101,7 @@ def test_a_mangled_newest_checkpoint_falls_back_with_a_warning(
     ["empty", "truncated", "flipped", "garbage sidecar", "sidecar of another file", "directory"],
 )
 def test_a_damaged_newest_checkpoint_falls_back(damage: str, tiny_run: Path, tmp_path: Path) -> None:
-    from mw_env.trainer.checkpoint import find_latest, load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import find_latest, load_checkpoint
 
     run = _copy(tiny_run, tmp_path)
     path = run / "checkpoints" / NEWEST
@@ -131,7 +131,7 @@ def test_a_damaged_newest_checkpoint_falls_back(damage: str, tiny_run: Path, tmp
 def test_byte_flips_anywhere_are_caught_by_the_recorded_hash(tiny_run: Path, tmp_path: Path) -> None:
     import random
 
-    from mw_env.trainer.checkpoint import CheckpointError, load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import CheckpointError, load_checkpoint
 
     src = tiny_run / "checkpoints" / NEWEST
     data = src.read_bytes()
@@ -192,7 +192,7 @@ def test_a_full_disk_while_checkpointing_is_a_clean_error_that_keeps_the_earlier
 ) -> None:
     import torch
 
-    from mw_env.trainer import checkpoint as ckpt_mod
+    from mw_env.trainer.ckpt import checkpoint as ckpt_mod
 
     run = _copy(tiny_run, tmp_path)
     ckpts = run / "checkpoints"
@@ -216,7 +216,7 @@ def test_a_full_disk_in_the_trainer_cli_prints_error_and_hint_only(
     tiny_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from mw_env.trainer import __main__ as entry
-    from mw_env.trainer import checkpoint as ckpt_mod
+    from mw_env.trainer.ckpt import checkpoint as ckpt_mod
 
     from .helpers import TINY
 
@@ -237,11 +237,11 @@ def test_a_full_disk_in_the_trainer_cli_prints_error_and_hint_only(
 
 
 def test_a_written_checkpoint_holds_exactly_the_parts_table(tiny_run):
-    """One owner: what a run writes is checkpoint_parts.PARTS (the scaler only in fp16), and every part the
+    """One owner: what a run writes is ckpt.parts.PARTS (the scaler only in fp16), and every part the
     run restores is one the table names, so a key cannot be written without being validated and restored."""
     import torch
 
-    from mw_env.trainer.checkpoint_parts import PARTS, REQUIRED_KEYS
+    from mw_env.trainer.ckpt.parts import PARTS, REQUIRED_KEYS
 
     ckpt = torch.load(tiny_run / "checkpoints" / NEWEST, map_location="cpu", weights_only=True)
     assert list(ckpt) == [p.key for p in PARTS if p.key != "scaler"]  # a fp32 run: no GradScaler state

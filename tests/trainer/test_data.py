@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainer.data import BUNDLED, IGNORE, ByteTokenizer, encode_row, open_corpus
 from mw_env.trainer.scoring import Tally, spans
 from mw_env.trainspec.config import resolve_config
@@ -228,7 +228,7 @@ def test_sentencepiece_tokenizer_round_trips_through_a_checkpoint(tmp_path: Path
     import io
 
     spm = pytest.importorskip("sentencepiece")
-    from mw_env.trainer.checkpoint import model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
     from mw_env.trainer.loop import train
 
     from .helpers import tiny_config

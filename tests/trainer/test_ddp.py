@@ -85,7 +85,7 @@ def test_two_process_ddp_matches_single_process_accumulation(
         assert ddp[step] == pytest.approx(single[step], rel=REL_TOL), step
     # Rank 0 alone writes metrics and checkpoints; the checkpoint records the world size.
     assert len(events(ddp_dir, "finished")) == 1
-    from mw_env.trainer.checkpoint import load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(ddp_dir / "checkpoints" / "step-000000008.pt")
     assert ckpt["world_size"] == 2 and len(ckpt["rng"]) == 2

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainer.data import open_corpus
 from mw_env.trainer.data.labels import LabelSet
 from mw_env.trainspec.config import resolve_config

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import StepFailed
+from mw_env.base.errors import StepFailed
 from mw_env.trainspec.config import find_config, resolve_config
 
 from .helpers import events, step_losses, tiny_config
@@ -57,8 +57,8 @@ def _count_host_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object
 
 
 def test_smoke_config_trains_and_loss_falls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mw_env.runs.manifest import verify_manifest
-    from mw_env.trainer.checkpoint import list_checkpoints
+    from mw_env.rundir.manifest import verify_manifest
+    from mw_env.trainer.ckpt.checkpoint import list_checkpoints
     from mw_env.trainer.loop import train
 
     out = tmp_path / "smoke"
@@ -119,7 +119,7 @@ def test_smoke_config_trains_and_loss_falls(tmp_path: Path, monkeypatch: pytest.
 def test_checkpoint_holds_resolved_config_and_loads_weights_only(tmp_path: Path) -> None:
     import torch
 
-    from mw_env.trainer.checkpoint import latest_valid_checkpoint, load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import latest_valid_checkpoint, load_checkpoint, model_from_checkpoint
     from mw_env.trainer.loop import train
 
     resolved = tiny_config(tmp_path / "r", "runtime.max_steps=4")
@@ -141,7 +141,7 @@ def test_nonfinite_steps_are_skipped_then_the_run_stops(
     import torch
     import torch.nn.functional as F
 
-    from mw_env.trainer.checkpoint import list_checkpoints, load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import list_checkpoints, load_checkpoint
     from mw_env.trainer.loop import train
 
     real = F.cross_entropy

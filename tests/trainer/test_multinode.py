@@ -95,7 +95,7 @@ def test_two_nodes_end_equal_to_one_node_with_two_processes(two_node_run: Path, 
     assert sorted(nodes) == sorted(one) == list(range(1, 9))
     for step in one:
         assert nodes[step] == pytest.approx(one[step], rel=1e-6), step
-    from mw_env.trainer.checkpoint import load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint
 
     a = load_checkpoint(two_node_run / "checkpoints" / "step-000000008.pt")
     b = load_checkpoint(single / "checkpoints" / "step-000000008.pt")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mw_env.base.errors import InputError
 from mw_env.cli import main
-from mw_env.errors import InputError
 from mw_env.runs.launch import LaunchRequest, check_nodes, default_rdzv_id, prepare
 
 from .test_train_cli import _doctor, _fake_venv

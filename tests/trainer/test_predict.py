@@ -53,7 +53,7 @@ def _reference(run: Path, rows: list[dict], dropped: list[int] | None = None) ->
     """Each row through the reference per-row encoder and the model alone (no batching, no padding)."""
     import torch
 
-    from mw_env.trainer.checkpoint import latest_valid_checkpoint, load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import latest_valid_checkpoint, load_checkpoint, model_from_checkpoint
     from mw_env.trainer.data import IGNORE, encode_row
 
     ckpt = load_checkpoint(latest_valid_checkpoint(run / "checkpoints"))

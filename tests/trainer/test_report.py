@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from mw_env.base.errors import InputError
 from mw_env.cli import main
-from mw_env.errors import InputError
-from mw_env.runs.manifest import MANIFEST, add_to_manifest, verify_manifest, write_manifest
+from mw_env.rundir.manifest import MANIFEST, add_to_manifest, verify_manifest, write_manifest
 from mw_env.trainer.metrics import MetricsWriter
-from mw_env.trainer.report import display_source, write_report
+from mw_env.trainer.report.report import display_source, write_report
 from mw_env.trainspec.config import find_config, resolve_config
 
 CARD = {
@@ -219,7 +219,8 @@ def test_without_matplotlib_the_report_is_still_written(tmp_path: Path, monkeypa
 
 def test_a_plotting_failure_costs_only_the_figures(tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("matplotlib")
-    from mw_env.trainer import figure_pool, report_figures
+    from mw_env.trainer import figure_pool
+    from mw_env.trainer.report import figures as report_figures
 
     def broken(*_args, **_kwargs):
         raise ValueError("bad data")

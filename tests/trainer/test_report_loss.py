@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.trainer.report_figures import loss_figure, smoothed_floor
+from mw_env.trainer.report.figures import loss_figure, smoothed_floor
 
 pytest.importorskip("matplotlib")
 

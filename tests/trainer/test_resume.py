@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 from .helpers import events, step_losses, tiny_config
 
@@ -42,7 +42,7 @@ def _assert_same(a: Any, b: Any, where: str = "") -> None:
 
 
 def _final_state(run_dir: Path, step: int = 8) -> dict[str, Any]:
-    from mw_env.trainer.checkpoint import load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(run_dir / "checkpoints" / f"step-{step:09d}.pt")
     return {k: ckpt[k] for k in ("model", "optimizer", "scheduler", "loop", "step", "data", "rng")}
@@ -232,7 +232,7 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path: Path) -> No
 def test_explicit_resume_path(reference: dict[int, Path], tmp_path: Path) -> None:
     import shutil
 
-    from mw_env.trainer.checkpoint import CheckpointError
+    from mw_env.trainer.ckpt.checkpoint import CheckpointError
     from mw_env.trainer.loop import train
 
     src = reference[1] / "checkpoints" / "step-000000004.pt"

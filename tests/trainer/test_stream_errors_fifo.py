@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 pytestmark = pytest.mark.torch
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 from .helpers import TINY, files_config, step_losses, write_parquet_corpus
 from .test_resume import _assert_same
@@ -100,7 +100,7 @@ def _kill_after_checkpoint(argv: list[str], marker: Path) -> None:
 
 
 def _state(run: Path, step: int = 8) -> dict[str, Any]:
-    from mw_env.trainer.checkpoint import load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(run / "checkpoints" / f"step-{step:09d}.pt")
     return {k: ckpt[k] for k in ("model", "optimizer", "scheduler", "loop", "step", "rng", "data", "labels")}
@@ -194,7 +194,7 @@ def test_changed_corpus_and_labels_are_refused(tmp_path: Path) -> None:
         resolved=files_config(run, corpus, "runtime.max_steps=4", "data.hash_shards=true"),
         echo=lambda _m: None,
     )
-    from mw_env.trainer.checkpoint import load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint
 
     rng = load_checkpoint(run / "checkpoints" / "step-000000004.pt")["rng"][0]
     assert {"torch", "numpy", "python"} <= rng.keys()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from mw_env.base.errors import MwEnvError
 from mw_env.cli import main
-from mw_env.errors import MwEnvError
 from smokeargs import TRAIN, smoke_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,7 +193,7 @@ def test_train_in_a_venv_built_by_bootstrap(tmp_path: Path) -> None:
     """The product provisions its own test environment: bootstrap --profile cpu, then train with the doctor."""
     import shutil
 
-    from mw_env.provision.wheelhouse import discover, matching_torch, wheels_in
+    from mw_env.sources.wheelhouse import discover, matching_torch, wheels_in
 
     good, _ = matching_torch(
         wheels_in(discover(env=os.environ).find_links, "torch"), local_tag="+cpu", specifier=">=2.4"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 from .helpers import tiny_config
 
@@ -147,7 +147,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_a_checkpoint_carries_the_word_path_and_loads_back(runs: dict[str, Path]) -> None:
     import torch
 
-    from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
 
     path = runs["words"] / "checkpoints" / "step-000000004.pt"
     ckpt = load_checkpoint(path)
@@ -168,7 +168,7 @@ def _as_older_mw_env_wrote_it(run: Path) -> None:
     """The checkpoints of a byte-only run, rewritten without the keys this version added."""
     import torch
 
-    from mw_env.trainer.checkpoint import sha256_of, sidecar_path
+    from mw_env.trainer.ckpt.checkpoint import sha256_of, sidecar_path
 
     for path in sorted((run / "checkpoints").glob("step-*.pt")):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
@@ -184,7 +184,7 @@ def test_an_older_checkpoint_loads_as_bytes_only_and_resume_meets_a_sentence(
 ) -> None:
     import shutil
 
-    from mw_env.trainer.checkpoint import model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
     from mw_env.trainer.loop import train
 
     run = tmp_path / "old"
@@ -207,8 +207,8 @@ def test_onnx_export_agrees_with_torch_on_the_word_path(runs: dict[str, Path], t
     import onnxruntime as ort
     import torch
 
-    from mw_env.trainer.checkpoint import model_from_checkpoint
-    from mw_env.trainer.export import DEFAULT_OPSET, _export
+    from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
+    from mw_env.trainer.export.onnx_export import DEFAULT_OPSET, _export
 
     model, _tok, _labels = model_from_checkpoint(runs["words"] / "checkpoints" / "step-000000004.pt")
     onnx_path = tmp_path / "model.onnx"

@@ -16,8 +16,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from mw_env.base.errors import InputError  # noqa: E402
 from mw_env.cli import main  # noqa: E402
-from mw_env.errors import InputError  # noqa: E402
 from mw_env.trainer.data import open_corpus  # noqa: E402
 from mw_env.trainspec.columns import (  # noqa: E402
     STRING_LIST,
@@ -26,10 +26,10 @@ from mw_env.trainspec.columns import (  # noqa: E402
     require_string_lists,
 )
 from mw_env.trainspec.config import resolve_config  # noqa: E402
-from mw_env.trainspec.footer import parquet_column_kinds  # noqa: E402
+from mw_env.trainspec.formats.footer import parquet_column_kinds  # noqa: E402
+from mw_env.trainspec.formats.tagdict import shard_tags  # noqa: E402
 from mw_env.trainspec.preflight import check_on_host  # noqa: E402
 from mw_env.trainspec.synthetic import FORMATS, generate_row  # noqa: E402
-from mw_env.trainspec.tagdict import shard_tags  # noqa: E402
 
 ROWS = [generate_row(seed=3, split="train", index=i, countries=tuple(FORMATS), noise=0.3) for i in range(40)]
 TOKENS = [r[0] for r in ROWS]

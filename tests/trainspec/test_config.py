@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainspec.config import (
     architecture_diff,
     config_from_dict,
@@ -152,7 +152,7 @@ def test_bad_files_say_what_to_do(tmp_path: Path, name: str, text: str, expect: 
 @pytest.mark.slow
 def test_checkpoint_errors_have_hints(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from mw_env.trainer.checkpoint import CheckpointError, load_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import CheckpointError, load_checkpoint
 
     with pytest.raises(CheckpointError, match="does not exist") as missing:
         load_checkpoint(tmp_path / "step-000000001.pt")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainspec.config import resolve_config
-from mw_env.trainspec.footer import FooterError, parquet_columns
+from mw_env.trainspec.formats.footer import FooterError, parquet_columns
 from mw_env.trainspec.preflight import check_on_host
 
 pa = pytest.importorskip("pyarrow")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainspec.config import find_config, resolve_config
-from mw_env.trainspec.spm_vocab import count_pieces_wire, spm_piece_count
+from mw_env.trainspec.formats.spm_vocab import count_pieces_wire, spm_piece_count
 from mw_env.trainspec.summary import summarize
 
 

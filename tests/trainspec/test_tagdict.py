@@ -1,4 +1,4 @@
-"""The label sample's fast path: a row group's tags from the tags column's dictionary page (trainspec/tagdict.py),
+"""The label sample's fast path: a row group's tags from the tags column's dictionary page (trainspec/formats/tagdict.py),
 equal to decoding the row group, for every codec it reads; anything else answers None (the rows are decoded)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.errors import InputError
-from mw_env.trainspec.tagdict import dictionary_values, shard_tags
+from mw_env.base.errors import InputError
+from mw_env.trainspec.formats.tagdict import dictionary_values, shard_tags
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -98,7 +98,7 @@ def test_the_venv_script_reads_as_here(tmp_path: Path, monkeypatch: pytest.Monke
 def test_field_end_is_the_footers_schema_encoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import mw_env.trainer.data.shards as shards
     from mw_env.trainer.data.shards import Schemas, _check_schema, _read_footer
-    from mw_env.trainspec.tagdict import field_end
+    from mw_env.trainspec.formats.tagdict import field_end
 
     pq.write_table(_table(), tmp_path / "a.parquet")
     pq.write_table(_table(50), tmp_path / "b.parquet", row_group_size=10)  # other row groups, same schema

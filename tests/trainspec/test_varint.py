@@ -1,10 +1,10 @@
-"""The one varint reader of the protobuf (spm_vocab) and compact-Thrift (tagdict) parsers."""
+"""The one varint reader of the protobuf (formats.spm_vocab) and compact-Thrift (tagdict) parsers."""
 
 from __future__ import annotations
 
 import pytest
 
-from mw_env.trainspec.varint import read_varint
+from mw_env.trainspec.formats.varint import read_varint
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
+from mw_env.base.versions import version_tuple
 from mw_env.checks.context import GIB, DoctorContext, human_bytes
 from mw_env.checks.model import CheckResult, result
-from mw_env.versions import version_tuple
 
 AREA = "apu"
 PAGES_PER_GIB = 262144  # TTM pages are 4 KiB

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 if TYPE_CHECKING:
     from mw_env.checks.gpuadvice import Advice

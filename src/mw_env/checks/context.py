@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from mw_env.base.errors import MwEnvError
 from mw_env.checks.catalogue import Catalogue
 from mw_env.checks.probe import ProbeResult, run_probe
-from mw_env.errors import MwEnvError
 
 if TYPE_CHECKING:
-    from mw_env.hardware import Gpu, Hardware
-    from mw_env.machine import Machine
+    from mw_env.hardware.facts import Gpu, Hardware
+    from mw_env.hardware.machine import Machine
     from mw_env.profiles.model import Profile, Selection
-    from mw_env.provision.record import VenvRecord
+    from mw_env.venv.record import VenvRecord
 
 T = TypeVar("T")
 GIB = 1024**3
@@ -233,7 +233,7 @@ class DoctorContext:
             info["arch_source"] = "rocBLAS kernel files" if info["arch_list"] else None
             if not info["arch_list"] and st.get("version_hip"):
                 # ROCm 7.14+ wheels carry each GPU's kernels as packages (amd-torch-device-gfxNNNN): a listing.
-                from mw_env.provision.wheelarch import read_wheel_archs
+                from mw_env.venv.wheelarch import read_wheel_archs
 
                 found = read_wheel_archs(self.venv, scan=False)
                 if found.known:
@@ -253,7 +253,7 @@ class DoctorContext:
 
 
 def host_lines(ctx: DoctorContext) -> list[str]:
-    """mw_env.host.host_commands for the detected runtime; a minimal built-in list if that is unavailable."""
+    """mw_env.host.commands.host_commands for the detected runtime; a minimal built-in list if that is unavailable."""
     kind = ctx.container_kind
     container = ctx.hardware.container
     # docker/podman rarely show a container its own name, but its id works wherever the name does.
@@ -262,11 +262,11 @@ def host_lines(ctx: DoctorContext) -> list[str]:
         kind if kind in ("incus", "docker", "podman", "kubernetes") else ("incus" if kind == "lxc" else None)
     )
     render_gid = next((gid for gid, group in ctx.machine.groups().items() if group == "render"), None)
-    from mw_env.host_fallback import fallback_lines
+    from mw_env.host.fallback import fallback_lines
 
     if runtime is None:  # an unknown container or none: host_commands would assume incus
         return fallback_lines(kind, name, ctx.vendor, render_gid)
-    from mw_env.host import host_commands
+    from mw_env.host.commands import host_commands
 
     try:
         return list(

@@ -19,7 +19,7 @@ from mw_env.profiles.amd import HSA_OVERRIDE, decide_override, rank_native
 
 if TYPE_CHECKING:
     from mw_env.profiles.model import Profile, Selection, TorchSource
-    from mw_env.provision.record import VenvRecord
+    from mw_env.venv.record import VenvRecord
 
 # The placeholders a catalogue message may carry; tests/checks hold every message to this list.
 KEYS: tuple[str, ...] = ("gpu_advice", "override_values", "math_sdpa", "cuda_archs", "cuda_drivers")

@@ -8,7 +8,7 @@ from mw_env.checks.context import DoctorContext, human_bytes
 from mw_env.checks.model import CheckResult, CheckStatus, result
 
 if TYPE_CHECKING:
-    from mw_env.machine import Machine
+    from mw_env.hardware.machine import Machine
 
 AREA = "ipc"
 MIB = 1024**2

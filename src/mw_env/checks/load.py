@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mw_env.machine import Machine
+from mw_env.hardware.machine import Machine
 
 # Runnable processes per CPU above which a timeout says "overloaded" first: at 2 per CPU every process gets
 # half a CPU or less, and a probe budgeted for an idle machine needs twice its time or more.

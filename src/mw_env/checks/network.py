@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 from urllib.parse import urlsplit
 
+from mw_env.base.textsafe import redact
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
-from mw_env.textsafe import redact
 
 AREA = "network"
 CONNECT_TIMEOUT = 4.0

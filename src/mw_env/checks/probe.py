@@ -2,7 +2,7 @@
 
 A GPU fault can leave the child spinning forever in HSA error handling, so the child gets a new process
 group and the whole group is killed at the deadline; what it printed until then still tells the last
-stage it reached. The child also gets PR_SET_PDEATHSIG (mw_env.lifeline): a doctor killed by SIGTERM or
+stage it reached. The child also gets PR_SET_PDEATHSIG (mw_env.base.lifeline): a doctor killed by SIGTERM or
 SIGKILL (docker stop, timeout, systemd) takes its hung probe with it instead of leaving it holding the GPU.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mw_env.base.lifeline import preexec
 from mw_env.checks.probe_script import PREFIX
-from mw_env.lifeline import preexec
 
 SCRIPT = Path(__file__).with_name("probe_script.py")
 # Probes still running: their sessions are killed when the doctor is interrupted or gives up on them, since

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from mw_env.base.errors import MwEnvError
 from mw_env.checks import (
     apu,
     arch,
@@ -33,13 +34,12 @@ from mw_env.checks.gpuadvice import for_machine
 from mw_env.checks.load import read_load, timeout_verdict
 from mw_env.checks.model import CheckResult, DoctorReport, result
 from mw_env.checks.probe import kill_active
-from mw_env.errors import MwEnvError
 
 if TYPE_CHECKING:
-    from mw_env.hardware import Hardware
-    from mw_env.machine import Machine
+    from mw_env.hardware.facts import Hardware
+    from mw_env.hardware.machine import Machine
     from mw_env.profiles.model import Selection
-    from mw_env.provision.record import VenvRecord
+    from mw_env.venv.record import VenvRecord
 
 AreaFn = Callable[[DoctorContext], list[CheckResult]]
 Needs = Literal["", "static", "probe"]
@@ -111,7 +111,7 @@ def run_doctor(
     start = time.monotonic()
     venv = Path(venv).expanduser().absolute()
     if hardware is None:
-        from mw_env.detect import detect
+        from mw_env.hardware.detect import detect
 
         hardware = detect(machine, gpu=selection.gpu.index if selection.gpu is not None else None)
     venv_record, record_error = record if record is not None else read_venv_record(venv)
@@ -200,7 +200,7 @@ def _timed(fn: AreaFn, ctx: DoctorContext) -> Callable[[], tuple[list[CheckResul
 
 def read_venv_record(venv: Path) -> RecordRead:
     """(the venv's bootstrap record or None, why it could not be read): a broken record is a finding."""
-    from mw_env.provision.record import read_record
+    from mw_env.venv.record import read_record
 
     try:
         return read_record(venv), None

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mw_env.base.errors import InputError
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 from mw_env.checks.probe import ProbeResult
-from mw_env.errors import InputError
-from mw_env.provision.venvinfo import read_pyvenv_cfg
+from mw_env.venv.venvinfo import read_pyvenv_cfg
 
 AREA = "venv"
 
@@ -34,7 +34,7 @@ def check_venv(ctx: DoctorContext) -> list[CheckResult]:
         return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
     py = ctx.python
     if not (venv / "pyvenv.cfg").exists() and not py.exists() and not py.is_symlink():
-        from mw_env.provision.record import create_command
+        from mw_env.venv.record import create_command
 
         # A command bootstrap accepts: it refuses to build in a folder it did not make (issue 30).
         cause, fix = ctx.fix("venv.not_a_venv", venv=venv, bootstrap=create_command(venv))
@@ -126,9 +126,9 @@ def _requirements(ctx: DoctorContext) -> CheckResult | None:
     """Every installed package has what it requires (its Requires-Dist; the project's with the extras
     bootstrap installed, from the record): a lock that lacked numpy matched the venv exactly, and the run
     died on `import numpy`. The venv's own requirements, not the lock's list (envlock.requires)."""
-    from mw_env.envlock.drift import from_folder
-    from mw_env.envlock.requires import marker_env, normalize, unmet, venv_needs
-    from mw_env.provision.venvinfo import read_pyvenv_cfg, site_packages
+    from mw_env.venv.lock.drift import from_folder
+    from mw_env.venv.lock.requires import marker_env, normalize, unmet, venv_needs
+    from mw_env.venv.venvinfo import read_pyvenv_cfg, site_packages
 
     site = site_packages(ctx.venv)
     if site is None:
@@ -165,7 +165,7 @@ def _requirements(ctx: DoctorContext) -> CheckResult | None:
 def _visible_sites(venv: Path, cfg: dict[str, str], python: str) -> list[Path]:
     """The other folders the venv's python imports packages from: an adopted torch's site (bootstrap's .pth:
     a base image's torch), and the base interpreter's when pyvenv.cfg includes the system site-packages."""
-    from mw_env.provision.venvinfo import adopted_site
+    from mw_env.venv.venvinfo import adopted_site
 
     out = [Path(line.strip()) for line in (adopted_site(venv) or "").splitlines() if line.strip()]
     if cfg.get("include-system-site-packages", "").lower() == "true" and cfg.get("home"):
@@ -180,10 +180,10 @@ def _lock(ctx: DoctorContext) -> CheckResult | None:
     package is drift, named with both versions."""
     if ctx.record is None:
         return None
-    from mw_env.envlock import LOCK_FILE
-    from mw_env.envlock.drift import compare, installed
-    from mw_env.envlock.lockfile import read_lock
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
+    from mw_env.venv.lock import LOCK_FILE
+    from mw_env.venv.lock.drift import compare, installed
+    from mw_env.venv.lock.lockfile import read_lock
 
     title = "venv matches its lock"
     path = ctx.venv / LOCK_FILE
@@ -225,8 +225,8 @@ def _env_file(ctx: DoctorContext) -> CheckResult | None:
         return None
     title = "runtime env file"
     env_file = ctx.venv / "mw-env.env"
-    from mw_env import userfile
-    from mw_env.errors import InputError
+    from mw_env.base import userfile
+    from mw_env.base.errors import InputError
 
     try:
         text = userfile.read_text(env_file, what="env file")

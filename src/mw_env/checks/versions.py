@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from mw_env.base.versions import version_tuple
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
-from mw_env.versions import version_tuple
 
 AREA = "versions"
 # Minor-version compatibility minimum driver per CUDA major (Linux), NVIDIA's compatibility guide.

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, VenvRefused
+from mw_env.base.textsafe import redact, safe, safe_message
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
-from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, VenvRefused
-from mw_env.textsafe import redact, safe, safe_message
 
 if TYPE_CHECKING:
     from mw_env.provision.model import BootstrapOptions  # imported where used: `--help` stays light
@@ -122,11 +122,11 @@ class BootstrapArgs:
         self, env: Mapping[str, str], lock: Any = None, target: Mapping[str, str] | None = None
     ) -> BootstrapOptions:
         from mw_env.provision.model import BootstrapOptions
-        from mw_env.provision.record import default_venv
+        from mw_env.venv.record import default_venv
 
         python = self.python
         if lock is not None:
-            from mw_env.envlock.rebuild import python_request
+            from mw_env.venv.lock.rebuild import python_request
 
             python = python_request(lock, self.python)  # the lock's wheels are for its Python
         return BootstrapOptions(
@@ -175,11 +175,11 @@ def _bootstrap(args: BootstrapArgs) -> int:
     )
     sel = resolved.selection
     lock = _read_lock(args, sel, resolved.machine.env) if args.lock else None
-    from mw_env.envlock.match import target_of
+    from mw_env.venv.lock.match import target_of
 
     options = args.options(resolved.machine.env, lock, target_of(sel))
     if args.venv is None:
-        from mw_env.provision.record import venv_note
+        from mw_env.venv.record import venv_note
 
         note = venv_note(resolved.machine.env)
         if note:
@@ -187,7 +187,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
 
     torch = sel.torch
     if lock is not None:
-        from mw_env.envlock.rebuild import torch_source_for
+        from mw_env.venv.lock.rebuild import torch_source_for
 
         torch = torch_source_for(lock, sel.torch)
 
@@ -282,7 +282,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
             out.print(f"[yellow]hint:[/] {escape(safe_message(err.hint))}", soft_wrap=True)
         out.print(f"state kept: re-run to resume at '{result.failed_step}' ({result.total_s:.1f}s)")
         return err.exit_code if err else EXIT_FAILED
-    from mw_env.provision.record import remember_venv
+    from mw_env.venv.record import remember_venv
 
     # Commands run later without --venv use this venv (and say so), not some older ~/training-venv.
     remember_venv(the_plan.venv, resolved.machine.env)
@@ -298,8 +298,8 @@ def _bootstrap(args: BootstrapArgs) -> int:
 
 def _read_lock(args: BootstrapArgs, sel: Any, env: Mapping[str, str]) -> Any:
     """`--lock FILE` read, validated and matched to this machine before anything is planned or installed."""
-    from mw_env.envlock.rebuild import load_for_bootstrap
-    from mw_env.provision.wheelhouse import discover
+    from mw_env.sources.wheelhouse import discover
+    from mw_env.venv.lock.rebuild import load_for_bootstrap
 
     assert args.lock is not None
     sources = discover(env=env, find_links=args.find_links)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mw_env.textsafe import redact, safe_message
+from mw_env.base.textsafe import redact, safe_message
 
 
 def print_plan(out: Any, the_plan: Any, sel: Any) -> None:
@@ -21,7 +21,7 @@ def print_plan(out: Any, the_plan: Any, sel: Any) -> None:
     if the_plan.lock is not None:
         from rich.markup import escape as esc
 
-        from mw_env.envlock.rebuild import describe
+        from mw_env.venv.lock.rebuild import describe
 
         lock = the_plan.lock
         out.print(

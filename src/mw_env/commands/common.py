@@ -21,7 +21,7 @@ def _root_value(ctx: click.Context, param: click.Parameter, value: str | None) -
 
     if value is None or not os.path.exists(value) or os.path.isdir(value):
         return value
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
 
     given = (
         "MW_ENV_ROOT"

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mw_env.base.textsafe import redact
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
-from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
-    from mw_env.hardware import Gpu
+    from mw_env.hardware.facts import Gpu
     from mw_env.profiles.model import Resolved
 
 _GIB = 1024**3

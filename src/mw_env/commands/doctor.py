@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mw_env.base.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, MwEnvError
+from mw_env.base.textsafe import safe, safe_message
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
-from mw_env.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, MwEnvError
-from mw_env.textsafe import safe, safe_message
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -139,7 +139,7 @@ LOG_LINE_MAX = 64 * 1024
 
 def read_log(path: str) -> tuple[str, str, str | None]:
     """(text, source, note) for `--explain`: a bounded tail of a regular file, or of stdin for `-`."""
-    from mw_env import userfile
+    from mw_env.base import userfile
 
     if path == "-":
         data, skipped, stopped = userfile.read_stream_tail(
@@ -178,7 +178,7 @@ def _explain(
     from mw_env.checks.ipc import explain_here
     from mw_env.checks.runner import read_venv_record
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv
+    from mw_env.venv.record import default_venv
 
     text, source_name, note = read_log(path)
     # The log usually comes from this machine: its GPU and the venv's record (which torch source it was built
@@ -304,9 +304,9 @@ def doctor(
         )
     from mw_env.checks import run_doctor
     from mw_env.checks.runner import read_venv_record
-    from mw_env.machine import Machine
+    from mw_env.hardware.machine import Machine
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv, venv_note
+    from mw_env.venv.record import default_venv, venv_note
 
     chosen_venv = Path(venv).expanduser() if venv else default_venv(Machine.from_env(root).env)
     if venv is None and (note := venv_note(os.environ)):

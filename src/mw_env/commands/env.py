@@ -16,8 +16,8 @@ from pathlib import Path
 
 import click
 
+from mw_env.base.errors import InputError
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
-from mw_env.errors import InputError
 
 
 def self_command() -> list[str]:
@@ -50,7 +50,7 @@ def next_line(venv: Path) -> str:
 
 def _read_exports(path: Path) -> dict[str, str]:
     """`export K=V` lines of an env file, values unquoted the way the shell would."""
-    from mw_env.userfile import read_text  # bounded, regular files only: never a FIFO's hang
+    from mw_env.base.userfile import read_text  # bounded, regular files only: never a FIFO's hang
 
     out: dict[str, str] = {}
     for line in read_text(path, what="env file").splitlines():
@@ -102,7 +102,7 @@ def env_cmd(
     Exit codes: 0 ok, 2 bad input (--venv that is not a venv, unknown profile, invalid profile file,
     --root not a folder).
     """
-    from mw_env.provision.record import (
+    from mw_env.venv.record import (
         create_command,
         default_venv,
         env_path,

@@ -110,14 +110,14 @@ def host_commands(out_file: Path | None, **options: Unpack[HostOptions]) -> None
     if out_file is None:
         click.echo(text, nl=False)
         return
-    from mw_env.atomic import write_text_atomic
+    from mw_env.base.atomic import write_text_atomic
 
     write_text_atomic(out_file, text)
     click.echo(f"wrote {out_file}", err=True)
 
 
 def _plan(lines: list[str], o: HostOptions) -> None:
-    from mw_env.host import host_plan
+    from mw_env.host.commands import host_plan
     from mw_env.profiles import resolve
 
     echo = lines.append
@@ -133,7 +133,7 @@ def _plan(lines: list[str], o: HostOptions) -> None:
         _manifest(echo, resolved, o["nodes"], o)
         return
     if o["lock"] is not None:
-        from mw_env.errors import InputError
+        from mw_env.base.errors import InputError
 
         raise InputError(
             "--lock names the lock in a multi-node manifest: it needs --runtime kubernetes --nodes N",
@@ -160,8 +160,8 @@ def _plan(lines: list[str], o: HostOptions) -> None:
 
 
 def _manifest(echo: Callable[[str], None], resolved: Resolved, nodes: int, o: HostOptions) -> None:
-    from mw_env.errors import InputError
-    from mw_env.host_k8s import multinode_manifest
+    from mw_env.base.errors import InputError
+    from mw_env.host.k8s import multinode_manifest
 
     if o["runtime"] != "kubernetes":
         raise InputError(
@@ -193,6 +193,6 @@ def _lock_of(path: str | None) -> tuple[str, str] | None:
     """(the lock's file name, its sha256) for the manifest; the lock is read and validated first."""
     if path is None:
         return None
-    from mw_env.envlock.lockfile import read_lock
+    from mw_env.venv.lock.lockfile import read_lock
 
     return Path(path).name, read_lock(path).sha256

@@ -48,17 +48,17 @@ def lock(
     """
     import os
 
-    from mw_env.atomic import refuse_special
-    from mw_env.envlock import LOCK_FILE
-    from mw_env.envlock.make import lock_venv, write_lock
+    from mw_env.base.atomic import refuse_special
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import default_venv, read_record, venv_note
+    from mw_env.venv.lock import LOCK_FILE
+    from mw_env.venv.lock.make import lock_venv, write_lock
+    from mw_env.venv.record import default_venv, read_record, venv_note
 
     if venv is None and (note := venv_note(os.environ)):
         click.echo(f"note: {note}", err=True)
     venv = Path(venv).expanduser() if venv else default_venv(os.environ)
     refuse_special(output or venv / LOCK_FILE)  # before uv works: the writer refuses it again at the end
-    from mw_env.provision.venvinfo import read_pyvenv_cfg
+    from mw_env.venv.venvinfo import read_pyvenv_cfg
 
     read_pyvenv_cfg(venv)  # uv would start the venv's python, which dies in site.py on a non-UTF-8 file
     # The torch source the venv was built with, as the doctor and train judge it (one detection).

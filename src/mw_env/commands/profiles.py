@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mw_env.base.textsafe import redact
 from mw_env.commands.common import echo_json, json_option
-from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -92,7 +92,7 @@ def profiles(
 def _check(
     loaded: Mapping[str, Profile], name: str | None, snapshots: Path | None, timeout: float, as_json: bool
 ) -> int:
-    from mw_env.profiles.freshness import check_profiles
+    from mw_env.sources.freshness import check_profiles
 
     results = check_profiles(loaded, snapshots=snapshots, timeout=timeout, names=[name] if name else [])
     stale = [r for r in results if r.status == "stale"]

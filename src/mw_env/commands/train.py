@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mw_env.base.errors import EXIT_FAILED
+from mw_env.base.textsafe import safe
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option
 from mw_env.commands.train_options import (
     config_options,
@@ -20,8 +22,6 @@ from mw_env.commands.train_options import (
     resolve_train_config,
     run_folder_options,
 )
-from mw_env.errors import EXIT_FAILED
-from mw_env.textsafe import safe
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -69,7 +69,7 @@ def train(ctx: click.Context, config_name: str | None, **options: Unpack[LaunchO
     from mw_env.runs.foreground import run_foreground, stoppable_start, stopped_before_launch
 
     if options.get("venv") is None:
-        from mw_env.provision.record import venv_note
+        from mw_env.venv.record import venv_note
 
         if note := venv_note():
             click.echo(f"note: {note}", err=True)
@@ -181,7 +181,7 @@ def _default_venv() -> Path | None:
     """The venv bootstrap made (for reading Parquet labels when mw-env's own python has no pyarrow)."""
     import os
 
-    from mw_env.provision.record import default_venv
+    from mw_env.venv.record import default_venv
 
     venv = default_venv(dict(os.environ))
     return venv if (venv / "bin" / "python").exists() else None
@@ -196,7 +196,7 @@ def _default_venv() -> Path | None:
 @json_option
 def verify_cmd(out_dir: Path, as_json: bool) -> int:
     """Check a finished run folder against its MANIFEST.sha256."""
-    from mw_env.runs.manifest import verify_manifest
+    from mw_env.rundir.manifest import verify_manifest
     from mw_env.runs.verifiable import check_verifiable
 
     check_verifiable(out_dir)

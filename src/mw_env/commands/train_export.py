@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
+from mw_env.base.errors import InputError, MwEnvError
 from mw_env.commands.common import echo_json, json_option
-from mw_env.errors import InputError, MwEnvError
 
 
 @click.command(
@@ -79,7 +79,7 @@ def export(
     if target is None:
         raise click.UsageError("name a CHECKPOINT (step-*.pt or a run folder), or pass --out-dir")
     if out is not None:
-        from mw_env.atomic import refuse_special
+        from mw_env.base.atomic import refuse_special
 
         refuse_special(out)  # before the venv's python starts; the trainer's writer refuses it too
     python, env = _venv_python(venv)
@@ -87,7 +87,7 @@ def export(
     argv = [
         str(python),
         "-m",
-        "mw_env.trainer.export",
+        "mw_env.trainer.export.onnx_export",
         str(Path(target).resolve()),
         "--opset",
         str(opset),
@@ -154,7 +154,7 @@ def export(
 
 def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
     """The training venv's python and an env in which it imports this mw-env."""
-    from mw_env.provision.record import create_command, default_venv, read_record
+    from mw_env.venv.record import create_command, default_venv, read_record
 
     venv_path = Path(venv).expanduser() if venv else default_venv(os.environ)
     python = venv_path / "bin" / "python"
@@ -163,7 +163,7 @@ def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
             f"no training venv at {venv_path} (no {python})",
             hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
         )
-    from mw_env.provision.venvinfo import read_pyvenv_cfg
+    from mw_env.venv.venvinfo import read_pyvenv_cfg
 
     read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
     env = dict(os.environ)
@@ -181,7 +181,7 @@ def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
 def _check_export_extra(venv: Path) -> None:
     """onnx/onnxruntime/onnxscript in the venv, read from its metadata here (a second), not found missing by the
     export process after its torch import: `error:`/`hint:` with the bootstrap command, exit 2."""
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
     from mw_env.trainspec.extras import bootstrap_hint, missing
 
     lacking = missing(venv, "export")

@@ -178,7 +178,7 @@ def run_folder_options(func: Any) -> Any:
 
 
 def pick_run_folder(run: Path | None, out_dir: Path | None) -> Path:
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
 
     if run is not None and out_dir is not None and Path(run).resolve() != Path(out_dir).resolve():
         raise InputError(

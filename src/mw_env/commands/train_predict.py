@@ -12,8 +12,8 @@ from typing import TypeVar
 
 import click
 
+from mw_env.base.errors import InputError, MwEnvError
 from mw_env.commands.common import echo_json, json_option
-from mw_env.errors import InputError, MwEnvError
 
 _RUN = click.argument("run", type=click.Path(path_type=Path))
 _VENV = click.option(

@@ -2,7 +2,7 @@
 
 `start` builds the trainer's command line exactly as `mw-env train` does (launch.prepare) and runs
 it detached; `status`, `stop` and `watch` read the run folder (docs/runs.md); `export` runs
-mw_env.trainer.export inside the training venv, where torch lives.
+mw_env.trainer.export.onnx_export inside the training venv, where torch lives.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mw_env.base.errors import EXIT_FAILED, MwEnvError
+from mw_env.base.textsafe import bounded, duration
 from mw_env.commands.common import F, echo_json, json_option
 from mw_env.commands.train_export import export
 from mw_env.commands.train_options import launch_options, prepare_launch, run_folder_options
 from mw_env.commands.train_predict import evaluate, predict
-from mw_env.errors import EXIT_FAILED, MwEnvError
-from mw_env.textsafe import bounded, duration
 
 if TYPE_CHECKING:
     from typing import Unpack

@@ -1,6 +1,6 @@
 """The per-field rules of profile YAML that a type cannot say (patterns, ranges), and how a failure reads.
 
-The types in profiles/model.py are the schema (mw_env.typed checks them); this module adds the patterns and
+The types in profiles/model.py are the schema (mw_env.base.typed checks them); this module adds the patterns and
 renders every Issue as `profile FILE: dotted.key: problem` + `hint: allowed: ...`.
 """
 
@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import Any, get_args
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
+from mw_env.base.typed import Issue, Policy, Rule
 from mw_env.profiles.model import (
     ArchOverride,
     DeviceSpec,
@@ -20,7 +21,6 @@ from mw_env.profiles.model import (
     Profile,
     TorchSource,
 )
-from mw_env.typed import Issue, Policy, Rule
 
 # Variables a profile may not set in `env`: select() derives them from data (the GPU vs the chosen wheel).
 DERIVED_ENV = ("HSA_OVERRIDE_GFX_VERSION", "HIP_VISIBLE_DEVICES")

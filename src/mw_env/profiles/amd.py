@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mw_env.base.versions import version_tuple
 from mw_env.profiles.model import Profile, TorchSource
-from mw_env.versions import version_tuple
 
 HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
 

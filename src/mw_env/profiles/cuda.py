@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mw_env.base.versions import version_tuple
 from mw_env.profiles.archs import covers, parse_cc, sm_name
 from mw_env.profiles.model import TorchSource
-from mw_env.versions import version_tuple
 
 __all__ = ["CudaChoice", "choose_cuda_source", "covers", "minimum_driver_hint", "parse_cc", "sm_name"]
 

@@ -40,7 +40,7 @@ def cached(name: str, text: str) -> object | None:
 
 def build(folder: Path) -> dict[str, dict[str, object]]:
     """The index of every *.yaml in `folder`: data as the shipped loader reads it, and the text."""
-    from mw_env.userfile import load_yaml, read_text
+    from mw_env.base.userfile import load_yaml, read_text
 
     out: dict[str, dict[str, object]] = {}
     for path in sorted(folder.glob("*.yaml")):
@@ -54,7 +54,7 @@ def build(folder: Path) -> dict[str, dict[str, object]]:
 
 
 def write(folder: Path = INDEX.parent) -> Path:
-    from mw_env.atomic import write_text_atomic
+    from mw_env.base.atomic import write_text_atomic
 
     write_text_atomic(INDEX, json.dumps(build(folder), indent=1) + "\n")
     return INDEX

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.profiles import torchsources
 from mw_env.profiles._readers import Ctx
 from mw_env.profiles.model import Profile
@@ -34,7 +34,7 @@ __all__ = [
 def load_profile_file(path: Path, *, shipped: bool = False, catalogue: Entries | None = None) -> Profile:
     """Read and validate one profile file (a bounded read of a regular UTF-8 file, then strict YAML); its
     source ids are looked up in `catalogue` (the shipped source catalogue by default)."""
-    from mw_env.userfile import load_yaml, read_text
+    from mw_env.base.userfile import load_yaml, read_text
 
     text = read_text(path, what="profile")
     data = _shipped_data(path, text) if shipped else None

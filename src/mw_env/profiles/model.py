@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from mw_env.base.textsafe import redact
 from mw_env.profiles.archs import covers, parse_cc
-from mw_env.textsafe import redact
 
 if TYPE_CHECKING:
-    from mw_env.hardware import Gpu, Hardware
-    from mw_env.machine import Machine
+    from mw_env.hardware.facts import Gpu, Hardware
+    from mw_env.hardware.machine import Machine
 
 # The allowed values of a profile's fields: the loader checks against these types, and the value lists in
 # its messages are derived from them (typing.get_args), so they are kept in one place.

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.profiles.model import Resolved
 
 
@@ -25,8 +25,8 @@ def resolve(
     A root that is not a folder is bad input (a typo must not read as "an empty machine, CPU profile").
     `interpreters=False` skips listing the Pythons on PATH (see detect()).
     """
-    from mw_env.detect import detect
-    from mw_env.machine import Machine
+    from mw_env.hardware.detect import detect
+    from mw_env.hardware.machine import Machine
     from mw_env.profiles.loader import load_profiles
     from mw_env.profiles.select import select
 

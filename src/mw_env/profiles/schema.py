@@ -1,6 +1,6 @@
 """Profile YAML -> Profile: the sections of a profile file and their rules (docs/profiles.md, "Writing your own").
 
-The field types (profiles/model.py) and the per-field rules (_readers.py) are checked by mw_env.typed; what
+The field types (profiles/model.py) and the per-field rules (_readers.py) are checked by mw_env.base.typed; what
 is left here are the rules that span fields (a source's tag and archs against its build, unique source ids).
 """
 
@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mw_env.base.typed import Reader
 from mw_env.profiles._readers import (
     _ENV_KEY_RE,
     _GFX_RE,
@@ -22,7 +23,6 @@ from mw_env.profiles._readers import (
     Ctx,
 )
 from mw_env.profiles.model import Match, Profile, TorchSource
-from mw_env.typed import Reader
 
 
 def _check_match(ctx: Ctx, match: Match) -> Match:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from mw_env.errors import InputError
-from mw_env.hardware import Gpu, Hardware
+from mw_env.base.errors import InputError
+from mw_env.hardware.facts import Gpu, Hardware
 from mw_env.profiles.amd import HSA_OVERRIDE, choose_amd_source
 from mw_env.profiles.cuda import CudaChoice, choose_cuda_source, minimum_driver_hint, parse_cc, sm_name
 from mw_env.profiles.model import Profile, Selection, TorchSource, TrainerDefaults

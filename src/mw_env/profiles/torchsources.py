@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 CATALOGUE_FILE = "sources.yaml"
 SHIPPED = Path(__file__).resolve().with_name(CATALOGUE_FILE)
@@ -33,8 +33,8 @@ def _fail(path: Path, key: str, problem: str, hint: str) -> InputError:
 
 def read_file(path: Path, *, shipped: bool = False) -> Entries:
     """One catalogue file's entries, each checked as a torch source; an id described twice is refused."""
+    from mw_env.base.userfile import read_text
     from mw_env.profiles.schema import check_source_entry
-    from mw_env.userfile import read_text
 
     text = read_text(path, what="source catalogue")
     data: object = None
@@ -43,7 +43,7 @@ def read_file(path: Path, *, shipped: bool = False) -> Entries:
 
         data = cached(path.name, text)
     if data is None:
-        from mw_env.userfile import load_yaml
+        from mw_env.base.userfile import load_yaml
 
         data = load_yaml(text, source=f"source catalogue {path}", shipped=shipped)
     if not isinstance(data, Mapping) or not isinstance(data.get("sources"), list) or set(data) != {"sources"}:

@@ -1,5 +1,5 @@
 """Truth from the wheel, after installing and before pinning: HSA_OVERRIDE_GFX_VERSION decided from the GPU
-archs the installed torch carries (mw_env.provision.wheelarch), not from the profile's table.
+archs the installed torch carries (mw_env.venv.wheelarch), not from the profile's table.
 
 The plan carries an `ArchPolicy` (the GPU's target, the table's claim and the override it implied); the
 `wheel-archs` step reads the venv and `judge` decides again. When the wheel and the table disagree, the wheel
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mw_env.profiles.amd import HSA_OVERRIDE, decide_override
-from mw_env.provision.wheelarch import WheelArchs
+from mw_env.venv.wheelarch import WheelArchs
 
 if TYPE_CHECKING:
     from mw_env.profiles.model import Profile, Selection

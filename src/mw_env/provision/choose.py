@@ -21,8 +21,8 @@ from functools import cached_property
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from mw_env.errors import InputError, MwEnvError, StepFailed
-from mw_env.provision.pythons import (
+from mw_env.base.errors import InputError, MwEnvError, StepFailed
+from mw_env.sources.pythons import (
     AdoptCandidate,
     Interpreter,
     find_image_torch,
@@ -31,7 +31,7 @@ from mw_env.provision.pythons import (
     read_project_meta,
     supported,
 )
-from mw_env.provision.wheelhouse import Reach, Sources, WheelFile, matching_torch, probe_index, wheels_in
+from mw_env.sources.wheelhouse import Reach, Sources, WheelFile, matching_torch, probe_index, wheels_in
 
 __all__ = [
     "AdoptCandidate",
@@ -301,7 +301,7 @@ def _no_python(s: _Search) -> Choice | None:
 
 def _no_torch_source(s: _Search) -> Choice:
     """The last word: an interpreter, but neither a wheel nor a reachable index."""
-    from mw_env.provision.wheelhouse import unreachable_hint
+    from mw_env.sources.wheelhouse import unreachable_hint
 
     tag, reach = s.req.local_tag, s.reach
     if s.req.offline:

@@ -15,15 +15,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mw_env.errors import MwEnvError, StepFailed
+from mw_env.base.errors import MwEnvError, StepFailed
+from mw_env.base.textsafe import redact
 from mw_env.provision import keys
 from mw_env.provision.events import DoctorHook, Events, NoEvents, Status, StepResult, StepWarning
 from mw_env.provision.model import Plan, Step
-from mw_env.provision.record import VenvRecord, read_record
 from mw_env.provision.state import State, venv_lock
 from mw_env.provision.steps import BackgroundVerify, Run, recover_swap
 from mw_env.provision.table import spec_of
-from mw_env.textsafe import redact
+from mw_env.venv.record import VenvRecord, read_record
 
 if TYPE_CHECKING:
     from mw_env.checks.model import DoctorReport

@@ -9,7 +9,7 @@ from mw_env.profiles.model import has_local_tag
 from mw_env.provision import pin as pinmod
 from mw_env.provision.choose import version_fits
 from mw_env.provision.model import Plan
-from mw_env.provision.venvinfo import installed_fingerprint, installed_version, short_hash
+from mw_env.venv.venvinfo import installed_fingerprint, installed_version, short_hash
 
 
 def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: str) -> bool:
@@ -17,8 +17,8 @@ def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: 
     bootstrap recorded: a torch swapped behind bootstrap's back (`uv pip install --python ...`) is redone."""
     if not installed or not has_local_tag(installed, local_tag) or not version_fits(installed, version_spec):
         return False
-    from mw_env.errors import InputError
-    from mw_env.provision.record import read_record
+    from mw_env.base.errors import InputError
+    from mw_env.venv.record import read_record
 
     try:
         rec = read_record(venv)

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from mw_env.atomic import write_text_atomic as write_atomic
-from mw_env.errors import MwEnvError, StepFailed
-from mw_env.provision import keys, venvinfo
+from mw_env.base.atomic import write_text_atomic as write_atomic
+from mw_env.base.errors import MwEnvError, StepFailed
+from mw_env.provision import keys
 from mw_env.provision.events import StepWarning
+from mw_env.venv import venvinfo
 
 if TYPE_CHECKING:
     from mw_env.provision.model import Plan, Step
     from mw_env.provision.state import State
-    from mw_env.provision.uv import CommandRun
+    from mw_env.sources.uv import CommandRun
 
 
 class StepRun(Protocol):
@@ -32,8 +33,8 @@ class StepRun(Protocol):
 def install_lock(run: StepRun, step: Step) -> str:
     """`bootstrap --lock`: the validated lock's text (never the file again: it may have changed since it was
     checked) goes into the venv, and uv installs exactly that."""
-    from mw_env.envlock import LOCK_FILE
-    from mw_env.envlock.rebuild import install_failure
+    from mw_env.venv.lock import LOCK_FILE
+    from mw_env.venv.lock.rebuild import install_failure
 
     p = run.plan
     assert p.lock is not None  # called only for `bootstrap --lock` (steps.install_torch)
@@ -47,8 +48,8 @@ def install_lock(run: StepRun, step: Step) -> str:
 
 def lock_step(run: StepRun, step: Step) -> str | StepWarning:
     """Every finished venv gets its lock (or, rebuilt from one, is checked against it)."""
-    from mw_env.envlock import LOCK_FILE
-    from mw_env.envlock.drift import compare, installed
+    from mw_env.venv.lock import LOCK_FILE
+    from mw_env.venv.lock.drift import compare, installed
 
     p = run.plan
     bv = p.build_venv
@@ -65,7 +66,7 @@ def lock_step(run: StepRun, step: Step) -> str | StepWarning:
     if p.adopted:
         run.state.mark(step.id, "done", keys.lock_key(p, version))
         return "no lock: torch lives in the base image, outside the venv (the image's Dockerfile pins it)"
-    from mw_env.envlock.make import lock_venv
+    from mw_env.venv.lock.make import lock_venv
 
     torch_index = p.torch.location if p.torch and p.torch.origin == "index" else None
     try:

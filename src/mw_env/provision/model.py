@@ -7,16 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mw_env.base.textsafe import redact
 from mw_env.provision.choose import AdoptCandidate, Interpreter, Problem, TorchChoice
-from mw_env.provision.wheelhouse import Sources
-from mw_env.textsafe import redact
+from mw_env.sources.wheelhouse import Sources
 
 if TYPE_CHECKING:
-    from mw_env.envlock.lockfile import Lock
     from mw_env.profiles.disk import DiskNeed
     from mw_env.provision.archtruth import ArchPolicy, WheelVerdict
     from mw_env.provision.torchindex import StepIndex
     from mw_env.provision.torchpick import IndexPick
+    from mw_env.venv.lock.lockfile import Lock
 
 GiB = 1024**3
 

@@ -16,8 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mw_env.atomic import write_text_atomic as write_atomic
-from mw_env.provision.record import env_file_text
+from mw_env.base.atomic import write_text_atomic as write_atomic
+from mw_env.venv.record import env_file_text
 
 CONSTRAINTS_FILE = "mw-env-constraints.txt"
 OVERRIDES_FILE = "mw-env-overrides.txt"

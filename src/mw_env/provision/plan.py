@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mw_env.errors import InputError, VenvRefused
+from mw_env.base.errors import InputError, VenvRefused
+from mw_env.base.textsafe import redact
 from mw_env.profiles.disk import disk_need
-from mw_env.provision import uv as uvmod
 from mw_env.provision.archtruth import NO_KERNELS, GpuKernels, env_with, judge
 from mw_env.provision.choose import (
     AdoptCandidate,
@@ -49,7 +49,9 @@ from mw_env.provision.state import State
 from mw_env.provision.table import build_steps
 from mw_env.provision.torchindex import config_notes, for_plan
 from mw_env.provision.torchpick import IndexPick, pick_from_index
-from mw_env.provision.venvinfo import (
+from mw_env.sources import uv as uvmod
+from mw_env.sources.wheelhouse import Sources, discover, local_dir
+from mw_env.venv.venvinfo import (
     ADOPT_PTH,
     adopted_site,
     build_path,
@@ -59,9 +61,7 @@ from mw_env.provision.venvinfo import (
     site_packages,
     venv_python_version,
 )
-from mw_env.provision.wheelarch import read_wheel_archs
-from mw_env.provision.wheelhouse import Sources, discover, local_dir
-from mw_env.textsafe import redact
+from mw_env.venv.wheelarch import read_wheel_archs
 
 __all__ = [
     "ADOPT_PTH",
@@ -360,7 +360,7 @@ def _refuse_other_profile(
 ) -> None:
     """A finished venv of another profile/build/source is never rebuilt in place: that would swap a working
     torch (and a failed install would leave no working one)."""
-    from mw_env.provision.record import read_record
+    from mw_env.venv.record import read_record
 
     try:
         rec = read_record(venv)
@@ -413,7 +413,7 @@ def _adopted_from_venv(venv: Path, installed: str | None) -> AdoptCandidate | No
     site = adopted_site(venv)
     if not site:
         return None
-    from mw_env.provision.record import read_record
+    from mw_env.venv.record import read_record
 
     try:
         rec = read_record(venv)

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mw_env import userfile
-from mw_env.atomic import write_text_atomic as write_atomic
-from mw_env.errors import InputError, MwEnvError
-from mw_env.textsafe import redact
+from mw_env.base import userfile
+from mw_env.base.atomic import write_text_atomic as write_atomic
+from mw_env.base.errors import InputError, MwEnvError
+from mw_env.base.textsafe import redact
 
 STATE_FILE = ".mw-env-state.json"
 

@@ -12,16 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.atomic import write_text_atomic as write_atomic
-from mw_env.errors import MwEnvError, StepFailed
-from mw_env.provision import keys, torchindex, uvfail, venvinfo, verify
+from mw_env.base.atomic import write_text_atomic as write_atomic
+from mw_env.base.errors import MwEnvError, StepFailed
+from mw_env.base.textsafe import redact
+from mw_env.provision import keys, torchindex, uvfail, verify
 from mw_env.provision import pin as pinmod
-from mw_env.provision import uv as uvmod
 from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
-from mw_env.provision.record import VenvRecord, now, read_record, write_record
 from mw_env.provision.state import State
-from mw_env.textsafe import redact
+from mw_env.sources import uv as uvmod
+from mw_env.venv import venvinfo
+from mw_env.venv.record import VenvRecord, now, read_record, write_record
 
 if TYPE_CHECKING:
     from mw_env.checks.model import DoctorReport
@@ -155,7 +156,7 @@ def write_lock(run: Run, step: Step) -> str | StepWarning:
 def read_wheel_archs(run: Run, step: Step) -> str | StepWarning:
     """Judge the installed wheel's own GPU archs; the wheel's decision replaces the table's in the env file."""
     from mw_env.provision.archtruth import env_with, judge
-    from mw_env.provision.wheelarch import read_wheel_archs as read
+    from mw_env.venv.wheelarch import read_wheel_archs as read
 
     p = run.plan
     assert p.arch_policy is not None  # the step applies only to a plan with a policy (table.WHEEL_ARCHS)

@@ -22,17 +22,17 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from mw_env.envlock import LOCK_FILE
 from mw_env.provision import keys
 from mw_env.provision import pin as pinmod
 from mw_env.provision import steps as act
-from mw_env.provision import uv as uvmod
 from mw_env.provision.choose import exact_requirement
 from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
 from mw_env.provision.state import State
 from mw_env.provision.torchindex import CONFIG_FILE
-from mw_env.provision.venvinfo import adopted_site, installed_version
+from mw_env.sources import uv as uvmod
+from mw_env.venv.lock import LOCK_FILE
+from mw_env.venv.venvinfo import adopted_site, installed_version
 
 if TYPE_CHECKING:
     from mw_env.provision.archtruth import ArchPolicy
@@ -146,7 +146,7 @@ def _torch_title(f: Facts) -> str:
 def _torch_command(f: Facts) -> Command:
     p = f.p
     if p.lock is not None:
-        from mw_env.envlock.rebuild import install_command
+        from mw_env.venv.lock.rebuild import install_command
 
         # The whole lock in one uv transaction: every file's sha256 is checked before any is installed.
         return install_command(f.uv, f.py, f.bv / LOCK_FILE, offline=bool(f.offline))
@@ -188,7 +188,7 @@ def _policy(f: Facts) -> ArchPolicy:
 def _torch_detail(f: Facts) -> str:
     p = f.p
     if p.lock is not None:
-        from mw_env.envlock.rebuild import describe
+        from mw_env.venv.lock.rebuild import describe
 
         return f"{describe(p.lock)} from {p.lock.source}"
     if p.adopted:

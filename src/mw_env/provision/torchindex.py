@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.textsafe import redact
+from mw_env.base.textsafe import redact
 
 if TYPE_CHECKING:
     from mw_env.provision.choose import TorchChoice
-    from mw_env.provision.wheelhouse import Sources
+    from mw_env.sources.wheelhouse import Sources
 
 CONFIG_FILE = "mw-env-torch-uv.toml"
 PYPI = "https://pypi.org/simple"

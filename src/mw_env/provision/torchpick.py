@@ -17,7 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from mw_env.profiles.model import has_local_tag
-from mw_env.provision.indexlist import IndexAnswerError, IndexFile, Listing, list_project
+from mw_env.sources.indexlist import IndexAnswerError, IndexFile, Listing, list_project
 
 
 @dataclass(frozen=True)

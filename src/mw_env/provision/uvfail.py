@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mw_env.textsafe import redact
+from mw_env.base.textsafe import redact
 
 if TYPE_CHECKING:
     from mw_env.provision.torchindex import StepIndex

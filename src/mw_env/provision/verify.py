@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from mw_env.errors import StepFailed
+from mw_env.base.errors import StepFailed
 from mw_env.profiles.model import has_local_tag
 
 # Runs inside the venv's python; stdlib + torch only. First the build as torch/version.py states it (what

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mw_env.base.textsafe import safe, safe_message
+from mw_env.rundir.contract import LOG_FILE
 from mw_env.runs.fit import oom_hint
 from mw_env.runs.logscan import RUN_HEADER, LogFinding, LogScanner, classify_line, scan_log
 from mw_env.runs.procinfo import signal_name
-from mw_env.runs.rundir import LOG_FILE
-from mw_env.textsafe import safe, safe_message
 
 # Re-exported: callers read log findings and anomalies from one place.
 __all__ = [

@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mw_env.capacity import Read, available_memory, gib
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
+from mw_env.hardware.capacity import Read, available_memory, gib
 from mw_env.trainspec.memory import MemoryNeed, estimate
 from mw_env.trainspec.summary import tokenizer_vocab_size
 
 if TYPE_CHECKING:
-    from mw_env.hardware import Hardware
+    from mw_env.hardware.facts import Hardware
     from mw_env.trainspec.schema import TrainConfig
 
 

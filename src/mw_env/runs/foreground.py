@@ -1,7 +1,7 @@
 """A foreground run: start the trainer (python or torchrun) from `mw-env train`, relay torchrun's stderr through
 its filter, and turn the outcome into the documented exit code. The CLI only renders; this owns the process.
 
-No orphans: the child gets PR_SET_PDEATHSIG (mw_env.lifeline), so a SIGKILL of `mw-env train` kills it too
+No orphans: the child gets PR_SET_PDEATHSIG (mw_env.base.lifeline), so a SIGKILL of `mw-env train` kills it too
 (torchrun's workers follow torchrun the same way); SIGTERM and SIGHUP of `mw-env train` (docker stop, systemd,
 a closed terminal) are forwarded as SIGTERM, the trainer's graceful stop (finish the step, checkpoint, exit 0),
 and `mw-env train` waits for it. SIGINT is passed on as SIGINT: a terminal's Ctrl-C reaches the trainer
@@ -22,13 +22,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
-from mw_env.lifeline import preexec
+from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
+from mw_env.base.lifeline import preexec
+from mw_env.rundir.contract import MANIFEST, metrics_path
 from mw_env.runs import rendezvous
 from mw_env.runs.fit import oom_hint
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
 from mw_env.runs.rendezvous import Nodes
-from mw_env.runs.rundir import MANIFEST, metrics_path
 from mw_env.runs.startup import signal_ended, stopped_at_start_up
 from mw_env.runs.torchrun_output import TorchrunStderr
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from mw_env.errors import InputError, MwEnvError
+from mw_env.base.errors import InputError, MwEnvError
 from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
 from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
@@ -146,13 +146,13 @@ def _python_path(env: Mapping[str, str]) -> str | None:
 
 def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
     """A manifest made with `host-commands --lock` names the environment every pod must train in."""
-    from mw_env.host_k8s import LOCK_ENV
+    from mw_env.host.k8s import LOCK_ENV
 
     wanted = (env.get(LOCK_ENV) or "").strip().lower()
     if not wanted:
         return
-    from mw_env.envlock import LOCK_FILE
-    from mw_env.runs.rundir import sha256_file
+    from mw_env.rundir.contract import sha256_file
+    from mw_env.venv.lock import LOCK_FILE
 
     lock = venv / LOCK_FILE
     have = sha256_file(lock) if lock.is_file() else None
@@ -166,7 +166,7 @@ def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
 
 
 def _write_doctor(out_dir: Path, report: dict[str, object], node_rank: int = 0) -> Path:
-    from mw_env.atomic import write_text_atomic as write_atomic
+    from mw_env.base.atomic import write_text_atomic as write_atomic
 
     # Nodes sharing a run folder each keep their own report (rank 0's goes into the run report).
     path = out_dir / (DOCTOR_PENDING if not node_rank else f".doctor-pending-node{node_rank}.json")
@@ -177,8 +177,8 @@ def _write_doctor(out_dir: Path, report: dict[str, object], node_rank: int = 0) 
 def _refuse_finished(out_dir: Path, max_steps: int) -> None:
     """A run that finished (report and manifest written) at max_steps has nothing left to train: say so
     and how to start again, instead of resuming at the last step and training nothing."""
-    from mw_env.errors import NothingToDo
-    from mw_env.runs.runstate import read_state
+    from mw_env.base.errors import NothingToDo
+    from mw_env.rundir.runstate import read_state
 
     life = read_state(out_dir) or {}
     step = life.get("step")
@@ -249,7 +249,7 @@ def prepare(request: LaunchRequest) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
     r = request
     from mw_env.profiles import resolve_for_venv
-    from mw_env.provision.record import create_command, default_venv, read_record
+    from mw_env.venv.record import create_command, default_venv, read_record
 
     env_in = dict(os.environ if r.base_env is None else r.base_env)
     if r.nproc_per_node < 1:
@@ -270,7 +270,7 @@ def prepare(request: LaunchRequest) -> Launch:
             f"no training venv at {venv_path} (no {python})",
             hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
         )
-    from mw_env.provision.venvinfo import read_pyvenv_cfg
+    from mw_env.venv.venvinfo import read_pyvenv_cfg
 
     read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
     # No --config: the profile's default (trainer.config), known once the profile is.
@@ -314,7 +314,7 @@ def prepare(request: LaunchRequest) -> Launch:
     if not nodes.multi:
         # A live trainer there refuses us anyway; say so now, before the doctor runs. (Nodes of a multi-node
         # run may share the folder with rank 0, which holds the lock: the trainer's own check decides there.)
-        from mw_env.runs.runlock import check_free
+        from mw_env.rundir.runlock import check_free
 
         check_free(out_dir)
         if not r.fresh and r.resume is None:
@@ -361,7 +361,7 @@ def prepare(request: LaunchRequest) -> Launch:
 
     notes: tuple[str, ...] = ()
     if not nodes.multi or nodes.node_rank == 0:
-        from mw_env.envlock.atlaunch import lock_for_run
+        from mw_env.venv.lock.atlaunch import lock_for_run
 
         notes = tuple(lock_for_run(venv=venv_path, out_dir=out_dir, selection=selection, env=env_in).lines())
 

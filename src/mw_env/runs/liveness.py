@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from mw_env.errors import InputError
-from mw_env.runs import runstate
+from mw_env.base.errors import InputError
+from mw_env.rundir import runstate
 from mw_env.runs.anomalies import Liveness
 from mw_env.runs.runs import RunRecord, is_alive, read_exit
 from mw_env.runs.supervise import RUN_DIR_ENV, proc_stat, processes_of_folder

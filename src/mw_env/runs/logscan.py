@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mw_env.checks.catalogue import Catalogue, Message
 
-from mw_env.textsafe import safe
+from mw_env.base.textsafe import safe
 
 
 @dataclass(frozen=True)

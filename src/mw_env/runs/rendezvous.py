@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mw_env.atomic import open_append
-from mw_env.errors import InputError, StepFailed
-from mw_env.runs.rundir import CHECKPOINT_GLOB, PEER_LOST, TORCHRUN_LOG, checkpoints_dir
+from mw_env.base.atomic import open_append
+from mw_env.base.errors import InputError, StepFailed
+from mw_env.rundir.contract import CHECKPOINT_GLOB, PEER_LOST, TORCHRUN_LOG, checkpoints_dir
 
 STARTED_ENV = "MW_ENV_STARTED_FILE"  # the trainer touches it when it starts: the rendezvous completed
 # The first line comes at once, then one every REPEAT_S: often enough to see it is alive, rarely enough

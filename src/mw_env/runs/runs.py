@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import open_append, open_regular, write_json_atomic
-from mw_env.errors import InputError, StepFailed, os_fault
-from mw_env.runs import runstate
+from mw_env.base.atomic import open_append, open_regular, write_json_atomic
+from mw_env.base.errors import InputError, StepFailed, os_fault
+from mw_env.rundir import runstate
+from mw_env.rundir.contract import LOG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE
 from mw_env.runs.logscan import RUN_HEADER
-from mw_env.runs.rundir import LOG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE
 from mw_env.runs.supervise import (
     PROC,
     RUN_ID_ENV,
@@ -143,7 +143,7 @@ def _trainer_alive(record: RunRecord, *, proc: Path = PROC) -> bool:
 
 def read_run(out_dir: Path) -> RunRecord | None:
     """The run record in `out_dir`, None when there is none; InputError when it is unreadable."""
-    from mw_env import userfile, userjson
+    from mw_env.base import userfile, userjson
 
     path = Path(out_dir) / RUN_FILE
     if not os.path.lexists(path):

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mw_env.errors import InputError
-from mw_env.runs import runstate
+from mw_env.base.errors import InputError
+from mw_env.rundir import runstate
 from mw_env.runs.anomalies import (
     Anomaly,
     Liveness,
@@ -236,7 +236,7 @@ class RunWatcher:
         metrics_path = self.out_dir / METRICS_FILE
         log_path = self.record.log_file if self.record else self.out_dir / LOG_FILE
         if self.record is None and not metrics_path.exists() and not log_path.exists():
-            from mw_env.runs.runlock import check_free, describe, holder
+            from mw_env.rundir.runlock import check_free, describe, holder
 
             try:
                 check_free(self.out_dir)

@@ -15,9 +15,9 @@ import stat as stat_mod
 import time
 from pathlib import Path
 
-from mw_env.atomic import open_append
-from mw_env.errors import MwEnvError
-from mw_env.runs.rundir import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
+from mw_env.base.atomic import open_append
+from mw_env.base.errors import MwEnvError
+from mw_env.rundir.contract import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import write_json_atomic, write_text_atomic
-from mw_env.errors import InputError
-from mw_env.runs import runstate
-from mw_env.runs.rundir import checkpoints_dir, metrics_path
+from mw_env.base.atomic import write_json_atomic, write_text_atomic
+from mw_env.base.errors import InputError
+from mw_env.rundir import runstate
+from mw_env.rundir.contract import checkpoints_dir, metrics_path
 from mw_env.runs.runs import RUN_FILE, RunRecord, _run_lock, is_alive, read_run
 from mw_env.runs.supervise import group_members, marked_processes, processes_of_folder, same_process_alive
 
@@ -268,7 +268,7 @@ def recent_events(run_dir: Path, limit: int = 4 << 20) -> list[dict[str, Any]]:
 def last_good_checkpoint(run_dir: Path) -> Path | None:
     """The newest checkpoint whose sha256 matches its sidecar (written after the checkpoint was
     complete); without torch, so `stop` can name it after a kill."""
-    from mw_env.runs.rundir import sha256_file
+    from mw_env.rundir.contract import sha256_file
 
     folder = checkpoints_dir(run_dir)
     found = sorted(p for p in folder.iterdir() if _CKPT_RE.fullmatch(p.name)) if folder.is_dir() else []

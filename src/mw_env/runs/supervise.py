@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from mw_env.rundir.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
 from mw_env.runs.procinfo import cgroup_oom_kills
-from mw_env.runs.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
 from mw_env.runs.startup import signal_ended, stopped_at_start_up, torchrun_output
 
 PROC = Path("/proc")

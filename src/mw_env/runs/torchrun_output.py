@@ -15,7 +15,7 @@ import contextlib
 import re
 from dataclasses import dataclass, field
 
-from mw_env.runs.rundir import PEER_LOST, WORKER_EXIT
+from mw_env.rundir.contract import PEER_LOST, WORKER_EXIT
 
 # torchrun's agent logs through glog-style lines: "W1130 05:38:07.597000 4800 torch/distributed/run.py:874] ..."
 _AGENT_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ torch/distributed/")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mw_env.errors import InputError
-from mw_env.runs import runstate
+from mw_env.base.errors import InputError
+from mw_env.rundir import runstate
 from mw_env.runs.anomalies import Liveness
 from mw_env.runs.liveness import life_alive as _life_alive
 from mw_env.runs.runs import is_alive, read_run
@@ -15,7 +15,7 @@ from mw_env.runs.runs import is_alive, read_run
 def check_verifiable(out_dir: Path) -> None:
     """InputError unless the run in `out_dir` is finished: MANIFEST.sha256 is the last file a run writes,
     so checking it against a run that is still going (or was killed) lists differences that are not."""
-    from mw_env.runs.rundir import MANIFEST
+    from mw_env.rundir.contract import MANIFEST
 
     out_dir = Path(out_dir).resolve()
     life = runstate.read_state(out_dir)

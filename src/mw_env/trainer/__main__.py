@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.errors import EXIT_FAILED, EXIT_INTERRUPTED, MwEnvError, os_error_in
+from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, MwEnvError, os_error_in
 
 if TYPE_CHECKING:
     from mw_env.trainspec.config import ResolvedConfig
@@ -62,12 +62,12 @@ def _interrupt(_signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
-        from mw_env.textsafe import tolerant_streams
+        from mw_env.base.textsafe import tolerant_streams
 
         tolerant_streams()  # eval samples quote corpus words: a non-UTF-8 locale shows them escaped
         import signal
 
-        from mw_env.lifeline import die_with_torchrun
+        from mw_env.base.lifeline import die_with_torchrun
 
         # A torchrun worker lives in its own session: without this it outlives a SIGKILLed torchrun.
         die_with_torchrun()
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(started).touch()
     try:
         if args.command == "verify":
-            from mw_env.runs.manifest import verify_manifest
+            from mw_env.rundir.manifest import verify_manifest
 
             check = verify_manifest(args.run_dir)
             print(json.dumps(check.to_dict(), indent=2))
@@ -127,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
     except MwEnvError as exc:
-        from mw_env.textsafe import safe_message  # escaped, bounded, credentials hidden (as in cli.py)
+        from mw_env.base.textsafe import safe_message  # escaped, bounded, credentials hidden (as in cli.py)
 
         print(f"error: {safe_message(exc.message)}", file=sys.stderr, flush=True)
         if exc.hint:
             print(f"hint: {safe_message(exc.hint)}", file=sys.stderr, flush=True)
         if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: the code survives torchrun's own end
-            from mw_env.runs.rundir import WORKER_EXIT
+            from mw_env.rundir.contract import WORKER_EXIT
 
             print(f"{WORKER_EXIT}{exc.exit_code}", file=sys.stderr, flush=True)
         return exc.exit_code
@@ -170,8 +170,8 @@ def _out_dir(args: argparse.Namespace) -> Path | None:
 def _fault(exc: OSError) -> int:
     import errno
 
-    from mw_env.errors import os_fault
-    from mw_env.textsafe import safe_message
+    from mw_env.base.errors import os_fault
+    from mw_env.base.textsafe import safe_message
 
     writing = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
     err = os_fault(exc, "write" if writing else "use")
@@ -184,7 +184,7 @@ def _fault(exc: OSError) -> int:
 def _say(msg: str) -> None:
     # Everything the trainer prints may quote the corpus (eval samples, labels, paths): terminal escapes in
     # a token are shown escaped, never executed by the terminal.
-    from mw_env.textsafe import safe
+    from mw_env.base.textsafe import safe
 
     try:
         print(safe(msg, limit=None, newlines=True), flush=True)
@@ -192,7 +192,7 @@ def _say(msg: str) -> None:
         # stdout is full (/dev/full), closed or a pipe whose reader left: say that, not "the disk is full"
         # (the checkpoints' disk is fine). fd 1 goes to /dev/null so the interpreter's last flush of what
         # stays buffered cannot print "Exception ignored" either.
-        from mw_env.errors import os_words
+        from mw_env.base.errors import os_words
 
         with contextlib.suppress(OSError):
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -1,6 +1,6 @@
 """What every rank must agree on before the first step: who owns the run folder, and which checkpoint to resume.
 
-The run folder lock (mw_env.runs.runlock) is taken by rank 0, the only rank that writes the folder; its outcome
+The run folder lock (mw_env.rundir.runlock) is taken by rank 0, the only rank that writes the folder; its outcome
 is shared with every rank, so a refused run stops on all nodes at once instead of leaving the others waiting in
 a collective.
 
@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mw_env.errors import InputError, MwEnvError
-from mw_env.runs import runlock
-from mw_env.runs.rundir import sha256_file
-from mw_env.trainer import checkpoint as ckpt_mod
+from mw_env.base.errors import InputError, MwEnvError
+from mw_env.rundir import runlock
+from mw_env.rundir.contract import sha256_file
+from mw_env.trainer.ckpt import checkpoint as ckpt_mod
 from mw_env.trainer.distributed import DistInfo, gather_objects
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from mw_env.errors import StepFailed
+from mw_env.base.errors import StepFailed
 
 T = TypeVar("T")
 

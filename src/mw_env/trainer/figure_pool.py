@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypedDict
 
-from mw_env.trainer.report_figures import Figure
+from mw_env.trainer.report.figures import Figure
 
 MetricEvents = Sequence[dict]  # metrics.jsonl's events as read_metrics returns them
 
@@ -75,7 +75,7 @@ class FigurePool:
 
         if importlib.util.find_spec("matplotlib") is None:
             return None
-        from mw_env.lifeline import preexec
+        from mw_env.base.lifeline import preexec
 
         procs = []
         try:
@@ -168,7 +168,7 @@ def histogram_request(name: str, title: str, counts: Sequence[float], width: flo
 
 def draw(req: Request, events: MetricEvents) -> Figure | None:
     """One request, drawn here (the worker, or the report when the pool could not)."""
-    from mw_env.trainer import report_figures as rf
+    from mw_env.trainer.report import figures as rf
 
     out, name = Path(req["out"]), req["name"]
     if req.get("kind") == "histogram":

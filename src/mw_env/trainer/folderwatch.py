@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from mw_env.errors import EXIT_FAILED
+from mw_env.base.errors import EXIT_FAILED
 
 INTERVAL_S = 1.0
 

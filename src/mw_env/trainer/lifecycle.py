@@ -1,4 +1,4 @@
-"""The trainer's one signal story and its moves in the run's state record (runs/runstate.py).
+"""The trainer's one signal story and its moves in the run's state record (rundir/runstate.py).
 
 SIGTERM (and SIGHUP, taken as SIGTERM) at every phase of a run ends in a documented outcome, exit 0:
 
@@ -38,10 +38,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mw_env.atomic import open_append
-from mw_env.errors import InputError
-from mw_env.runs import runstate
-from mw_env.runs.rundir import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
+from mw_env.base.atomic import open_append
+from mw_env.base.errors import InputError
+from mw_env.rundir import runstate
+from mw_env.rundir.contract import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
 
 
 class StopRequested(BaseException):

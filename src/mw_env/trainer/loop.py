@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from mw_env.errors import StepFailed
-from mw_env.runs.rundir import CHECKPOINTS_DIR, MANIFEST, METRICS_FILE, checkpoints_dir
-from mw_env.trainer import checkpoint as ckpt_mod
+from mw_env.base.errors import StepFailed
+from mw_env.rundir.contract import CHECKPOINTS_DIR, MANIFEST, METRICS_FILE, checkpoints_dir
 from mw_env.trainer.agree import run_lock
-from mw_env.trainer.checkpoint_parts import restore as restore_parts
+from mw_env.trainer.ckpt import checkpoint as ckpt_mod
+from mw_env.trainer.ckpt.parts import restore as restore_parts
 from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts
 from mw_env.trainer.distributed import (
     DistInfo,
@@ -236,8 +236,8 @@ def _run(
         # report and MLflow's params, and `mw-env bootstrap --lock RUN/pylock.mw-env.toml` rebuilds the venv.
         import sys
 
-        from mw_env.envlock import carry
-        from mw_env.envlock.atlaunch import drift_fact
+        from mw_env.venv.lock import carry
+        from mw_env.venv.lock.atlaunch import drift_fact
 
         carried = carry(Path(sys.prefix), out_dir)  # written from the venv at launch where it drifted
         if carried is not None:
@@ -405,7 +405,7 @@ def _finish(
     s.metrics.close()
     hold("report")
     if s.dist.main:
-        from mw_env.trainer.report import write_report
+        from mw_env.trainer.report.report import write_report
 
         total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
         card = s.corpus.card(total, [p["position"] for p in parts])

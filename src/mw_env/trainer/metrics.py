@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import fault_for, open_append
-from mw_env.runs.rundir import METRICS_FILE
-from mw_env.runs.rundir_events import EventName
+from mw_env.base.atomic import fault_for, open_append
+from mw_env.rundir.contract import METRICS_FILE
+from mw_env.rundir.events import EventName
 
 
 class MetricsWriter:
@@ -39,7 +39,9 @@ class MetricsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open_append(self.path)  # a FIFO or a device here is refused, not hung on
         if tracking != "none":
-            from mw_env.trainer.tracking import open_trackers  # its third-party packages are optional
+            from mw_env.trainer.tracking.tracking import (
+                open_trackers,  # its third-party packages are optional
+            )
 
             self._tracker = open_trackers(tracking, Path(run_dir), dict(hparams or {}))
 
@@ -51,7 +53,9 @@ class MetricsWriter:
             clean = {
                 k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()
             }
-            fault = fault_for(self.path)  # the tests' fault seam (mw_env.atomic): a disk full at this line
+            fault = fault_for(
+                self.path
+            )  # the tests' fault seam (mw_env.base.atomic): a disk full at this line
             if fault is not None:
                 raise fault
             self._fh.write(json.dumps(clean) + "\n")

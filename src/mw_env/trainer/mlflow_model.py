@@ -35,9 +35,9 @@ def save_model_dir(
     MLflow 3 LoggedModel it is uploaded to (named in MLmodel, as mlflow's own writer does)."""
     import torch
 
-    from mw_env.runs.rundir import sha256_file
-    from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
-    from mw_env.trainer.export_bundle import id_layout, tokenizer_entry
+    from mw_env.rundir.contract import sha256_file
+    from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.export.bundle import id_layout, tokenizer_entry
 
     ckpt = load_checkpoint(Path(checkpoint))  # validated: a damaged checkpoint is never logged as the model
     _model, tokenizer, labels = model_from_checkpoint(ckpt)
@@ -95,7 +95,7 @@ class TaggerModel:
     def __init__(self, data_path: Path) -> None:
         import torch
 
-        from mw_env.trainer.checkpoint import model_from_checkpoint
+        from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
 
         state = torch.load(Path(data_path) / WEIGHTS, map_location="cpu", weights_only=True)
         self.model, self.tokenizer, self.labels = model_from_checkpoint(state)

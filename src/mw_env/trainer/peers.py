@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.errors import StepFailed
-from mw_env.runs.rundir import PEER_LOST
+from mw_env.base.errors import StepFailed
+from mw_env.rundir.contract import PEER_LOST
 
 if TYPE_CHECKING:
     from mw_env.trainer.distributed import DistInfo
@@ -36,7 +36,7 @@ def lost_peer(exc: BaseException, dist: DistInfo, ckpt_dir: Path) -> StepFailed 
     text = str(exc)
     if not _LOST.search(text):
         return None
-    from mw_env.trainer.checkpoint import latest_valid_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import latest_valid_checkpoint
 
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)

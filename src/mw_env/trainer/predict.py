@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from mw_env.errors import EXIT_FAILED, InputError, MwEnvError, os_error_in, os_fault
+from mw_env.base.errors import EXIT_FAILED, InputError, MwEnvError, os_error_in, os_fault
 from mw_env.trainer.scoring import Tally
 from mw_env.trainer.tagio import Row, read_rows, write_tagged
 
@@ -48,10 +48,10 @@ class CheckpointTagger:
     def __init__(self, target: Path, *, batch_size: int = 64, device: str = "auto") -> None:
         import torch
 
-        from mw_env.trainer.checkpoint import load_checkpoint, model_from_checkpoint
+        from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
         from mw_env.trainer.data.corpus import encoder_for
         from mw_env.trainer.data.labels import LabelSet
-        from mw_env.trainer.export import resolve_checkpoint
+        from mw_env.trainer.export.onnx_export import resolve_checkpoint
         from mw_env.trainer.runtime import resolve_precision
         from mw_env.trainspec.config import config_from_dict
 
@@ -106,7 +106,7 @@ class ExportTagger:
     """An ONNX export (its metadata JSON, or the newest in an export folder) through mw_tagger.Tagger."""
 
     def __init__(self, export: Path) -> None:
-        from mw_env.trainer.export_runtime import Tagger as OnnxTagger
+        from mw_env.trainer.export.runtime import Tagger as OnnxTagger
 
         meta = _newest_metadata(export)
         self.tagger = OnnxTagger(meta)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainer.agree import agree_on_checkpoint
 from mw_env.trainer.data import Corpus, identity_diff
 from mw_env.trainer.distributed import DistInfo

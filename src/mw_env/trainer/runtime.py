@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import torch
 
-from mw_env.errors import StepFailed
+from mw_env.base.errors import StepFailed
 from mw_env.trainspec.config import RuntimeConfig, TrainConfig
 
 
@@ -94,7 +94,7 @@ def cpu_bounds(config: TrainConfig) -> tuple[int, list[str]]:
     """runtime.threads (0 = torch's default) and data.workers bounded by this rank's share of the CPUs the
     process may use (affinity, cgroup cpu.max): `runtime.threads=4096` started 8,193 threads on 2 cores.
     Returns the threads to set and a warning per setting lowered."""
-    from mw_env.capacity import bounded, usable_cpus
+    from mw_env.hardware.capacity import bounded, usable_cpus
     from mw_env.trainer.data.corpus import ranks_per_node
     from mw_env.trainer.data.workers import rank_workers
 

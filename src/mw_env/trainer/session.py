@@ -1,6 +1,6 @@
 """One run's state between setup and the report, and the checkpoint it writes.
 
-What the checkpoint holds is one table, trainer/checkpoint_parts.py PARTS (format_version, step, model,
+What the checkpoint holds is one table, trainer/ckpt/parts.py PARTS (format_version, step, model,
 optimizer, scheduler, loop, world_size, config, tokenizer, labels, rng by rank, scaler in fp16, data with
 each rank's position and counts, config_sha256, config_sources, meta): `save` writes its `payload`.
 """
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mw_env.runs.rundir import checkpoints_dir
-from mw_env.trainer import checkpoint as ckpt_mod
-from mw_env.trainer.checkpoint_parts import payload
+from mw_env.rundir.contract import checkpoints_dir
+from mw_env.trainer.ckpt import checkpoint as ckpt_mod
+from mw_env.trainer.ckpt.parts import payload
 from mw_env.trainer.data import Corpus, Counts
 from mw_env.trainer.distributed import DistInfo, barrier, gather_objects
 from mw_env.trainer.metrics import MetricsWriter
@@ -76,7 +76,7 @@ class Session:
             config, state = self.resolved.config, self.state
             path = ckpt_mod.checkpoint_path(self.ckpt_dir, state.step)
             self.metrics.log("checkpoint", step=state.step, path=str(path), phase="start")
-            # What a checkpoint holds is checkpoint_parts.PARTS' (written, restored and validated from there).
+            # What a checkpoint holds is ckpt.parts.PARTS' (written, restored and validated from there).
             ckpt_mod.save_checkpoint(payload(self, parts), self.ckpt_dir, keep_last=config.runtime.keep_last)
             self.metrics.log("checkpoint", step=state.step, path=str(path), phase="done")
         barrier(self.dist)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 MAX_TEXT_BYTES = 512 << 20  # a JSONL or text input is read whole: split a larger file
 TEXT_KEYS = ("text", "address")
@@ -69,7 +69,7 @@ def _check_file(path: Path) -> None:
 
 
 def _text(path: Path) -> str:
-    from mw_env import userfile
+    from mw_env.base import userfile
 
     return userfile.read_text(path, what="input", max_bytes=MAX_TEXT_BYTES)
 
@@ -168,7 +168,7 @@ def write_tagged(path: Path | None, rows: Sequence[tuple[Sequence[str], Sequence
     is written whole under a temporary name first, so a failure leaves no half-written output."""
     import sys
 
-    from mw_env.atomic import atomic_path
+    from mw_env.base.atomic import atomic_path
 
     if path is None:
         for words, tags in rows:

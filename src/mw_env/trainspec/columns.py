@@ -2,7 +2,7 @@
 
 Both sides apply it: the trainer to the Arrow schema pyarrow reads (trainer/data/shards.py, `arrow_kind`),
 the host (`mw-env train` before the doctor, `train summary`) to the Parquet footer read with the standard
-library (trainspec/footer.py, `footer_kind`). Each side describes a column in the same words and
+library (trainspec/formats/footer.py, `footer_kind`). Each side describes a column in the same words and
 `require_string_lists` refuses the same columns with the same sentence.
 
 A list of strings is what pyarrow reads as one: `list` or `large_list` of `string` or `large_string`, or of a
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 if TYPE_CHECKING:  # pyarrow is imported where a column is met: mw-env's own interpreter may lack it
     import pyarrow as pa
@@ -76,7 +76,7 @@ def as_string_lists(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.Chunked
 
 
 class Element(NamedTuple):
-    """One SchemaElement of a Parquet footer (trainspec/footer.py reads them): -1 where the footer leaves a field out (a group has no physical type)."""
+    """One SchemaElement of a Parquet footer (trainspec/formats/footer.py reads them): -1 where the footer leaves a field out (a group has no physical type)."""
 
     name: str
     children: int

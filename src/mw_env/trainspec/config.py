@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mw_env import typed
-from mw_env.errors import InputError
+from mw_env.base import typed
+from mw_env.base.errors import InputError
 from mw_env.trainspec.schema import (  # re-exported: the config's types are part of this module's API
     ARCHITECTURE_KEYS,
     DIST_BACKENDS,
@@ -141,7 +141,7 @@ def _coerce(key: str, value: Any, origin_label: str) -> Any:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    from mw_env import userfile
+    from mw_env.base import userfile
 
     suffix = path.suffix.lower()
     if suffix not in (".toml", ".yaml", ".yml"):
@@ -189,7 +189,7 @@ def parse_set(item: str) -> tuple[str, Any]:
 
     A value that is not valid YAML syntax stays the string it is (`--set data.spm_model=a:b[1]`); one that
     is YAML but unusable (`!!int x`, nesting thousands deep) is an InputError naming the key."""
-    from mw_env import userfile
+    from mw_env.base import userfile
 
     key, sep, raw = item.partition("=")
     key = key.strip()

@@ -9,7 +9,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 
 def expand_files(patterns: Sequence[str], key: str, base: Path | None = None) -> list[Path]:

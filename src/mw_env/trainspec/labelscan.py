@@ -1,7 +1,7 @@
 """The labels a files corpus will train with, found without torch: `train summary` counts the head with them.
 
 The trainer (trainer/data/index.py) takes `data.labels` when set, else, ordered by `label_order`, the tags
-of every row group of each Parquet shard (from the tags column's dictionary pages, trainspec/tagdict.py; a
+of every row group of each Parquet shard (from the tags column's dictionary pages, trainspec/formats/tagdict.py; a
 shard without them: its first LABEL_SAMPLE_ROWS rows, "sampled") and of each JSONL shard's first
 LABEL_SAMPLE_ROWS non-empty lines (sampled when the shard has more). Sampled labels are said plainly, with
 the `data.labels` line to paste: a tag first met after the sample stops the run there. This reads the same: JSONL with the standard library, Parquet with tagdict.shard_tags -
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 
 LABEL_SAMPLE_ROWS = 4096  # trainer/data/index.py: the rows of each shard the label set is discovered in
 # Run by the training venv's python when mw-env's has no pyarrow: tagdict.py's own text, then the loop (the
@@ -36,7 +36,7 @@ print(json.dumps({"tags": sorted(seen), "sampled": sampled}))
 
 
 def _parquet_script() -> str:
-    from mw_env.trainspec import tagdict
+    from mw_env.trainspec.formats import tagdict
 
     return Path(tagdict.__file__).read_text(encoding="utf-8") + PARQUET_LOOP
 
@@ -105,7 +105,7 @@ def parquet_found(paths: Sequence[Path], column: str, venv: Path | None) -> Corp
             return None
         out = json.loads(done.stdout)
         return CorpusTags(set(out["tags"]), tuple(out["sampled"]))
-    from mw_env.trainspec.tagdict import shard_tags
+    from mw_env.trainspec.formats.tagdict import shard_tags
 
     seen: set[str] = set()
     sampled: list[str] = []

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
+from mw_env.base.userjson import json_refusal, loads
 from mw_env.trainspec.columns import require_string_lists
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.extras import bootstrap_hint, installed, missing, needed_extras
 from mw_env.trainspec.files import expand_files
-from mw_env.trainspec.footer import FooterError, parquet_column_kinds
-from mw_env.userjson import json_refusal, loads
+from mw_env.trainspec.formats.footer import FooterError, parquet_column_kinds
 
 FIRST_LINE_MAX = 16 << 20  # a JSONL shard's first row longer than this is not a row
 

@@ -2,7 +2,7 @@
 
 Parameter counts are computed from the config by formula; tests check them against the torch model.
 The vocabulary is 260 ids for the byte tokenizer; for SentencePiece it is the model file's piece count
-plus the 4 special ids (read from data.spm_model, see spm_vocab).
+plus the 4 special ids (read from data.spm_model, see formats.spm_vocab).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from mw_env.trainspec.advice import config_warnings
 from mw_env.trainspec.config import TrainConfig
+from mw_env.trainspec.formats.spm_vocab import spm_piece_count
 from mw_env.trainspec.schedule import lr_factor
-from mw_env.trainspec.spm_vocab import spm_piece_count
 from mw_env.trainspec.synthetic import LABELS
 
 N_SPECIAL = 4  # PAD, CLS, SEP, UNK before every tokenizer's own ids (mw_env.trainer.data)
@@ -58,7 +58,7 @@ def _labels(
         if plain := not_bio(names):
             warnings.append(not_bio_error(plain, "data.labels").message)
         return names, "data.labels" if d.labels else "bundled"
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
     from mw_env.trainspec.files import expand_files
     from mw_env.trainspec.labelscan import corpus_found
 

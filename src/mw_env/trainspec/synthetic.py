@@ -221,7 +221,7 @@ def generate_row(
 
 
 def check_countries(countries: tuple[str, ...]) -> None:
-    from mw_env.errors import InputError
+    from mw_env.base.errors import InputError
 
     unknown = [c for c in countries if c not in FORMATS]
     if unknown or not countries:

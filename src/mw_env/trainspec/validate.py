@@ -7,7 +7,7 @@ import os
 import re
 from typing import Any
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainspec.schema import (
     DIST_BACKENDS,
     PRECISIONS,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainer.data import card as card_mod
 from mw_env.trainer.data import index as index_mod
 from mw_env.trainer.data.batches import Batch

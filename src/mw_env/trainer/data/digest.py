@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mw_env.atomic import write_json_atomic
+from mw_env.base.atomic import write_json_atomic
 
 CACHE = "shard-sha256.json"
 
@@ -62,7 +62,7 @@ class ShardHasher:
             except OSError as exc:  # a cache: the card still gets the hashes; never a thread's traceback
                 if not self._warned:
                     self._warned = True
-                    from mw_env.errors import os_words
+                    from mw_env.base.errors import os_words
 
                     print(
                         f"warning: cannot save the shard hashes to {self._path}: {os_words(exc)}; the data card "

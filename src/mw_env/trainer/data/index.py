@@ -7,7 +7,7 @@ the same bytes); a JSONL shard is scanned once for its line offsets. The result 
 or a second run over the same folder reads no footer and scans no JSONL again.
 
 Labels (when `data.labels` is unset): every distinct tag of every row group of each Parquet shard, read
-from the tags column's dictionary pages (trainspec/tagdict.py: a few hundred bytes at the head of each
+from the tags column's dictionary pages (trainspec/formats/tagdict.py: a few hundred bytes at the head of each
 column chunk, no row decoded, read with the footer's descriptor): a rare tag that first appears in a later
 row group is found before step 1. A shard without them (tags not dictionary-encoded, an unknown codec) and
 a JSONL shard: the tags of its first LABEL_SAMPLE_ROWS rows, from the tags column only, marked sampled
@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mw_env.errors import InputError, MwEnvError
+from mw_env.base.errors import InputError, MwEnvError
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainspec.columns import as_string_lists
-from mw_env.trainspec.tagdict import row_groups_tags
+from mw_env.trainspec.formats.tagdict import row_groups_tags
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -58,7 +58,7 @@ def sample_tags(
     fd: int | None = None,
 ) -> tuple[list[str], bool]:
     """(the distinct tags of the shard, sampled): every row group's, from the tags column's dictionary pages
-    (trainspec/tagdict.py); where they are missing, of its first LABEL_SAMPLE_ROWS rows (tags column only),
+    (trainspec/formats/tagdict.py); where they are missing, of its first LABEL_SAMPLE_ROWS rows (tags column only),
     sampled when the shard has more. `leaf`: the tags column's leaf index, known from the schema
     (shards.Schemas); `fd`: the file, open."""
     if kind == "jsonl":
@@ -197,7 +197,7 @@ def load_cache(run_dir: Path) -> Cache:
 
 
 def save_cache(run_dir: Path, entries: Cache) -> None:
-    from mw_env.atomic import write_json_atomic
+    from mw_env.base.atomic import write_json_atomic
 
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainspec.labelscan import LABEL_SAMPLE_ROWS, flow_list, label_order, not_bio, not_bio_error
 from mw_env.trainspec.synthetic import LABELS
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mw_env.errors import InputError, MwEnvError
+from mw_env.base.errors import InputError, MwEnvError
+from mw_env.base.userjson import json_refusal, loads
 from mw_env.trainer.data.shards import (
     HINT_DAMAGED,
     Block,
@@ -30,7 +31,6 @@ from mw_env.trainer.data.shards import (
     open_checked,
 )
 from mw_env.trainspec.columns import as_string_lists
-from mw_env.userjson import json_refusal, loads
 
 if TYPE_CHECKING:
     import pyarrow as pa

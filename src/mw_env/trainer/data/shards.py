@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mw_env.errors import InputError, StepFailed
+from mw_env.base.errors import InputError, StepFailed
 from mw_env.trainspec.columns import arrow_kind, require_string_lists
 from mw_env.trainspec.extras import bootstrap_hint
 
@@ -239,7 +239,7 @@ class Schemas:
         for prefix, leaf in self.prefixes:
             if footer.startswith(prefix):
                 return leaf
-        from mw_env.trainspec.tagdict import field_end
+        from mw_env.trainspec.formats.tagdict import field_end
 
         end = field_end(footer, 2)
         key = ""

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainer.data import index as index_mod
 from mw_env.trainer.data.mix import Mix
 from mw_env.trainer.data.order import assign_blocks

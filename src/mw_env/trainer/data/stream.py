@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainer.data.batches import Batch, pad_flat
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, BAD_TEXT, Encoded, VectorEncoder

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
 from mw_env.trainspec.extras import bootstrap_hint
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class SentencePieceTokenizer:
 
     @classmethod
     def from_file(cls, path: str) -> SentencePieceTokenizer:
-        from mw_env import userfile
+        from mw_env.base import userfile
 
         # Bounded and non-blocking like every user file: a FIFO or /dev/zero here is an error, not a hang.
         proto = userfile.read_bytes(Path(path).expanduser(), what="data.spm_model", max_bytes=SPM_MAX_BYTES)

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-from mw_env.capacity import bounded, usable_cpus
-from mw_env.errors import InputError
+from mw_env.base.errors import InputError
+from mw_env.hardware.capacity import bounded, usable_cpus
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -38,7 +38,7 @@ _LEN = struct.Struct("<Q")
 
 def default_workers(ranks_per_node: int) -> int:
     """Cores per rank minus one (the rank's own process: the step and the reader thread), at most 8. The cores
-    are those this process may use (its affinity and the cgroup's cpu.max quota: mw_env.capacity)."""
+    are those this process may use (its affinity and the cgroup's cpu.max quota: mw_env.hardware.capacity)."""
     per_rank = usable_cpus().usable // max(ranks_per_node, 1)
     return max(0, min(per_rank - 1, 8))
 

@@ -1,6 +1,0 @@
-"""Hardware detection, one module per source (KFD/PCI for AMD, NVIDIA, system, container).
-
-`mw_env.detect.detect()` is the entry point; these modules are its parts.
-"""
-
-from __future__ import annotations

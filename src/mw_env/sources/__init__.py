@@ -1,0 +1,1 @@
+"""Where packages come from: uv, the package indexes (indexlist, freshness), wheelhouses, Pythons."""

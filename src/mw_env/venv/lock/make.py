@@ -1,0 +1,262 @@
+"""Write the lock of a venv: uv resolves, mw-env only adds its `[tool.mw-env]` table.
+
+    uv pip freeze --python V/bin/python              what is installed, exactly (the project itself left out)
+    uv pip compile --format pylock.toml --no-deps    per group: torch (+ companions) with the torch index,
+                                                     the rest with the user's sources; uv finds each file's
+                                                     URL and sha256
+    merge the two groups' [[packages]], append [tool.mw-env], validate (parse_lock), write atomically
+
+Two groups because the torch index (download.pytorch.org) also serves numpy & co. with its own files: the
+lock must name the files bootstrap installed, and bootstrap takes only torch from that index.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mw_env.venv.lock.lockfile import FORMAT, Lock, LockMeta, normalize, parse_lock
+from mw_env.base.errors import InputError, StepFailed
+from mw_env.base.textsafe import redact, safe
+
+if TYPE_CHECKING:
+    from mw_env.profiles.model import Selection
+
+HEADER = (
+    "# Written by mw-env: the exact packages of a training venv, for the hardware in [tool.mw-env].\n"
+    "# Rebuild it with `mw-env bootstrap --lock THIS_FILE`; the packages part is uv's (PEP 751).\n"
+)
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """What `uv pip freeze` says is installed, split into what a lock can hold and what it cannot."""
+
+    pins: dict[str, str]  # normalized name -> exact version
+    skipped: tuple[str, ...]  # the project (editable / local folder) and other unlockable lines
+    wheel_dirs: tuple[str, ...] = ()  # folders of wheels installed by path (`torch @ file:///w/torch-….whl`)
+
+
+def freeze(uv: str, python: Path, env: Mapping[str, str]) -> Frozen:
+    from mw_env.sources.uv import run_streaming, uv_env
+
+    res = run_streaming([uv, "pip", "freeze", "--python", str(python)], env=uv_env(env), timeout=120)
+    if not res.ok:
+        raise StepFailed(
+            f"`uv pip freeze` failed for {python} (exit {res.returncode}): {safe(res.tail(3), limit=400)}",
+            hint="is this a working venv? `mw-env doctor` says what is wrong with it",
+        )
+    return parse_freeze(res.output)
+
+
+def parse_freeze(output: str) -> Frozen:
+    from urllib.parse import unquote, urlsplit
+
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    pins: dict[str, str] = {}
+    skipped: list[str] = []
+    dirs: list[str] = []
+    for line in output.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "Using Python", "warning:")):
+            continue
+        name, sep, version = line.partition("==")
+        if sep and " " not in name and "@" not in name:
+            pins[normalize(name)] = version.strip()
+            continue
+        name, at, url = line.partition(" @ ")
+        path = Path(unquote(urlsplit(url.strip()).path)) if at and url.startswith("file:") else None
+        if path is not None and path.suffix == ".whl":
+            try:  # a wheel installed by its path: locked by version, its folder searched like a wheelhouse
+                pins[normalize(name)] = str(parse_wheel_filename(path.name)[1])
+                dirs.append(str(path.parent))
+                continue
+            except InvalidWheelFilename:
+                pass
+        # `-e file:///src/mw-env`, `mw-env @ file:///src/mw-env`: the project, installed from a folder
+        skipped.append(line)
+    return Frozen(pins, tuple(skipped), tuple(dict.fromkeys(dirs)))
+
+
+def compile_lock(
+    *,
+    uv: str,
+    python: Path,
+    pins: Mapping[str, str],
+    env: Mapping[str, str],
+    source_args: Sequence[str],
+    torch_index: str | None = None,
+    companions: Sequence[str] = (),
+    offline: bool = False,
+) -> str:
+    """uv's pylock.toml for exactly `pins` (no resolution beyond them), torch's group from `torch_index`."""
+    torch_group = {"torch", *(normalize(c) for c in companions)}
+    groups = [
+        ({n: v for n, v in pins.items() if n in torch_group}, torch_index),
+        ({n: v for n, v in pins.items() if n not in torch_group}, None),
+    ]
+    header, blocks = "", []
+    with tempfile.TemporaryDirectory(prefix="mw-env-lock-") as tmp:
+        for i, (group, index) in enumerate(groups):
+            if not group:
+                continue
+            req = Path(tmp) / f"requirements-{i}.txt"
+            req.write_text("".join(f"{n}=={v}\n" for n, v in sorted(group.items())), encoding="utf-8")
+            out = Path(tmp) / f"pylock.{i}.toml"
+            argv = [uv, "pip", "compile", "--quiet", "--format", "pylock.toml", "--no-header", "--no-deps"]
+            argv += ["--python", str(python), *(["--offline"] if offline else [])]
+            if index:
+                # As bootstrap's torch step: the torch index first (uv asks `--index`es in the order given),
+                # first-index so that no other index's torch (PyPI's CUDA build) can answer for it.
+                argv += ["--index", index, "--index-strategy", "first-index"]
+            argv += [*source_args, str(req), "-o", str(out)]
+            text = _run_compile(argv, env, out)
+            head, _, body = text.partition("[[packages]]")
+            header = header or head
+            blocks.append("[[packages]]" + body.rstrip() + "\n")
+    return HEADER + header.rstrip() + "\n\n" + "\n".join(blocks)
+
+
+def _run_compile(argv: list[str], env: Mapping[str, str], out: Path) -> str:
+    from mw_env.sources.uv import run_streaming, uv_env
+
+    res = run_streaming(argv, env=uv_env(env), timeout=600)
+    if not res.ok or not out.is_file():
+        last = [ln for ln in res.output.splitlines() if ln.strip()][-4:]
+        raise StepFailed(
+            f"uv could not lock the venv's packages (exit {res.returncode}): "
+            + safe(redact(" / ".join(last)), limit=600),
+            hint="uv needs each installed version from a reachable index, wheelhouse (--find-links) or its "
+            "cache (--offline); a package installed from elsewhere cannot be locked",
+        )
+    return out.read_text(encoding="utf-8")
+
+
+def tool_table(meta: LockMeta) -> str:
+    """`[tool.mw-env]` as TOML (strings quoted by json, which TOML's basic strings accept)."""
+    lines = ["[tool.mw-env]", f"format = {FORMAT}"]
+    for name in LockMeta.__dataclass_fields__:
+        if name == "env":
+            continue
+        value = getattr(meta, name)
+        if value:
+            lines.append(f"{name.replace('_', '-')} = {json.dumps(redact(value), ensure_ascii=False)}")
+    lines.append("")
+    lines.append("[tool.mw-env.env]")
+    lines += [f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in sorted(meta.env.items())]
+    return "\n".join(lines) + "\n"
+
+
+def render(packages_text: str, meta: LockMeta, *, source: str) -> Lock:
+    """The whole lock text, validated by the same reader that reads it back."""
+    text = packages_text.rstrip() + "\n\n" + tool_table(meta)
+    return parse_lock(text, source=source)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def machine_platform() -> str:
+    return f"{sys.platform}-{platform.machine()}"
+
+
+def write_lock(lock: Lock, output: Path) -> Path:
+    from mw_env.base.atomic import write_text_atomic
+
+    output = Path(output).expanduser()
+    if output.is_dir():
+        raise InputError(f"--output {output} is a folder", hint="name the lock file, e.g. pylock.mw-env.toml")
+    write_text_atomic(output, lock.text)
+    return output
+
+
+def lock_venv(
+    *,
+    venv: Path,
+    selection: Selection | None,
+    env: Mapping[str, str],
+    uv: str | None = None,
+    find_links: Sequence[str] = (),
+    offline: bool = False,
+    torch_index: str | None = None,
+    target: Mapping[str, str] | None = None,
+    companions: Sequence[str] | None = None,
+    source_args: Sequence[str] | None = None,
+) -> Lock:
+    """The lock of a venv bootstrap made (its record says the profile and torch), on this machine."""
+    import mw_env
+    from mw_env.venv.lock.match import meta_for, target_of
+    from mw_env.venv.record import RECORD_FILE as RECORD
+    from mw_env.venv.record import create_command, read_record
+    from mw_env.sources.uv import find_uv
+    from mw_env.sources.wheelhouse import discover
+
+    venv = Path(venv).expanduser().absolute()
+    python = venv / "bin" / "python"
+    record = read_record(venv) if python.exists() else None
+    if record is None:
+        raise InputError(
+            f"{venv} is not a venv made by mw-env bootstrap (no {python if not python.exists() else RECORD})",
+            hint=f"bootstrap it first ({create_command(venv)}); the lock names its profile and torch",
+        )
+    if record.adopted:
+        raise InputError(
+            f"{venv} uses the base image's torch (outside the venv): a lock cannot rebuild it",
+            hint="lock the image instead (its Dockerfile), or bootstrap with --no-adopt-torch",
+        )
+    uv = uv or find_uv(env)
+    if uv is None:
+        raise InputError(
+            "uv is not installed, and the lock is written by uv", hint="run `mw-env bootstrap` once"
+        )
+    frozen = freeze(uv, python, env)
+    if "torch" not in frozen.pins:
+        raise InputError(f"{venv} holds no torch", hint=f"re-run `mw-env bootstrap --venv {venv}`")
+    sources = discover(env=env, find_links=find_links)
+    args = list(source_args) if source_args is not None else sources.uv_args()
+    for folder in frozen.wheel_dirs:
+        args += ["--find-links", folder]
+    index = torch_index or _torch_index(record.torch_index, selection)
+    if index and "://" not in index:  # torch came from a wheel file: its folder is a wheelhouse
+        args += ["--find-links", str(Path(index).parent)]
+        index = None
+    if companions is None:
+        companions = tuple(getattr(getattr(selection, "torch", None), "companions", ()) or ())
+    text = compile_lock(
+        uv=uv,
+        python=python,
+        pins=frozen.pins,
+        env=env,
+        source_args=args,
+        torch_index=index,
+        companions=companions,
+        offline=offline or sources.no_index,
+    )
+    if target is None:
+        assert selection is not None, "lock_venv needs the target hardware or the selection it comes from"
+        target = target_of(selection)
+    meta = meta_for(
+        record,
+        target,
+        mw_env_version=mw_env.__version__,
+        created=now_iso(),
+        platform=machine_platform(),
+    )
+    return render(text, meta, source=f"the lock of {venv}")
+
+
+def _torch_index(recorded: str | None, selection: Selection | None) -> str | None:
+    """The record keeps the index URL with its credentials hidden; the profile's own URL restores them."""
+    profile_url = getattr(getattr(selection, "torch", None), "index_url", None)
+    if recorded and profile_url and redact(profile_url) == recorded:
+        return profile_url
+    return recorded
