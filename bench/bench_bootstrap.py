@@ -160,8 +160,8 @@ def main() -> int:
         f"Issue 27's targets: cold <= 1.1x the bare sequence ({med / ref:.2f}x here; the median of the per-pair "
         f"ratios {pairs:.2f}x), a new venv from a shared cache <= 1.5 s ({t_warm:.1f} s here): "
         + ("both met" if med / ref <= 1.1 and t_warm <= 1.5 else "not met in this run")
-        + f", under {_load()} (the machine is shared with other developers' test runs; absolute seconds are "
-        "several times a quiet machine's)."
+        + f", under {_load()} (a load above 1 on 2 CPUs inflates every absolute second; the ratios compare runs "
+        "made under the same load)."
     )
     warm_breakdown = ", ".join(
         f"{sid} {statistics.median(v):.2f} s" for sid, v in warm_steps.items() if statistics.median(v) >= 0.01
