@@ -164,6 +164,16 @@ def test_next_line_runs_in_a_fresh_shell_with_the_venvs_mw_env(tmp_path):
     assert res.stdout.strip() == "venv mw-env train --config smoke"
 
 
+def test_next_line_names_the_profiles_own_model_config(tmp_path):
+    from mw_env.commands.env import next_line
+
+    venv = _fake_bootstrapped_venv(tmp_path / "v", with_mw_env=True)
+    assert next_line(venv, "address-tagger-cpu").endswith(
+        "# then --config address-tagger-cpu for the real model"
+    )
+    assert "--config address-tagger for" in next_line(venv)
+
+
 def test_next_line_without_mw_env_in_the_venv_names_mw_env_by_path(tmp_path):
     from mw_env.commands.env import next_line
 

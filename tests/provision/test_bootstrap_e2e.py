@@ -45,6 +45,8 @@ def test_real_cpu_bootstrap_from_wheelhouse_then_doctor(tmp_path):
     assert "warning:" not in first.stdout and "download.pytorch.org" not in first.stdout, first.stdout
     # The closing line is runnable as written: the venv has its own mw-env.
     assert f"next: source {venv}/bin/activate && mw-env train" in first.stdout
+    # ... and names the config `mw-env train` would use on this hardware: the cpu profile's own default.
+    assert "then --config address-tagger-cpu for the real model" in first.stdout, first.stdout
     assert (venv / "bin" / "mw-env").is_file()
     # Recorded as the venv bootstrap built last (conftest points MW_ENV_STATE_DIR at this test's own folder).
     assert (Path(env["MW_ENV_STATE_DIR"]) / "last-venv").read_text().strip() == str(venv)

@@ -292,7 +292,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
 
     from mw_env.commands.env import next_line
 
-    out.print(f"next: {escape(next_line(the_plan.venv))}", soft_wrap=True)
+    out.print(f"next: {escape(next_line(the_plan.venv, sel.profile.trainer.config))}", soft_wrap=True)
     return 0
 
 

@@ -36,14 +36,17 @@ def venv_mw_env(venv: Path) -> Path | None:
     return script if script.is_file() and os.access(script, os.X_OK) else None
 
 
-def next_line(venv: Path) -> str:
-    """What to run after bootstrap, runnable as written in a fresh shell."""
+def next_line(venv: Path, model_config: str = "address-tagger") -> str:
+    """What to run after bootstrap, runnable as written in a fresh shell.
+
+    model_config: the profile's own default config (`trainer.config`: address-tagger-cpu on a CPU box), so the
+    line names what `mw-env train` without --config would train on this hardware."""
     venv = Path(venv).absolute()
     activate = shlex.quote(str(venv / "bin" / "activate"))
     # A command as pasted runs: the notes are shell comments, and `--config smoke` is the quick end-to-end
-    # check (20 CPU steps, its report and manifest); the real model is `--config address-tagger`.
+    # check (20 CPU steps, its report and manifest); the real model is the profile's default config.
     if venv_mw_env(venv) is not None:
-        return f"source {activate} && mw-env train --config smoke  # then --config address-tagger for the real model"
+        return f"source {activate} && mw-env train --config smoke  # then --config {model_config} for the real model"
     me = shlex.join([*self_command(), "train", "--venv", str(venv), "--config", "smoke"])
     return f"{me}  # or: source {activate} (the venv's python and its env)"
 
