@@ -3,7 +3,7 @@ process prints and another matches, and the one file hash.
 
 The trainer (inside the venv) and mw-env's run management (on the host) both read and write a run folder, in
 different interpreters and often at the same time; this leaf module, stdlib only and torch-free, is what they
-agree on. (scripts/ladder_move.py moves it to rundir/ with the manifest, the state record and the lock.)
+agree on, beside the manifest, the state record and the lock in rundir/.
 
 To add a file to the run folder: name it here, say below whether MANIFEST.sha256 covers it (files that change
 after the manifest is written cannot be in it: `EXCLUDED_NAMES`), and document it in docs/runs.md.
