@@ -32,7 +32,10 @@ $(VENV)/.stamp: pyproject.toml $(UV)
 	$(UV) pip install --quiet --compile-bytecode --python $(VENV)/bin/python -e '.[dev]'
 	touch $@
 
+# The project's own modules too (an editable install is never compiled; 60 modules from source cost 70 ms
+# on every command): refreshed on each `make install`, and a stale .pyc is only ignored, never wrong.
 install: $(VENV)/.stamp
+	@$(VENV)/bin/python -m compileall -q src
 
 # The main job: detect the hardware, pick the profile, build ~/training-venv (BOOTSTRAP_ARGS adds options,
 # e.g. BOOTSTRAP_ARGS='--venv /data/venv --find-links /srv/wheels'). Uses the wheelhouse that pip's

@@ -49,6 +49,13 @@ def _timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[floa
     return elapsed, res.stdout
 
 
+def _settle() -> None:
+    """Write back what the previous run left dirty (each run writes ~1.5 GB: the unpacked torch in uv's cache
+    and the venv), so that its flush does not land in the next run's time. Not timed; called before every
+    measured sequence, bare and bootstrap alike."""
+    os.sync()
+
+
 def _doctor_s(result: dict) -> float:
     """The doctor step's own seconds in a `bootstrap --json` result (0 when it was skipped or absent)."""
     return sum(s["duration_s"] for s in result["steps"] if s["id"] == "doctor" and s["status"] != "skipped")
@@ -94,6 +101,7 @@ def main() -> int:
             cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-bare-{i}")}
             venv = work / f"bare-{i}"
             python = str(venv / "bin" / "python")
+            _settle()
             t = _timed([uv, "venv", "-q", "--python", sys.executable, str(venv)], cache)[0]
             t += _timed(
                 [uv, "pip", "install", "-q", "--python", python, *same_sources, f"torch=={wheel.version}"],
@@ -105,6 +113,7 @@ def main() -> int:
             bare.append(t)
 
             cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-cold-{i}")}
+            _settle()
             t, out = _timed([*mw, "--venv", str(work / f"cold-{i}")], cache)
             result = json.loads(out)
             d = _doctor_s(result)
@@ -118,6 +127,7 @@ def main() -> int:
         warm: list[float] = []
         warm_steps: dict[str, list[float]] = {"planning": []}
         for i in range(3):  # new venvs from the shared cache: where each second goes
+            _settle()
             t, out = _timed([*mw, "--venv", str(work / f"warm-{i}")], warm_env)
             result = json.loads(out)
             warm.append(t - _doctor_s(result))
@@ -180,8 +190,10 @@ cold pair: median of {REPEATS} interleaved runs (bare {", ".join(f"{t:.1f}" for 
 The bare uv sequence is what bootstrap automates, on the same wheelhouse and indexes: `uv venv`, `uv pip install
 torch==<build>`, `uv pip install -e .[train]`. Bootstrap additionally plans (detection, profile, Python and torch
 choice: {statistics.median(planning):.1f} s median including the interpreter start), checks the torch build (from
-torch/version.py, while the extras install; `import torch` is left to the doctor), pins torch and writes the env
-and the record. Steps (median):
+torch/version.py, while the extras install; `import torch` is left to the doctor), installs pip (so that
+`pip install` works in the venv, torch pinned), pins torch, writes the env and the record, and writes the lock
+(the wheelhouse torch's sha256 read by mw-env on the core planning leaves idle, the rest by `uv pip compile`).
+Every measured sequence starts after a `sync`, so that one run's write-back does not land in the next. Steps (median):
 {breakdown}. A new container that mounts the same uv cache provisions in the "shared uv cache" time; where it goes
 (median of the 3 new venvs; planning is the interpreter start, detection, profile and plan): {warm_breakdown}.
 verify-torch's figure overlaps pin-torch and extras (it reads the build in the background while they run), so

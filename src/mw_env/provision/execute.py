@@ -81,6 +81,10 @@ def execute(
         # Every action is idempotent, so a step another bootstrap finished between our planning and
         # our locking is merely redone (uv finds it satisfied).
         state = State.load(plan.build_venv)
+        for step in plan.steps:  # what a step may begin now, on a core the first steps leave idle
+            early = spec_of(step).early
+            if early is not None and not step.done:
+                early(plan)
         runner = _Runner(Run(plan=plan, state=state, events=events or NoEvents(), uv=plan.uv, doctor=doctor))
         try:
             for i, step in enumerate(plan.steps):

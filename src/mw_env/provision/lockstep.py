@@ -6,6 +6,7 @@ allows no cycle).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mw_env.base.atomic import write_text_atomic as write_atomic
@@ -80,6 +81,7 @@ def lock_step(run: StepRun, step: Step) -> str | StepWarning:
             target=p.lock_target,
             companions=(*p.companions, *p.device_packages),  # from the torch index, like torch
             source_args=p.sources.uv_args(),
+            wheels=_wheelhouse_files(p),
         )
     except MwEnvError as exc:
         # The venv works; only its lock is missing. Say why, and how to write it later (a re-run does not
@@ -89,3 +91,9 @@ def lock_step(run: StepRun, step: Step) -> str | StepWarning:
     write_atomic(bv / LOCK_FILE, lock.text)
     run.state.mark(step.id, "done", keys.lock_key(p, version))
     return f"{len(lock.packages)} packages, sha256 {lock.sha256[:12]}"
+
+
+def _wheelhouse_files(p: Plan) -> tuple[Path, ...]:
+    """The wheel file torch was installed from, when it came from a wheelhouse (hashed since the torch step)."""
+    wheel = p.torch.wheel if p.torch and p.torch.origin == "wheelhouse" else None
+    return (wheel.path,) if wheel is not None else ()

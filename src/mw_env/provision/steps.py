@@ -147,6 +147,18 @@ def install_torch(run: Run, step: Step) -> str:
     return venvinfo.installed_version(p.build_venv, "torch") or ""
 
 
+def hash_for_the_lock(plan: Plan) -> None:
+    """The lock names torch's wheelhouse file by its sha256: read it from the start of the run, on the core
+    that planning and the first steps leave idle (they are single-threaded), instead of during the extras
+    install, where it would compete with uv's unpacking (sources/wheelhash.py; the lock step collects it)."""
+    torch = plan.torch
+    if torch is None or torch.origin != "wheelhouse" or torch.wheel is None or plan.lock is not None:
+        return
+    from mw_env.sources import wheelhash
+
+    wheelhash.start(torch.wheel.path)
+
+
 def write_lock(run: Run, step: Step) -> str | StepWarning:
     from mw_env.provision.lockstep import lock_step
 

@@ -63,6 +63,9 @@ class StepSpec:
     beside: bool = False  # may run while an overlapping step's background part runs
     changes: bool = True  # running it counts as a change (a no-op re-run runs only the checks)
     moves_venv: bool = False  # after it the venv is at plan.venv, not plan.build_venv
+    # Work the step may begin when the run starts, in the background, if it is still to do (its action
+    # collects the result): e.g. reading a large file on the core that planning leaves idle.
+    early: Callable[[Plan], None] | None = None
 
     def is_done(self, f: Facts, version: str | None) -> bool:
         return self.state_key is not None and f.state.is_done(self.id, self.state_key(f.p, version))
@@ -310,7 +313,7 @@ LOCK: StepSpec = StepSpec(
     title=lambda f: (
         f"Check the venv against its lock ({LOCK_FILE})"
         if f.p.lock is not None
-        else f"Write the venv's lock ({LOCK_FILE}, by uv)"
+        else f"Write the venv's lock ({LOCK_FILE})"
     ),
     command=_no_command,
     # An adopted torch lives outside the venv: no lock is written for it (the step says so once).
@@ -318,6 +321,7 @@ LOCK: StepSpec = StepSpec(
         f.venv_ok and ((f.bv / LOCK_FILE).is_file() or bool(f.p.adopted)) and LOCK.is_done(f, f.installed)
     ),
     action=act.write_lock,
+    early=act.hash_for_the_lock,
     state_key=keys.lock_key,
 )
 SWAP: StepSpec = StepSpec(

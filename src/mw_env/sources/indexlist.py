@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import html.parser
 import json
-import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,6 +200,10 @@ def list_project(
         if files is None:
             raise _garbage(shown, norm, "an HTML page without links")
         return Listing(index, norm, tuple(_with_local_sizes(files)), "html")
+    import socket  # the network modules (ssl, http.client) only for an index that is a URL
+    import urllib.error
+    import urllib.request
+
     url, auth = _split_auth(index.rstrip("/") + f"/{norm}/")
     req = urllib.request.Request(url, headers={"Accept": ACCEPT, "User-Agent": "mw-env", **auth})
     try:
@@ -337,6 +338,9 @@ def list_projects(index: str, *, timeout: float = 10.0) -> set[str]:
             raise IndexAnswerError(f"the index folder {root} has no index.html", reason="unreachable")
         text, ctype = page.read_text(encoding="utf-8", errors="replace"), "text/html"
     else:
+        import urllib.error
+        import urllib.request
+
         req = urllib.request.Request(
             index.rstrip("/") + "/", headers={"Accept": ACCEPT, "User-Agent": "mw-env"}
         )

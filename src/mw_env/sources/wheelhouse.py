@@ -11,11 +11,7 @@ from __future__ import annotations
 import configparser
 import os
 import re
-import socket
-import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,6 +277,10 @@ def probe_index(url: str, *, env: Mapping[str, str], timeout: float = 4.0) -> Re
         if folder.is_dir():
             return Reach(True, "ok", str(folder))
         return Reach(False, "missing", f"{folder} does not exist")
+    import socket  # the network modules (ssl, http.client) only where a URL is really asked
+    import urllib.error
+    import urllib.request
+
     parsed = urllib.parse.urlparse(url)
     host = parsed.hostname or ""
     proxy = env.get("HTTPS_PROXY") or env.get("https_proxy") or env.get("ALL_PROXY") or env.get("all_proxy")
@@ -306,6 +306,9 @@ def probe_index(url: str, *, env: Mapping[str, str], timeout: float = 4.0) -> Re
 
 
 def _classify(host: str, reason: object) -> Reach:
+    import socket
+    import ssl
+
     if isinstance(reason, socket.gaierror):
         return Reach(False, "dns", f"DNS lookup of {host} failed")
     if isinstance(reason, ConnectionRefusedError):

@@ -1,10 +1,13 @@
-"""Write the lock of a venv: uv resolves, mw-env only adds its `[tool.mw-env]` table.
+"""Write the lock of a venv: uv locks the packages, mw-env adds its `[tool.mw-env]` table.
 
     uv pip freeze --python V/bin/python              what is installed, exactly (the project itself left out)
     uv pip compile --format pylock.toml --no-deps    per group: torch (+ companions) with the torch index,
                                                      the rest with the user's sources; uv finds each file's
                                                      URL and sha256
     merge the two groups' [[packages]], append [tool.mw-env], validate (parse_lock), write atomically
+
+A wheel bootstrap installed from a local wheelhouse (torch) is the exception: its entry is written by
+localwheel.py in uv's form, from a hash read while the other steps ran, since uv would unpack it again.
 
 Two groups because the torch index (download.pytorch.org) also serves numpy & co. with its own files: the
 lock must name the files bootstrap installed, and bootstrap takes only torch from that index.
@@ -96,17 +99,27 @@ def compile_lock(
     torch_index: str | None = None,
     companions: Sequence[str] = (),
     offline: bool = False,
+    local: Mapping[str, Path] | None = None,
 ) -> str:
-    """uv's pylock.toml for exactly `pins` (no resolution beyond them), torch's group from `torch_index`."""
+    """uv's pylock.toml for exactly `pins` (no resolution beyond them), torch's group from `torch_index`.
+    `local`: name -> the wheel file it was installed from, whose entry is written here (localwheel.py)."""
+    from mw_env.venv.lock.localwheel import entry
+
     torch_group = {"torch", *(normalize(c) for c in companions)}
+    own = {n: path for n, path in (local or {}).items() if n in pins}
+    if len(own) == len(pins):  # nothing left for uv, which writes the file's header: let it lock them all
+        own = {}
     groups = [
-        ({n: v for n, v in pins.items() if n in torch_group}, torch_index),
-        ({n: v for n, v in pins.items() if n not in torch_group}, None),
+        ({n: v for n, v in pins.items() if n in torch_group and n not in own}, torch_index),
+        ({n: v for n, v in pins.items() if n not in torch_group and n not in own}, None),
     ]
     header, blocks = "", []
     with tempfile.TemporaryDirectory(prefix="mw-env-lock-") as tmp:
         for i, (group, index) in enumerate(groups):
+            mine = [n for n in sorted(own) if (n in torch_group) == (i == 0)]
+            extra = [entry(n, pins[n], own[n], _sha256(own[n])) for n in mine]
             if not group:
+                blocks.extend(extra)
                 continue
             req = Path(tmp) / f"requirements-{i}.txt"
             req.write_text("".join(f"{n}=={v}\n" for n, v in sorted(group.items())), encoding="utf-8")
@@ -121,8 +134,28 @@ def compile_lock(
             text = _run_compile(argv, env, out)
             head, _, body = text.partition("[[packages]]")
             header = header or head
-            blocks.append("[[packages]]" + body.rstrip() + "\n")
+            found = [
+                "[[packages]]" + b.rstrip() + "\n" for b in ("\n[[packages]]" + body).split("\n[[packages]]")[1:]
+            ]
+            blocks.extend(sorted([*found, *extra], key=_block_name) if extra else found)
     return HEADER + header.rstrip() + "\n\n" + "\n".join(blocks)
+
+
+def _block_name(block: str) -> str:
+    line = block.split("\n", 2)[1]  # `name = "torch"`, uv's first key of a [[packages]] block
+    return line.partition("=")[2].strip().strip('"')
+
+
+def _sha256(path: Path) -> str:
+    from mw_env.sources import wheelhash
+
+    try:
+        return wheelhash.sha256(path)
+    except OSError as exc:
+        raise StepFailed(
+            f"cannot read {path} to hash it for the lock: {exc.strerror or exc}",
+            hint="the wheelhouse file torch was installed from must stay readable until the lock is written",
+        ) from None
 
 
 def _run_compile(argv: list[str], env: Mapping[str, str], out: Path) -> str:
@@ -191,8 +224,11 @@ def lock_venv(
     target: Mapping[str, str] | None = None,
     companions: Sequence[str] | None = None,
     source_args: Sequence[str] | None = None,
+    wheels: Sequence[Path] = (),
 ) -> Lock:
-    """The lock of a venv bootstrap made (its record says the profile and torch), on this machine."""
+    """The lock of a venv bootstrap made (its record says the profile and torch), on this machine.
+    `wheels`: local wheel files bootstrap installed (torch from a wheelhouse); their entries are written
+    without uv where that is certain (localwheel.py)."""
     import mw_env
     from mw_env.venv.lock.match import meta_for, target_of
     from mw_env.venv.record import RECORD_FILE as RECORD
@@ -224,11 +260,13 @@ def lock_venv(
     sources = discover(env=env, find_links=find_links)
     args = list(source_args) if source_args is not None else sources.uv_args()
     for folder in frozen.wheel_dirs:
-        args += ["--find-links", folder]
+        args += _find_links(args, folder)
     index = torch_index or _torch_index(record.torch_index, selection)
     if index and "://" not in index:  # torch came from a wheel file: its folder is a wheelhouse
-        args += ["--find-links", str(Path(index).parent)]
+        args += _find_links(args, str(Path(index).parent))
+        wheels = (*wheels, Path(index))
         index = None
+    local = _local(venv, frozen.pins, wheels, [*sources.find_links, *frozen.wheel_dirs])
     if companions is None:
         companions = tuple(getattr(getattr(selection, "torch", None), "companions", ()) or ())
     text = compile_lock(
@@ -240,6 +278,7 @@ def lock_venv(
         torch_index=index,
         companions=companions,
         offline=offline or sources.no_index,
+        local=local,
     )
     if target is None:
         assert selection is not None, "lock_venv needs the target hardware or the selection it comes from"
@@ -252,6 +291,22 @@ def lock_venv(
         platform=machine_platform(),
     )
     return render(text, meta, source=f"the lock of {venv}")
+
+
+def _find_links(args: Sequence[str], folder: str) -> list[str]:
+    """`--find-links folder` unless `args` has it already: uv lists a wheel once per time it finds it."""
+    have = {Path(a).resolve() for i, a in enumerate(args) if i and args[i - 1] == "--find-links" and "://" not in a}
+    return [] if Path(folder).resolve() in have else ["--find-links", folder]
+
+
+def _local(venv: Path, pins: Mapping[str, str], wheels: Sequence[Path], folders: Sequence[str]) -> dict[str, Path]:
+    from mw_env.venv.lock.localwheel import local_entries
+    from mw_env.venv.venvinfo import site_packages, venv_python_version
+
+    python = venv_python_version(venv) if wheels else None
+    if not python:
+        return {}
+    return local_entries(pins, wheels, site=site_packages(venv), folders=folders, python=python)
 
 
 def _torch_index(recorded: str | None, selection: Selection | None) -> str | None:
