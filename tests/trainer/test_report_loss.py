@@ -74,3 +74,54 @@ def test_only_a_run_long_enough_starts_the_figure_pool() -> None:
     assert (
         FigurePool.for_run(main=True, max_steps=400, step=400 - MIN_STEPS + 1) is None
     )  # resumed near its end
+
+
+def test_no_text_of_a_figure_leaves_the_canvas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The margins are fixed, not solved per figure (figures.MARGINS_IN): every title, tick label, axis label
+    and legend of each figure stays on the canvas, with the widest values a run gives (a learning rate of
+    seven characters, a million rows, a long label-smoothed legend)."""
+    from mw_env.trainer.report import figures as rf
+
+    drawn = []
+    save = rf._save
+
+    def keep(fig, out_dir, name, title):  # type: ignore[no-untyped-def]
+        drawn.append((name, fig))
+        return save(fig, out_dir, name, title)
+
+    monkeypatch.setattr(rf, "_save", keep)
+    steps = [
+        {
+            "event": "step",
+            "step": s,
+            "loss": 2.0 / s + 0.55,
+            "lr": 0.00175 * s / 400,
+            "grad_norm": 123.456 / s,
+        }
+        for s in range(1, 401)
+    ]
+    evals = [
+        {"event": "eval", "step": s, "loss": 0.1, "entity_f1": 0.9, "token_acc": 0.99, "f1_mode": "strict"}
+        for s in (100, 400)
+    ]
+    events = [*steps, *evals, {"event": "resumed", "step": 200}, {"event": "skipped_step", "step": 300}]
+    rf.run_figures(events, tmp_path, grad_clip=1.0, smoothing=0.1, n_labels=61)
+    rf.histogram_figure(
+        "h",
+        "Input tokens per row: training",
+        [5, 1_234_567, 40],
+        bin_width=8,
+        xlabel="tokens",
+        out_dir=tmp_path,
+    )
+    assert [n for n, _ in drawn] == ["loss", "eval", "lr", "grad_norm", "h"]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for name, fig in drawn:
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        # Everything drawn (the tick labels matplotlib keeps beyond the axes' limits are not), in inches.
+        inked = fig.get_tightbbox(canvas.get_renderer())
+        width, height = fig.get_size_inches()
+        assert inked.x0 >= 0 and inked.y0 >= 0, (name, inked)
+        assert inked.x1 <= width and inked.y1 <= height, (name, inked)

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 MAX_POINTS = 2000
 SIZE_IN = (8.0, 4.0)  # inches; PNGs at 120 dpi are 960 x 480
+# The axes' margins, in inches (left, right, bottom, top): fixed, not solved per figure. A layout engine
+# (constrained or tight) draws the whole figure once more to measure its text, 45 ms of a figure's 130 ms;
+# these fit a 12 pt title, 10 pt tick labels of up to 8 characters and the axis labels (tests/trainer
+# checks that no text of the report's figures leaves the canvas).
+MARGINS_IN = (1.0, 0.2, 0.6, 0.45)
 PNG_DPI = 120
 EVAL_METRICS = (
     ("entity_f1", "entity F1"),
@@ -81,7 +86,9 @@ def moving_average(points: Points, window: int) -> Points:
 def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[MplFigure, Axes]:
     from matplotlib.figure import Figure as MplFigure
 
-    fig = MplFigure(figsize=SIZE_IN, layout="constrained")
+    fig = MplFigure(figsize=SIZE_IN)
+    (w, h), (left, right, bottom, top) = SIZE_IN, MARGINS_IN
+    fig.subplots_adjust(left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h)
     ax = fig.add_subplot()
     ax.set_title(title, fontsize=12, loc="left")
     ax.set_xlabel(xlabel)
@@ -97,10 +104,6 @@ def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[MplFigure, Axes]:
 def _save(fig: MplFigure, out_dir: Path, name: str, title: str) -> Figure:
     import matplotlib
 
-    # The constrained layout solved once for both files (each savefig would solve it again: a third of the
-    # figure's time), then frozen: the PNG and the SVG share it.
-    fig.draw_without_rendering()
-    fig.set_layout_engine("none")
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=PNG_DPI, facecolor="white")
     write_bytes_atomic(out_dir / f"{name}.png", png.getvalue())
