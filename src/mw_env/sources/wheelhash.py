@@ -11,6 +11,7 @@ replaced or rewritten in between is hashed again, never answered from the old by
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -36,6 +37,11 @@ def _hash(path: Path) -> str:
 
 
 def _run(path: Path, fut: Future[str]) -> None:
+    # The lowest CPU priority, for this thread alone (Linux schedules threads by their own nice value): the
+    # hash takes a core only while nothing else wants it, never a share of uv's unpacking. Whoever needs the
+    # digest waits for it, and then nothing else competes.
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     try:
         fut.set_result(_hash(path))
     except BaseException as exc:  # handed to whoever asks for the result, in their thread
