@@ -15,7 +15,7 @@ endif
 help:
 	@echo "make bootstrap  provision ~/training-venv for this machine's hardware (the main job)"
 	@echo "make test       run the whole test suite, as CI does (builds its own venvs first)"
-	@echo "make test-fast  the suite without the tests marked slow: the inner loop (69 s on 2 idle cores, ~6 min at load 1)"
+	@echo "make test-fast  the suite without the tests marked slow: the inner loop (75 s on 2 idle cores, 107 s with one busy)"
 	@echo "make doctor     check the provisioned environment"
 	@echo "make train      train the smoke config in the provisioned venv"
 	@echo "make lint       ruff and mypy"
