@@ -2,7 +2,7 @@
 
 Measures (CPU profile, torch from the wheelhouse that pip's configuration names):
   bare uv  `uv venv` + `uv pip install torch==<the wheelhouse's build> <same find-links/indexes>` +
-           `uv pip install -e .[train] <same>`, with an EMPTY uv cache (the reference: what bootstrap
+           `uv pip install -e .[train] pip <same>`, with an EMPTY uv cache (the reference: what bootstrap
            automates, minus the checks)
   cold     `mw-env bootstrap` into a new venv with an EMPTY uv cache (plans, installs torch first, checks its
            build while the extras install, pins it, writes the env and the record), minus its doctor step
@@ -108,7 +108,19 @@ def main() -> int:
                 cache,
             )[0]
             t += _timed(
-                [uv, "pip", "install", "-q", "--python", python, *same_sources, "-e", f"{REPO}[train]"], cache
+                [
+                    uv,
+                    "pip",
+                    "install",
+                    "-q",
+                    "--python",
+                    python,
+                    *same_sources,
+                    "-e",
+                    f"{REPO}[train]",
+                    "pip",
+                ],
+                cache,
             )[0]
             bare.append(t)
 
@@ -171,7 +183,8 @@ def main() -> int:
         f"Issue 27's targets: cold <= 1.1x the bare sequence (the median of the {len(ratios)} per-pair ratios "
         f"{pairs:.2f}x: {', '.join(f'{r:.2f}' for r in ratios)}; the ratio of the two medians {med / ref:.2f}x), "
         f"a new venv from a shared cache <= 1.5 s ({t_warm:.1f} s here): "
-        + ("both met" if pairs <= 1.1 and t_warm <= 1.5 else "not met in this run")
+        + f"the first {'met' if pairs <= 1.1 else 'not met'}, the second {'met' if t_warm <= 1.5 else 'not met'} "
+        "in this run"
         + f", under {_load()} (a load above 1 on 2 CPUs inflates every absolute second; the ratios compare runs "
         "made under the same load). The per-pair ratio is the measure: each bootstrap is compared with the bare "
         "sequence run just before it, so the drift of this machine's disk during a bench (each run unpacks "
@@ -192,11 +205,12 @@ cold pair: median of {REPEATS} interleaved runs (bare {", ".join(f"{t:.1f}" for 
 |---|---|---|
 {table}
 
-The bare uv sequence is what bootstrap automates, on the same wheelhouse and indexes: `uv venv`, `uv pip install
-torch==<build>`, `uv pip install -e .[train]`. Bootstrap additionally plans (detection, profile, Python and torch
+The bare uv sequence is what bootstrap automates, on the same wheelhouse and indexes, to the same venv: `uv venv`,
+`uv pip install torch==<build>`, `uv pip install -e .[train] pip` (bootstrap's venvs hold pip, so that `pip
+install` works in them with torch pinned; until 2026-12-06 the reference left pip out). Bootstrap additionally plans (detection, profile, Python and torch
 choice: {statistics.median(planning):.1f} s median including the interpreter start), checks the torch build (from
-torch/version.py, while the extras install; `import torch` is left to the doctor), installs pip (so that
-`pip install` works in the venv, torch pinned), pins torch, writes the env and the record, and writes the lock
+torch/version.py, while the extras install; `import torch` is left to the doctor), pins torch, writes the env
+and the record, and writes the lock
 (the wheelhouse torch's sha256 read by mw-env on the core planning leaves idle, the rest by `uv pip compile`).
 Every measured sequence starts after a `sync`, so that one run's write-back does not land in the next. Steps (median):
 {breakdown}. A new container that mounts the same uv cache provisions in the "shared uv cache" time; where it goes

@@ -96,6 +96,9 @@ def execute(
                 return runner.result(start, failed)
         finally:
             runner.stop()  # interrupted, or an unexpected error: leave no child behind
+            from mw_env.sources import wheelhash
+
+            wheelhash.stop()  # a hash begun for a lock step that did not come
         return runner.result(start, None)
 
 

@@ -2,8 +2,14 @@
 
 Why: a lock names every file by its sha256. For a wheel in a local wheelhouse, `uv pip compile` unpacks the
 whole archive to hash it, on every call (0.8 s for the 190 MB CPU torch, most of bootstrap's lock step);
-hashlib reads it in 0.14 s, and bootstrap starts that read right after the torch step, so it runs while the
-extras install (the file is in the page cache then: uv has just read it).
+hashlib reads it in 0.14 s, and bootstrap starts that read when its run starts (provision/steps.py,
+hash_for_the_lock), on the core its planning and first steps leave idle.
+
+The hash runs in a child process at the lowest CPU priority (nice 19): it takes a core only while nothing
+else wants it, never a share of uv's unpacking. A process, not a thread: a thread of this process at nice 19
+could be starved while holding the GIL and stall the thread that runs the steps (a priority inversion). The
+child dies with this process (base/lifeline.py). Where it cannot start, the digest is computed in-process
+when asked for.
 
 A result is kept for the process, keyed by the file's identity (device, inode, size, mtime, ctime): a file
 replaced or rewritten in between is hashed again, never answered from the old bytes.
@@ -14,13 +20,26 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import subprocess
+import sys
 import threading
-from concurrent.futures import Future
 from pathlib import Path
 
 _CHUNK = 1 << 20
 _lock = threading.Lock()
-_futures: dict[tuple[str, tuple[int, ...]], Future[str]] = {}
+_children: dict[tuple[str, tuple[int, ...]], subprocess.Popen[str]] = {}
+_done: dict[tuple[str, tuple[int, ...]], str] = {}
+
+# The child: lowest priority first, then the same loop as _hash (stdlib only, no mw_env import: fast start).
+_CHILD = (
+    "import hashlib, os, sys\n"
+    "try:\n    os.nice(19)\nexcept OSError:\n    pass\n"
+    "h = hashlib.sha256()\n"
+    "with open(sys.argv[1], 'rb') as fh:\n"
+    f"    while chunk := fh.read({_CHUNK}):\n"
+    "        h.update(chunk)\n"
+    "print(h.hexdigest())\n"
+)
 
 
 def _identity(path: Path) -> tuple[str, tuple[int, ...]]:
@@ -30,54 +49,71 @@ def _identity(path: Path) -> tuple[str, tuple[int, ...]]:
 
 def _hash(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:  # hashlib releases the GIL for large updates: the caller's thread runs on
+    with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
 
 
-def _run(path: Path, fut: Future[str]) -> None:
-    # The lowest CPU priority, for this thread alone (Linux schedules threads by their own nice value): the
-    # hash takes a core only while nothing else wants it, never a share of uv's unpacking. Whoever needs the
-    # digest waits for it, and then nothing else competes.
-    with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    try:
-        fut.set_result(_hash(path))
-    except BaseException as exc:  # handed to whoever asks for the result, in their thread
-        fut.set_exception(exc)
-
-
 def start(path: Path) -> None:
-    """Begin hashing `path` in a daemon thread (a no-op when it is already hashed or being hashed, or is not
+    """Begin hashing `path` in a child process (a no-op when it is hashed or being hashed already, or is not
     a readable file: `sha256` then says why)."""
+    from mw_env.base.lifeline import preexec
+
     try:
         key = _identity(path)
     except OSError:
         return
     with _lock:
-        if key in _futures:
+        if key in _children or key in _done:
             return
-        fut: Future[str] = Future()
-        _futures[key] = fut
-    threading.Thread(target=_run, args=(Path(path), fut), name="mw-env-wheelhash", daemon=True).start()
+        with contextlib.suppress(OSError):  # it cannot start: computed here when asked for
+            _children[key] = subprocess.Popen(
+                [sys.executable, "-I", "-c", _CHILD, key[0]],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                preexec_fn=preexec(),
+            )
+
+
+def _collect(key: tuple[str, tuple[int, ...]]) -> str | None:
+    with _lock:
+        child = _children.pop(key, None)
+        if child is None:
+            return _done.get(key)
+    out, _ = child.communicate()
+    digest = out.strip()
+    if child.returncode != 0 or len(digest) != 64:
+        return None  # unreadable there, or killed: hashed here, where an OSError reaches the caller
+    with _lock:
+        _done[key] = digest
+    return digest
 
 
 def sha256(path: Path) -> str:
     """The file's sha256 (hex): the background result when `start` saw this very file, else computed now.
     OSError when it cannot be read."""
     key = _identity(path)
-    with _lock:
-        fut = _futures.get(key)
-    if fut is None:
-        start(path)
-        with _lock:
-            fut = _futures.get(key)
-    if fut is None:  # the file changed between the two stats: hash what is there now, keep nothing
-        return _hash(path)
-    digest = fut.result()
+    digest = _collect(key)
+    if digest is None:
+        digest = _hash(path)
     if _identity(path) != key:  # rewritten while it was read: the digest may mix old and new bytes
         with _lock:
-            _futures.pop(key, None)
+            _done.pop(key, None)
         return sha256(path)
+    with _lock:
+        _done[key] = digest
     return digest
+
+
+def stop() -> None:
+    """Kill the children still hashing (a run that ends before its lock step)."""
+    with _lock:
+        children = list(_children.values())
+        _children.clear()
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
