@@ -130,42 +130,36 @@ def test_installed_from_needs_the_same_version_and_tags(tmp_path):
     assert local_entries({"torch": "2.13.1+cpu"}, [wheel], site=same, folders=[], python=PY) == {}
 
 
-def test_compile_lock_with_a_local_entry_equals_uvs_lock(tmp_path):
-    """The whole lock text: uv's for both packages, and ours with torch's entry written by mw-env."""
-    uv = _uv()
+def _house(tmp_path: Path, *others: tuple[str, str]) -> tuple[Path, Path]:
+    """A wheelhouse with a torch build for this Python and `others` (name, version) as py3 wheels."""
     house = tmp_path / "house"
     house.mkdir()
     torch = build_wheel(house, "torch", "2.13.0+cpu", tag=f"{CP}-{CP}-manylinux_2_28_x86_64")
-    build_wheel(house, "zeta", "1.0", tag="py3-none-any")
-    build_wheel(house, "alpha", "2.0", tag="py3-none-any")
-    pins = {"torch": "2.13.0+cpu", "zeta": "1.0", "alpha": "2.0"}
+    for name, version in others:
+        build_wheel(house, name, version, tag="py3-none-any")
+    return house, torch
+
+
+def _lock(house: Path, pins: dict[str, str], **kw: object) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
     args = ["--no-index", "--find-links", str(house)]
-    common = dict(
-        uv=uv, python=Path(sys.executable), pins=pins, env=env, source_args=args, companions=["zeta"]
-    )
-    by_uv = compile_lock(**common)
-    ours = compile_lock(**common, local={"torch": torch})
-    assert ours == by_uv
+    return compile_lock(uv=_uv(), python=Path(sys.executable), pins=pins, env=env, source_args=args, **kw)
+
+
+def test_compile_lock_with_a_local_entry_equals_uvs_lock(tmp_path):
+    """The whole lock text: uv's for both packages, and ours with torch's entry written by mw-env."""
+    house, torch = _house(tmp_path, ("zeta", "1.0"), ("alpha", "2.0"))
+    pins = {"torch": "2.13.0+cpu", "zeta": "1.0", "alpha": "2.0"}
+    ours = _lock(house, pins, companions=["zeta"], local={"torch": torch})
+    assert ours == _lock(house, pins, companions=["zeta"])
     assert ours.index('name = "torch"') < ours.index('name = "zeta"') < ours.index('name = "alpha"')
 
 
 def test_a_wheel_gone_before_the_lock_is_a_step_failure_naming_it(tmp_path):
-    uv = _uv()
-    house = tmp_path / "house"
-    house.mkdir()
-    torch = build_wheel(house, "torch", "2.13.0+cpu", tag=f"{CP}-{CP}-manylinux_2_28_x86_64")
-    build_wheel(house, "alpha", "2.0", tag="py3-none-any")
+    house, torch = _house(tmp_path, ("alpha", "2.0"))
     torch.unlink()
     with pytest.raises(StepFailed, match=r"cannot read .*torch-2\.13\.0"):
-        compile_lock(
-            uv=uv,
-            python=Path(sys.executable),
-            pins={"torch": "2.13.0+cpu", "alpha": "2.0"},
-            env={},
-            source_args=["--no-index", "--find-links", str(house)],
-            local={"torch": torch},
-        )
+        _lock(house, {"torch": "2.13.0+cpu", "alpha": "2.0"}, local={"torch": torch})
 
 
 def test_wheelhash_answers_for_the_file_as_it_is_now(tmp_path):
