@@ -90,20 +90,27 @@ def test_file_url_keeps_what_uv_keeps_and_encodes_the_rest():
     assert file_url(Path("/w/a b/%/ü/#?")) == "file:///w/a%20b/%25/%C3%BC/%23%3F"
 
 
-def test_sole_candidate_ignores_other_pythons_and_machines_only(tmp_path):
+def test_sole_candidate_ignores_other_pythons_and_machines_only(tmp_path, monkeypatch):
+    from mw_env.sources import wheelhouse
+
+    monkeypatch.setattr(wheelhouse, "_machine_arch", lambda: "x86_64")
     chosen = build_wheel(tmp_path, "torch", "2.13.0+cpu", tag=f"{CP}-{CP}-manylinux_2_28_x86_64")
     build_wheel(tmp_path, "torch", "2.13.0+cpu", tag="cp39-cp39-manylinux_2_28_x86_64")
     build_wheel(tmp_path, "torch", "2.13.0+cpu", tag=f"{CP}-{CP}-manylinux_2_28_aarch64")
     build_wheel(tmp_path, "torch", "2.12.0+cpu", tag=f"{CP}-{CP}-manylinux_2_28_x86_64")
-    assert sole_candidate(chosen, [str(tmp_path)], PY, machine="x86_64")
+    assert sole_candidate(chosen, [str(tmp_path)], PY)
     # Another build of the same version this Python could take: uv's choice, not ours to guess.
     other = tmp_path / "more"
     other.mkdir()
     build_wheel(other, "torch", "2.13.0+cpu", tag=f"{CP}-{CP}-manylinux_2_17_x86_64")
-    assert not sole_candidate(chosen, [str(tmp_path), str(other)], PY, machine="x86_64")
-    assert not sole_candidate(chosen, [str(tmp_path), "https://example.org/wheels/"], PY, machine="x86_64")
+    assert not sole_candidate(chosen, [str(tmp_path), str(other)], PY)
+    assert not sole_candidate(chosen, [str(tmp_path), "https://example.org/wheels/"], PY)
+    abi3 = tmp_path / "abi3"
+    abi3.mkdir()
+    build_wheel(abi3, "torch", "2.13.0+cpu", tag="cp39-abi3-manylinux_2_28_x86_64")  # fits 3.9 and later
+    assert not sole_candidate(chosen, [str(tmp_path), str(abi3)], PY)
     build_wheel(tmp_path, "torch", "2.13.0+cpu", tag="py3-none-any")
-    assert not sole_candidate(chosen, [str(tmp_path)], PY, machine="x86_64")
+    assert not sole_candidate(chosen, [str(tmp_path)], PY)
 
 
 def _site_with(tmp_path: Path, name: str, version: str, tags: list[str]) -> Path:
@@ -207,3 +214,18 @@ def test_a_hash_still_running_when_the_run_ends_is_stopped(tmp_path):
     assert len(children) == 1 and children[0].poll() is None
     wheelhash.stop()
     assert children[0].returncode is not None and not wheelhash._children
+
+
+def test_the_folders_searched_are_those_uv_is_given(tmp_path):
+    """A --find-links folder from the command line (not pip's configuration) holding another build of the
+    same torch: uv may take either, so the entry is left to uv."""
+    from mw_env.venv.lock import make
+
+    house, torch = _house(tmp_path)
+    cli = tmp_path / "cli-wheels"
+    cli.mkdir()
+    build_wheel(cli, "torch", "2.13.0+cpu", tag=f"{CP}-{CP}-manylinux_2_17_x86_64")
+    args = ["--find-links", str(house), "--index", "https://example.org/simple", "--find-links", str(cli)]
+    assert make._folders(args) == [str(house), str(cli)]
+    assert sole_candidate(torch, make._folders(args[:2]), PY)
+    assert not sole_candidate(torch, make._folders(args), PY)

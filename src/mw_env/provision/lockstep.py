@@ -81,7 +81,7 @@ def lock_step(run: StepRun, step: Step) -> str | StepWarning:
             target=p.lock_target,
             companions=(*p.companions, *p.device_packages),  # from the torch index, like torch
             source_args=p.sources.uv_args(),
-            wheels=_wheelhouse_files(p),
+            wheels=tuple(w for w in [wheelhouse_torch(p)] if w is not None),
         )
     except MwEnvError as exc:
         # The venv works; only its lock is missing. Say why, and how to write it later (a re-run does not
@@ -93,7 +93,9 @@ def lock_step(run: StepRun, step: Step) -> str | StepWarning:
     return f"{len(lock.packages)} packages, sha256 {lock.sha256[:12]}"
 
 
-def _wheelhouse_files(p: Plan) -> tuple[Path, ...]:
-    """The wheel file torch was installed from, when it came from a wheelhouse (hashed since the torch step)."""
-    wheel = p.torch.wheel if p.torch and p.torch.origin == "wheelhouse" else None
-    return (wheel.path,) if wheel is not None else ()
+def wheelhouse_torch(p: Plan) -> Path | None:
+    """The wheelhouse file a plan installs torch from, whose lock entry mw-env writes (venv/lock/localwheel.py)
+    from a hash begun when the run starts (steps.hash_for_the_lock); None for an index, an image or a lock."""
+    if p.lock is not None or p.torch is None or p.torch.origin != "wheelhouse" or p.torch.wheel is None:
+        return None
+    return p.torch.wheel.path

@@ -151,12 +151,13 @@ def hash_for_the_lock(plan: Plan) -> None:
     """The lock names torch's wheelhouse file by its sha256: read it from the start of the run, on the core
     that planning and the first steps leave idle (they are single-threaded), instead of during the extras
     install, where it would compete with uv's unpacking (sources/wheelhash.py; the lock step collects it)."""
-    torch = plan.torch
-    if torch is None or torch.origin != "wheelhouse" or torch.wheel is None or plan.lock is not None:
-        return
-    from mw_env.sources import wheelhash
+    from mw_env.provision.lockstep import wheelhouse_torch
 
-    wheelhash.start(torch.wheel.path)
+    wheel = wheelhouse_torch(plan)
+    if wheel is not None:
+        from mw_env.sources import wheelhash
+
+        wheelhash.start(wheel)
 
 
 def write_lock(run: Run, step: Step) -> str | StepWarning:

@@ -13,10 +13,8 @@ Python's or another machine's builds aside). Otherwise uv locks it, as before.
 from __future__ import annotations
 
 import json
-import platform
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -68,54 +66,36 @@ def installed_from(site: Path | None, path: Path) -> bool:
     return False
 
 
-def sole_candidate(path: Path, folders: Iterable[str], python: str, machine: str | None = None) -> bool:
-    """Whether `path` is the only wheel of its name and version in `folders` (local folders; URLs are not
-    read) that this venv's Python (`python`, "3.11.7") and machine could install: then it is the file uv took."""
+def sole_candidate(path: Path, folders: Iterable[str], python: str) -> bool:
+    """Whether `path` is the only wheel of its name and version in `folders` that this venv's Python (`python`,
+    "3.11.7") could install, as the wheelhouse reader lists them (other machines' builds skipped): then it is
+    the file uv took. A find-links page on a server may list more: then False, and uv decides."""
+    from mw_env.sources.wheelhouse import local_dir, wheels_in
+
     try:
         name, version, _, _ = parse_wheel_filename(path.name)
     except (InvalidWheelFilename, InvalidVersion):
         return False
-    machine = machine or platform.machine()
+    folders = list(folders)
+    if any(local_dir(f) is None for f in folders):
+        return False
     major, minor = python.split(".")[:2]
-    seen: set[Path] = set()
-    for folder in folders:
-        local = _local_folder(folder)
-        if local is None:
-            if "://" in folder:  # a find-links page on a server: it may list more wheels; let uv decide
-                return False
-            continue
-        try:
-            files = [p for p in local.iterdir() if p.name.endswith(".whl")]
-        except OSError:
-            continue
-        for f in files:
-            try:
-                n, v, _, tags = parse_wheel_filename(f.name)
-            except (InvalidWheelFilename, InvalidVersion):
-                continue
-            if n != name or v != version:
-                continue
-            if any(_could_fit(t.interpreter, t.platform, major, minor, machine) for t in tags):
-                seen.add(f.resolve())
+    seen = {
+        w.path.resolve()
+        for w in wheels_in(folders, str(name))
+        if Version(w.version) == version and _fits_python(w.path, major, minor)
+    }
     return seen == {path.resolve()}
 
 
-def _local_folder(folder: str) -> Path | None:
-    if folder.startswith("file:"):
-        return Path(unquote(urlsplit(folder).path))
-    if "://" in folder:
-        return None
-    p = Path(folder).expanduser()
-    return p if p.is_dir() else None
-
-
-def _could_fit(interpreter: str, plat: str, major: str, minor: str, machine: str) -> bool:
-    """Conservative: False only for another CPython's build or another machine's platform."""
-    if interpreter.startswith(("cp", "pp")) and interpreter[2:] not in ("", f"{major}{minor}", major):
-        return False
-    if plat == "any":
-        return True
-    return plat.endswith(machine) and plat.startswith(("linux", "manylinux", "musllinux"))
+def _fits_python(wheel: Path, major: str, minor: str) -> bool:
+    """Conservative: False only for a build for another CPython (an abi3 build fits every later one)."""
+    for tag in parse_wheel_filename(wheel.name)[3]:
+        if tag.abi == "abi3" or not tag.interpreter.startswith(("cp", "pp")):
+            return True
+        if tag.interpreter[2:] in (f"{major}{minor}", major):
+            return True
+    return False
 
 
 def local_entries(

@@ -266,7 +266,7 @@ def lock_venv(
         args += _find_links(args, str(Path(index).parent))
         wheels = (*wheels, Path(index))
         index = None
-    local = _local(venv, frozen.pins, wheels, [*sources.find_links, *frozen.wheel_dirs])
+    local = _local(venv, frozen.pins, wheels, _folders(args))  # every folder uv is given, and only those
     if companions is None:
         companions = tuple(getattr(getattr(selection, "torch", None), "companions", ()) or ())
     text = compile_lock(
@@ -293,9 +293,14 @@ def lock_venv(
     return render(text, meta, source=f"the lock of {venv}")
 
 
+def _folders(args: Sequence[str]) -> list[str]:
+    """The `--find-links` values of uv arguments."""
+    return [a for i, a in enumerate(args) if i and args[i - 1] == "--find-links"]
+
+
 def _find_links(args: Sequence[str], folder: str) -> list[str]:
     """`--find-links folder` unless `args` has it already: uv lists a wheel once per time it finds it."""
-    have = {Path(a).resolve() for i, a in enumerate(args) if i and args[i - 1] == "--find-links" and "://" not in a}
+    have = {Path(a).resolve() for a in _folders(args) if "://" not in a}
     return [] if Path(folder).resolve() in have else ["--find-links", folder]
 
 
