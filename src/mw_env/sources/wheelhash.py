@@ -87,9 +87,7 @@ def _collect(key: tuple[str, tuple[int, ...]]) -> str | None:
     digest = out.strip()
     if child.returncode != 0 or len(digest) != 64:
         return None  # unreadable there, or killed: hashed here, where an OSError reaches the caller
-    with _lock:
-        _done[key] = digest
-    return digest
+    return digest  # kept by sha256, once the file is known unchanged
 
 
 def sha256(path: Path) -> str:
