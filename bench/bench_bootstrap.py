@@ -11,8 +11,9 @@ Measures (CPU profile, torch from the wheelhouse that pip's configuration names)
   warm     the same into another new venv, uv's cache now filled (a new container sharing the cache)
   no-op    `mw-env bootstrap` again over the finished venv (the doctor step runs again: subtracted too)
   manual   the seed guide's pip sequence (`uv venv --seed` + `pip install torch==...` + `pip install -e .[train]`)
-The cold pair is run REPEATS times, interleaved, and the medians compared (the machine may be shared: the ratio
-is what counts). Every figure is a ratio against the bare uv sequence from the same run. Writes the
+The cold pair is run REPEATS times (MW_ENV_BENCH_REPEATS, 9), interleaved, each sequence from the same state
+(`_settle`), and the verdict is the median of the per-pair ratios (the machine may be shared: the ratio is what
+counts). Every figure is a ratio against the bare uv sequence from the same run. Writes the
 `bootstrap` section of docs/benchmarks.md. Skips (exit 0) where no wheelhouse holds a CPU torch.
 """
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from common import REPO, machine_line, update_section
 
-REPEATS = int(os.environ.get("MW_ENV_BENCH_REPEATS", "3"))
+REPEATS = int(os.environ.get("MW_ENV_BENCH_REPEATS", "9"))
 
 
 def _uv() -> str | None:
@@ -49,11 +50,38 @@ def _timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[floa
     return elapsed, res.stdout
 
 
-def _settle() -> None:
-    """Write back what the previous run left dirty (each run writes ~1.5 GB: the unpacked torch in uv's cache
-    and the venv), so that its flush does not land in the next run's time. Not timed; called before every
-    measured sequence, bare and bootstrap alike."""
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def _settle(inputs: list[Path], warm: list[list[str]], env: dict[str, str]) -> str:
+    """Put the machine in the same state before every measured sequence, bare and bootstrap alike. Not timed.
+
+    sync: what the previous run left dirty (~1.5 GB: the unpacked torch in uv's cache and the venv) is written
+    back, so its flush does not land in the next run's time. Then, where the bench may (root), the page cache
+    is dropped: on this machine (a VM) the same `uv pip install torch` took 1.5 s right after a drop and
+    2.5 to 3.5 s once earlier runs' pages filled the cache, kernel time tripling, so without the drop each
+    run's time depended on how many ran before it. Last, the inputs both sides read are read back in (the
+    torch wheel, uv, the interpreter) and each side's program runs once untimed (`uv --version`, and
+    bootstrap's dry run, which reads mw-env's modules and the profiles): a user who just installed them has
+    them in memory. Their outputs (uv's cache, the venv) start empty. Returns how the cache was handled."""
     os.sync()
+    try:
+        DROP_CACHES.write_text("1\n")
+        how = "page cache dropped before each sequence"
+    except OSError:
+        how = "page cache NOT dropped (not root): sync only, so later runs may be slower than earlier ones"
+    for path in inputs:
+        with open(path, "rb") as fh:
+            while fh.read(1 << 20):
+                pass
+    for argv in warm:
+        subprocess.run(argv, env=env, cwd=REPO, capture_output=True, check=False)
+    return how
+
+
+def _remove(*paths: Path) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _doctor_s(result: dict) -> float:
@@ -96,12 +124,18 @@ def main() -> int:
     planning: list[float] = []
     doctor: list[float] = []
     steps: dict[str, list[float]] = {}
+    inputs = [wheel.path, Path(uv)]
+    warmups = [[uv, "--version"], [*mw, "--dry-run", "--venv", str(work / "dry-run")]]
+
+    def settle() -> str:
+        return _settle(inputs, warmups, env)
+
     try:
         for i in range(REPEATS):
             cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-bare-{i}")}
             venv = work / f"bare-{i}"
             python = str(venv / "bin" / "python")
-            _settle()
+            cache_how = settle()
             t = _timed([uv, "venv", "-q", "--python", sys.executable, str(venv)], cache)[0]
             t += _timed(
                 [uv, "pip", "install", "-q", "--python", python, *same_sources, f"torch=={wheel.version}"],
@@ -123,9 +157,13 @@ def main() -> int:
                 cache,
             )[0]
             bare.append(t)
+            # Each run's 1.5 GB is deleted before the next run's settle, so every measured run follows the same
+            # deletion (ext4 discards what is freed as it commits: deleting only between pairs made every bare
+            # run the one that followed it, and bootstrap looked 5% faster than uv).
+            _remove(venv, work / f"uv-cache-bare-{i}")
 
             cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-cold-{i}")}
-            _settle()
+            settle()
             t, out = _timed([*mw, "--venv", str(work / f"cold-{i}")], cache)
             result = json.loads(out)
             d = _doctor_s(result)
@@ -135,11 +173,13 @@ def main() -> int:
             for s in result["steps"]:
                 if s["id"] != "doctor":
                     steps.setdefault(s["id"], []).append(s["duration_s"])
+            # the first bootstrap's uv cache is kept: it serves the warm runs
+            _remove(work / f"cold-{i}", *([work / f"uv-cache-cold-{i}"] if i else []))
         warm_env = {**env, "UV_CACHE_DIR": str(work / "uv-cache-cold-0")}
         warm: list[float] = []
         warm_steps: dict[str, list[float]] = {"planning": []}
         for i in range(3):  # new venvs from the shared cache: where each second goes
-            _settle()
+            settle()
             t, out = _timed([*mw, "--venv", str(work / f"warm-{i}")], warm_env)
             result = json.loads(out)
             warm.append(t - _doctor_s(result))
@@ -148,9 +188,11 @@ def main() -> int:
                 if s["id"] != "doctor":
                     warm_steps.setdefault(s["id"], []).append(s["duration_s"])
         t_warm = statistics.median(warm)
+        settle()
         t, out = _timed([*mw, "--venv", str(work / "warm-0")], warm_env)
         t_noop = t - _doctor_s(json.loads(out))
         manual_venv = work / "manual"
+        settle()
         t_manual = _timed([uv, "venv", "-q", "--seed", "--python", sys.executable, str(manual_venv)], env)[0]
         pip = str(manual_venv / "bin" / "pip")
         t_manual += _timed([pip, "install", "-q", f"torch=={wheel.version}"], env)[0]
@@ -212,7 +254,8 @@ choice: {statistics.median(planning):.1f} s median including the interpreter sta
 torch/version.py, while the extras install; `import torch` is left to the doctor), pins torch, writes the env
 and the record, and writes the lock
 (the wheelhouse torch's sha256 read by mw-env on the core planning leaves idle, the rest by `uv pip compile`).
-Every measured sequence starts after a `sync`, so that one run's write-back does not land in the next. Steps (median):
+Every measured sequence starts from the same state ({cache_how}; then the inputs both sides read, and each
+side's program once, untimed: see `_settle`). Steps (median):
 {breakdown}. A new container that mounts the same uv cache provisions in the "shared uv cache" time; where it goes
 (median of the 3 new venvs; planning is the interpreter start, detection, profile and plan): {warm_breakdown}.
 verify-torch's figure overlaps pin-torch and extras (it reads the build in the background while they run), so

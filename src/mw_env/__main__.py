@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from mw_env.cli import main
+from mw_env.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

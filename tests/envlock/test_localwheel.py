@@ -205,14 +205,18 @@ def test_the_run_starts_hashing_only_a_wheelhouse_torch_it_will_lock(tmp_path, m
 
 
 def test_a_hash_still_running_when_the_run_ends_is_stopped(tmp_path):
-    """The child that hashes (nice 19, dying with its parent) is killed by stop(): a FIFO with no writer
+    """The child that hashes (SCHED_IDLE, dying with its parent) is killed by stop(): a FIFO with no writer
     keeps it reading until then."""
     fifo = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
     os.mkfifo(fifo)
     wheelhash.start(fifo)
     children = list(wheelhash._children.values())
     assert len(children) == 1 and children[0].poll() is None
-    wheelhash.stop()
+    # Opening the FIFO to write returns once the child opened it to read, after it chose its policy: it runs
+    # only on a core nothing else wants (SCHED_IDLE), so it never takes a share of uv's unpacking.
+    with open(fifo, "wb"):
+        assert os.sched_getscheduler(children[0].pid) == os.SCHED_IDLE
+        wheelhash.stop()
     assert children[0].returncode is not None and not wheelhash._children
 
 

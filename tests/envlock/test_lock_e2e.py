@@ -103,6 +103,23 @@ def test_bootstrap_writes_the_lock_of_the_venv_it_built(env, first):
     )
 
 
+def test_the_lock_reads_the_venv_as_uv_pip_freeze_does(env, first):
+    # The lock step reads the dist-info folders instead of running `uv pip freeze`: the same answer on the venv
+    # bootstrap built (torch from the wheelhouse, the project editable, pip).
+    from mw_env.venv.lock.make import parse_freeze, read_installed
+
+    res = subprocess.run(
+        [env["UV"], "pip", "freeze", "--python", str(first / "bin" / "python")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    mine = read_installed(first)
+    assert mine is not None and mine == parse_freeze(res.stdout)
+    assert "torch" in mine.pins and len(mine.skipped) == 1  # the project, `-e file:///…`
+
+
 def test_a_rebuild_from_the_lock_offline_has_the_same_packages_and_hashes(env, first, rebuilt):
     assert freeze(env, rebuilt) == freeze(env, first)
     a, b = read_lock(first / LOCK_FILE), read_lock(rebuilt / LOCK_FILE)

@@ -100,6 +100,38 @@ def test_cli_dry_run_text_and_json_never_print_the_token(tmp_path, hermetic_env,
         assert "user:***@mirror.example" in res.stdout + res.stderr, (extra, res.stdout, res.stderr)
 
 
+def test_a_path_with_an_emoji_code_is_printed_as_written(tmp_path, hermetic_env, indexes):
+    # rich turns ":smile:" into an emoji unless told not to: a venv path must come out as the user wrote it.
+    root = tmp_path / "root"
+    root.mkdir()
+    venv = tmp_path / "runs:smile:v"
+    env = {**hermetic_env, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [
+        "bootstrap",
+        "--root",
+        str(root),
+        "--profile",
+        "cpu",
+        "--venv",
+        str(venv),
+        "--python",
+        sys.executable,
+    ]
+    argv += ["--project", str(indexes.project), "--find-links", str(indexes.cpu_links), "--dry-run"]
+    res = subprocess.run(
+        [sys.executable, "-m", "mw_env", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert (
+        f"venv {venv}" in res.stdout and "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in res.stdout
+    )
+
+
 def test_resume_after_a_kill_between_torch_and_verify_keeps_the_wheelhouse_origin(
     tmp_path, hermetic_env, indexes
 ):

@@ -401,6 +401,64 @@ def test_too_old_or_broken_uv_is_refused(tmp_path):
         assert check_version(real, {}).count(".") >= 2
 
 
+def _logging_uv(tmp_path: Path, version: str = "uv 0.13.9") -> tuple[Path, Path]:
+    """A uv that answers --version and logs every call (one line of arguments each)."""
+    log = tmp_path / "uv-calls.log"
+    uv = tmp_path / "uv"
+    uv.write_text(f'#!/bin/sh\necho "$*" >> {log}\n[ "$1" = --version ] && echo "{version}"\nexit 0\n')
+    uv.chmod(0o755)
+    return uv, log
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_uv_version_asked_ahead_is_the_one_the_first_step_checks(tmp_path):
+    from mw_env.sources import uv as uvmod
+
+    uv, log = _logging_uv(tmp_path)
+    python = tmp_path / "python3.12"
+    python.write_text("#!/bin/sh\n")
+    uvmod.prefetch(str(uv), {}, python=str(python))
+    assert uvmod.check_version(str(uv), {}) == "0.13.9"
+    for warmer in uvmod._warmers:  # fire and forget in bootstrap; here its call is awaited to be seen
+        warmer.wait()
+    # asked once, ahead; and uv was shown the interpreter given by its path (so `uv venv` finds it known)
+    assert sorted(_calls(log)) == sorted(["--version", f"python find --no-python-downloads {python}"])
+    assert uvmod.check_version(str(uv), {}) == "0.13.9"  # a second check asks again: nothing stale is kept
+    assert _calls(log).count("--version") == 2
+
+
+def test_a_python_given_by_version_or_missing_is_not_shown_to_uv_ahead(tmp_path):
+    from mw_env.sources import uv as uvmod
+
+    uv, log = _logging_uv(tmp_path)
+    uvmod.prefetch(str(uv), {}, python="3.12")  # looked up with uv while planning: nothing to start
+    uvmod.check_version(str(uv), {})
+    uvmod.prefetch(str(uv), {}, python=str(tmp_path / "no" / "python"))
+    uvmod.check_version(str(uv), {})
+    assert _calls(log) == ["--version", "--version"]
+    uvmod.prefetch(None, {}, python=str(tmp_path / "no" / "python"))  # no uv yet: the uv step installs one
+
+
+def test_a_too_old_uv_asked_ahead_is_refused_as_before(tmp_path):
+    from mw_env.base.errors import StepFailed
+    from mw_env.sources import uv as uvmod
+
+    old, _ = _logging_uv(tmp_path, version="uv 0.4.1")
+    uvmod.prefetch(str(old), {})
+    with pytest.raises(StepFailed, match=r"uv 0\.4\.1 .* too old"):
+        uvmod.check_version(str(old), {})
+    broken = tmp_path / "not-uv"
+    broken.write_text("#!/bin/sh\necho 'segfault' >&2\nexit 139\n")
+    broken.chmod(0o755)
+    uvmod.prefetch(str(broken), {})
+    with pytest.raises(StepFailed, match="does not run as uv") as info:
+        uvmod.check_version(str(broken), {})
+    assert "segfault" in info.value.message  # its stderr, as when it is run in the step
+
+
 def test_a_full_disk_while_writing_is_a_clear_step_failure(tmp_path, hermetic_env, indexes, monkeypatch):
     import errno
 

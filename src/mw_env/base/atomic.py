@@ -22,7 +22,6 @@ import errno as errno_mod
 import fnmatch
 import json
 import os
-import secrets
 import stat
 import threading
 from collections.abc import Iterable, Iterator
@@ -87,7 +86,9 @@ class _FailingWriter:
 
 def temporary_name(path: Path, suffix: str = "") -> Path:
     """A fresh temporary name beside `path` (same filesystem, so the rename is atomic)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}{suffix}")
+    return path.with_name(
+        f".{path.name}.tmp-{os.getpid()}-{os.urandom(3).hex()}{suffix}"
+    )  # secrets.token_hex(3), without importing secrets
 
 
 def fsync_dir(directory: Path) -> None:

@@ -16,13 +16,16 @@ Everything here is a no-op where prctl is not available (not Linux): mw-env then
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctypes import _NamedFuncPointer
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -40,8 +43,7 @@ def _load() -> Callable[..., int] | None:
         if not _loaded:
             if sys.platform.startswith("linux"):
                 try:
-                    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-                    fn = libc.prctl
+                    fn = _libc_prctl()
                     fn.argtypes = [
                         ctypes.c_int,
                         ctypes.c_ulong,
@@ -55,6 +57,18 @@ def _load() -> Callable[..., int] | None:
                     _prctl = None
             _loaded = True
     return _prctl
+
+
+def _libc_prctl() -> _NamedFuncPointer:
+    """prctl from the C library this interpreter runs on. CDLL(None) is the process's own symbols, libc's
+    among them (glibc and musl alike), found without `ctypes.util.find_library`, which runs `ldconfig -p`
+    and parses its output: some milliseconds on the start of every bootstrap."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # a static or unusual interpreter: look the library up by name
+        from ctypes.util import find_library
+
+        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True).prctl
 
 
 def supported() -> bool:

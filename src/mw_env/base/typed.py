@@ -12,7 +12,6 @@ are `Rule`s keyed by (dataclass, field); checks across fields stay with the call
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import re
 import types
@@ -198,6 +197,8 @@ class Reader:
 
     def unknown(self, parent: str, name: str, known: list[str]) -> InputError:
         """An unknown key `name` below `parent`, with the close matches among `known` (as dotted keys)."""
+        import difflib  # only for a "did you mean"
+
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         return self.fail(
             Issue(

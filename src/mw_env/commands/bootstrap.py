@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -154,6 +155,10 @@ class BootstrapArgs:
 
 
 def _bootstrap(args: BootstrapArgs) -> int:
+    if not args.dry_run:  # what the first steps ask uv, asked now, answered by then (sources/uv.py)
+        from mw_env.sources import uv as uvmod
+
+        uvmod.prefetch(uvmod.find_uv(os.environ), os.environ, python=args.python)
     from rich.console import Console
     from rich.markup import escape
 
@@ -163,7 +168,9 @@ def _bootstrap(args: BootstrapArgs) -> int:
 
     as_json, dry_run = args.as_json, args.dry_run
     # soft_wrap: a long line (a path, a command) is wrapped by the terminal, never broken mid-phrase by rich
-    out = Console(stderr=as_json, highlight=False, soft_wrap=True)
+    # emoji=False: a ":name:" in a path or a package's output stays as written (and rich's emoji table, 1.5 ms
+    # of import, is never loaded)
+    out = Console(stderr=as_json, highlight=False, soft_wrap=True, emoji=False)
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
     resolved = resolve(
         root=args.root,
@@ -316,9 +323,9 @@ def _read_lock(args: BootstrapArgs, sel: Any, env: Mapping[str, str]) -> Any:
 
 
 def _doctor_hook(resolved: Any, out: Any) -> Any:
-    from mw_env.checks import run_doctor
-
     def hook(venv: Path) -> tuple[bool, Any]:
+        from mw_env.checks import run_doctor  # here: the doctor's imports are its step's time, not planning's
+
         report = run_doctor(machine=resolved.machine, selection=resolved.selection, venv=venv)
         return bool(report.ok), report
 
@@ -342,8 +349,11 @@ class _RichEvents:
 
     def step_started(self, step: Any) -> None:
         self.started = time.monotonic()
-        self.status = self.console.status(f"{step.title} ...")
-        self.status.start()
+        # A spinner only where it is drawn: rich draws a transient status on a terminal alone, and elsewhere
+        # (a pipe, a CI log, --json's stderr) it would only run its refresh thread beside the steps.
+        if self.console.is_terminal:
+            self.status = self.console.status(f"{step.title} ...")
+            self.status.start()
 
     def step_output(self, step: Any, line: str) -> None:
         if self.verbose:

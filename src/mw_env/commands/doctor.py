@@ -26,7 +26,7 @@ HIT_MARKS = {"harmless": ("•", "bright_black"), "warning": ("!", "yellow"), "f
 def _console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)  # ":x:" in a path stays
 
 
 def render_report(report: DoctorReport, *, verbose: bool) -> None:

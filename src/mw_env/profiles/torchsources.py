@@ -13,7 +13,6 @@ folder may hold its own sources.yaml: its entries add ids or replace shipped one
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -107,6 +106,8 @@ def expand(sources: object, catalogue: Entries, *, path: Path, shipped: bool) ->
             out.append({**catalogue[sid][0], **ref})
             continue
         if own:
+            import difflib  # only for a "did you mean"
+
             close = difflib.get_close_matches(sid, list(catalogue), n=3, cutoff=0.5)
             raise InputError(
                 f"{key}: unknown source id {sid!r}: no source catalogue describes it",

@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 import stat as stat_mod
 import time
 from collections.abc import Iterator
@@ -102,7 +101,7 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
         locked = True
         info = {
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": os.uname().nodename,  # gethostname(), without importing socket
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "argv": [redact(str(a)) for a in argv or []],
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -245,7 +246,10 @@ def _pyenv_python(request: str, env: Mapping[str, str]) -> str | None:
 def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | None:
     """("3.11.7", the real executable behind shims) for an interpreter, None when it does not run."""
     res = _run_quiet(
-        [python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3], sys.executable)"], env, 20.0
+        # -S: no site import (the version and the executable are known before it), half this start's time
+        [python, "-S", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3], sys.executable)"],
+        env,
+        20.0,
     )
     if not res.ok:
         return None
@@ -256,9 +260,70 @@ def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | Non
     return parts[0], parts[1]
 
 
+# `uv --version` begun by prefetch, by uv's path; check_version collects it.
+_version_runs: dict[str, subprocess.Popen[str]] = {}
+_warmers: list[subprocess.Popen[bytes]] = []
+_prefetch_lock = threading.Lock()
+
+
+def prefetch(uv: str | None, env: Mapping[str, str], *, python: str | None = None) -> None:
+    """Begin, in the background, the uv calls whose answers bootstrap's first steps wait for.
+
+    Why: planning keeps one core busy for ~0.1 s (mw-env's imports and the plan) and leaves the other idle,
+    while each of these starts uv (a 40 MB program) and, for `python`, an interpreter:
+    - `uv --version`, for the version check of the first step (check_version collects it);
+    - for an interpreter given as a path (`--python /usr/bin/python3.12`), `uv python find PATH`: uv then
+      knows that interpreter (its cache), and the venv step's `uv venv` takes 10 ms instead of 45. A Python
+      given by version is looked up with uv while planning anyway (find_python), which does the same.
+    A no-op without uv; the children die with this process."""
+    if not uv:
+        return
+    with _prefetch_lock:
+        if uv not in _version_runs:
+            with contextlib.suppress(OSError):  # it cannot start: check_version runs it itself and says why
+                _version_runs[uv] = subprocess.Popen(
+                    [uv, "--version"],
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    preexec_fn=preexec(signal.SIGKILL),
+                )
+        _warmers[:] = [w for w in _warmers if w.poll() is None]  # the finished ones, reaped
+        if python and os.sep in python and os.path.isfile(python):
+            with contextlib.suppress(OSError):  # only a head start: the venv step asks uv itself
+                _warmers.append(
+                    subprocess.Popen(
+                        [uv, "python", "find", "--no-python-downloads", python],
+                        env=uv_env(env),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        preexec_fn=preexec(signal.SIGKILL),
+                    )
+                )
+
+
+def _version_run(uv: str, env: Mapping[str, str]) -> CommandRun:
+    """`uv --version`: the prefetched run's answer when there is one, else run now."""
+    with _prefetch_lock:
+        child = _version_runs.pop(uv, None)
+    if child is None:
+        return _run_quiet([uv, "--version"], env, 20.0)
+    start = time.monotonic()
+    try:
+        out, err = child.communicate(timeout=20.0)
+    except subprocess.TimeoutExpired as exc:
+        child.kill()
+        child.communicate()
+        return CommandRun((uv, "--version"), 127, str(exc), time.monotonic() - start)
+    return CommandRun((uv, "--version"), child.returncode, out + err, time.monotonic() - start, stdout=out)
+
+
 def check_version(uv: str, env: Mapping[str, str]) -> str:
     """uv's version; StepFailed when it is older than MIN_UV or does not run."""
-    res = _run_quiet([uv, "--version"], env, 20.0)
+    res = _version_run(uv, env)
     words = res.stdout.split()
     version = words[1] if res.ok and len(words) >= 2 and words[0] == "uv" else None
     if version is None:

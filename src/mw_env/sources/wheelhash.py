@@ -5,9 +5,11 @@ whole archive to hash it, on every call (0.8 s for the 190 MB CPU torch, most of
 hashlib reads it in 0.14 s, and bootstrap starts that read when its run starts (provision/steps.py,
 hash_for_the_lock), on the core its planning and first steps leave idle.
 
-The hash runs in a child process at the lowest CPU priority (nice 19): it takes a core only while nothing
-else wants it, never a share of uv's unpacking. A process, not a thread: a thread of this process at nice 19
-could be starved while holding the GIL and stall the thread that runs the steps (a priority inversion). The
+The hash runs in a child process under SCHED_IDLE (sched(7): it runs only on a core nothing else wants; nice
+19 where that policy is refused): it overlaps uv's install of torch, and at nice 19 it still took a share of
+uv's unpacking (the torch step ran ~20 ms longer, measured). A process, not a thread: a thread of this process
+at the lowest priority could be starved while holding the GIL and stall the thread that runs the steps (a
+priority inversion). The
 child dies with this process (base/lifeline.py). Where it cannot start, the digest is computed in-process
 when asked for.
 
@@ -33,7 +35,13 @@ _done: dict[tuple[str, tuple[int, ...]], str] = {}
 # The child: lowest priority first, then the same loop as _hash (stdlib only, no mw_env import: fast start).
 _CHILD = (
     "import hashlib, os, sys\n"
-    "try:\n    os.nice(19)\nexcept OSError:\n    pass\n"
+    "try:\n"
+    "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+    "except (OSError, AttributeError):\n"
+    "    try:\n"
+    "        os.nice(19)\n"
+    "    except OSError:\n"
+    "        pass\n"
     "h = hashlib.sha256()\n"
     "with open(sys.argv[1], 'rb') as fh:\n"
     f"    while chunk := fh.read({_CHUNK}):\n"

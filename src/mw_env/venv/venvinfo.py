@@ -143,7 +143,14 @@ def free_bytes(path: Path) -> int | None:
         return None
 
 
-def installed_fingerprint(venv: Path) -> str:
+# A RECORD file's identity: its damage read earlier stands while the file is the same (uv writes a new RECORD
+# whenever it installs a package, so a package replaced in between is read again).
+RecordIdentity = tuple[int, int, int, int]
+# RECORD path -> (its identity when read, the damage lines it gave)
+KnownDamage = dict[str, tuple[RecordIdentity, tuple[bytes, ...]]]
+
+
+def installed_fingerprint(venv: Path, known: KnownDamage | None = None) -> str:
     """A digest of the installed files that differ from what their dist-info's RECORD says (no interpreter).
 
     Part of the verify step's key: a venv that was verified and later lost or damaged a file (a disk that
@@ -151,30 +158,70 @@ def installed_fingerprint(venv: Path) -> str:
     verifies again instead of saying "already complete" over a torch that does not import. Only the damage
     is digested, not the list of packages: a later `pip install` of something else leaves a healthy venv's
     key unchanged, so a re-run stays a no-op. Sizes, not hashes, are compared: a stat per file is cheap,
-    and a half-written or truncated file changes its size."""
-    import csv
+    and a half-written or truncated file changes its size.
 
+    `known` (from record_damage, read moments before: bootstrap reads torch's 19,000 files while the extras
+    install) stands in for the packages whose RECORD is still the same file."""
     site = site_packages(venv)
     h = hashlib.sha256()
     if site is None:
         return h.hexdigest()[:16]
+    root = str(site) + os.sep
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        path = str(record)
+        earlier = (known or {}).get(path)
+        if earlier is not None and earlier[0] == _identity(path):
+            lines = earlier[1]
+        else:
+            lines = _damage(root, path)
+        for line in lines:
+            h.update(line)
+    return h.hexdigest()[:16]
+
+
+def record_damage(venv: Path) -> KnownDamage:
+    """Every package's damage lines now, for an installed_fingerprint to come (see there)."""
+    site = site_packages(venv)
+    if site is None:
+        return {}
+    root = str(site) + os.sep
+    known: KnownDamage = {}
+    for record in site.glob("*.dist-info/RECORD"):
+        path = str(record)
+        identity = _identity(path)
+        if identity is not None:
+            known[path] = (identity, _damage(root, path))
+    return known
+
+
+def _identity(path: str) -> RecordIdentity | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _damage(root: str, record: str) -> tuple[bytes, ...]:
+    """The files of one RECORD whose size differs from the recorded one, as digest lines."""
+    import csv
+
+    try:
+        with open(record, encoding="utf-8", errors="replace") as fh:
+            rows = list(csv.reader(fh.read().splitlines()))
+    except (OSError, csv.Error):
+        return (f"{Path(record).parent.name}\0unreadable\n".encode(),)
     # Plain strings and os.stat, not Path objects: a torch venv has some 20,000 files, and the key is computed
     # on bootstrap's path after the extras install (pathlib's joins were half of its 0.11 s).
-    root = str(site) + os.sep
     stat = os.stat
-    for record in sorted(site.glob("*.dist-info/RECORD")):
+    lines: list[bytes] = []
+    for row in rows:
+        if len(row) < 3 or not row[2].isdigit() or row[0].startswith(".."):
+            continue  # RECORD itself and byte-code have no size; files outside site-packages are not torch's
         try:
-            rows = list(csv.reader(record.read_text(encoding="utf-8", errors="replace").splitlines()))
-        except (OSError, csv.Error):
-            h.update(f"{record.parent.name}\0unreadable\n".encode())
-            continue
-        for row in rows:
-            if len(row) < 3 or not row[2].isdigit() or row[0].startswith(".."):
-                continue  # RECORD itself and byte-code have no size; files outside site-packages are not torch's
-            try:
-                size = stat(root + row[0]).st_size
-            except OSError:
-                size = -1
-            if size != int(row[2]):
-                h.update(f"{row[0]}\0{size}\n".encode())
-    return h.hexdigest()[:16]
+            size = stat(root + row[0]).st_size
+        except OSError:
+            size = -1
+        if size != int(row[2]):
+            lines.append(f"{row[0]}\0{size}\n".encode())
+    return tuple(lines)

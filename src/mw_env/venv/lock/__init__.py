@@ -1,7 +1,7 @@
 """Locks per hardware: a PEP 751 `pylock.toml` written by uv for a venv, plus mw-env's `[tool.mw-env]` table.
 
 - lockfile: read and validate a lock (hostile input: size, syntax, names, hashes, URLs, local paths)
-- make: write the lock of an existing venv with uv (`uv pip freeze` -> `uv pip compile --format pylock.toml`)
+- make: write the lock of an existing venv with uv (what `uv pip freeze` lists -> `uv pip compile --format pylock.toml`)
 - match: whether a lock was made for this machine's hardware (profile, GPU arch, driver floor)
 - drift: what changed in a venv since its lock was written (the doctor's check)
 

@@ -1,6 +1,6 @@
 """Write the lock of a venv: uv locks the packages, mw-env adds its `[tool.mw-env]` table.
 
-    uv pip freeze --python V/bin/python              what is installed, exactly (the project itself left out)
+    what `uv pip freeze` lists (read_installed)      what is installed, exactly (the project itself left out)
     uv pip compile --format pylock.toml --no-deps    per group: torch (+ companions) with the torch index,
                                                      the rest with the user's sources; uv finds each file's
                                                      URL and sha256
@@ -57,6 +57,57 @@ def freeze(uv: str, python: Path, env: Mapping[str, str]) -> Frozen:
             hint="is this a working venv? `mw-env doctor` says what is wrong with it",
         )
     return parse_freeze(res.output)
+
+
+def read_installed(venv: Path) -> Frozen | None:
+    """What `uv pip freeze` says of the venv, read from its dist-info folders as uv reads them: the name and
+    version from the folder's name, a direct_url.json making the line `name @ URL` (parse_freeze's rules apply
+    to it). It saves the lock step a uv start and an interpreter query; the doctor's drift check reads the
+    same folders (drift.installed). None where the venv holds what this reader does not take exactly as uv
+    does (a legacy .egg-info or .egg-link install, a folder with an unusable name or an unreadable
+    direct_url.json): `uv pip freeze` answers then. tests/envlock compares the two on real venvs."""
+    import json
+    import os
+    import re
+
+    from packaging.version import InvalidVersion, Version
+
+    from mw_env.venv.venvinfo import site_packages
+
+    site = site_packages(venv)
+    if site is None:
+        return None
+    try:
+        names = sorted(os.listdir(site))
+    except OSError:
+        return None
+    lines: list[str] = []
+    for entry in names:
+        if entry.endswith((".egg-info", ".egg-link")):
+            return None
+        if not entry.endswith(".dist-info"):
+            continue
+        name, _, version = entry[: -len(".dist-info")].rpartition("-")
+        if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", name):
+            return None  # pip's "~orch-…" left over from an interrupted uninstall, and such
+        try:
+            Version(version)
+        except InvalidVersion:
+            return None
+        direct = site / entry / "direct_url.json"
+        if not direct.exists():
+            lines.append(f"{normalize(name)}=={version}")
+            continue
+        try:
+            data = json.loads(direct.read_text(encoding="utf-8"))
+            url, editable = data["url"], bool((data.get("dir_info") or {}).get("editable"))
+            vcs = data.get("vcs_info")
+            if vcs:  # PEP 610: written back as uv writes it, `git+URL@COMMIT`
+                url = f"{vcs['vcs']}+{url}@{vcs['commit_id']}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        lines.append(f"-e {url}" if editable else f"{normalize(name)} @ {url}")
+    return parse_freeze("\n".join(lines))
 
 
 def parse_freeze(output: str) -> Frozen:
@@ -135,7 +186,8 @@ def compile_lock(
             head, _, body = text.partition("[[packages]]")
             header = header or head
             found = [
-                "[[packages]]" + b.rstrip() + "\n" for b in ("\n[[packages]]" + body).split("\n[[packages]]")[1:]
+                "[[packages]]" + b.rstrip() + "\n"
+                for b in ("\n[[packages]]" + body).split("\n[[packages]]")[1:]
             ]
             blocks.extend(sorted([*found, *extra], key=_block_name) if extra else found)
     return HEADER + header.rstrip() + "\n\n" + "\n".join(blocks)
@@ -254,7 +306,7 @@ def lock_venv(
         raise InputError(
             "uv is not installed, and the lock is written by uv", hint="run `mw-env bootstrap` once"
         )
-    frozen = freeze(uv, python, env)
+    frozen = read_installed(venv) or freeze(uv, python, env)
     if "torch" not in frozen.pins:
         raise InputError(f"{venv} holds no torch", hint=f"re-run `mw-env bootstrap --venv {venv}`")
     sources = discover(env=env, find_links=find_links)
@@ -304,7 +356,9 @@ def _find_links(args: Sequence[str], folder: str) -> list[str]:
     return [] if Path(folder).resolve() in have else ["--find-links", folder]
 
 
-def _local(venv: Path, pins: Mapping[str, str], wheels: Sequence[Path], folders: Sequence[str]) -> dict[str, Path]:
+def _local(
+    venv: Path, pins: Mapping[str, str], wheels: Sequence[Path], folders: Sequence[str]
+) -> dict[str, Path]:
     from mw_env.venv.lock.localwheel import local_entries
     from mw_env.venv.venvinfo import site_packages, venv_python_version
 

@@ -1,0 +1,121 @@
+"""The verify key's fingerprint (venvinfo.installed_fingerprint): the files whose size differs from their RECORD.
+
+Bootstrap reads most of it while the extras install (record_damage, from steps.BackgroundVerify) and passes that
+read as `known`: the digest must be the one a full read gives, a package that the extras replaced or added is read
+again, and the digest stays the one earlier versions recorded (a key that changed would make every finished venv
+verify again after an upgrade).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mw_env.venv.venvinfo import installed_fingerprint, record_damage, site_packages
+
+# installed_fingerprint of _venv()'s venv as mw-env 0.3.0 (before `known`) computed it.
+DIGEST_BEFORE = "ba1beb12c65679f5"
+
+
+def _package(site: Path, name: str, files: dict[str, bytes]) -> Path:
+    d = site / f"{name}.dist-info"
+    d.mkdir(parents=True)
+    rows = []
+    for rel, data in files.items():
+        path = site / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        rows.append(f"{rel},sha256=x,{len(data)}")
+    # RECORD itself, a file outside site-packages and byte-code carry no size that counts
+    rows += [f"{name}.dist-info/RECORD,,", "../../../bin/tool,sha256=y,10", "alpha/__pycache__/x.pyc,,"]
+    (d / "RECORD").write_text("\n".join(rows) + "\n")
+    return d / "RECORD"
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> Path:
+    """Two packages: alpha with a half-written file, beta with a lost one."""
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    _package(site, "alpha-1.0", {"alpha/__init__.py": b"x = 1\n", "alpha/data.bin": b"\0" * 100})
+    _package(site, "beta-2.0", {"beta.py": b"print('b')\n"})
+    (site / "alpha" / "data.bin").write_bytes(b"\0" * 50)
+    (site / "beta.py").unlink()
+    return venv
+
+
+def test_the_digest_is_the_one_earlier_versions_recorded(venv):
+    assert installed_fingerprint(venv) == DIGEST_BEFORE
+
+
+def test_a_read_made_before_gives_the_digest_of_a_full_read(venv):
+    known = record_damage(venv)
+    assert set(known) == {str(p) for p in site_packages(venv).glob("*.dist-info/RECORD")}
+    assert installed_fingerprint(venv, known) == installed_fingerprint(venv) == DIGEST_BEFORE
+
+
+def test_damage_shows_and_a_repair_clears_it(venv):
+    healthy = installed_fingerprint(venv)
+    site = site_packages(venv)
+    (site / "alpha" / "data.bin").write_bytes(b"\0" * 100)
+    (site / "beta.py").write_bytes(b"print('b')\n")
+    repaired = installed_fingerprint(venv)
+    assert repaired != healthy
+    (site / "alpha" / "__init__.py").unlink()
+    assert installed_fingerprint(venv) not in (healthy, repaired)
+
+
+def test_a_package_replaced_after_the_read_is_read_again(venv):
+    known = record_damage(venv)
+    site = site_packages(venv)
+    # The extras install replaces beta (uv removes the old dist-info and writes a new RECORD): the new files
+    # are whole, and the read made before must not stand for them.
+    record = site / "beta-2.0.dist-info" / "RECORD"
+    text = record.read_text()
+    record.unlink()
+    (site / "beta.py").write_bytes(b"print('b')\n")
+    record.write_text(text)
+    assert installed_fingerprint(venv, known) == installed_fingerprint(venv)
+    assert installed_fingerprint(venv, known) != DIGEST_BEFORE
+
+
+def test_a_package_added_after_the_read_is_read(venv):
+    known = record_damage(venv)
+    site = site_packages(venv)
+    _package(site, "gamma-3.0", {"gamma.py": b"g = 3\n"})
+    (site / "gamma.py").write_bytes(b"")
+    assert installed_fingerprint(venv, known) == installed_fingerprint(venv) != DIGEST_BEFORE
+
+
+def test_a_package_removed_after_the_read_is_gone_from_the_digest(venv):
+    known = record_damage(venv)
+    site = site_packages(venv)
+    (site / "beta-2.0.dist-info" / "RECORD").unlink()
+    assert installed_fingerprint(venv, known) == installed_fingerprint(venv) != DIGEST_BEFORE
+
+
+def test_the_read_stands_for_a_record_that_is_the_same_file(venv):
+    # The contract, stated: `known` is the damage as read moments before, while the extras installed (which
+    # writes a new RECORD for whatever it installs). A file changed since under an unchanged RECORD is seen by
+    # the next full read (the next run's done-check), not by this one.
+    known = record_damage(venv)
+    site = site_packages(venv)
+    (site / "alpha" / "data.bin").write_bytes(b"\0" * 100)
+    assert installed_fingerprint(venv, known) == DIGEST_BEFORE != installed_fingerprint(venv)
+
+
+def test_an_unreadable_record_counts_as_damage(venv):
+    # A RECORD that cannot be read (here a folder in its place: unreadable for root too) is itself damage.
+    record = site_packages(venv) / "beta-2.0.dist-info" / "RECORD"
+    record.unlink()
+    record.mkdir()
+    assert installed_fingerprint(venv) != DIGEST_BEFORE
+    assert installed_fingerprint(venv, record_damage(venv)) == installed_fingerprint(venv)
+
+
+def test_a_venv_without_site_packages_has_the_empty_digest(tmp_path):
+    assert (
+        installed_fingerprint(tmp_path) == installed_fingerprint(tmp_path, {})
+        and record_damage(tmp_path) == {}
+    )
