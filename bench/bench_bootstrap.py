@@ -11,8 +11,9 @@ Measures (CPU profile, torch from the wheelhouse that pip's configuration names)
   warm     the same into another new venv, uv's cache now filled (a new container sharing the cache)
   no-op    `mw-env bootstrap` again over the finished venv (the doctor step runs again: subtracted too)
   manual   the seed guide's pip sequence (`uv venv --seed` + `pip install torch==...` + `pip install -e .[train]`)
-The cold pair is run REPEATS times (MW_ENV_BENCH_REPEATS, 9), interleaved, each sequence from the same state
-(`_settle`), and the verdict is the median of the per-pair ratios (the machine may be shared: the ratio is what
+The cold pair is run REPEATS times (MW_ENV_BENCH_REPEATS, 15), interleaved ABBA (bare first in even pairs,
+bootstrap first in odd ones), each sequence from the same state (`_settle`), and the verdict is the median of
+the per-pair ratios (the machine may be shared: the ratio is what
 counts). Every figure is a ratio against the bare uv sequence from the same run. Writes the
 `bootstrap` section of docs/benchmarks.md. Skips (exit 0) where no wheelhouse holds a CPU torch.
 """
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from common import REPO, machine_line, update_section
 
-REPEATS = int(os.environ.get("MW_ENV_BENCH_REPEATS", "9"))
+REPEATS = int(os.environ.get("MW_ENV_BENCH_REPEATS", "15"))
 
 
 def _uv() -> str | None:
@@ -130,51 +131,45 @@ def main() -> int:
     def settle() -> str:
         return _settle(inputs, warmups, env)
 
+    def run_bare(i: int) -> None:
+        cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-bare-{i}")}
+        venv = work / f"bare-{i}"
+        python = str(venv / "bin" / "python")
+        t = _timed([uv, "venv", "-q", "--python", sys.executable, str(venv)], cache)[0]
+        t += _timed(
+            [uv, "pip", "install", "-q", "--python", python, *same_sources, f"torch=={wheel.version}"], cache
+        )[0]
+        t += _timed(
+            [uv, "pip", "install", "-q", "--python", python, *same_sources, "-e", f"{REPO}[train]", "pip"],
+            cache,
+        )[0]
+        bare.append(t)
+        # Each run's 1.5 GB is deleted before the next run's settle, so every measured run follows the same
+        # deletion (deleting only between pairs made each bare run the one that followed it).
+        _remove(venv, work / f"uv-cache-bare-{i}")
+
+    def run_bootstrap(i: int) -> None:
+        cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-cold-{i}")}
+        t, out = _timed([*mw, "--venv", str(work / f"cold-{i}")], cache)
+        result = json.loads(out)
+        d = _doctor_s(result)
+        cold.append(t - d)
+        doctor.append(d)
+        planning.append(t - result["total_s"])  # interpreter start, detection, profile and plan
+        for s in result["steps"]:
+            if s["id"] != "doctor":
+                steps.setdefault(s["id"], []).append(s["duration_s"])
+        # the first bootstrap's uv cache is kept: it serves the warm runs
+        _remove(work / f"cold-{i}", *([work / f"uv-cache-cold-{i}"] if i else []))
+
+    cache_how = ""
     try:
         for i in range(REPEATS):
-            cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-bare-{i}")}
-            venv = work / f"bare-{i}"
-            python = str(venv / "bin" / "python")
-            cache_how = settle()
-            t = _timed([uv, "venv", "-q", "--python", sys.executable, str(venv)], cache)[0]
-            t += _timed(
-                [uv, "pip", "install", "-q", "--python", python, *same_sources, f"torch=={wheel.version}"],
-                cache,
-            )[0]
-            t += _timed(
-                [
-                    uv,
-                    "pip",
-                    "install",
-                    "-q",
-                    "--python",
-                    python,
-                    *same_sources,
-                    "-e",
-                    f"{REPO}[train]",
-                    "pip",
-                ],
-                cache,
-            )[0]
-            bare.append(t)
-            # Each run's 1.5 GB is deleted before the next run's settle, so every measured run follows the same
-            # deletion (ext4 discards what is freed as it commits: deleting only between pairs made every bare
-            # run the one that followed it, and bootstrap looked 5% faster than uv).
-            _remove(venv, work / f"uv-cache-bare-{i}")
-
-            cache = {**env, "UV_CACHE_DIR": str(work / f"uv-cache-cold-{i}")}
-            settle()
-            t, out = _timed([*mw, "--venv", str(work / f"cold-{i}")], cache)
-            result = json.loads(out)
-            d = _doctor_s(result)
-            cold.append(t - d)
-            doctor.append(d)
-            planning.append(t - result["total_s"])  # interpreter start, detection, profile and plan
-            for s in result["steps"]:
-                if s["id"] != "doctor":
-                    steps.setdefault(s["id"], []).append(s["duration_s"])
-            # the first bootstrap's uv cache is kept: it serves the warm runs
-            _remove(work / f"cold-{i}", *([work / f"uv-cache-cold-{i}"] if i else []))
+            # ABBA: bare first in even pairs, bootstrap first in odd ones, so that whatever the one run does to
+            # the next (the machine's memory, its disk) falls on both sides alike.
+            for run in (run_bare, run_bootstrap) if i % 2 == 0 else (run_bootstrap, run_bare):
+                cache_how = settle()
+                run(i)
         warm_env = {**env, "UV_CACHE_DIR": str(work / "uv-cache-cold-0")}
         warm: list[float] = []
         warm_steps: dict[str, list[float]] = {"planning": []}
@@ -217,7 +212,7 @@ def main() -> int:
     ]
     table = "\n".join(f"| {name} | {t:.1f} s | {t / ref:.2f} |" for name, t in rows)
     breakdown = ", ".join(
-        f"{sid} {statistics.median(v):.1f} s" for sid, v in steps.items() if statistics.median(v) >= 0.05
+        f"{sid} {statistics.median(v):.2f} s" for sid, v in steps.items() if statistics.median(v) >= 0.01
     )
     ratios = [c / b for c, b in zip(cold, bare, strict=True)]
     pairs = statistics.median(ratios)
@@ -229,9 +224,11 @@ def main() -> int:
         "in this run"
         + f", under {_load()} (a load above 1 on 2 CPUs inflates every absolute second; the ratios compare runs "
         "made under the same load). The per-pair ratio is the measure: each bootstrap is compared with the bare "
-        "sequence run just before it, so the drift of this machine's disk during a bench (each run unpacks "
-        "torch's 700 MB; the bare runs here took from "
-        f"{min(bare):.1f} to {max(bare):.1f} s) cancels instead of mixing into both medians."
+        "sequence run beside it (just before or just after), so the drift of this machine during a bench (each "
+        "run unpacks torch's 700 MB; the same `uv pip install torch` varies by 18% from one run to the next here, "
+        f"and the bare runs took from {min(bare):.1f} to {max(bare):.1f} s) cancels instead of mixing into both "
+        f"medians. What bootstrap adds to uv's work, the median of the per-pair differences: "
+        f"{1000 * statistics.median(c - b for c, b in zip(cold, bare, strict=True)):.0f} ms."
     )
     warm_breakdown = ", ".join(
         f"{sid} {statistics.median(v):.2f} s" for sid, v in warm_steps.items() if statistics.median(v) >= 0.01
