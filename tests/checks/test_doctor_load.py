@@ -92,3 +92,27 @@ def test_a_probe_stuck_in_a_gpu_stage_on_a_busy_machine_is_not_called_a_gpu_faul
     # The same hang on an idle machine is the GPU fault it was (test_doctor_audit).
     ctx.machine = _root_with_load(tmp_path / "idle", 0.2, "doctor-incus-780m-nokfd")
     assert "GPU fault" in check_compute(ctx)[0].detail
+
+
+def test_the_doctor_runs_none_of_the_pythons_on_path(tmp_path, monkeypatch):
+    # No check reads them, and running each one (pyenv shims are bash pipelines) took half a second of every
+    # doctor: detection without interpreters, as bootstrap's planning does.
+    from mw_env.checks import run_doctor
+    from mw_env.hardware import detect as detect_mod
+    from mw_env.hardware import system
+
+    ran: list[str] = []
+    asked: list[bool] = []
+    monkeypatch.setattr(system, "pythons", lambda *a, **k: ran.append("pythons") or ())
+    real = detect_mod.detect
+
+    def spy(machine, *, gpu=None, interpreters=True):
+        asked.append(interpreters)
+        return real(machine, gpu=gpu, interpreters=interpreters)
+
+    monkeypatch.setattr(detect_mod, "detect", spy)
+    hw = replace(hardware(None, container="docker"), cpu=CpuInfo(cores=2))
+    report = run_doctor(
+        machine=Machine(root=MACHINES / "cpu-only"), selection=selection(hw), venv=tmp_path / "v", quick=True
+    )
+    assert asked == [False] and ran == [] and report.checks

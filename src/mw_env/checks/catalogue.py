@@ -240,16 +240,15 @@ def parse_catalogue(data: Any, *, source: str) -> Catalogue:
 
 @lru_cache(maxsize=4)
 def _load_file(path: str) -> Catalogue:
-    import yaml
+    from mw_env.base.userfile import load_yaml
 
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path} is not valid YAML: {exc}") from exc
+    # The shipped catalogue (110 KB) with libyaml's parser: 6 ms instead of PyYAML's 85, on every doctor run
+    # (bootstrap's last step, `mw-env train`'s pre-flight). A user's file: the bounded, strict loader.
+    data = load_yaml(text, source=path, shipped=Path(path) == CATALOGUE_FILE)
     return parse_catalogue(data, source=path)
 
 

@@ -113,7 +113,11 @@ def run_doctor(
     if hardware is None:
         from mw_env.hardware.detect import detect
 
-        hardware = detect(machine, gpu=selection.gpu.index if selection.gpu is not None else None)
+        # No interpreters: no check reads the Pythons on PATH, and running each one (pyenv shims are bash
+        # pipelines) took half a second of every doctor, bootstrap's included.
+        hardware = detect(
+            machine, gpu=selection.gpu.index if selection.gpu is not None else None, interpreters=False
+        )
     venv_record, record_error = record if record is not None else read_venv_record(venv)
     ctx = DoctorContext(
         machine=machine,
