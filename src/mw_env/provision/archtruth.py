@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mw_env.profiles.amd import HSA_OVERRIDE, decide_override
-from mw_env.venv.wheelarch import WheelArchs
 
 if TYPE_CHECKING:
     from mw_env.profiles.model import Profile, Selection
+    from mw_env.venv.wheelarch import WheelArchs
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,6 @@ from mw_env.venv.venvinfo import (
     site_packages,
     venv_python_version,
 )
-from mw_env.venv.wheelarch import read_wheel_archs
 
 __all__ = [
     "ADOPT_PTH",
@@ -176,7 +175,11 @@ def _truth(
         "arch_policy": kernels.policy,
         "index_pick": pick,
     }
-    if kernels.policy is not None and installed:
+    if (
+        kernels.policy is not None and installed
+    ):  # an AMD GPU's torch: its wheel's archs (a CPU plan never asks)
+        from mw_env.venv.wheelarch import read_wheel_archs
+
         verdict = judge(kernels.policy, read_wheel_archs(build_venv))
         fields["wheel"] = verdict
         fields["runtime_env"] = env_with(runtime_env, verdict.override)

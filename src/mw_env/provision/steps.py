@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from mw_env.base.atomic import write_text_atomic as write_atomic
 from mw_env.base.errors import MwEnvError, StepFailed
 from mw_env.base.textsafe import redact
-from mw_env.provision import keys, torchindex, uvfail, verify
+from mw_env.provision import keys, torchindex, verify
 from mw_env.provision import pin as pinmod
 from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
@@ -39,9 +39,7 @@ class Run:
     doctor: DoctorHook | None
     doctor_report: DoctorReport | None = None
     outputs: dict[str, str] = field(default_factory=dict)
-    # The installed packages' damage, read while the extras installed (BackgroundVerify): the verify key's
-    # fingerprint then reads only what the extras added.
-    known_damage: venvinfo.KnownDamage | None = None
+    known_damage: venvinfo.KnownDamage | None = None  # read during the extras (BackgroundVerify), for the key
 
     def command(
         self,
@@ -131,6 +129,8 @@ def install_torch(run: Run, step: Step) -> str:
     env = torchindex.step_env(uvmod.uv_env(p.env))
     res = run.command(step, step.command or (), timeout=3600, env=env)
     if not res.ok:
+        from mw_env.provision import uvfail  # only when the install failed
+
         cause = uvfail.index_failure(res.output, p.torch_indexes)
         if cause is not None:
             raise StepFailed(
@@ -196,9 +196,8 @@ class BackgroundVerify:
     the extras install is writing at that moment (a half-written numpy fails the import), so an import the
     step asks for runs after the extras (`verify_after_extras`).
 
-    Beside it, a thread reads what the verify key fingerprints (venvinfo.record_damage: a stat of each of
-    torch's 19,000 files, 50 ms) while the extras install, instead of after it, on bootstrap's path. The
-    stats release the GIL, and the main thread is waiting on uv."""
+    Beside it, a thread stats torch's 19,000 files for the verify key (venvinfo.record_damage, 50 ms) while the
+    extras install, off bootstrap's path: the stats release the GIL, and the main thread waits on uv."""
 
     def __init__(self, run: Run, step: Step) -> None:
         import subprocess

@@ -12,12 +12,15 @@ from __future__ import annotations
 import platform as _platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from mw_env.profiles.model import has_local_tag
-from mw_env.sources.indexlist import IndexAnswerError, IndexFile, Listing, list_project
+
+if TYPE_CHECKING:  # the listing itself is imported where an index is asked (not for a wheelhouse's torch)
+    from mw_env.sources.indexlist import IndexFile, Listing
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,8 @@ def pick_from_index(
     timeout: float = 10.0,
 ) -> IndexPick:
     """pick_from_listing on the live index, plus the device packages' download when the index states it."""
+    from mw_env.sources.indexlist import IndexAnswerError, list_project
+
     try:
         listing = list_project(index, "torch", env=env, timeout=timeout)
     except IndexAnswerError as exc:
