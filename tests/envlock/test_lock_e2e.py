@@ -51,7 +51,7 @@ def mw_env(env: dict[str, str], *args: str, timeout: int = 900) -> subprocess.Co
     )
 
 
-def freeze(env: dict[str, str], venv: Path) -> list[str]:
+def uv_freeze(env: dict[str, str], venv: Path) -> str:
     res = subprocess.run(
         [env["UV"], "pip", "freeze", "--python", str(venv / "bin" / "python")],
         env=env,
@@ -59,7 +59,11 @@ def freeze(env: dict[str, str], venv: Path) -> list[str]:
         text=True,
         check=True,
     )
-    return [ln for ln in res.stdout.splitlines() if not ln.startswith("-e ")]  # the project itself aside
+    return res.stdout
+
+
+def freeze(env: dict[str, str], venv: Path) -> list[str]:
+    return [ln for ln in uv_freeze(env, venv).splitlines() if not ln.startswith("-e ")]  # the project aside
 
 
 @pytest.fixture(scope="module")
@@ -108,15 +112,8 @@ def test_the_lock_reads_the_venv_as_uv_pip_freeze_does(env, first):
     # bootstrap built (torch from the wheelhouse, the project editable, pip).
     from mw_env.venv.lock.make import parse_freeze, read_installed
 
-    res = subprocess.run(
-        [env["UV"], "pip", "freeze", "--python", str(first / "bin" / "python")],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
     mine = read_installed(first)
-    assert mine is not None and mine == parse_freeze(res.stdout)
+    assert mine is not None and mine == parse_freeze(uv_freeze(env, first))
     assert "torch" in mine.pins and len(mine.skipped) == 1  # the project, `-e file:///…`
 
 

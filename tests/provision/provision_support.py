@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,3 +57,19 @@ def offline_options(venv: Path, project: Path, **overrides: object):
         "doctor": False,
     }
     return BootstrapOptions(**{**base, **overrides})
+
+
+def cpu_bootstrap_args(venv: Path, indexes, root: Path, *extra: str) -> list[str]:
+    """`mw-env bootstrap` for the CPU profile on fake root `root`, this interpreter and the test project."""
+    base = [
+        "bootstrap",
+        "--root",
+        str(root),
+        "--profile",
+        "cpu",
+        "--venv",
+        str(venv),
+        "--python",
+        sys.executable,
+    ]
+    return [*base, "--project", str(indexes.project), *extra]

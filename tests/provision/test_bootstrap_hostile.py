@@ -15,7 +15,7 @@ from mw_env.provision.plan import BootstrapOptions, plan
 from mw_env.provision.state import lock_path, venv_lock
 from mw_env.venv.record import read_record
 
-from .provision_support import FakeSource, offline_options
+from .provision_support import FakeSource, cpu_bootstrap_args, offline_options
 
 TOKEN = "s3cr3tTOKEN"
 SECRET_INDEX = f"https://user:{TOKEN}@mirror.example/whl/cpu"
@@ -80,44 +80,12 @@ def test_an_old_world_readable_lock_file_is_made_private(tmp_path):
         assert stat.S_IMODE(os.stat(old).st_mode) == 0o600
 
 
-def test_cli_dry_run_text_and_json_never_print_the_token(tmp_path, hermetic_env, indexes):
+def _dry_run(tmp_path, hermetic_env, indexes, venv, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`python -m mw_env bootstrap --dry-run` for the CPU profile on an empty fake root, as a user runs it."""
     root = tmp_path / "root"
-    root.mkdir()
+    root.mkdir(exist_ok=True)
     env = {**hermetic_env, "PYTHONPATH": os.pathsep.join(sys.path)}
-    base = ["bootstrap", "--root", str(root), "--profile", "cpu", "--venv", str(tmp_path / "v")]
-    base += ["--python", sys.executable, "--project", str(indexes.project), "--torch-index", SECRET_INDEX]
-    for extra in ([], ["--json"], ["--find-links", str(indexes.cpu_links)]):
-        res = subprocess.run(
-            [sys.executable, "-m", "mw_env", *base, "--dry-run", *extra],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
-        assert res.returncode == 0, res.stderr
-        assert TOKEN not in res.stdout + res.stderr
-        assert "user:***@mirror.example" in res.stdout + res.stderr, (extra, res.stdout, res.stderr)
-
-
-def test_a_path_with_an_emoji_code_is_printed_as_written(tmp_path, hermetic_env, indexes):
-    # rich turns ":smile:" into an emoji unless told not to: a venv path must come out as the user wrote it.
-    root = tmp_path / "root"
-    root.mkdir()
-    venv = tmp_path / "runs:smile:v"
-    env = {**hermetic_env, "PYTHONPATH": os.pathsep.join(sys.path)}
-    argv = [
-        "bootstrap",
-        "--root",
-        str(root),
-        "--profile",
-        "cpu",
-        "--venv",
-        str(venv),
-        "--python",
-        sys.executable,
-    ]
-    argv += ["--project", str(indexes.project), "--find-links", str(indexes.cpu_links), "--dry-run"]
+    argv = cpu_bootstrap_args(venv, indexes, root, "--dry-run", *extra)
     res = subprocess.run(
         [sys.executable, "-m", "mw_env", *argv],
         env=env,
@@ -127,6 +95,20 @@ def test_a_path_with_an_emoji_code_is_printed_as_written(tmp_path, hermetic_env,
         timeout=120,
     )
     assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_cli_dry_run_text_and_json_never_print_the_token(tmp_path, hermetic_env, indexes):
+    for extra in ([], ["--json"], ["--find-links", str(indexes.cpu_links)]):
+        res = _dry_run(tmp_path, hermetic_env, indexes, tmp_path / "v", "--torch-index", SECRET_INDEX, *extra)
+        assert TOKEN not in res.stdout + res.stderr
+        assert "user:***@mirror.example" in res.stdout + res.stderr, (extra, res.stdout, res.stderr)
+
+
+def test_a_path_with_an_emoji_code_is_printed_as_written(tmp_path, hermetic_env, indexes):
+    # rich turns ":smile:" into an emoji unless told not to: a venv path must come out as the user wrote it.
+    venv = tmp_path / "runs:smile:v"
+    res = _dry_run(tmp_path, hermetic_env, indexes, venv, "--find-links", str(indexes.cpu_links))
     assert (
         f"venv {venv}" in res.stdout and "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in res.stdout
     )

@@ -18,7 +18,7 @@ from mw_env.provision.plan import build_path, installed_version, plan
 from mw_env.venv.record import read_record
 from proctools import hang_report, new_tag
 
-from .provision_support import ROCM, offline_options
+from .provision_support import ROCM, cpu_bootstrap_args, offline_options
 
 
 def _cli(args: list[str], env: dict[str, str], **kw) -> subprocess.Popen[str]:
@@ -33,24 +33,8 @@ def _cli(args: list[str], env: dict[str, str], **kw) -> subprocess.Popen[str]:
 
 
 def _args(venv: Path, indexes, root: Path) -> list[str]:
-    return [
-        "bootstrap",
-        "--root",
-        str(root),
-        "--profile",
-        "cpu",
-        "--venv",
-        str(venv),
-        "--python",
-        sys.executable,
-        "--project",
-        str(indexes.project),
-        "--find-links",
-        str(indexes.cpu_links),
-        "--offline",
-        "--no-adopt-torch",
-        "--no-doctor",
-    ]
+    extra = ["--find-links", str(indexes.cpu_links), "--offline", "--no-adopt-torch", "--no-doctor"]
+    return cpu_bootstrap_args(venv, indexes, root, *extra)
 
 
 def _slow_uv(tmp_path: Path, real_uv: str) -> tuple[Path, Path]:

@@ -17,6 +17,8 @@ from mw_env.sources.wheelhouse import discover, matching_torch, probe_index, unr
 from mw_env.venv.record import VenvRecord, default_venv, read_record, write_record
 from wheelfactory import fake_torch
 
+from .provision_support import cpu_bootstrap_args
+
 
 def test_discover_honours_cli_env_and_pip_conf_in_order(tmp_path):
     xdg = tmp_path / "xdg" / "pip"
@@ -142,22 +144,8 @@ def _mw(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
 def test_dry_run_json_contract_and_bad_input(tmp_path, hermetic_env, indexes):
     env = {**hermetic_env, "PYTHONPATH": ":".join(sys.path)}
     venv = tmp_path / "v"
-    base = [
-        "bootstrap",
-        "--root",
-        str(tmp_path),
-        "--profile",
-        "cpu",
-        "--venv",
-        str(venv),
-        "--python",
-        sys.executable,
-        "--project",
-        str(indexes.project),
-        "--find-links",
-        str(indexes.cpu_links),
-        "--no-adopt-torch",
-    ]
+    extra = ["--find-links", str(indexes.cpu_links), "--no-adopt-torch"]
+    base = cpu_bootstrap_args(venv, indexes, tmp_path, *extra)
     res = _mw([*base, "--dry-run", "--json"], env)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
