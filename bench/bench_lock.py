@@ -6,7 +6,8 @@ Measures (CPU profile, torch from the wheelhouse pip's configuration names, uv's
   rebuild    `mw-env bootstrap --lock VENV/pylock.mw-env.toml --offline --no-doctor` into another new venv
   bare       `uv pip freeze` + one `uv pip compile --format pylock.toml` of it with the same sources (the
              reference for writing a lock: what `mw-env lock` automates, without the hardware table)
-  lock       `mw-env lock --venv VENV --output FILE` (freeze, then uv resolves each pin's file and hash)
+  lock       `mw-env lock --venv VENV --output FILE` (what is installed, read from the dist-info folders as uv pip
+             freeze reads them; then uv resolves each pin's file and hash)
 Each pair runs REPEATS times, interleaved; medians are compared. Writes the `lock` section of
 docs/benchmarks.md. Skips (exit 0) where no wheelhouse holds a CPU torch.
 """
@@ -99,14 +100,16 @@ locked · median of {REPEATS} interleaved runs
 |---|---|---|
 | `mw-env bootstrap --no-doctor`, new venv (reference) | {med(fresh):.2f} s | 1.00 |
 | **`mw-env bootstrap --lock VENV/{LOCK_FILE} --offline`**, new venv | {med(rebuild):.2f} s | **{med(rebuild) / med(fresh):.2f}x** |
-| - of which the bootstrap's lock step (freeze + uv pip compile, 2 groups) | {med(step):.2f} s | {med(step) / med(fresh):.2f}x |
+| - of which the bootstrap's lock step (the installed set, torch's entry from the early hash, uv pip compile) | {med(step):.2f} s | {med(step) / med(fresh):.2f}x |
 | bare uv: `uv pip freeze` + `uv pip compile --format pylock.toml` (reference) | {med(freeze):.2f} s | 1.00 |
 | **`mw-env lock --venv VENV`** | {med(lock):.2f} s | **{med(lock) / med(freeze):.2f}x** |
 
 Rebuilding from a lock runs no resolution (one `uv pip install -r pylock.toml`, every hash checked before
-anything is installed), then the project with `--no-deps`. Writing a lock is a freeze plus two `uv pip compile
---format pylock.toml --no-deps` (torch's group from its own source), plus mw-env's interpreter start and
-profile detection.
+anything is installed), then the project with `--no-deps`. Writing a lock reads what is installed from the
+dist-info folders (as `uv pip freeze` reads them), then runs `uv pip compile --format pylock.toml --no-deps`
+per group (torch's from its own source); a torch bootstrap installed from a local wheelhouse gets its entry
+from mw-env (the wheel's sha256, read while bootstrap's other steps ran, or by `mw-env lock` itself), plus
+mw-env's interpreter start and profile detection.
 """
     update_section("lock", md)
     print(md)
