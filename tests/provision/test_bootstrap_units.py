@@ -389,7 +389,7 @@ def test_too_old_or_broken_uv_is_refused(tmp_path):
         assert check_version(real, {}).count(".") >= 2
 
 
-def _logging_uv(tmp_path: Path, version: str = "uv 0.13.9") -> tuple[Path, Path]:
+def _logging_uv(tmp_path: Path, version: str = "uv 0.13.9 (x86_64-unknown-linux-gnu)") -> tuple[Path, Path]:
     """A uv that answers --version and logs every call (one line of arguments each)."""
     log = tmp_path / "uv-calls.log"
     uv = tmp_path / "uv"
@@ -434,7 +434,7 @@ def test_a_too_old_uv_asked_ahead_is_refused_as_before(tmp_path):
     from mw_env.base.errors import StepFailed
     from mw_env.sources import uv as uvmod
 
-    old, _ = _logging_uv(tmp_path, version="uv 0.4.1")
+    old, _ = _logging_uv(tmp_path, version="uv 0.4.1 (d9bd3bc7a 2024-08-15)")
     uvmod.prefetch(str(old), {})
     with pytest.raises(StepFailed, match=r"uv 0\.4\.1 .* too old"):
         uvmod.check_version(str(old), {})

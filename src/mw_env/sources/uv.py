@@ -262,7 +262,7 @@ def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | Non
 
 # `uv --version` begun by prefetch, by uv's path; check_version collects it.
 _version_runs: dict[str, subprocess.Popen[str]] = {}
-_warmers: list[subprocess.Popen[bytes]] = []
+_warmers: list[subprocess.Popen[str]] = []
 _prefetch_lock = threading.Lock()
 
 
@@ -281,28 +281,28 @@ def prefetch(uv: str | None, env: Mapping[str, str], *, python: str | None = Non
     with _prefetch_lock:
         if uv not in _version_runs:
             with contextlib.suppress(OSError):  # it cannot start: check_version runs it itself and says why
-                _version_runs[uv] = subprocess.Popen(
-                    [uv, "--version"],
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    preexec_fn=preexec(signal.SIGKILL),
-                )
+                _version_runs[uv] = _background([uv, "--version"], env, subprocess.PIPE)
         _warmers[:] = [w for w in _warmers if w.poll() is None]  # the finished ones, reaped
         if python and os.sep in python and os.path.isfile(python):
             with contextlib.suppress(OSError):  # only a head start: the venv step asks uv itself
                 _warmers.append(
-                    subprocess.Popen(
-                        [uv, "python", "find", "--no-python-downloads", python],
-                        env=uv_env(env),
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        preexec_fn=preexec(signal.SIGKILL),
-                    )
+                    _background([uv, "python", "find", "--no-python-downloads", python], uv_env(env))
                 )
+
+
+def _background(
+    argv: list[str], env: Mapping[str, str], output: int = subprocess.DEVNULL
+) -> subprocess.Popen[str]:
+    """A child started now and collected later (or never): no stdin, dying with this process."""
+    return subprocess.Popen(
+        argv,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=output,
+        stderr=output,
+        text=True,
+        preexec_fn=preexec(signal.SIGKILL),
+    )
 
 
 def _version_run(uv: str, env: Mapping[str, str]) -> CommandRun:
