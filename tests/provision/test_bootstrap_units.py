@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -445,6 +446,53 @@ def test_a_too_old_uv_asked_ahead_is_refused_as_before(tmp_path):
     with pytest.raises(StepFailed, match="does not run as uv") as info:
         uvmod.check_version(str(broken), {})
     assert "segfault" in info.value.message  # its stderr, as when it is run in the step
+
+
+def _logging_python(tmp_path: Path, answer: str) -> tuple[Path, Path]:
+    """An interpreter that logs each start (its arguments' count and $MARK) and answers the version query."""
+    log = tmp_path / "python-calls.log"
+    python = tmp_path / "bin" / "python3.12"
+    python.parent.mkdir(exist_ok=True)
+    python.write_text(f'#!/bin/sh\necho "$# ${{MARK:-}}" >> {log}\necho "{answer}"\n')
+    python.chmod(0o755)
+    return python, log
+
+
+def test_the_interpreters_version_asked_ahead_is_the_answer_planning_reads(tmp_path):
+    from mw_env.sources import uv as uvmod
+
+    python, log = _logging_python(tmp_path, "3.12.4 /opt/python/bin/python3.12")
+    env = {"PATH": os.environ["PATH"], "MARK": "ahead"}
+    uvmod.prefetch(None, env, python=str(python))  # no uv yet: the version query still starts
+    assert uvmod.python_version(str(python), env) == ("3.12.4", "/opt/python/bin/python3.12")
+    assert _calls(log) == ["3 ahead"]  # asked once, ahead, with -S -c CODE
+    # asked again later (a second plan): nothing stale is kept, the interpreter is started again
+    assert uvmod.python_version(str(python), {**env, "MARK": "again"}) == (
+        "3.12.4",
+        "/opt/python/bin/python3.12",
+    )
+    assert _calls(log) == ["3 ahead", "3 again"]
+
+
+def test_a_version_asked_ahead_under_another_environment_is_asked_again(tmp_path):
+    from mw_env.sources import uv as uvmod
+
+    python, log = _logging_python(tmp_path, "3.12.4 /opt/python/bin/python3.12")
+    base = {"PATH": os.environ["PATH"]}
+    uvmod.prefetch(None, {**base, "MARK": "ahead"}, python=str(python))
+    # planning asks with the machine's environment: another one (a fake root's, PYTHONHOME...) is asked itself
+    assert uvmod.python_version(str(python), {**base, "MARK": "plan"}) == (
+        "3.12.4",
+        "/opt/python/bin/python3.12",
+    )
+    for warmer in uvmod._warmers:
+        warmer.wait()
+    assert sorted(_calls(log)) == ["3 ahead", "3 plan"]
+    broken = tmp_path / "python-broken"
+    broken.write_text("#!/bin/sh\necho 'Fatal Python error: init_fs_encoding' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    uvmod.prefetch(None, base, python=str(broken))
+    assert uvmod.python_version(str(broken), base) is None  # a failure ahead is the failure planning sees
 
 
 def test_a_full_disk_while_writing_is_a_clear_step_failure(tmp_path, hermetic_env, indexes, monkeypatch):

@@ -179,12 +179,20 @@ def open_append(path: str | Path) -> TextIO:
 
 @contextlib.contextmanager
 def atomic_path(
-    path: str | Path, *, mode: int | None = None, suffix: str = "", _faults: bool = True
+    path: str | Path,
+    *,
+    mode: int | None = None,
+    suffix: str = "",
+    durable: bool = True,
+    _faults: bool = True,
 ) -> Iterator[Path]:
     """Yield a temporary path to write (by any library: torch.save, an ONNX exporter); commit it on exit.
 
     The caller's writer may close the file itself; the commit fsyncs it again by name before the rename.
-    `suffix` keeps an extension some writers insist on (".onnx").
+    `suffix` keeps an extension some writers insist on (".onnx"). `durable=False`: still atomic (never torn
+    while the machine runs), without the fsyncs, for a file whose loss in a power cut costs only redone
+    work and whose reader accepts an old or empty copy (bootstrap's step state): an fsync right after an
+    install of gigabytes can wait for that install's writeback.
     """
     final = Path(path)
     refuse_special(final)
@@ -195,7 +203,8 @@ def atomic_path(
         fault = fault_for(final) if _faults else None  # atomic_open raises its own inside the write
         if fault is not None:
             raise fault
-        _fsync_file(tmp)
+        if durable:
+            _fsync_file(tmp)
         if mode is not None:
             os.chmod(tmp, mode)
         refuse_special(final)  # again at the commit: a node made at the path while the file was written
@@ -204,16 +213,19 @@ def atomic_path(
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    fsync_dir(final.parent)
+    if durable:
+        fsync_dir(final.parent)
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w", *, file_mode: int | None = None) -> Iterator[IO[Any]]:
-    """`open()` for writing, atomically: text ("w", UTF-8) or binary ("wb")."""
+def atomic_open(
+    path: str | Path, mode: str = "w", *, file_mode: int | None = None, durable: bool = True
+) -> Iterator[IO[Any]]:
+    """`open()` for writing, atomically: text ("w", UTF-8) or binary ("wb"); `durable` as atomic_path's."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode must be 'w' or 'wb', not {mode!r}")
     fault = fault_for(path)
-    with atomic_path(path, mode=file_mode, _faults=False) as tmp:
+    with atomic_path(path, mode=file_mode, durable=False, _faults=False) as tmp:
         kwargs: dict[str, Any] = {"encoding": "utf-8"} if mode == "w" else {}
         # O_EXCL: a leftover temporary of the same name is never written through.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if file_mode is not None else 0o666)
@@ -222,11 +234,14 @@ def atomic_open(path: str | Path, mode: str = "w", *, file_mode: int | None = No
             if fault is not None:  # a writer that wrote less than `allow` bytes still meets the full disk
                 raise fault
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
+    if durable:  # after the rename (atomic_path, told not to: the file is synced above, while still open)
+        fsync_dir(Path(path).parent)
 
 
-def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None) -> None:
-    with atomic_open(path, "w", file_mode=mode) as fh:
+def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None, durable: bool = True) -> None:
+    with atomic_open(path, "w", file_mode=mode, durable=durable) as fh:
         fh.write(text)
 
 

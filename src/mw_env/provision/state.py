@@ -56,7 +56,11 @@ class State:
     def save(self) -> None:
         if not self.path.parent.is_dir():
             return  # the venv does not exist yet (before the venv step)
-        write_atomic(self.path, json.dumps({"steps": self.steps}, indent=2, sort_keys=True) + "\n")
+        # Not durable (no fsync): a state lost in a power cut only makes the next run check its steps again
+        # (load() takes a missing or torn file as "nothing done"), and each of bootstrap's dozen marks would
+        # otherwise wait for the writeback of the gigabytes uv has just written.
+        text = json.dumps({"steps": self.steps}, indent=2, sort_keys=True) + "\n"
+        write_atomic(self.path, text, durable=False)
 
 
 def lock_path(venv: Path) -> Path:

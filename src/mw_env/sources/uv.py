@@ -243,14 +243,15 @@ def _pyenv_python(request: str, env: Mapping[str, str]) -> str | None:
     return None
 
 
+def _version_query(python: str) -> list[str]:
+    # -S: no site import (the version and the executable are known before it), half this start's time
+    return [python, "-S", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3], sys.executable)"]
+
+
 def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | None:
     """("3.11.7", the real executable behind shims) for an interpreter, None when it does not run."""
-    res = _run_quiet(
-        # -S: no site import (the version and the executable are known before it), half this start's time
-        [python, "-S", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3], sys.executable)"],
-        env,
-        20.0,
-    )
+    argv = _version_query(python)
+    res = _collect(argv, env, 20.0) or _run_quiet(argv, env, 20.0)
     if not res.ok:
         return None
     out = res.stdout.strip().splitlines()
@@ -262,6 +263,9 @@ def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | Non
 
 # `uv --version` begun by prefetch, by uv's path; check_version collects it.
 _version_runs: dict[str, subprocess.Popen[str]] = {}
+# Other answers begun by prefetch (an interpreter's version query), by argv, with the environment they run in;
+# python_version collects its own.
+_ahead: dict[tuple[str, ...], tuple[dict[str, str], subprocess.Popen[str]]] = {}
 _warmers: list[subprocess.Popen[str]] = []
 _prefetch_lock = threading.Lock()
 
@@ -274,8 +278,14 @@ def prefetch(uv: str | None, env: Mapping[str, str], *, python: str | None = Non
     - `uv --version`, for the version check of the first step (check_version collects it);
     - for an interpreter given as a path (`--python /usr/bin/python3.12`), `uv python find PATH`: uv then
       knows that interpreter (its cache), and the venv step's `uv venv` takes 10 ms instead of 45. A Python
-      given by version is looked up with uv while planning anyway (find_python), which does the same.
-    A no-op without uv; the children die with this process."""
+      given by version is looked up with uv while planning anyway (find_python), which does the same;
+    - for that path also the interpreter's version query (python_version, 12 ms at the end of planning).
+    Without uv only the version query; the children die with this process."""
+    given = bool(python and os.sep in python and os.path.isfile(python))
+    if given and python:
+        argv = _version_query(python)
+        with _prefetch_lock, contextlib.suppress(OSError):  # only a head start: planning asks itself
+            _ahead.setdefault(tuple(argv), (dict(env), _background(argv, env, subprocess.PIPE)))
     if not uv:
         return
     with _prefetch_lock:
@@ -283,7 +293,7 @@ def prefetch(uv: str | None, env: Mapping[str, str], *, python: str | None = Non
             with contextlib.suppress(OSError):  # it cannot start: check_version runs it itself and says why
                 _version_runs[uv] = _background([uv, "--version"], env, subprocess.PIPE)
         _warmers[:] = [w for w in _warmers if w.poll() is None]  # the finished ones, reaped
-        if python and os.sep in python and os.path.isfile(python):
+        if given and python:
             with contextlib.suppress(OSError):  # only a head start: the venv step asks uv itself
                 _warmers.append(
                     _background([uv, "python", "find", "--no-python-downloads", python], uv_env(env))
@@ -311,14 +321,29 @@ def _version_run(uv: str, env: Mapping[str, str]) -> CommandRun:
         child = _version_runs.pop(uv, None)
     if child is None:
         return _run_quiet([uv, "--version"], env, 20.0)
+    return _answer(child, (uv, "--version"), 20.0)
+
+
+def _collect(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> CommandRun | None:
+    """The answer of `argv` begun ahead in this environment, or None (none begun, or begun in another one)."""
+    with _prefetch_lock:
+        ahead = _ahead.pop(tuple(argv), None)
+        if ahead is not None and ahead[0] != dict(env):
+            _warmers.append(ahead[1])  # asked under another environment: reaped later, its answer unused
+            ahead = None
+    return None if ahead is None else _answer(ahead[1], argv, timeout)
+
+
+def _answer(child: subprocess.Popen[str], argv: Sequence[str], timeout: float) -> CommandRun:
+    """A child begun ahead, waited for as _run_quiet waits for its own."""
     start = time.monotonic()
     try:
-        out, err = child.communicate(timeout=20.0)
+        out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         child.kill()
         child.communicate()
-        return CommandRun((uv, "--version"), 127, str(exc), time.monotonic() - start)
-    return CommandRun((uv, "--version"), child.returncode, out + err, time.monotonic() - start, stdout=out)
+        return CommandRun(tuple(argv), 127, str(exc), time.monotonic() - start)
+    return CommandRun(tuple(argv), child.returncode, out + err, time.monotonic() - start, stdout=out)
 
 
 def check_version(uv: str, env: Mapping[str, str]) -> str:
