@@ -67,7 +67,7 @@ def test_verify_overlaps_the_extras_and_still_stops_a_wrong_build(
     """The verify's child runs while pin and extras run; a wrong build still fails the bootstrap at
     verify-torch, before the env file and the record are written."""
     from mw_env.provision import execute as ex
-    from mw_env.provision import steps as steps_mod
+    from mw_env.provision import verifystep as steps_mod
 
     started: list[str] = []
     real = steps_mod.BackgroundVerify.__init__

@@ -1,6 +1,6 @@
 """The verify key's fingerprint (venvinfo.installed_fingerprint): the files whose size differs from their RECORD.
 
-Bootstrap reads most of it while the extras install (record_damage, from steps.BackgroundVerify) and passes that
+Bootstrap reads most of it while the extras install (record_damage, from verifystep.BackgroundVerify) and passes that
 read as `known`: the digest must be the one a full read gives, a package that the extras replaced or added is read
 again, and the digest stays the one earlier versions recorded (a key that changed would make every finished venv
 verify again after an upgrade).

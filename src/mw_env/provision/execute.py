@@ -21,8 +21,9 @@ from mw_env.provision import keys
 from mw_env.provision.events import DoctorHook, Events, NoEvents, Status, StepResult, StepWarning
 from mw_env.provision.model import Plan, Step
 from mw_env.provision.state import State, venv_lock
-from mw_env.provision.steps import BackgroundVerify, Run, recover_swap
+from mw_env.provision.steps import Run, recover_swap
 from mw_env.provision.table import spec_of
+from mw_env.provision.verifystep import BackgroundVerify
 from mw_env.venv.record import VenvRecord, read_record
 
 if TYPE_CHECKING:

@@ -68,7 +68,7 @@ def lock_key(p: Plan, torch_version: str | None) -> str:
 def verify_key(p: Plan, torch_version: str | None, known: KnownDamage | None = None) -> str:
     # The installed files' fingerprint: a file lost since the verify (a full disk during an install, an
     # `rm`) makes the next bootstrap verify again rather than call a broken venv complete. `known`: the
-    # packages' damage read during the extras install (steps.BackgroundVerify).
+    # packages' damage read during the extras install (verifystep.BackgroundVerify).
     return short_hash(torch_version, p.build, p.local_tag, installed_fingerprint(p.build_venv, known))
 
 

@@ -30,6 +30,7 @@ from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
 from mw_env.provision.state import State
 from mw_env.provision.torchindex import CONFIG_FILE
+from mw_env.provision.verifystep import BackgroundVerify, verify_after_extras, verify_torch
 from mw_env.sources import uv as uvmod
 from mw_env.venv.lock import LOCK_FILE
 from mw_env.venv.venvinfo import adopted_site, installed_version
@@ -44,7 +45,7 @@ Command = tuple[str, ...] | None
 class Overlap:
     """A step part of which runs in the background while the steps marked `beside` after it run."""
 
-    start: Callable[[act.Run, Step], act.BackgroundVerify]
+    start: Callable[[act.Run, Step], BackgroundVerify]
     finish: Callable[[act.Run, Step, str], str]  # judge the background part's output; the step's detail
 
 
@@ -273,10 +274,10 @@ VERIFY: StepSpec = StepSpec(
     title=lambda f: f"Verify torch reports the {f.p.build} build",
     command=_verify_command,
     done=lambda f: bool(f.installed) and VERIFY.is_done(f, f.installed),
-    action=act.verify_torch,
+    action=verify_torch,
     state_key=keys.verify_key,
     # Its build check reads torch/version.py in a child while the pin and the extras run (BackgroundVerify).
-    overlap=Overlap(start=act.BackgroundVerify, finish=act.verify_after_extras),
+    overlap=Overlap(start=BackgroundVerify, finish=verify_after_extras),
 )
 PIN: StepSpec = StepSpec(
     "pin-torch",
