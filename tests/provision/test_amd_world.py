@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from amdworld import BEHAVIOURS, TORCH_DEPS, build_world, profiles_dir
 from indexserver import AMD, Behaviour, serve
@@ -27,6 +28,7 @@ def world(tmp_path_factory):
     # The same indexes failing the way real ones do: a copy of AMD's index given as --torch-index (read as an
     # index that answers 404), a default index that wants credentials, one that fails with 500.
     roots |= {"amdcopy": w.multiarch, "pypi401": w.pypi, "pypi500": w.pypi}
+    roots |= {"simple": w.pypi}  # served behind Basic auth as "private" (user u, token t)
     failing = {"amdcopy": AMD, "pypi401": Behaviour(status=401), "pypi500": Behaviour(status=500)}
     with serve(roots, {**BEHAVIOURS, **failing}) as srv:
         profiles = profiles_dir(
@@ -294,3 +296,43 @@ def test_a_torch_install_stopped_by_an_index_names_the_index_the_project_and_the
     assert any(f"{srv.url(where)}) answered HTTP {status} for {dep}" in out for dep in TORCH_DEPS), out
     assert "hint:" in out and needle in out and "no torch of this build matches" not in out
     assert not (venv / "mw-env.json").exists()
+
+
+def test_the_users_uv_toml_default_index_and_its_credentials_serve_the_torch_step(
+    tmp_path, env, world, indexes
+):
+    """A company mirror named only in the user's uv.toml, its credentials in uv's UV_INDEX_<NAME>_* variables:
+    the torch step (its own --config-file) asks it for torch's dependencies as the extras step does."""
+    srv = world["srv"]
+    xdg = tmp_path / "xdg-home"
+    (xdg / "uv").mkdir(parents=True)
+    (xdg / "uv" / "uv.toml").write_text(
+        '[pip]\nkeyring-provider = "disabled"\n\n'
+        f'[[index]]\nname = "corp"\nurl = "{srv.url("private")}"\ndefault = true\n'
+    )
+    env = {k: v for k, v in env.items() if k not in ("UV_NO_CONFIG", "UV_DEFAULT_INDEX", "PIP_INDEX_URL")}
+    env |= {"XDG_CONFIG_HOME": str(xdg), "UV_INDEX_CORP_USERNAME": "u", "UV_INDEX_CORP_PASSWORD": "t"}
+    venv = tmp_path / "v"
+    dry = _bootstrap(env, world, "incus-780m", venv, "--dry-run", "--json", project=indexes.project)
+    plan = json.loads(dry.stdout)
+    assert plan["uv_config_files"] == [str(xdg / "uv" / "uv.toml")]
+    assert [(ix["name"], ix["role"]) for ix in plan["indexes"]] == [
+        ("amd-multiarch", "torch"),
+        ("corp", "default"),
+    ]
+    res = _bootstrap(env, world, "incus-780m", venv, project=indexes.project)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert installed_version(venv, "torch") == "2.14.0+rocm7.14.0"
+    assert all(
+        installed_version(venv, dep) == "80.0.0" for dep in TORCH_DEPS
+    )  # from the mirror, with credentials
+    assert any(r.startswith("/private/setuptools") for r in srv.requests)
+    step = tomllib.loads((venv / "mw-env-torch-uv.toml").read_text())
+    assert step["pip"] == {"keyring-provider": "disabled"} and "u:t" not in str(step)  # no secret copied in
+    # Without the credentials the mirror refuses, and the failure names it.
+    env.pop("UV_INDEX_CORP_PASSWORD")
+    res = _bootstrap(
+        {**env, "UV_HTTP_RETRIES": "0"}, world, "incus-780m", tmp_path / "v2", project=indexes.project
+    )
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 1 and "the index corp" in out and "401" in out, out

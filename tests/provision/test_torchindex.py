@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 
 from indexserver import _Quiet
-from mw_env.provision.torchindex import PYPI, config_text, skipped_config, step_env, step_indexes
+from mw_env.provision.torchindex import PYPI, config_text, step_env, step_indexes
 from mw_env.provision.uvfail import index_failure
 
 AMD = "https://repo.amd.com/rocm/whl-multi-arch/"
@@ -62,17 +62,6 @@ def test_the_variables_that_would_reorder_the_indexes_or_the_strategy_are_not_pa
         "UV_CACHE_DIR": "/cache",
     }
     assert step_env(env) == {"UV_CACHE_DIR": "/cache"}
-
-
-def test_the_users_uv_toml_is_named_as_not_read_by_the_torch_step(tmp_path):
-    home = tmp_path / "home"
-    (home / ".config" / "uv").mkdir(parents=True)
-    (home / ".config" / "uv" / "uv.toml").write_text("index-strategy = 'unsafe-best-match'\n")
-    env = {"HOME": str(home), "XDG_CONFIG_DIRS": str(tmp_path / "none"), "UV_CONFIG_FILE": "/srv/uv.toml"}
-    assert skipped_config(env, cwd=tmp_path) == [
-        "UV_CONFIG_FILE=/srv/uv.toml",
-        str(home / ".config/uv/uv.toml"),
-    ]
 
 
 IXS = step_indexes(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mw_env.base.textsafe import redact
 from mw_env.provision.choose import AdoptCandidate, Interpreter, Problem, TorchChoice
+from mw_env.sources.uvconfig import NO_CONFIG, UvConfig
 from mw_env.sources.wheelhouse import Sources
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ class Plan:
     torch_source: str | None = None  # the profile's source id ("rocm6.4"), recorded for doctor/train
     # The torch step's indexes in uv's order, each with how it answers (its generated uv.toml, torchindex.py).
     torch_indexes: tuple[StepIndex, ...] = ()
+    torch_uv: UvConfig = NO_CONFIG  # the user's uv configuration that file carries (sources/uvconfig.py)
     adoptable: AdoptCandidate | None = None  # an image torch the caller may offer to reuse
     adopted: AdoptCandidate | None = None
     disk_need: int = 0  # bytes the preflight wants free (disk.need_bytes for a fresh install)
@@ -157,6 +159,7 @@ class Plan:
             ),
             "index": redact(self.torch_index) if self.torch_index else None,
             "indexes": [ix.to_dict() for ix in self.torch_indexes],
+            "uv_config_files": list(self.torch_uv.files),  # the user's, carried into the torch step's file
             "disk": {**self.disk.to_dict(), "preflight_bytes": self.disk_need} if self.disk else None,
             "download_bytes": self.index_pick.download_bytes if self.index_pick else None,
             "download_note": (

@@ -47,7 +47,7 @@ from mw_env.provision.keys import (
 from mw_env.provision.model import BootstrapOptions, GiB, Plan, Step, TorchSourceLike
 from mw_env.provision.state import State
 from mw_env.provision.table import build_steps
-from mw_env.provision.torchindex import config_notes, for_plan
+from mw_env.provision.torchindex import plan_fields as torch_step_fields
 from mw_env.provision.torchpick import IndexPick, pick_from_index
 from mw_env.sources import uv as uvmod
 from mw_env.sources.wheelhouse import Sources, discover, local_dir
@@ -134,11 +134,10 @@ def plan(
         **truth,
         # Messages only (the steps keep the real URL): an index URL's credentials never reach a terminal.
         warnings=tuple(redact(w) for w in warnings),
-        notes=tuple(redact(n) for n in (*choice.notes, *config_notes(request.env))),
+        notes=tuple(redact(n) for n in choice.notes),
         problem=_redacted(choice.problem),
         torch_index=request.index_url,
         torch_source=getattr(torch, "id", None),
-        torch_indexes=for_plan(choice.torch, request.index_url, torch, request.env, request.sources),
         adoptable=picked.adoptable,
         adopted=picked.adopted,
         options=options,
@@ -146,6 +145,7 @@ def plan(
         env=env,
     )
     plan_ = _with_disk(plan_, torch, kernels, torch_ok)
+    plan_ = replace(plan_, **torch_step_fields(choice.torch, request, torch, plan_.notes))
     return replace(plan_, steps=tuple(build_steps(plan_, state)))
 
 

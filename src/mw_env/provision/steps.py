@@ -123,7 +123,9 @@ def install_torch(run: Run, step: Step) -> str:
         return install_lock(run, step)
     # The step's own uv configuration: each index the way it answers (torchindex.py); written 0600, as an
     # index URL may carry credentials.
-    write_atomic(p.build_venv / torchindex.CONFIG_FILE, torchindex.config_text(p.torch_indexes), mode=0o600)
+    write_atomic(
+        p.build_venv / torchindex.CONFIG_FILE, torchindex.config_text(p.torch_indexes, p.torch_uv), mode=0o600
+    )
     env = torchindex.step_env(uvmod.uv_env(p.env))
     res = run.command(step, step.command or (), timeout=3600, env=env)
     if not res.ok:

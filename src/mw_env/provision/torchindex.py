@@ -14,9 +14,12 @@ file, so the torch step runs `uv pip install --config-file <venv>/mw-env-torch-u
 - `index-strategy = "first-index"` (and `--index-strategy first-index` on the command line, which beats a user's
   UV_INDEX_STRATEGY): a project found on the torch index (torch, the device packages) comes only from there, so
   PyPI's placeholders with the device packages' names never win (issue 17);
-- `--config-file` replaces uv's discovery of uv.toml (project, user, system) and UV_CONFIG_FILE, and the variables
-  that would put an index before the torch index (UV_INDEX, UV_EXTRA_INDEX_URL) are written into the file after
-  it instead: nothing of the user's configuration changes this step silently (the dry run names what it skips).
+- `--config-file` replaces uv's discovery of uv.toml (project, user, system) and UV_CONFIG_FILE, so the file
+  carries the user's configuration itself, merged as uv merges it (sources/uvconfig.py): their indexes after the
+  torch index (with their names, which uv's UV_INDEX_<NAME>_USERNAME/_PASSWORD credentials follow, and every
+  other key of the entry), their default index as the default, every other setting (keyring-provider,
+  native-tls, allow-insecure-host, ...) as written. The variables that would put an index before the torch
+  index (UV_INDEX, UV_EXTRA_INDEX_URL) are written into the file after it instead. The dry run names the files.
 
 uv finds the strategy of an index by its URL (the first configured entry with that URL), so the torch index is
 given only in the file, never also as `--index` (a command-line entry would come first and carry no codes).
@@ -25,16 +28,15 @@ given only in the file, never also as `--index` (a command-line entry would come
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.base.textsafe import redact
+from mw_env.sources.uvconfig import NO_CONFIG, Table, Toml, UvConfig, key, table_text, value
 
 if TYPE_CHECKING:
-    from mw_env.provision.choose import TorchChoice
+    from mw_env.provision.choose import ChoiceRequest, TorchChoice
     from mw_env.sources.wheelhouse import Sources
 
 CONFIG_FILE = "mw-env-torch-uv.toml"
@@ -60,7 +62,12 @@ class StepIndex:
     url: str
     role: str  # "torch" | "extra" | "default"
     ignore_codes: tuple[int, ...] = ()
-    origin: str = ""  # where it came from: the source id, "UV_INDEX", "PIP_INDEX_URL", "uv's default"
+    origin: str = (
+        ""  # where it came from: the source id, "UV_INDEX", "PIP_INDEX_URL", a uv.toml, "uv's default"
+    )
+    fields: tuple[
+        tuple[str, Toml], ...
+    ] = ()  # a user's entry's other keys (authenticate, format, ...), as read
 
     @property
     def behaviour(self) -> str:
@@ -74,6 +81,8 @@ class StepIndex:
             return f"torch and its GPU packages come only from here (first-index); it {said}"
         if self.role == "extra":
             return "the user's extra index, asked after the torch index"
+        if self.origin.endswith(".toml"):
+            return "the user's default index (their uv configuration): torch's own dependencies resolve here"
         return "the default index: torch's own dependencies (setuptools, filelock, ...) resolve here"
 
     def to_dict(self) -> dict[str, object]:
@@ -107,14 +116,24 @@ def step_indexes(
     env: Mapping[str, str],
     extra_index_urls: Sequence[str] = (),
     default_index: str | None = None,
+    user: UvConfig = NO_CONFIG,
 ) -> tuple[StepIndex, ...]:
     """The torch step's indexes in uv's order. `unserved`: what the torch index answers for a project it does
     not hold (403: ignored; 404: uv's default already moves on). `extra_index_urls`/`default_index`: the pip
-    settings bootstrap translates (wheelhouse.Sources); uv's own variables are read here."""
+    settings bootstrap translates (wheelhouse.Sources); uv's own variables are read here; `user`: the user's uv
+    configuration (its indexes, named as the user named them).
+
+    The order is the extras step's: what it passes on the command line (uv's variables, pip's settings) before
+    the configuration's own; a default from the command line or a variable beats the configuration's."""
+    taken = {str(e.get("name")) for _, e in _user_entries(user) if e.get("name")}
+
+    def own(name: str) -> str:  # a generated name never takes one of the user's (their credentials follow it)
+        return name if name not in taken else f"{name}-mw-env"
+
     out: list[StepIndex] = []
     if torch_index:
         codes = (unserved,) if unserved not in (404, 0) else ()
-        out.append(StepIndex(torch_name, torch_index, "torch", codes, torch_name))
+        out.append(StepIndex(own(torch_name), torch_index, "torch", codes, torch_name))
     extras = [("UV_INDEX", e) for e in _split(env.get("UV_INDEX"))]
     extras += [("UV_EXTRA_INDEX_URL", e) for e in _split(env.get("UV_EXTRA_INDEX_URL"))]
     extras += [("PIP_EXTRA_INDEX_URL / pip.conf", e) for e in extra_index_urls]
@@ -123,17 +142,68 @@ def step_indexes(
         name, url = _named(entry, f"extra-{i + 1}")
         if url not in seen:
             seen.add(url)
-            out.append(StepIndex(name, url, "extra", (), origin))
+            out.append(StepIndex(own(name) if name == f"extra-{i + 1}" else name, url, "extra", (), origin))
+    configured = _from_config(user, seen)
+    out += [ix for ix in configured if ix.role == "extra"]
     # The default index (always asked last): uv's own variable when set, else the pip setting bootstrap
-    # translates, else PyPI, uv's own default.
+    # translates (the extras step's --default-index), else the user's uv configuration's, else PyPI.
     default = env.get("UV_DEFAULT_INDEX") or env.get("UV_INDEX_URL")
     origin = "UV_DEFAULT_INDEX" if env.get("UV_DEFAULT_INDEX") else "UV_INDEX_URL"
-    if not default:
-        default, origin = (
-            (default_index, "PIP_INDEX_URL / pip.conf") if default_index else (PYPI, "uv's default")
+    if not default and default_index:
+        default, origin = default_index, "PIP_INDEX_URL / pip.conf"
+    theirs = [ix for ix in configured if ix.role == "default"]
+    if not default and theirs:
+        out.append(theirs[0])
+    else:
+        out.append(
+            StepIndex(own("default"), default or PYPI, "default", (), origin if default else "uv's default")
         )
-    out.append(StepIndex("default", default, "default", (), origin))
     return tuple(out)
+
+
+def _user_entries(user: UvConfig) -> list[tuple[str, Table]]:
+    """The user's [[index]] entries that have a URL, as (url, entry)."""
+    entries = user.get("index")
+    out: list[tuple[str, Table]] = []
+    for e in entries if isinstance(entries, list) else []:
+        url = e.get("url") if isinstance(e, dict) else None
+        if isinstance(e, dict) and isinstance(url, str):
+            out.append((url, e))
+    return out
+
+
+def _from_config(user: UvConfig, seen: set[str | None]) -> list[StepIndex]:
+    """The user's configured indexes in uv's order: [[index]] entries, then `extra-index-url`; the default
+    ([[index]] with default = true, else `index-url`, [pip]'s before the top level's) last."""
+    origin = user.files[0] if len(user.files) == 1 else "uv configuration"
+    found = user.get("pip")
+    pip: Table = found if isinstance(found, dict) else {}
+    out: list[StepIndex] = []
+    for url, entry in _user_entries(user):
+        if url in seen:
+            continue  # the torch index (or one given again): its first entry rules, as in uv
+        seen.add(url)
+        raw = entry.get("ignore-error-codes")
+        codes = tuple(int(c) for c in (raw if isinstance(raw, list) else []) if isinstance(c, int | str))
+        rest = tuple(
+            (k, v) for k, v in entry.items() if k not in ("name", "url", "default", "ignore-error-codes")
+        )
+        role = "default" if entry.get("default") is True else "extra"
+        name = str(entry.get("name") or f"{'default' if role == 'default' else 'index'}-{len(out) + 1}")
+        out.append(StepIndex(name, url, role, codes, origin, rest))
+    legacy = [*_strings(pip.get("extra-index-url")), *_strings(user.get("extra-index-url"))]
+    for i, url in enumerate(legacy):
+        if url not in seen:
+            seen.add(url)
+            out.append(StepIndex(f"extra-index-url-{i + 1}", url, "extra", (), origin))
+    for given in (pip.get("index-url"), user.get("index-url")):
+        if isinstance(given, str):
+            out.append(StepIndex("index-url", given, "default", (), origin))
+    return out
+
+
+def _strings(v: Toml | None) -> list[str]:
+    return [x for x in (v if isinstance(v, list) else [v]) if isinstance(x, str)]
 
 
 def for_plan(
@@ -142,6 +212,7 @@ def for_plan(
     source: object,
     env: Mapping[str, str],
     sources: Sources,
+    user: UvConfig = NO_CONFIG,
 ) -> tuple[StepIndex, ...]:
     """The torch step's indexes for a plan: the chosen index (none when a wheelhouse holds torch; the
     requested one when nothing was chosen). A --torch-index is read as answering 404 unless it is the source's
@@ -155,26 +226,61 @@ def for_plan(
         env=env,
         extra_index_urls=sources.extra_index_urls,
         default_index=sources.index_url,
+        user=user,
     )
+
+
+class StepFields(TypedDict):
+    torch_indexes: tuple[StepIndex, ...]
+    torch_uv: UvConfig
+    notes: tuple[str, ...]
+
+
+def plan_fields(
+    chosen: TorchChoice | None, request: ChoiceRequest, torch: object, notes: Sequence[str]
+) -> StepFields:
+    """A plan's torch-step fields: its indexes, the user's uv configuration the step's file carries (what uv
+    would read from this folder, sources/uvconfig.py), and the plan's notes with the one naming that."""
+    from mw_env.sources import uvconfig
+
+    user = uvconfig.load(request.env)
+    return {
+        "torch_indexes": for_plan(chosen, request.index_url, torch, request.env, request.sources, user),
+        "torch_uv": user,
+        "notes": (*notes, *(redact(n) for n in config_notes(user))),
+    }
 
 
 def _q(text: str) -> str:
     return json.dumps(text)  # a TOML basic string: JSON's escapes are TOML's
 
 
-def config_text(indexes: Sequence[StepIndex]) -> str:
-    """The uv.toml of the torch step (credentials in a URL stay in it: the file is written 0600)."""
+# The keys the generated file sets itself: the indexes (above), and the strategy that keeps torch on its index.
+OWNED = frozenset({"index", "index-url", "extra-index-url", "index-strategy"})
+
+
+def config_text(indexes: Sequence[StepIndex], user: UvConfig = NO_CONFIG) -> str:
+    """The uv.toml of the torch step: the user's settings as uv would read them, the indexes in the step's order
+    (credentials in a URL stay in it: the file is written 0600)."""
     lines = [
         "# Written by mw-env bootstrap for its torch step only (uv pip install --config-file); see",
         "# docs/operator-guide.md, 'The torch step's indexes'. Regenerated on every run.",
-        'index-strategy = "first-index"',
     ]
+    if user.files:
+        lines.append("# With the user's uv configuration, merged as uv merges it: " + ", ".join(user.files))
+    lines.append('index-strategy = "first-index"')
+    settings = user.settings
+    pip = settings.get("pip")
+    if isinstance(pip, dict):
+        settings["pip"] = {k: v for k, v in pip.items() if k not in OWNED}
+    lines += table_text(settings, skip=OWNED)
     for ix in indexes:
         lines += ["", "[[index]]", f"name = {_q(ix.name)}", f"url = {_q(ix.url)}"]
         if ix.ignore_codes:
             lines.append(f"ignore-error-codes = [{', '.join(map(str, ix.ignore_codes))}]")
         if ix.role == "default":
             lines.append("default = true")
+        lines += [f"{key(k)} = {value(v, f'index {ix.name}: {k}')}" for k, v in ix.fields]
     return "\n".join(lines) + "\n"
 
 
@@ -183,31 +289,11 @@ def step_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in STEP_DROPS}
 
 
-def config_notes(env: Mapping[str, str]) -> list[str]:
-    """The dry run's note on the user's uv configuration the torch step does not read (none: no note)."""
-    skipped = skipped_config(env)
-    if not skipped:
+def config_notes(user: UvConfig) -> list[str]:
+    """The dry run's note on the user's uv configuration the torch step carries (none read: no note)."""
+    if not user.files:
         return []
     return [
-        f"the torch step reads only its own uv configuration ({CONFIG_FILE} in the venv), not "
-        f"{', '.join(skipped)}: its indexes are listed above; the extras step reads yours"
+        f"the torch step's own uv configuration ({CONFIG_FILE} in the venv) carries yours, merged as uv merges "
+        f"it: {', '.join(user.files)}; your indexes are asked after the torch index"
     ]
-
-
-def skipped_config(env: Mapping[str, str], cwd: Path | None = None) -> list[str]:
-    """The user's uv configuration the torch step does not read (the extras step still does)."""
-    home = Path(env.get("HOME") or Path.home())
-    found = [f"UV_CONFIG_FILE={env['UV_CONFIG_FILE']}"] if env.get("UV_CONFIG_FILE") else []
-    xdg = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
-    dirs = [d for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":") if d]
-    here = Path(cwd or os.getcwd())
-    for path in [
-        xdg / "uv" / "uv.toml",
-        *(Path(d) / "uv" / "uv.toml" for d in dirs),
-        Path("/etc/uv/uv.toml"),
-    ]:
-        if path.is_file():
-            found.append(str(path))
-    if (here / "uv.toml").is_file():
-        found.append(str(here / "uv.toml"))
-    return found

@@ -1,0 +1,212 @@
+"""The user's uv configuration, found and merged the way uv does, for the torch step's own configuration file.
+
+Why: the torch step runs `uv pip install --config-file <venv>/mw-env-torch-uv.toml` (provision/torchindex.py),
+and `--config-file` replaces every configuration file uv would discover. A user whose uv.toml names a company
+mirror as the default index, a `keyring-provider`, `native-tls` or an `allow-insecure-host` would see the
+torch step ignore all of it (and its dependencies asked of pypi.org) while the extras step honours it. So the
+generated file starts from what uv would have read, merged by uv's documented rules
+(docs.astral.sh/uv/concepts/configuration-files), checked against uv 0.13.9:
+
+- `UV_NO_CONFIG`: nothing is read; `UV_CONFIG_FILE`: only that file;
+- else the project's: `uv.toml`, or the `[tool.uv]` table of `pyproject.toml` (uv.toml wins in one folder; a
+  pyproject.toml without the table is passed over), in the current folder or the nearest parent that has one;
+  then the user's (`$XDG_CONFIG_HOME/uv/uv.toml`, `~/.config/uv/uv.toml`); then the first system file
+  (`$XDG_CONFIG_DIRS/uv/uv.toml`, default /etc/xdg, then /etc/uv/uv.toml);
+- merged: a scalar from the most specific file wins, arrays are joined (the project's entries first), tables
+  merge key by key.
+
+The project-only keys of a pyproject.toml (`sources`, `workspace`, ...) are left out: uv refuses them in a
+uv.toml ("The `sources` field is not allowed in a `uv.toml` file"), which the generated file is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeAlias
+
+from mw_env.base.errors import InputError
+
+# uv 0.13.9 refuses each of these in a uv.toml (they belong to a project's pyproject.toml).
+PROJECT_ONLY = frozenset(
+    {
+        "build-backend",
+        "conflicts",
+        "default-groups",
+        "dependency-groups",
+        "dev-dependencies",
+        "environments",
+        "managed",
+        "package",
+        "required-environments",
+        "sources",
+        "workspace",
+    }
+)
+_FALSE = ("", "0", "false", "no", "off")
+
+# What tomllib returns for a uv setting (its dates and times no uv setting takes: refused when read).
+Toml: TypeAlias = "str | int | float | bool | list[Toml] | dict[str, Toml]"
+Table: TypeAlias = "dict[str, Toml]"
+
+
+@dataclass(frozen=True)
+class UvConfig:
+    """The merged settings (uv.toml keys, as read) and the files they came from, most specific first."""
+
+    files: tuple[str, ...] = ()
+    merged: str = "{}"  # the settings as JSON: the plan that carries them stays frozen and hashable
+
+    @property
+    def settings(self) -> Table:
+        loaded = json.loads(self.merged)
+        return loaded if isinstance(loaded, dict) else {}
+
+    def get(self, key: str) -> Toml | None:
+        return self.settings.get(key)
+
+
+NO_CONFIG = UvConfig()
+
+
+def discover(env: Mapping[str, str], cwd: Path | None = None) -> list[tuple[Path, str]]:
+    """(file, "uv.toml" | "pyproject.toml") in uv's order of precedence, most specific first."""
+    if env.get("UV_NO_CONFIG", "").strip().lower() not in _FALSE:
+        return []
+    if env.get("UV_CONFIG_FILE"):
+        return [(Path(env["UV_CONFIG_FILE"]), "uv.toml")]
+    found: list[tuple[Path, str]] = []
+    here = Path(cwd or os.getcwd()).absolute()
+    for folder in (here, *here.parents):
+        if (folder / "uv.toml").is_file():
+            found.append((folder / "uv.toml", "uv.toml"))
+            break
+        if (folder / "pyproject.toml").is_file() and _has_tool_uv(folder / "pyproject.toml"):
+            found.append((folder / "pyproject.toml", "pyproject.toml"))
+            break
+    home = Path(env.get("HOME") or Path.home())
+    user = Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "uv" / "uv.toml"
+    if user.is_file():
+        found.append((user, "uv.toml"))
+    dirs = [d for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":") if d]
+    for system in [*(Path(d) / "uv" / "uv.toml" for d in dirs), Path("/etc/uv/uv.toml")]:
+        if system.is_file():
+            found.append((system, "uv.toml"))
+            break  # uv reads the first system file only
+    return found
+
+
+def load(env: Mapping[str, str], cwd: Path | None = None) -> UvConfig:
+    """The user's uv configuration as uv would merge it; InputError naming a file that is not valid TOML."""
+    merged: Table = {}
+    files: list[str] = []
+    for path, kind in discover(env, cwd):
+        table = _read(path, kind)
+        if kind == "pyproject.toml":
+            table = {k: v for k, v in table.items() if k not in PROJECT_ONLY}
+        try:
+            json.dumps(table)
+        except (TypeError, ValueError):
+            raise InputError(
+                f"{path}: a date or time value, which no uv setting takes and bootstrap cannot pass on",
+                hint="uv's settings are strings, numbers, booleans, arrays and tables",
+            ) from None
+        merged = _merge(merged, table)
+        files.append(str(path))
+    return UvConfig(files=tuple(files), merged=json.dumps(merged))
+
+
+def _has_tool_uv(path: Path) -> bool:
+    return "uv" in _tool(path)
+
+
+def _toml(path: Path, what: str) -> Table:
+    import tomllib
+
+    from mw_env.base import userfile
+
+    try:
+        return tomllib.loads(userfile.read_text(path, what=what))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(
+            f"{path}: not valid TOML ({exc})",
+            hint="uv reads this file too and would stop at it: fix it, or set UV_NO_CONFIG=1 to skip uv's files",
+        ) from None
+
+
+def _tool(path: Path) -> Table:
+    tool = _toml(path, "pyproject.toml").get("tool")
+    return tool if isinstance(tool, dict) else {}
+
+
+def _read(path: Path, kind: str) -> Table:
+    table = _tool(path).get("uv") if kind == "pyproject.toml" else _toml(path, "uv configuration")
+    if not isinstance(table, dict):
+        raise InputError(
+            f"{path}: [tool.uv] is not a table", hint="write it as a [tool.uv] table, as uv expects"
+        )
+    return table
+
+
+def _merge(stronger: Table, weaker: Table) -> Table:
+    """uv's rule: the stronger file's scalar wins, arrays join (stronger first), tables merge by key."""
+    out = dict(stronger)
+    for name, theirs in weaker.items():
+        ours = out.get(name)
+        if name not in out:
+            out[name] = theirs
+        elif isinstance(ours, list) and isinstance(theirs, list):
+            out[name] = [*ours, *theirs]
+        elif isinstance(ours, dict) and isinstance(theirs, dict):
+            out[name] = _merge(ours, theirs)
+    return out
+
+
+# --- writing uv.toml text (tomllib only reads; the values are those tomllib returns) ---
+
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def key(name: str) -> str:
+    return name if _BARE.fullmatch(name) else json.dumps(name)
+
+
+def value(v: object, where: str = "") -> str:
+    """A TOML value: JSON's string escapes are TOML's basic-string escapes."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v) if isinstance(v, float) and v == v and abs(v) != float("inf") else _special(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(value(x, where) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{key(k)} = {value(x, where)}" for k, x in v.items()) + " }"
+    raise InputError(
+        f"uv configuration key {where or '?'}: a {type(v).__name__} value, which bootstrap cannot pass on",
+        hint="uv's settings are strings, numbers, booleans, arrays and tables",
+    )
+
+
+def _special(v: int | float) -> str:
+    if isinstance(v, int):
+        return str(v)
+    return "nan" if v != v else ("inf" if v > 0 else "-inf")
+
+
+def table_text(settings: Mapping[str, Toml], *, skip: frozenset[str] = frozenset()) -> list[str]:
+    """Lines of a uv.toml holding `settings`: plain keys first, then each table as a [section]."""
+    lines = [
+        f"{key(k)} = {value(v, k)}" for k, v in settings.items() if k not in skip and not isinstance(v, dict)
+    ]
+    for name, table in settings.items():
+        if name in skip or not isinstance(table, dict):
+            continue
+        lines += ["", f"[{key(name)}]"]
+        lines += [f"{key(k)} = {value(v, f'{name}.{k}')}" for k, v in table.items()]
+    return lines
