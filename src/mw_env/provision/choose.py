@@ -18,9 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from mw_env.base.errors import InputError, MwEnvError, StepFailed
 from mw_env.sources.pythons import (
     AdoptCandidate,
@@ -76,6 +73,9 @@ def exact_requirement(version_spec: str, local_tag: str) -> str:
 
 
 def version_fits(version: str, spec: str) -> bool:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # here: planning seldom needs it
+    from packaging.version import InvalidVersion, Version
+
     try:
         return SpecifierSet(spec or "").contains(Version(version).public, prereleases=True)
     except (InvalidSpecifier, InvalidVersion):

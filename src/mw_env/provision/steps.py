@@ -6,11 +6,12 @@ import dataclasses
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mw_env.base import idle
 from mw_env.base.atomic import write_text_atomic as write_atomic
 from mw_env.base.errors import MwEnvError, StepFailed
 from mw_env.base.textsafe import redact
@@ -38,6 +39,16 @@ class Run:
     doctor_report: DoctorReport | None = None
     outputs: dict[str, str] = field(default_factory=dict)
     known_damage: venvinfo.KnownDamage | None = None  # read during the extras (BackgroundVerify), for the key
+    # Records deferred until the run settles (a key read as idle work): settle() before the venv moves, and at
+    # the end.
+    pending: list[Callable[[], None]] = field(default_factory=list)
+
+    def later(self, record: Callable[[], None]) -> None:
+        self.pending.append(record)
+
+    def settle(self) -> None:
+        while self.pending:
+            self.pending.pop(0)()
 
     def command(
         self,
@@ -127,7 +138,8 @@ def install_torch(run: Run, step: Step) -> str:
         p.build_venv / torchindex.CONFIG_FILE, torchindex.config_text(p.torch_indexes, p.torch_uv), mode=0o600
     )
     env = torchindex.step_env(uvmod.uv_env(p.env))
-    res = run.command(step, step.command or (), timeout=3600, env=env)
+    with idle.waiting():  # a long wait (torch's gigabytes): deferred work runs meanwhile (base/idle.py)
+        res = run.command(step, step.command or (), timeout=3600, env=env)
     if not res.ok:
         from mw_env.provision import uvfail  # only when the install failed
 
@@ -200,7 +212,8 @@ def pin_torch(run: Run, step: Step) -> str:
 def install_extras(run: Run, step: Step) -> str:
     p = run.plan
     before = keys.current_torch(p)
-    res = run.command(step, step.command or (), timeout=3600)
+    with idle.waiting():
+        res = run.command(step, step.command or (), timeout=3600)
     if not res.ok:
         raise StepFailed(
             f"installing the project's extras failed (exit {res.returncode}): {_last_error(res.output)}",

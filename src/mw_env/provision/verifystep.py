@@ -6,10 +6,10 @@ with the steps after it (table.VERIFY_TORCH's Overlap), and records the step wit
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 
+from mw_env.base import idle
 from mw_env.base.errors import StepFailed
 from mw_env.provision import keys, verify
 from mw_env.provision.model import GiB, Step
@@ -29,19 +29,16 @@ class BackgroundVerify:
     the extras install is writing at that moment (a half-written numpy fails the import), so an import the
     step asks for runs after the extras (`verify_after_extras`).
 
-    Beside it, a thread stats torch's 19,000 files for the verify key (venvinfo.record_damage, 50 ms) while the
-    extras install, off bootstrap's path: the stats release the GIL, and the main thread waits on uv."""
+    Beside it, torch's 19,000 files are stat'ed for the verify key (venvinfo.record_damage, 50 ms) as idle work
+    (base/idle.py): while the main thread waits on the extras' uv, not while it writes the pins."""
 
     def __init__(self, run: Run, step: Step) -> None:
         import subprocess
         import tempfile
-        import threading
 
         self.step, self.run = step, run
         self.started = time.monotonic()
-        self._known: venvinfo.KnownDamage | None = None
-        self._reader = threading.Thread(target=self._read_damage, name="mw-env-fingerprint", daemon=True)
-        self._reader.start()
+        self._known = idle.soon(self._read_damage)
         python = (step.command or (sys.executable,))[0]
         # Open across the extras install, closed by output() or stop().
         self._out = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
@@ -53,20 +50,22 @@ class BackgroundVerify:
             stdin=subprocess.DEVNULL,
         )
 
-    def _read_damage(self) -> None:
-        with contextlib.suppress(OSError):  # unread: the fingerprint reads it all itself
-            self._known = venvinfo.record_damage(self.run.plan.build_venv)
+    def _read_damage(self) -> venvinfo.KnownDamage | None:
+        try:
+            return venvinfo.record_damage(self.run.plan.build_venv)
+        except OSError:
+            return None  # unread: the fingerprint reads it all itself
 
     def output(self, timeout: float = 300) -> str:
         import subprocess
 
         try:
-            self.proc.wait(timeout=max(1.0, timeout - (time.monotonic() - self.started)))
+            with idle.waiting():
+                self.proc.wait(timeout=max(1.0, timeout - (time.monotonic() - self.started)))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._reader.join()
-        self.run.known_damage = self._known
+        self.run.known_damage = self._known.result()
         self._out.seek(0)
         text = self._out.read()
         self._out.close()
@@ -120,7 +119,11 @@ def verify_finish(run: Run, step: Step, output: str, *, record: bool = True) -> 
             )
         raise
     if record:
-        run.state.mark(step.id, "done", keys.verify_key(p, keys.current_torch(p), run.known_damage))
+        # The key digests the installed files (10 ms for what the extras just wrote): read as idle work, while
+        # the next steps wait on uv, and recorded when the run settles (Run.settle, before the venv can move).
+        known = run.known_damage
+        key = idle.soon(lambda: keys.verify_key(p, keys.current_torch(p), known))
+        run.later(lambda: run.state.mark(step.id, "done", key.result()))
     return f"torch {found.version} ({found.build}{', hip ' + found.hip if found.hip else ''}" + (
         f", cuda {found.cuda})" if found.cuda else ")"
     )

@@ -10,9 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion
-
 from mw_env.sources import uv as uvmod
 
 
@@ -44,6 +41,9 @@ class AdoptCandidate:
 def supported(version: str, requires_python: str | None) -> bool:
     if not requires_python:
         return True
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # here: planning seldom needs it
+    from packaging.version import InvalidVersion
+
     try:
         return SpecifierSet(requires_python).contains(version, prereleases=True)
     except (InvalidSpecifier, InvalidVersion):
@@ -95,6 +95,8 @@ def find_image_torch(pythons: Sequence[str], env: Mapping[str, str]) -> list[Ado
         # Starting an interpreter costs 0.1-0.4 s; one whose site folders hold no torch cannot offer one.
         if any((d / "torch").is_dir() for d in dirs):
             unique.append(path)
+    if not unique:
+        return out  # the usual fresh container: no image torch, no thread pool (3 ms of bootstrap's start)
     from concurrent.futures import ThreadPoolExecutor
 
     probe_env = {**env, "PYTHONNOUSERSITE": "1"}

@@ -213,7 +213,10 @@ def _sha256(path: Path) -> str:
 def _run_compile(argv: list[str], env: Mapping[str, str], out: Path) -> str:
     from mw_env.sources.uv import run_streaming, uv_env
 
-    res = run_streaming(argv, env=uv_env(env), timeout=600)
+    from mw_env.base import idle
+
+    with idle.waiting():  # uv resolves for tens of ms: a bootstrap's deferred work runs meanwhile
+        res = run_streaming(argv, env=uv_env(env), timeout=600)
     if not res.ok or not out.is_file():
         last = [ln for ln in res.output.splitlines() if ln.strip()][-4:]
         raise StepFailed(

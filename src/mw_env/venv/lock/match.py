@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from mw_env.venv.lock.lockfile import LockMeta
 from mw_env.base.versions import version_tuple
 
 if TYPE_CHECKING:
     from mw_env.hardware.facts import Gpu
     from mw_env.profiles.model import Selection
+    from mw_env.venv.lock.lockfile import LockMeta
     from mw_env.venv.record import VenvRecord
 
 
@@ -47,6 +47,7 @@ def meta_for(
 ) -> LockMeta:
     """The [tool.mw-env] table for a venv bootstrapped with `record` on the hardware `target`."""
     from mw_env.base.textsafe import redact
+    from mw_env.venv.lock.lockfile import LockMeta
 
     return LockMeta(
         profile=record.profile,
