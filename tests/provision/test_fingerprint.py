@@ -119,3 +119,68 @@ def test_a_venv_without_site_packages_has_the_empty_digest(tmp_path):
         installed_fingerprint(tmp_path) == installed_fingerprint(tmp_path, {})
         and record_damage(tmp_path) == {}
     )
+
+
+def _script(site: Path) -> str:
+    """venv/damage.py as BackgroundVerify runs it: `python -I -S damage.py SITE`, its JSON on stdout."""
+    import subprocess
+    import sys
+
+    from mw_env.venv import damage
+
+    res = subprocess.run(
+        [sys.executable, "-I", "-S", damage.__file__, str(site)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return res.stdout
+
+
+def test_the_damage_child_answers_what_the_fingerprint_reads_in_process(venv):
+    from mw_env.venv import damage
+
+    site = site_packages(venv)
+    (site / "gamma-3.0.dist-info").mkdir()
+    (site / "gamma-3.0.dist-info" / "RECORD").write_bytes(b'\xff\xfe not utf-8 "unclosed,\n')  # read as text
+    (site / "delta-4.0.dist-info").mkdir()  # no RECORD: left out, as by the glob
+    known = damage.from_json(_script(site))
+    assert known == record_damage(venv)
+    assert any(lines for _, lines in known.values())  # the damage itself came through, byte for byte
+    assert installed_fingerprint(venv, known) == installed_fingerprint(venv)
+
+
+def test_a_damage_answer_of_another_shape_is_refused_not_trusted():
+    from mw_env.venv import damage
+
+    for text in ("[]", '{"p": [[1, 2, 3], []]}', '{"p": 5}', '{"p": [["a", 2, 3, 4], []]}', "not json"):
+        with pytest.raises(ValueError):
+            damage.from_json(text)
+
+
+def test_the_damage_child_runs_only_on_cycles_nothing_else_wants(tmp_path):
+    """SCHED_IDLE (or nice 19), so it takes no share of uv's cores: seen while it waits on a RECORD that is a FIFO."""
+    import os
+    import subprocess
+    import sys
+
+    from mw_env.venv import damage
+
+    site = tmp_path / "site"
+    (site / "slow-1.0.dist-info").mkdir(parents=True)
+    fifo = site / "slow-1.0.dist-info" / "RECORD"
+    os.mkfifo(fifo)
+    child = subprocess.Popen(
+        [sys.executable, "-I", "-S", damage.__file__, str(site)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        with open(fifo, "w") as writer:  # opens once the child opened it for reading: it is blocked there now
+            policy = os.sched_getscheduler(child.pid)
+            nice = os.getpriority(os.PRIO_PROCESS, child.pid)
+            writer.write("slow/x.py,sha256=a,5\n")
+        out, _ = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert policy == os.SCHED_IDLE or nice == 19
+    assert damage.from_json(out)[str(fifo)][1] == (b"slow/x.py\x00-1\n",)  # lost: its damage line

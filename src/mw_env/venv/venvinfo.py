@@ -9,6 +9,8 @@ from pathlib import Path
 
 from mw_env.base.errors import InputError
 from mw_env.sources.pythons import read_project_meta
+from mw_env.venv import damage
+from mw_env.venv.damage import KnownDamage
 
 ADOPT_PTH = "_mw_env_adopted_torch.pth"
 
@@ -143,13 +145,6 @@ def free_bytes(path: Path) -> int | None:
         return None
 
 
-# A RECORD file's identity: its damage read earlier stands while the file is the same (uv writes a new RECORD
-# whenever it installs a package, so a package replaced in between is read again).
-RecordIdentity = tuple[int, int, int, int]
-# RECORD path -> (its identity when read, the damage lines it gave)
-KnownDamage = dict[str, tuple[RecordIdentity, tuple[bytes, ...]]]
-
-
 def installed_fingerprint(venv: Path, known: KnownDamage | None = None) -> str:
     """A digest of the installed files that differ from what their dist-info's RECORD says (no interpreter).
 
@@ -170,58 +165,16 @@ def installed_fingerprint(venv: Path, known: KnownDamage | None = None) -> str:
     for record in sorted(site.glob("*.dist-info/RECORD")):
         path = str(record)
         earlier = (known or {}).get(path)
-        if earlier is not None and earlier[0] == _identity(path):
+        if earlier is not None and earlier[0] == damage.identity(path):
             lines = earlier[1]
         else:
-            lines = _damage(root, path)
+            lines = damage.damage(root, path)
         for line in lines:
             h.update(line)
     return h.hexdigest()[:16]
 
 
 def record_damage(venv: Path) -> KnownDamage:
-    """Every package's damage lines now, for an installed_fingerprint to come (see there)."""
+    """Every package's damage lines now, for an installed_fingerprint to come (see there; venv/damage.py)."""
     site = site_packages(venv)
-    if site is None:
-        return {}
-    root = str(site) + os.sep
-    known: KnownDamage = {}
-    for record in site.glob("*.dist-info/RECORD"):
-        path = str(record)
-        identity = _identity(path)
-        if identity is not None:
-            known[path] = (identity, _damage(root, path))
-    return known
-
-
-def _identity(path: str) -> RecordIdentity | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _damage(root: str, record: str) -> tuple[bytes, ...]:
-    """The files of one RECORD whose size differs from the recorded one, as digest lines."""
-    import csv
-
-    try:
-        with open(record, encoding="utf-8", errors="replace") as fh:
-            rows = list(csv.reader(fh.read().splitlines()))
-    except (OSError, csv.Error):
-        return (f"{Path(record).parent.name}\0unreadable\n".encode(),)
-    # Plain strings and os.stat, not Path objects: a torch venv has some 20,000 files, and the key is computed
-    # on bootstrap's path after the extras install (pathlib's joins were half of its 0.11 s).
-    stat = os.stat
-    lines: list[bytes] = []
-    for row in rows:
-        if len(row) < 3 or not row[2].isdigit() or row[0].startswith(".."):
-            continue  # RECORD itself and byte-code have no size; files outside site-packages are not torch's
-        try:
-            size = stat(root + row[0]).st_size
-        except OSError:
-            size = -1
-        if size != int(row[2]):
-            lines.append(f"{row[0]}\0{size}\n".encode())
-    return tuple(lines)
+    return {} if site is None else damage.record_damage(str(site))

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 def venv_drift(venv: Path) -> list[str]:
     """What changed in `venv` since its lock was written (one line a package); [] without a readable lock."""
+    from mw_env.base.errors import InputError
     from mw_env.venv.lock.drift import compare, installed
     from mw_env.venv.lock.lockfile import read_lock
-    from mw_env.base.errors import InputError
 
     path = Path(venv) / LOCK_FILE
     if not path.is_file():
@@ -79,8 +79,8 @@ def lock_for_run(
 ) -> LaunchLock:
     """Write RUN/pylock.mw-env.toml from the venv when the venv drifted from its own lock (a run folder that
     has a lock keeps it: a resumed run carries the lock it started with, named as such)."""
-    from mw_env.venv.lock.make import lock_venv, write_lock
     from mw_env.base.errors import MwEnvError
+    from mw_env.venv.lock.make import lock_venv, write_lock
 
     drift = tuple(venv_drift(venv))
     if not drift:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.venv.lock.lockfile import FORMAT, Lock, LockMeta, normalize, parse_lock
 from mw_env.base.errors import InputError, StepFailed
 from mw_env.base.textsafe import redact, safe
+from mw_env.venv.lock.lockfile import FORMAT, Lock, LockMeta, normalize, parse_lock
 
 if TYPE_CHECKING:
     from mw_env.profiles.model import Selection
@@ -211,9 +211,8 @@ def _sha256(path: Path) -> str:
 
 
 def _run_compile(argv: list[str], env: Mapping[str, str], out: Path) -> str:
-    from mw_env.sources.uv import run_streaming, uv_env
-
     from mw_env.base import idle
+    from mw_env.sources.uv import run_streaming, uv_env
 
     with idle.waiting():  # uv resolves for tens of ms: a bootstrap's deferred work runs meanwhile
         res = run_streaming(argv, env=uv_env(env), timeout=600)
@@ -285,11 +284,11 @@ def lock_venv(
     `wheels`: local wheel files bootstrap installed (torch from a wheelhouse); their entries are written
     without uv where that is certain (localwheel.py)."""
     import mw_env
+    from mw_env.sources.uv import find_uv
+    from mw_env.sources.wheelhouse import discover
     from mw_env.venv.lock.match import meta_for, target_of
     from mw_env.venv.record import RECORD_FILE as RECORD
     from mw_env.venv.record import create_command, read_record
-    from mw_env.sources.uv import find_uv
-    from mw_env.sources.wheelhouse import discover
 
     venv = Path(venv).expanduser().absolute()
     python = venv / "bin" / "python"

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from mw_env.base.errors import InputError, StepFailed
 from mw_env.venv.lock.lockfile import Lock, read_lock
 from mw_env.venv.lock.match import hardware_problem, machine_hardware
-from mw_env.base.errors import InputError, StepFailed
 
 if TYPE_CHECKING:
     from mw_env.profiles.model import Build, Selection, TorchSource
