@@ -79,9 +79,33 @@ def kill_tagged(tag: str) -> None:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A free port for a server a test starts later (torchrun's rendezvous store), chosen outside the kernel's
+    ephemeral range. A port the kernel gave for a bind to 0 and that is released at once can be given again to
+    the next bind to 0: another test's loopback server, in the other xdist worker, got it first in a full run;
+    torchrun's agent then could not bind its store, took that server for another node's store and timed out
+    (a flake seen once in CI). Outside the range no bind to 0 can land on it."""
+    import random
+
+    low, high = _ephemeral_range()
+    candidates = [p for p in range(10000, 65535) if not low <= p <= high]
+    for port in random.sample(candidates, 200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use: the next candidate
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # everything taken: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def hang_report(tag: str) -> str:
