@@ -36,8 +36,8 @@ def _train_args(run: Path, max_steps: int, checkpoint_every: int = 100000) -> li
 
 def _start(run: Path, capsys, **kwargs) -> None:
     code = main(["train", "start", *_train_args(run, **kwargs)])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err  # a refusal says why on stderr
 
 
 def _reached(gate: Path, run: Path) -> None:
