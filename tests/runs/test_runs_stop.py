@@ -102,3 +102,34 @@ def test_a_foreground_run_is_judged_by_the_pid_its_state_record_names(tmp_path):
     assert run_status(out_dir=run).state == "running"
     set_state(run, "running", pid=2**22 + 12345)  # no such process: the foreground trainer is gone
     assert run_status(out_dir=run).state == "dead"
+
+
+def test_stop_counts_a_run_as_gone_only_once_its_folder_lock_is_free(tmp_path):
+    """A killed trainer shows in /proc until its memory is torn down and drops its flock only after that: stop
+    waits for the lock too, so a `train start` right after it is not refused (seen in a full CI run)."""
+    import subprocess
+    import sys
+
+    from mw_env.runs.runs import RunRecord
+    from mw_env.runs.stop import _gone
+
+    run = tmp_path / "run"
+    run.mkdir()
+    # No process of the run left: a supervisor pid above any pid_max (no group), no run id.
+    record = RunRecord(
+        run_dir=run, pid=2**22 + 7, start_ticks=0, argv=(), log_file=run / "train.log", started_at=0.0
+    )
+    assert _gone(record)  # no lock file at all: nothing holds the folder
+    code = "import sys; from mw_env.rundir import runlock; runlock.acquire(sys.argv[1]); print('held', flush=True)"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code + "; sys.stdin.read()", str(run)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert not _gone(record)  # the lock of a trainer still tearing down: not gone yet
+    finally:
+        holder.communicate("")  # it exits, and its flock goes with it
+    assert _gone(record)

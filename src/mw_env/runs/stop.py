@@ -166,7 +166,7 @@ def stop_run(
         started = clock()
         deadline, seen = started + grace.seconds, None
         while clock() < deadline:
-            if not is_alive(record) and not _members(record):
+            if not is_alive(record) and _gone(record):
                 return StopResult(out_dir, was_running=True, waited_s=clock() - started, grace=grace)
             state = (runstate.read_state(out_dir) or {}).get("state")
             if state != seen and state in ("stopping", "finishing") and not grace.overridden:
@@ -226,7 +226,7 @@ def _kill(
             os.kill(pid, signal.SIGKILL)
     _with_stop(record, {**(record.stop or {}), "escalated": True, "killed": list(members)})
     for _ in range(int(10 / max(poll_s, 0.01))):
-        if not _members(record):
+        if _gone(record):
             break
         sleep(poll_s)
     waited = clock() - started
@@ -320,6 +320,21 @@ def record_kill(run_dir: Path, *, grace: Grace, waited_s: float, killed: Sequenc
 def _members(record: RunRecord) -> list[int]:
     """Every live process of the run: its supervisor's process group and each process with its run id."""
     return sorted(set(group_members(record.pid)) | set(marked_processes(record.run_id or "")))
+
+
+def _gone(record: RunRecord) -> bool:
+    """No process of the run is left and the run folder's lock is free: a `train start` right after the stop
+    is not refused. A killed trainer shows in /proc until the kernel has torn down its memory (torch's
+    gigabytes take a while on a loaded machine), and drops its flock only after that."""
+    from mw_env.rundir import runlock
+
+    if _members(record):
+        return False
+    try:
+        runlock.check_free(record.run_dir)
+    except InputError:
+        return False
+    return True
 
 
 def _with_stop(record: RunRecord, stop: dict[str, Any]) -> RunRecord:
