@@ -54,12 +54,6 @@ class LazyConsole:
             for objects, options in queued:
                 self._console.print(*objects, **options)  # type: ignore[arg-type]
 
-    def real(self) -> Console:
-        """The rich Console itself (what is queued printed first), for a caller that needs more than print."""
-        self.flush()
-        assert self._console is not None
-        return self._console
-
 
 def console_for(
     *, stderr: bool, env: Mapping[str, str] | None = None, **options: object

@@ -54,6 +54,11 @@ STEP_DROPS = (
 )
 
 
+# Where a default index the extras step gets on its command line (or uv's own) comes from; any other default
+# is the user's uv configuration's.
+COMMAND_LINE_DEFAULTS = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL / pip.conf", "uv's default")
+
+
 @dataclass(frozen=True)
 class StepIndex:
     """One index of the torch step, in the order uv asks them."""
@@ -81,7 +86,7 @@ class StepIndex:
             return f"torch and its GPU packages come only from here (first-index); it {said}"
         if self.role == "extra":
             return "the user's extra index, asked after the torch index"
-        if self.origin.endswith(".toml"):
+        if self.origin not in COMMAND_LINE_DEFAULTS:  # a file of the user's (one or several merged)
             return "the user's default index (their uv configuration): torch's own dependencies resolve here"
         return "the default index: torch's own dependencies (setuptools, filelock, ...) resolve here"
 

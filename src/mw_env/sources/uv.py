@@ -261,11 +261,9 @@ def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | Non
     return parts[0], parts[1]
 
 
-# `uv --version` begun by prefetch, by uv's path; check_version collects it.
-_version_runs: dict[str, subprocess.Popen[str]] = {}
-# Other answers begun by prefetch (an interpreter's version query), by argv, with the environment they run in;
-# python_version collects its own.
-_ahead: dict[tuple[str, ...], tuple[dict[str, str], subprocess.Popen[str]]] = {}
+# Answers begun by prefetch, by argv, with the environment they run in (None: the answer does not depend on it,
+# as uv's version); check_version and python_version collect their own (_collect).
+_ahead: dict[tuple[str, ...], tuple[dict[str, str] | None, subprocess.Popen[str]]] = {}
 _warmers: list[subprocess.Popen[str]] = []
 _prefetch_lock = threading.Lock()
 
@@ -289,9 +287,9 @@ def prefetch(uv: str | None, env: Mapping[str, str], *, python: str | None = Non
     if not uv:
         return
     with _prefetch_lock:
-        if uv not in _version_runs:
+        if (uv, "--version") not in _ahead:
             with contextlib.suppress(OSError):  # it cannot start: check_version runs it itself and says why
-                _version_runs[uv] = _background([uv, "--version"], env, subprocess.PIPE)
+                _ahead[(uv, "--version")] = (None, _background([uv, "--version"], env, subprocess.PIPE))
         _warmers[:] = [w for w in _warmers if w.poll() is None]  # the finished ones, reaped
         if given and python:
             with contextlib.suppress(OSError):  # only a head start: the venv step asks uv itself
@@ -317,18 +315,14 @@ def _background(
 
 def _version_run(uv: str, env: Mapping[str, str]) -> CommandRun:
     """`uv --version`: the prefetched run's answer when there is one, else run now."""
-    with _prefetch_lock:
-        child = _version_runs.pop(uv, None)
-    if child is None:
-        return _run_quiet([uv, "--version"], env, 20.0)
-    return _answer(child, (uv, "--version"), 20.0)
+    return _collect([uv, "--version"], env, 20.0) or _run_quiet([uv, "--version"], env, 20.0)
 
 
 def _collect(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> CommandRun | None:
     """The answer of `argv` begun ahead in this environment, or None (none begun, or begun in another one)."""
     with _prefetch_lock:
         ahead = _ahead.pop(tuple(argv), None)
-        if ahead is not None and ahead[0] != dict(env):
+        if ahead is not None and ahead[0] is not None and ahead[0] != dict(env):
             _warmers.append(ahead[1])  # asked under another environment: reaped later, its answer unused
             ahead = None
     return None if ahead is None else _answer(ahead[1], argv, timeout)

@@ -73,29 +73,38 @@ class UvConfig:
 NO_CONFIG = UvConfig()
 
 
-def discover(env: Mapping[str, str], cwd: Path | None = None) -> list[tuple[Path, str]]:
-    """(file, "uv.toml" | "pyproject.toml") in uv's order of precedence, most specific first."""
+def discover(env: Mapping[str, str], cwd: Path | None = None) -> list[tuple[Path, Table]]:
+    """(file, its settings) in uv's order of precedence, most specific first; each file read once. A
+    pyproject.toml's settings are its [tool.uv] table without the project-only keys."""
     if env.get("UV_NO_CONFIG", "").strip().lower() not in _FALSE:
         return []
     if env.get("UV_CONFIG_FILE"):
-        return [(Path(env["UV_CONFIG_FILE"]), "uv.toml")]
-    found: list[tuple[Path, str]] = []
+        return [_uv_toml(Path(env["UV_CONFIG_FILE"]))]
+    found: list[tuple[Path, Table]] = []
     here = Path(cwd or os.getcwd()).absolute()
     for folder in (here, *here.parents):
         if (folder / "uv.toml").is_file():
-            found.append((folder / "uv.toml", "uv.toml"))
+            found.append(_uv_toml(folder / "uv.toml"))
             break
-        if (folder / "pyproject.toml").is_file() and _has_tool_uv(folder / "pyproject.toml"):
-            found.append((folder / "pyproject.toml", "pyproject.toml"))
+        project = folder / "pyproject.toml"
+        tool = _toml(project, "pyproject.toml").get("tool") if project.is_file() else None
+        if isinstance(tool, dict) and "uv" in tool:
+            table = tool["uv"]
+            if not isinstance(table, dict):
+                raise InputError(
+                    f"{project}: [tool.uv] is not a table",
+                    hint="write it as a [tool.uv] table, as uv expects",
+                )
+            found.append((project, {k: v for k, v in table.items() if k not in PROJECT_ONLY}))
             break
     home = Path(env.get("HOME") or Path.home())
     user = Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "uv" / "uv.toml"
     if user.is_file():
-        found.append((user, "uv.toml"))
+        found.append(_uv_toml(user))
     dirs = [d for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":") if d]
     for system in [*(Path(d) / "uv" / "uv.toml" for d in dirs), Path("/etc/uv/uv.toml")]:
         if system.is_file():
-            found.append((system, "uv.toml"))
+            found.append(_uv_toml(system))
             break  # uv reads the first system file only
     return found
 
@@ -104,10 +113,7 @@ def load(env: Mapping[str, str], cwd: Path | None = None) -> UvConfig:
     """The user's uv configuration as uv would merge it; InputError naming a file that is not valid TOML."""
     merged: Table = {}
     files: list[str] = []
-    for path, kind in discover(env, cwd):
-        table = _read(path, kind)
-        if kind == "pyproject.toml":
-            table = {k: v for k, v in table.items() if k not in PROJECT_ONLY}
+    for path, table in discover(env, cwd):
         try:
             json.dumps(table)
         except (TypeError, ValueError):
@@ -120,8 +126,8 @@ def load(env: Mapping[str, str], cwd: Path | None = None) -> UvConfig:
     return UvConfig(files=tuple(files), merged=json.dumps(merged))
 
 
-def _has_tool_uv(path: Path) -> bool:
-    return "uv" in _tool(path)
+def _uv_toml(path: Path) -> tuple[Path, Table]:
+    return path, _toml(path, "uv configuration")
 
 
 def _toml(path: Path, what: str) -> Table:
@@ -136,20 +142,6 @@ def _toml(path: Path, what: str) -> Table:
             f"{path}: not valid TOML ({exc})",
             hint="uv reads this file too and would stop at it: fix it, or set UV_NO_CONFIG=1 to skip uv's files",
         ) from None
-
-
-def _tool(path: Path) -> Table:
-    tool = _toml(path, "pyproject.toml").get("tool")
-    return tool if isinstance(tool, dict) else {}
-
-
-def _read(path: Path, kind: str) -> Table:
-    table = _tool(path).get("uv") if kind == "pyproject.toml" else _toml(path, "uv configuration")
-    if not isinstance(table, dict):
-        raise InputError(
-            f"{path}: [tool.uv] is not a table", hint="write it as a [tool.uv] table, as uv expects"
-        )
-    return table
 
 
 def _merge(stronger: Table, weaker: Table) -> Table:

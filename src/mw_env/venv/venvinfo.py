@@ -162,8 +162,7 @@ def installed_fingerprint(venv: Path, known: KnownDamage | None = None) -> str:
     if site is None:
         return h.hexdigest()[:16]
     root = str(site) + os.sep
-    for record in sorted(site.glob("*.dist-info/RECORD")):
-        path = str(record)
+    for path in sorted(damage.records(str(site))):
         earlier = (known or {}).get(path)
         if earlier is not None and earlier[0] == damage.identity(path):
             lines = earlier[1]
