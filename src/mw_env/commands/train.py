@@ -79,6 +79,8 @@ def train(ctx: click.Context, config_name: str | None, **options: Unpack[LaunchO
     if stopped:
         click.echo(stopped_before_launch(stopped[0]), err=True)
         return 0
+    if launch.built_on:
+        click.echo(launch.built_on, err=True)
     if launch.doctor is not None:
         from mw_env.checks.model import doctor_warnings
 
@@ -117,7 +119,8 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
     from mw_env.trainspec.preflight import check_columns, check_labels
     from mw_env.trainspec.summary import summarize
 
-    config = resolve_train_config(**selection).config
+    resolved = resolve_train_config(**selection)
+    config = resolved.config
     venv = _default_venv()
     # The same host checks as `mw-env train` before the doctor (trainspec/preflight.py): a glob that matches
     # nothing, a FIFO or a device as a shard, a missing column, a tokens column that is not a list of
@@ -134,6 +137,10 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
     from rich.table import Table
 
     console = Console()
+    from mw_env.trainspec.configfile import built_on
+
+    if line := built_on(resolved):
+        console.print(line, markup=False, highlight=False)
     m = info["model"]
     console.print(f"[bold]Model[/bold]: {m['architecture']}")
     table = Table("part", "parameters", box=None)

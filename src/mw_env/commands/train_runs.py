@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mw_env.base.errors import EXIT_FAILED, MwEnvError
+from mw_env.base.errors import EXIT_FAILED
 from mw_env.base.textsafe import bounded, duration
 from mw_env.commands.common import F, echo_json, json_option
 from mw_env.commands.train_export import export
@@ -98,7 +98,7 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
         env=launch.env,
         out_dir=launch.out_dir / f"node-{rank}" if rank else launch.out_dir,
         cwd=launch.cwd,
-        max_steps=_max_steps(launch.config_path, tuple(options.get("overrides", ()))),
+        max_steps=launch.max_steps,
         memory_need=launch.memory_need,
         memory_lower=launch.memory_lower,
     )
@@ -108,7 +108,8 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
     d = record.run_dir
     from mw_env.checks.model import doctor_warnings
 
-    for line in [*(f"warning: doctor: {w}" for w in doctor_warnings(launch.doctor)), *launch.notes]:
+    built = [launch.built_on] if launch.built_on else []
+    for line in [*built, *(f"warning: doctor: {w}" for w in doctor_warnings(launch.doctor)), *launch.notes]:
         click.echo(line, err=True)
     click.echo(
         f"started {launch.config_path.name} detached (profile {launch.profile}; pid {record.pid}, trainer pid {record.child_pid})"
@@ -119,16 +120,6 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
     click.echo(f"  watch       mw-env train watch {d}")
     click.echo(f"  stop        mw-env train stop {d}")
     return 0
-
-
-def _max_steps(config_path: Path, overrides: tuple[str, ...]) -> int | None:
-    """runtime.max_steps of the run, for the ETA (profile defaults never set it)."""
-    try:
-        from mw_env.trainspec.config import resolve_config
-
-        return int(resolve_config(path=config_path, overrides=overrides).config.runtime.max_steps)
-    except (MwEnvError, TypeError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,10 +27,12 @@ from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
 from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
+from mw_env.trainspec.configfile import built_on
 from mw_env.trainspec.preflight import check_on_host
 
 if TYPE_CHECKING:
     from mw_env.profiles.model import Selection
+    from mw_env.trainspec.config import TrainConfig
 
 # The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
 # report, which moves it to DOCTOR_FILE; a launch that fails before that leaves a finished run's
@@ -109,6 +111,8 @@ class Launch:
     venv: Path | None = None
     doctor: dict[str, object] | None = None  # the quick doctor's report (None when skipped)
     notes: tuple[str, ...] = ()  # said before the run starts (the venv's drift, the run's lock)
+    built_on: str | None = None  # what a config file of one's own builds on: the first line said
+    max_steps: int | None = None  # runtime.max_steps as resolved (bases included): the ETA of `train status`
     nodes: Nodes = field(default_factory=Nodes)
     run_id: str = ""  # MW_ENV_RUN_ID of every process of this launch
     # The memory the run needs (runs/fit.py: bytes, all processes of this node) and the settings that lower
@@ -128,6 +132,8 @@ def profile_defaults(selection: Selection) -> dict[str, object]:
     trainer = getattr(selection, "trainer", None) or selection.profile.trainer
     return {
         "profile": selection.profile.name,
+        # A config file of one's own that names no `base:` builds on this one (trainspec/configfile.py).
+        "config": default_config(selection),
         "device": trainer.device,
         "precision": trainer.precision,
         "sdpa_backend": trainer.sdpa_backend,
@@ -174,11 +180,26 @@ def _write_doctor(out_dir: Path, report: dict[str, object], node_rank: int = 0) 
     return path
 
 
-def _refuse_finished(out_dir: Path, max_steps: int) -> None:
-    """A run that finished (report and manifest written) at max_steps has nothing left to train: say so
-    and how to start again, instead of resuming at the last step and training nothing."""
+def _report_json(path: Path) -> dict[str, object] | None:
+    """A JSON file of a run's report, or None when it is not there or not one (a foreign or damaged file)."""
+    from mw_env.base import userfile
+    from mw_env.base.userjson import loads
+
+    try:
+        data = loads(userfile.read_text(path, what="report file", max_bytes=64 << 20))
+    except (MwEnvError, OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _refuse_finished(out_dir: Path, config: TrainConfig, base: Path) -> None:
+    """A run that finished (report and manifest written) in the folder: another run there (other data, another
+    model or config) is refused, naming the difference and the ways on (trainspec/earlier.py); the same run with
+    nothing left to train is said as such, instead of resuming at the last step and training nothing."""
     from mw_env.base.errors import NothingToDo
+    from mw_env.rundir.contract import REPORT_DIR
     from mw_env.rundir.runstate import read_state
+    from mw_env.trainspec.earlier import check_earlier_run
 
     life = read_state(out_dir) or {}
     step = life.get("step")
@@ -186,11 +207,22 @@ def _refuse_finished(out_dir: Path, max_steps: int) -> None:
         return
     if not Path(str(life.get("last_checkpoint") or "")).is_file():
         return  # its checkpoints are gone: the run starts over, as it would anyway
-    if step < max_steps and life.get("reason") != "early_stop":
-        return  # stopped early by the operator, or max_steps raised: resuming trains on
+    reason = str(life.get("reason") or "max_steps")
+    nothing_left = check_earlier_run(
+        out_dir=out_dir,
+        step=step,
+        reason=reason,
+        hyperparameters=_report_json(out_dir / REPORT_DIR / "hyperparameters.json"),
+        card=_report_json(out_dir / REPORT_DIR / "data_card.json"),
+        config=config,
+        base=base,
+    )
+    if not nothing_left:
+        return  # max_steps raised (or stopped early by the operator): resuming trains on
+    max_steps = config.runtime.max_steps
     raise NothingToDo(
         f"the run in {out_dir} already finished at step {step} (runtime.max_steps {max_steps}; "
-        f"{life.get('reason', 'max_steps')}): its report is {life.get('report') or out_dir / 'report'}",
+        f"{reason}) on this data and config: its report is {life.get('report') or out_dir / 'report'}",
         hint="to start again: add --fresh (the old checkpoints and metrics are kept, renamed) or "
         "--set runtime.out_dir=ANOTHER; to train on from it: --set runtime.max_steps=N (larger)",
     )
@@ -318,7 +350,7 @@ def prepare(request: LaunchRequest) -> Launch:
 
         check_free(out_dir)
         if not r.fresh and r.resume is None:
-            _refuse_finished(out_dir, resolved.config.runtime.max_steps)
+            _refuse_finished(out_dir, resolved.config, cwd)
 
     # The environment the trainer will run with; the doctor judges that one (the override applied).
     env = dict(env_in)
@@ -399,4 +431,6 @@ def prepare(request: LaunchRequest) -> Launch:
         run_id=run_id,
         memory_need=fit.needed,
         memory_lower=fit.need.what_to_lower(),
+        built_on=built_on(resolved),
+        max_steps=resolved.config.runtime.max_steps,
     )

@@ -17,6 +17,7 @@ from mw_env.trainer.agree import agree_on_checkpoint
 from mw_env.trainer.data import Corpus, identity_diff
 from mw_env.trainer.distributed import DistInfo
 from mw_env.trainspec.config import TrainConfig, architecture_diff, config_from_dict
+from mw_env.trainspec.earlier import elsewhere_hint
 
 Echo = Callable[[str], None]
 
@@ -72,7 +73,7 @@ def check_compatible(
     if diff:
         raise InputError(
             f"cannot resume from {path}: the config changed where it must not ({'; '.join(diff)})",
-            hint="restore those settings, or start over with --fresh",
+            hint=f"restore those settings to continue it; or {elsewhere_hint(config.runtime.out_dir)}",
         )
     if int(ckpt["world_size"]) != dist.world:
         raise InputError(
@@ -86,14 +87,16 @@ def check_compatible(
         what = f"added {added}, removed {removed}" if added or removed else "same labels, another order"
         raise InputError(
             f"cannot resume from {path}: the label set changed ({what}; now from {corpus.labels.origin})",
-            hint=f"set data.labels to the checkpoint's labels {old}, or start over with --fresh",
+            hint=f"set data.labels to the checkpoint's labels {old} to continue it; or "
+            f"{elsewhere_hint(config.runtime.out_dir)}",
         )
     changes = corpus_changes(ckpt.get("data"), corpus)
     if changes and not config.data.allow_changed_corpus:
         shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
         raise InputError(
             f"cannot resume from {path}: the corpus changed since it was written ({shown})",
-            hint="restore the shards, or --set data.allow_changed_corpus=true to continue on this corpus "
-            "(the data order from here on is this corpus's, not a continuation), or start over with --fresh",
+            hint=f"{elsewhere_hint(config.runtime.out_dir)}; or restore the shards to continue it, or "
+            "--set data.allow_changed_corpus=true to continue that model on this corpus (the data order from "
+            "here on is this corpus's, not a continuation)",
         )
     return changes

@@ -14,6 +14,7 @@ from typing import Any
 
 from mw_env.base import typed
 from mw_env.base.errors import InputError
+from mw_env.trainspec.configfile import CONFIGS_DIR, config_chain, shipped_configs
 from mw_env.trainspec.schema import (  # re-exported: the config's types are part of this module's API
     ARCHITECTURE_KEYS,
     DIST_BACKENDS,
@@ -35,8 +36,6 @@ from mw_env.trainspec.schema import (  # re-exported: the config's types are par
     all_keys,
 )
 from mw_env.trainspec.validate import validate
-
-CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
 __all__ = [
     "ARCHITECTURE_KEYS",
@@ -65,10 +64,6 @@ __all__ = [
     "resolve_config",
     "shipped_configs",
 ]
-
-
-def shipped_configs() -> list[str]:
-    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
 
 
 def find_config(name_or_path: str | Path) -> Path:
@@ -140,50 +135,6 @@ def _coerce(key: str, value: Any, origin_label: str) -> Any:
     return reader.coerce(_TYPES[key], value, key)
 
 
-def _read_file(path: Path) -> dict[str, Any]:
-    from mw_env.base import userfile
-
-    suffix = path.suffix.lower()
-    if suffix not in (".toml", ".yaml", ".yml"):
-        raise InputError(f"{path}: unknown config format {suffix!r}", hint="use .yaml, .yml or .toml")
-    # Bounded, non-blocking, UTF-8 checked: a FIFO, /dev/zero or a binary file is an error, not a hang.
-    text = userfile.read_text(path, what="config")
-    if suffix == ".toml":
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            try:
-                import tomli as tomllib  # type: ignore[no-redef]
-            except ModuleNotFoundError:
-                raise InputError(
-                    f"{path}: TOML configs need Python >= 3.11 or the tomli package",
-                    hint="mw-env depends on tomli on Python 3.10: reinstall mw-env, or write the config as YAML",
-                ) from None
-        try:
-            data: Any = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError(
-                f"{path}: not valid TOML: {exc}", hint="fix the syntax at the line and column named"
-            ) from None
-        except (RecursionError, ValueError, OverflowError) as exc:  # nesting a parser cannot follow
-            raise InputError(
-                f"{path}: not valid TOML ({type(exc).__name__})", hint="flatten the structure"
-            ) from None
-        userfile.check_size(data, source=f"config {path}")
-    else:
-        data = userfile.load_yaml(text, source=f"config {path}")
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise InputError(
-            f"{path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})",
-            hint="e.g. a [runtime] table then 'max_steps = 100'"
-            if suffix == ".toml"
-            else "e.g. 'runtime:' then indented 'max_steps: 100'",
-        )
-    return dict(data)
-
-
 def parse_set(item: str) -> tuple[str, Any]:
     """`a.b=c` -> ("a.b", scalar): the value is read as a YAML scalar (1e-3, true, null, [a, b]).
 
@@ -217,28 +168,57 @@ def resolve_config(
     profile_defaults: Mapping[str, Any] | None = None,
     profile_name: str | None = None,
 ) -> ResolvedConfig:
-    """Defaults < profile < file < --set, type-checked and validated; with each value's source."""
+    """Defaults < profile < the file's bases (configfile.py) < the file < --set, type-checked and validated;
+    with each value's source. `profile_defaults["config"]`, when given, is the shipped config a file of one's
+    own builds on when it names no `base:` (the profile's default config)."""
     values: dict[str, Any] = {}
     sources = {key: "default" for key in all_keys()}
+    layer: dict[str, int] = {}  # the layer that set each key: 0 profile, 1.. the files, then --set
 
-    def put(key: str, value: Any, label: str, source: str) -> None:
+    def put(key: str, value: Any, label: str, source: str, at: int) -> None:
         values[key] = _coerce(key, value, label)
         sources[key] = source
+        layer[key] = at
 
     for pkey, ckey in PROFILE_KEYS.items():
         if profile_defaults and profile_defaults.get(pkey) is not None:
             label = f"profile:{profile_name}" if profile_name else "profile"
-            put(ckey, profile_defaults[pkey], label, label)
-    if path is not None:
-        for key, value in _reader(str(path)).flatten(TrainConfig, _read_file(path)).items():
-            put(key, value, str(path), f"file:{path}")
+            put(ckey, profile_defaults[pkey], label, label, 0)
+    default_base = (profile_defaults or {}).get("config")
+    chain = config_chain(path, default_base=str(default_base) if default_base else None) if path else []
+    for at, part in enumerate(chain, start=1):
+        for key, value in _reader(str(part.path)).flatten(TrainConfig, part.sections).items():
+            put(key, value, str(part.path), f"file:{part.path}", at)
     for item in overrides:
         key, value = parse_set(item)
-        put(key, value, f"--set {item}", "--set")
+        put(key, value, f"--set {item}", "--set", len(chain) + 1)
+    _imply_files(values, sources, layer)
 
     config = typed.build(TrainConfig, values)
     validate(config)
-    return ResolvedConfig(config=config, sources=sources, path=path)
+    bases = tuple((str(p.path), p.role) for p in chain[:-1])
+    return ResolvedConfig(config=config, sources=sources, path=path, bases=bases, profile=profile_name)
+
+
+def _imply_files(values: dict[str, object], sources: dict[str, str], layer: dict[str, int]) -> None:
+    """data.train_files or data.sources name files, so the corpus is files: a `source: synthetic` set below
+    them (a shipped config's, the default) gives way, said in the provenance. Set together with them, or
+    above them, it is a contradiction named with both keys (a run used to train on the synthetic corpus
+    and exit 0, the files never read)."""
+    named = [k for k in ("data.train_files", "data.sources") if values.get(k)]
+    if not named or values.get("data.source", "synthetic") != "synthetic":
+        return
+    files_at = max(layer[k] for k in named)
+    if layer.get("data.source", -1) < files_at:
+        values["data.source"] = "files"
+        sources["data.source"] = f"implied by {named[0]} ({sources[named[0]]})"
+        return
+    raise InputError(
+        f"config: data.source is 'synthetic' ({sources['data.source']}) but {named[0]} names files "
+        f"({sources[named[0]]}): the synthetic corpus is generated, the files would never be read",
+        hint=f"to train on the files, drop data.source (files imply data.source=files) or set it to files; "
+        f"to train on the synthetic corpus, drop {named[0]}",
+    )
 
 
 # data.shuffle_window (row groups per window) became data.shuffle_rows: a checkpoint that has it still loads,

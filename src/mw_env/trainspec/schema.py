@@ -209,10 +209,15 @@ class ResolvedConfig:
     config: TrainConfig
     sources: dict[str, str]  # "section.key" -> "default" | "profile:<name>" | "file:<path>" | "--set"
     path: Path | None
+    # The files the config file builds on (trainspec/configfile.py), the foot first: (path, role) with role
+    # "base" (named by `base:`) or "profile default" (the file names no base).
+    bases: tuple[tuple[str, str], ...] = ()
+    profile: str | None = None  # the hardware profile whose defaults (and default config) it resolved with
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "config_file": str(self.path) if self.path else None,
+            "built_on": [{"file": f, "why": why} for f, why in self.bases],
             "config": self.config.to_dict(),
             "sources": dict(self.sources),
             "config_sha256": self.config.sha256(),

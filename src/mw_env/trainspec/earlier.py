@@ -1,0 +1,148 @@
+"""The run already in a run folder, against the config about to start there (torch-free).
+
+A second dataset trained into the default run folder used to find the first run finished, train nothing and
+exit 0 ("already finished at step 200"), with a hint (raise max_steps) that would have continued the old
+model on the new data. `mw-env train` now compares before the doctor: the finished run's config
+(report/hyperparameters.json) and data (report/data_card.json, its shards by path and size) against this
+config and the files its globs match now. Other data, or another model, is refused (exit 2) with the two
+ways on: a new run folder, or --fresh. The same config again is "nothing to do" (exit 0), as before; the same
+config with a larger runtime.max_steps trains on, as before.
+
+The trainer's own resume checks (trainer/resume.py) refuse a run folder with checkpoints but no report the
+same way, naming `elsewhere_hint` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from mw_env.base.errors import InputError
+from mw_env.trainspec.config import TrainConfig, architecture_diff, config_from_dict
+from mw_env.trainspec.files import expand_files
+
+# Where a run is written and how far it goes: neither makes it another run (a larger max_steps continues it).
+NOT_IDENTITY = ("runtime.out_dir", "runtime.max_steps")
+
+
+def elsewhere_hint(out_dir: Path | str) -> str:
+    """The two ways on when a run folder holds another run: a new folder, or --fresh here."""
+    out = Path(out_dir)
+    new = out.with_name(out.name + "-2")
+    n = 2
+    while new.exists() and n < 100:
+        n += 1
+        new = out.with_name(f"{out.name}-{n}")
+    return (
+        f"train it as a new run in a new folder: --set runtime.out_dir={new}; or start over in {out} with "
+        "--fresh (the earlier run's checkpoints and metrics are kept there, renamed)"
+    )
+
+
+def config_changes(old: Mapping[str, object], new: TrainConfig) -> list[str]:
+    """`key: old -> new` for every setting that differs, but where the run is written and how far it goes."""
+    out = []
+    for section, values in new.to_dict().items():
+        was = old.get(section)
+        if not isinstance(was, Mapping):
+            continue
+        for key, value in values.items():
+            dotted = f"{section}.{key}"
+            if dotted not in NOT_IDENTITY and key in was and was[key] != value:
+                out.append(f"{dotted}: {_short(was[key])} -> {_short(value)}")
+    return out
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _synthetic_now(config: TrainConfig) -> dict[str, object]:
+    """The synthetic corpus's settings as the data card's source records them."""
+    d = config.data
+    return {
+        "seed": d.seed,
+        "rows": d.synthetic_rows,
+        "val_rows": d.synthetic_val_rows,
+        "countries": list(d.countries),
+        "noise": d.noise,
+    }
+
+
+def data_changes(card: Mapping[str, object], config: TrainConfig, base: Path) -> list[str]:
+    """How this config's training data differs from what the run of `card` (its data_card.json) read: the
+    synthetic corpus's settings, or each shard by path and size (the files the globs match now)."""
+    recorded = card.get("sources")
+    if not isinstance(recorded, Sequence):
+        return []
+    then = [s for s in recorded if isinstance(s, Mapping)]
+    was_synthetic = next((s for s in then if s.get("kind") == "synthetic"), None)
+    if config.data.source == "synthetic":
+        if was_synthetic is None:
+            return ["the earlier run read files, this config generates the synthetic corpus"]
+        now = _synthetic_now(config)
+        return [
+            f"synthetic {k}: {was_synthetic.get(k)!r} -> {v!r}"
+            for k, v in now.items()
+            if was_synthetic.get(k) != v
+        ]
+    if was_synthetic is not None:
+        return ["the earlier run trained on the synthetic corpus, this config reads files"]
+    try:
+        paths = [p for key, globs in config.data.train_globs() for p in expand_files(globs, key, base)]
+    except InputError:
+        return []  # the preflight says what is wrong with the globs
+    sizes = {str(s.get("path")): s.get("size") for s in then if s.get("kind") == "train"}
+    out = []
+    for path in paths:
+        size, was = path.stat().st_size, sizes.get(str(path))
+        if str(path) not in sizes:
+            out.append(f"{path} is new")
+        elif isinstance(was, int) and was != size:
+            out.append(f"{path} changed size ({was:,} -> {size:,} bytes)")
+    listed = {str(p) for p in paths}
+    return out + [f"{p} is no longer listed" for p in sizes if p not in listed]
+
+
+def check_earlier_run(
+    *,
+    out_dir: Path,
+    step: int,
+    reason: str,
+    hyperparameters: Mapping[str, object] | None,
+    card: Mapping[str, object] | None,
+    config: TrainConfig,
+    base: Path,
+) -> bool:
+    """The finished run in `out_dir` (at `step`, with its report's hyperparameters and data card) against
+    `config`: InputError when it is another run (other data, another model, or another config with nothing
+    left to train), naming what differs; True when it is this run with nothing left to train (the caller says
+    so), False when this config trains on from it (a larger runtime.max_steps)."""
+    old = hyperparameters.get("config") if hyperparameters else None
+    data = data_changes(card, config, base) if card else []
+    model: list[str] = []
+    others: list[str] = []
+    if isinstance(old, Mapping):
+        others = config_changes(old, config)
+        try:
+            model = architecture_diff(config_from_dict(old), config)
+        except InputError:  # a report of another mw-env version: its config is not this one's to compare
+            model = []
+    left = step < config.runtime.max_steps and reason != "early_stop"
+    if data and config.data.allow_changed_corpus and left and not model:
+        return False  # said by the trainer's resume: continuing on this corpus is what was asked for
+    if data or model or (others and not left):
+        model_keys = {m.split(":")[0] for m in model}
+        what = data[:4] + model[:4] + [o for o in others if o.split(":")[0] not in model_keys][:4]
+        kind = "other data" if data else ("another model" if model else "another config")
+        raise InputError(
+            f"the run in {out_dir} finished at step {step} on {kind} ({'; '.join(what)}): training here would "
+            + ("continue that model on this data" if data else "not train this config")
+            + ", so nothing starts",
+            hint=elsewhere_hint(out_dir),
+        )
+    return not left
+
+
+__all__ = ["NOT_IDENTITY", "check_earlier_run", "config_changes", "data_changes", "elsewhere_hint"]
