@@ -130,7 +130,11 @@ def test_explicit_val_files(tmp_path: Path) -> None:
         ({"tokens": ["12", "Oak"], "tags": ["B-house_number"]}, "line 2: 2 tokens but 1 tags"),
         ({"tokens": ["12"], "tags": ["B-house"]}, "line 2: tag 'B-house' is not in the label set (config"),
         ({"tokens": "12 Oak", "tags": ["O"]}, "'tokens' must be a list of strings"),
-        ({"words": ["12"]}, "line 2: expected an object with 'tokens' and 'tags'"),
+        (
+            {"words": ["12"]},
+            "line 2: expected an object with the tokens 'tokens' (data.tokens_column) and the "
+            "tags 'tags' (data.tags_column) (its keys: 'words')",
+        ),
         (b'{"tokens": ["M\xfcnchen"], "tags": ["B-locality"]}', "line 2: not UTF-8 (byte 0xfc"),
         (b"{not json", "line 2: not valid JSON"),
     ],
@@ -167,7 +171,7 @@ def test_bad_parquet_and_missing_files(tmp_path: Path) -> None:
     cfg = resolve_config(
         overrides=["data.source=files", f"data.train_files={m}", f"data.val_files={m}"]
     ).config
-    with pytest.raises(InputError, match=r"m.parquet row group 0 row 0: 2 tokens but 1 tags"):
+    with pytest.raises(InputError, match=r"m.parquet row 0 \(df.iloc\[0\]: .*\): 2 tokens but 1 tags"):
         load_corpus(cfg)
     pq.write_table(pa.table({"tokens": [["a"]]}), tmp_path / "n.parquet")
     cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/n.parquet"]).config

@@ -122,7 +122,9 @@ def test_a_tag_outside_the_sample_names_where_it_is(tmp_path: Path) -> None:
     producer = corpus.producer()
     try:
         with pytest.raises(
-            InputError, match=r"a.parquet row group 2 row 16: tag 'B-galaxy' is not in"
+            InputError,
+            match=r"a.parquet row 80 \(df.iloc\[80\]: counted from 0 at the file's first row\): "
+            r"tag 'B-galaxy' is not in",
         ) as exc:
             for s in range(20):
                 producer(s)
@@ -306,7 +308,7 @@ def test_bad_rows_are_reported_when_reached(tmp_path: Path) -> None:
     rows[70]["tags"] = rows[70]["tags"][:-1]  # row group 2 (32 rows each), row 6
     pq.write_table(pa.Table.from_pylist(rows), bad / "a.parquet", row_group_size=32)
     labels = "data.labels=[" + ", ".join(sorted({t for r in rows for t in r["tags"]})) + "]"
-    err = _expect(tmp_path, "a.parquet row group 2 row 6: ", labels, "data.val_fraction=0.01", read_steps=12)
+    err = _expect(tmp_path, "a.parquet row 70 (df.iloc[70]", labels, "data.val_fraction=0.01", read_steps=12)
     assert "tokens but" in err.message
 
 
@@ -318,7 +320,9 @@ def test_unknown_tags_error_or_are_counted(tmp_path: Path) -> None:
 
     cfg = files_config(tmp_path / "run", corpus_dir, labels).config
     producer = open_corpus(cfg).producer()
-    with pytest.raises(InputError, match=r"row group \d+ row \d+: tag '.*' is not in the label set") as exc:
+    with pytest.raises(
+        InputError, match=r"row \d+ \(df.iloc\[\d+\]: .*\): tag '.*' is not in the label set"
+    ) as exc:
         producer(0)
     producer.close()
     assert "data.labels" in exc.value.hint
@@ -350,7 +354,7 @@ def test_bio_inconsistencies_are_counted_not_fatal(tmp_path: Path) -> None:
         counts = producer(0).counts
     finally:
         producer.close()
-    assert counts.bio_errors >= 8 and counts.bio_examples[0].startswith(f"{bad / 'a.parquet'} row group ")
+    assert counts.bio_errors >= 8 and counts.bio_examples[0].startswith(f"{bad / 'a.parquet'} row ")
     assert label_order(["I-unit", "O", "B-po_box"]) == ("O", "B-po_box", "I-po_box", "B-unit", "I-unit")
 
 

@@ -72,11 +72,13 @@ def test_each_config_problem_is_named_before_anything_heavy(tmp_path):
         ),
         (
             ["data.train_files=[a.parquet]", "data.tokens_column=words"],
-            r"data\.tokens_column='words': .*a\.parquet has no column 'words' \(its columns: tokens, tags\)",
+            r"a\.parquet has no column 'words' \(data\.tokens_column\): the trainer reads the words from "
+            r"data\.tokens_column \('words'\) and the BIO tags from data\.tags_column \('tags'\); the file's "
+            r"columns: tokens \(list<string>\), tags \(list<string>\)",
         ),
         (
             ["data.train_files=[b.jsonl]"],
-            r"data\.tokens_column='tokens': .*b\.jsonl has no column 'tokens' \(its columns: words, tags\)",
+            r"b\.jsonl has no column 'tokens' \(data\.tokens_column\).*the file's columns: words, tags",
         ),
         (["data.train_files=[a.parquet]", "data.labels=[O, B-X, O]"], r"data\.labels lists O more than once"),
         (

@@ -1,7 +1,7 @@
 """`mw-env train`: run the bundled trainer in the provisioned venv, and inspect configs and runs.
 
 `mw-env train --config smoke` runs the doctor's quick checks, then the trainer with the venv's python
-(torchrun for --nproc-per-node > 1). `config`, `summary` and `verify` run here, without torch.
+(torchrun for --nproc-per-node > 1). `config`, `summary`, `check` and `verify` run here, without torch.
 `start status stop watch export predict evaluate` come from mw_env.commands.train_runs, imported when asked for.
 """
 
@@ -182,6 +182,23 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
     console.print("lr at step: " + ", ".join(f"{k}: {v:.3g}" for k, v in s["lr_at"].items()))
     for line in info["warnings"]:
         console.print(f"[yellow]warning[/yellow]: {line}", markup=True, highlight=False)
+
+
+@train.command(
+    "check",
+    epilog="Exit codes: 0 nothing stops training (warnings may be listed), 1 a row or tag would stop "
+    "training, 2 bad input (the config, a file list, a missing column).",
+)
+@config_options
+@root_option
+@profile_options
+@json_option
+def check_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> int:
+    """Read every row of the dataset once, before training: columns, tags (IOB2 or plain), labels, rows whose
+    tokens and tags differ in length, nulls, rows longer than model.max_len; each with the rows that have it."""
+    from mw_env.commands.train_check import run_check
+
+    return run_check(resolve_train_config(**selection).config, venv=_default_venv(), as_json=as_json)
 
 
 def _default_venv() -> Path | None:

@@ -172,6 +172,9 @@ def predict(args: argparse.Namespace) -> dict[str, object]:
 def evaluate(args: argparse.Namespace) -> dict[str, object]:
     tagger = make_tagger(args.run, args.export, args.device)
     rows = _rows(tagger, args.data, args, need_tags=True)
+    refuse_plain_tags(
+        {t for r in rows for t in r.tags or ()}, args.data, args.tags_column or tagger.tags_column
+    )
     tags = tagger.tag([r.words for r in rows])
     tally = Tally()
     for row, pred in zip(rows, tags, strict=True):
@@ -185,6 +188,17 @@ def evaluate(args: argparse.Namespace) -> dict[str, object]:
         "truncated_words": tagger.truncated,
         **tally.report(),
     }
+
+
+def refuse_plain_tags(gold: set[str], path: Path, column: str) -> None:
+    """Plain gold tags (no B-/I-) score no entity: an F1 of 0.0 over a support of 0, said as if measured.
+    Refused as training refuses them (trainspec/labelscan.py), with the conversion to paste."""
+    from mw_env.trainspec.labelscan import not_bio, not_bio_error
+
+    if plain := not_bio(gold):
+        raise not_bio_error(
+            plain, f"{path}: the gold tags ({column!r})", column=column, jsonl=Path(path).suffix == ".jsonl"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

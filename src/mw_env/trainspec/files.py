@@ -31,6 +31,8 @@ def expand_files(patterns: Sequence[str], key: str, base: Path | None = None) ->
             )
         for m in matches:
             path, st = _resolve(m, key, real_dirs)
+            if stat.S_ISDIR(st.st_mode):
+                raise _folder(key, pattern, path)
             if path.suffix not in (".jsonl", ".parquet"):
                 raise InputError(
                     f"{key}: {path} is neither .jsonl nor .parquet", hint="data files are .jsonl or .parquet"
@@ -71,3 +73,21 @@ def _resolve(match: str, key: str, real_dirs: dict[str, Path]) -> tuple[Path, os
             f"{key}: cannot read {match}: {reason}",
             hint="point the glob at real .jsonl/.parquet files (a link must lead to one)",
         ) from None
+
+
+def _folder(key: str, pattern: str, path: Path) -> InputError:
+    """A folder named where files are: the glob of its shards, to paste."""
+    try:
+        found = sorted({p.suffix for p in path.iterdir() if p.suffix in (".jsonl", ".parquet")})
+    except OSError:
+        found = []
+    globs = [f"{pattern.rstrip('/')}/*{ext}" for ext in found or (".parquet",)]
+    paste = ", ".join(globs)
+    where = (
+        f"--set '{key}=[{paste}]'" if key in ("data.train_files", "data.val_files") else f"{key}: [{paste}]"
+    )
+    what = f"its {' and '.join(found)} files" if found else "no .jsonl or .parquet files"
+    return InputError(
+        f"{key}: {path} is a folder (not a regular file), holding {what}",
+        hint=f"name the files in it with a glob: {where}",
+    )

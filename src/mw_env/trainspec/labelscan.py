@@ -156,14 +156,36 @@ def not_bio(tags: Iterable[str]) -> list[str]:
     return sorted(out)
 
 
-def not_bio_error(tags: Sequence[str], where: str) -> InputError:
+def not_bio_error(
+    tags: Sequence[str], where: str, *, column: str = "tags", jsonl: bool = False
+) -> InputError:
     shown = ", ".join(map(repr, tags[:8])) + (f" and {len(tags) - 8} more" if len(tags) > 8 else "")
     return InputError(
         f"{where}: the tags {shown} have no B-/I- prefix; the tagger trains IOB2 tags (O, B-TYPE on an "
         "entity's first word, I-TYPE on the rest) and scores entities from them: these would train and "
         "score an entity F1 of 0",
         hint="convert the corpus to IOB2: for each run of words with one plain tag X, tag the first B-X and "
-        "the others I-X (a tag per word that repeats, IO, converts so); docs/training.md shows it",
+        "the others I-X (a tag per word that repeats, IO, converts so; docs/training.md shows it), e.g. "
+        + iob2_script(column, jsonl=jsonl),
+    )
+
+
+def iob2_script(column: str, *, jsonl: bool) -> str:
+    """A one-line command that rewrites a shard's plain (IO) tags as IOB2, to paste (tags already B-/I- and O
+    are kept)."""
+    tag = (
+        "[x if x == 'O' or x[:2] in ('B-', 'I-') else ('I-' if i and r[i - 1] == x else 'B-') + x "
+        "for i, x in enumerate(r)]"
+    )
+    if jsonl:
+        return (
+            f'python -c "import json, sys; c = {column!r}; [print(json.dumps({{**d, c: (lambda r: {tag})(d[c])}}, '
+            'ensure_ascii=False)) for d in map(json.loads, filter(str.strip, sys.stdin))]" < IN.jsonl > OUT.jsonl'
+        )
+    return (
+        f'python -c "import sys, pyarrow as pa, pyarrow.parquet as pq; c = {column!r}; t = pq.read_table(sys.argv[1]); '
+        f"v = pa.array([{tag} for r in t.column(c).to_pylist()]); "
+        'pq.write_table(t.set_column(t.schema.get_field_index(c), c, v), sys.argv[2])" IN.parquet OUT.parquet'
     )
 
 
@@ -185,6 +207,7 @@ __all__ = [
     "corpus_found",
     "corpus_labels",
     "flow_list",
+    "iob2_script",
     "jsonl_tags",
     "label_order",
     "not_bio",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mw_env.base.errors import InputError
 from mw_env.base.userjson import json_refusal, loads
-from mw_env.trainspec.columns import require_string_lists
+from mw_env.trainspec.columns import STRING_LIST, require_string_lists
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.extras import bootstrap_hint, installed, missing, needed_extras
 from mw_env.trainspec.files import expand_files
@@ -60,29 +60,75 @@ def column_kinds(path: Path, key: str) -> dict[str, str | None]:
     raise InputError(f"{key}: {path} is empty", hint="drop it from the file list")
 
 
-def check_columns(config: TrainConfig, base: Path, venv: Path | None = None) -> None:
+_TOKEN_WORDS = ("token", "word", "text")  # a column named so holds the words (the --set to paste guesses)
+
+
+def column_error(path: Path, kinds: dict[str, str | None], tokens: str, tags: str) -> InputError:
+    """A shard without the tokens or the tags column: both columns named, what the file has, and the `--set`
+    to paste when the file's list-of-strings columns say which is which."""
+    named = (("data.tokens_column", tokens), ("data.tags_column", tags))
+    lacking = [f"{name!r} ({key})" for key, name in named if name not in kinds]
+    has = ", ".join(f"{c} ({k})" if k else c for c, k in kinds.items()) or "none"
+    lists = [c for c, k in kinds.items() if k in (STRING_LIST, None)]
+    if len(lists) == 2:
+        words = next((c for c in lists if any(w in c.lower() for w in _TOKEN_WORDS)), lists[0])
+        other = lists[1] if words == lists[0] else lists[0]
+        hint = f"name the file's columns: --set data.tokens_column={words} --set data.tags_column={other}"
+    else:
+        hint = (
+            "set data.tokens_column to the column of words and data.tags_column to the column of BIO tags "
+            "(each a list of strings per row)"
+        )
+    return InputError(
+        f"{path} has no column {' or '.join(lacking)}: the trainer reads the words from data.tokens_column "
+        f"({tokens!r}) and the BIO tags from data.tags_column ({tags!r}); the file's columns: {has}",
+        hint=hint,
+    )
+
+
+def check_columns(config: TrainConfig, base: Path, venv: Path | None = None, *, tags: bool = True) -> None:
+    """Every shard has both columns, each a list of strings; with `tags`, the tags are data.labels' (when set)
+    and IOB2 (when discovered). `train check` leaves the tags to its full read (every problem at once)."""
     d = config.data
     parquet: list[tuple[Path, str]] = []
+    shards: list[Path] = []
     for key, patterns in (*d.train_globs(), ("data.val_files", d.val_files)):
         for path in expand_files(patterns, key, base):
+            shards.append(path)
             kinds = column_kinds(path, key)
-            cols = list(kinds)
-            for ckey, name in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
-                if name not in cols:
-                    raise InputError(
-                        f"{ckey}={name!r}: {path} has no column {name!r} (its columns: {', '.join(cols) or 'none'})",
-                        hint=f"set {ckey} to the shard's column, e.g. --set {ckey}={cols[0] if cols else 'NAME'}",
-                    )
+            if d.tokens_column not in kinds or d.tags_column not in kinds:
+                raise column_error(path, kinds, d.tokens_column, d.tags_column)
             # The trainer's rule, on the footer: a struct or a list of numbers is refused here, as there.
             known = {c: k for c, k in kinds.items() if k is not None}
             require_string_lists(path, known, (d.tokens_column, d.tags_column))
-            if d.labels and d.unknown_tags == "error":
+            if tags and d.labels and d.unknown_tags == "error":
                 if path.suffix == ".jsonl":
                     _check_tags(path, d.tags_column, d.labels, key)
                 else:
                     parquet.append((path, key))
     if parquet:
         _check_parquet_tags(parquet, d.tags_column, d.labels, venv)
+    if tags and not d.labels:
+        check_corpus_bio(shards, d.tags_column, venv)
+
+
+def check_corpus_bio(shards: Sequence[Path], column: str, venv: Path | None) -> None:
+    """The tags the trainer will discover (labelscan.py: every row group's dictionary, or a JSONL shard's first
+    rows) are IOB2: plain tags are refused here, in a second, with the conversion to paste, not at the trainer's
+    start after the doctor and a torch import. Unreadable here (no pyarrow, no venv): the trainer says it."""
+    from mw_env.trainspec.labelscan import corpus_found, not_bio, not_bio_error
+
+    found = corpus_found(shards, column, venv=venv)
+    if found is None:
+        return
+    if plain := not_bio(found.tags):
+        with_plain = [p for p in shards if p.suffix == ".jsonl"]
+        raise not_bio_error(
+            plain,
+            f"the corpus's tags ({len(shards)} shard(s), column {column!r})",
+            column=column,
+            jsonl=bool(with_plain) and len(with_plain) == len(shards),
+        )
 
 
 def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> None:
@@ -157,4 +203,4 @@ def check_on_host(config: TrainConfig, *, venv: Path | None, base: Path) -> None
         check_packages(config, venv)
 
 
-__all__ = ["check_columns", "check_on_host", "column_kinds", "columns_of"]
+__all__ = ["check_columns", "check_corpus_bio", "check_on_host", "column_error", "column_kinds", "columns_of"]

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mw_env.trainer.data.tokenize import CLS, IGNORE, N_SPECIAL, SEP, UNK
+from mw_env.trainspec.rows import BAD_ROW, BAD_TAG, BAD_TEXT, OK, shape_problems
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import sentencepiece as spm
 
-OK, BAD_ROW, BAD_TAG, BAD_TEXT = 0, 1, 2, 3  # per-row problem codes
+__all__ = ["BAD_ROW", "BAD_TAG", "BAD_TEXT", "OK", "Encoded", "VectorEncoder"]  # the codes: trainspec/rows.py
 
 
 @dataclass
@@ -210,14 +211,9 @@ class VectorEncoder:
         if isinstance(tokens, pa.ChunkedArray):
             tokens, tags = tokens.combine_chunks(), tags.combine_chunks()
         n_rows = len(tokens)
-        n_words = pc.list_value_length(tokens).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        n_tags = pc.list_value_length(tags).fill_null(-2).to_numpy(zero_copy_only=False).astype(np.int64)
-        problem = np.where((n_words < 0) | (n_words != n_tags), BAD_ROW, OK).astype(np.int8)
+        # A null, or tokens and tags of different lengths: the row rule shared with `train check`.
+        problem, n_words, n_tags = shape_problems(tokens, tags)
         words, tag_words = pc.list_flatten(tokens), pc.list_flatten(tags)
-        for flat, lens in ((words, np.maximum(n_words, 0)), (tag_words, np.maximum(n_tags, 0))):
-            if flat.null_count:  # a null word or tag: its row is bad
-                null_rows = np.repeat(np.arange(n_rows), lens)[flat.is_null().to_numpy(zero_copy_only=False)]
-                problem[null_rows] = BAD_ROW
         good = problem == OK
         # Keep the words and tags of good rows only: there, words and tags line up one to one.
         word_good = np.repeat(good, np.maximum(n_words, 0))

@@ -31,6 +31,7 @@ from mw_env.trainer.data.shards import (
     open_checked,
 )
 from mw_env.trainspec.columns import as_string_lists
+from mw_env.trainspec.rows import check_row, jsonl_row, parquet_row
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,25 +62,13 @@ SYNTHETIC = -2  # Chunk.part of a generated row (no shard)
 
 
 def where(shards: Sequence[Shard], shard: int, part: int, local: int) -> str:
+    """A row by its file and its place counted from the file's start (trainspec/rows.py says how)."""
     if part == SYNTHETIC:
         return f"synthetic row {local}"
+    s = shards[shard]
     if part < 0:
-        return f"{shards[shard].path} line {local}"
-    return f"{shards[shard].path} row group {part} row {local}"
-
-
-def check_row(where: str, tokens: object, tags: object) -> tuple[list[str], list[str]]:
-    hint = "each row: a list of words and a list of BIO tags, one tag per word"
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-        raise InputError(f"{where}: 'tokens' must be a list of strings (got {tokens!r:.80})", hint=hint)
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise InputError(f"{where}: 'tags' must be a list of strings (got {tags!r:.80})", hint=hint)
-    if len(tokens) != len(tags):
-        raise InputError(
-            f"{where}: {len(tokens)} tokens but {len(tags)} tags",
-            hint="every token needs exactly one BIO tag",
-        )
-    return tokens, tags
+        return jsonl_row(s.path, local)
+    return parquet_row(s.path, sum(b.rows for b in s.blocks if b.part < part) + local)
 
 
 def parse_jsonl(
@@ -126,10 +115,17 @@ def parse_jsonl(
                 f"{shard.path} line {lineno}: not a usable JSON row ({json_refusal(exc)})", hint=hint
             ) from None
         if not isinstance(obj, dict) or tcol not in obj or gcol not in obj:
-            raise InputError(
-                f"{shard.path} line {lineno}: expected an object with {tcol!r} and {gcol!r}", hint=hint
+            has = (
+                f"its keys: {', '.join(map(repr, list(obj)[:8]))}"
+                if isinstance(obj, dict)
+                else "not an object"
             )
-        a, b = check_row(f"{shard.path} line {lineno}", obj[tcol], obj[gcol])
+            raise InputError(
+                f"{shard.path} line {lineno}: expected an object with the tokens {tcol!r} (data.tokens_column) "
+                f"and the tags {gcol!r} (data.tags_column) ({has})",
+                hint=hint,
+            )
+        a, b = check_row(jsonl_row(shard.path, lineno), obj[tcol], obj[gcol], (tcol, gcol))
         tokens.append(a)
         tags.append(b)
         lines.append(lineno)

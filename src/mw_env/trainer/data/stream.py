@@ -33,6 +33,7 @@ from mw_env.trainer.data.mix import Mix
 from mw_env.trainer.data.order import Piece, RankOrder, Window, stream_rows_of
 from mw_env.trainer.data.reader import Chunk, PieceReader, check_row, where
 from mw_env.trainer.data.shards import Block, Shard
+from mw_env.trainspec.rows import tag_error, text_error
 
 
 @dataclass
@@ -86,25 +87,21 @@ class Rows:
             return
         i = int(idx[int(np.argmax(bad != 0))])
         code, here = int(self.enc.problem[i]), self.where(i)
+        # The sentences are trainspec/rows.py's: `mw-env train check` says the same of the same row.
         if code == BAD_TEXT:
-            raise InputError(
-                f"{here}: a word or tag is not valid UTF-8",
-                hint="string columns must hold UTF-8 text; re-export the shard",
-            )
+            raise text_error(here)
         tokens, tags = self._source(i)
         if code == BAD_ROW:
             check_row(here, tokens, tags)
             raise InputError(f"{here}: a null word or tag", hint="every word and tag is a string")
         if code == BAD_TAG:
             unknown = next(t for t in tags if t not in self.labels.index)
-            names = self.labels.names
-            raise InputError(
-                f"{here}: tag {unknown!r} is not in the label set ({self.labels.origin}: "
-                f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''})",
-                hint="list every tag of the corpus in data.labels, or --set data.unknown_tags=ignore "
-                "to train on those words without a label (they are counted in the data card)",
-            )
+            raise tag_error(here, unknown, self.labels.names, self.labels.origin)
         raise AssertionError(f"unknown row problem {code}")
+
+    def check_all(self) -> None:
+        """Raise for the first bad row of these rows (the first window, before the first step)."""
+        self.check(np.arange(len(self.enc)))
 
 
 def gather(parts: Sequence[tuple[Rows, np.ndarray]], counts: Counts | None) -> Batch:
@@ -209,6 +206,7 @@ class _Windows:
         self._current: _LoadedWindow | None = None
         self._next: tuple[tuple[int, int], Future[_LoadedWindow]] | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mw-env-read-ahead")
+        self._checked = False  # the first window is checked whole before its first step (check_all)
 
     def _load(self, window: Window) -> _LoadedWindow:
         return _LoadedWindow(window, self.encoding.rows(self.order.pieces(window)))
@@ -225,6 +223,11 @@ class _Windows:
             if self._next is not None and not self._next[1].cancel():
                 self._next[1].exception()  # let a running read-ahead finish: one read at a time
             loaded = self._load(w)
+        if not self._checked:
+            # Every row of the first window, not only the first step's: a bad row there stops a 20-step run
+            # before its first step as it would stop a longer one, instead of a minute in (or never).
+            loaded.rows.check_all()
+            self._checked = True
         self._current = loaded
         nxt = self.order.following(w)
         if self.end is None or nxt.epoch * self.order.epoch_rows + nxt.start < self.end:
