@@ -36,3 +36,15 @@ def test_a_dangling_link_and_a_folder_are_named(tmp_path: Path) -> None:
     (tmp_path / "dir.parquet").mkdir()
     with pytest.raises(InputError, match="not a regular file"):
         expand_files([str(tmp_path / "*.parquet")], "data.train_files")
+
+
+def test_a_folder_named_as_a_file_gets_the_glob_to_paste(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "part-0.parquet").write_bytes(b"")
+    with pytest.raises(InputError) as exc:
+        expand_files(["data/"], "data.train_files", base=tmp_path)
+    assert (
+        exc.value.message
+        == f"data.train_files: {tmp_path / 'data'} is a folder (not a regular file), holding its .parquet files"
+    )
+    assert exc.value.hint == "name the files in it with a glob: --set 'data.train_files=[data/*.parquet]'"

@@ -164,3 +164,17 @@ def test_without_pyarrow_here_the_parquet_tags_are_read_in_the_venv(tmp_path, mo
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` fails here
     assert parquet_tags([path], "tags", Path(sys.prefix)) == {"B-HOUSE", "B-ROAD"}
     assert parquet_tags([path], "tags", None) is None  # neither here nor a venv: unknown, not a guess
+
+
+def test_plain_corpus_tags_are_refused_on_the_host_with_the_conversion_to_paste(tmp_path):
+    """Issue 37: the IOB2 refusal came 14 s into the trainer, though `train summary` found it in 2 s."""
+    _parquet(tmp_path / "p.parquet", tokens=[["1", "Main", "St"]], tags=[["House", "Street", "Street"]])
+    (tmp_path / "p.jsonl").write_text(json.dumps({"tokens": ["1"], "tags": ["House"]}) + "\n")
+    for name, script in (("p.parquet", "pq.write_table"), ("p.jsonl", "json.loads")):
+        with pytest.raises(
+            InputError, match=r"the tags 'House', 'Street' have no B-/I- prefix|'House' have no"
+        ) as err:
+            check_on_host(_files_config(tmp_path, f"data.train_files=[{name}]"), venv=None, base=tmp_path)
+        assert "convert the corpus to IOB2" in err.value.hint and script in err.value.hint
+    _parquet(tmp_path / "ok.parquet", tokens=[["1", "Main"]], tags=[["B-House", "B-Street"]])
+    check_on_host(_files_config(tmp_path, "data.train_files=[ok.parquet]"), venv=None, base=tmp_path)

@@ -20,8 +20,8 @@ from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import sdpa_context
 from mw_env.trainer.runtime import ChosenPrecision, autocast
-from mw_env.trainer.scoring import F1Mode, entity_counts, prf
-from mw_env.trainspec.config import OptimConfig, RuntimeConfig
+from mw_env.trainer.scoring import F1Mode, entity_counts, eval_scope, evaluated_rows, prf
+from mw_env.trainspec.config import OptimConfig, RuntimeConfig, TrainConfig
 
 if TYPE_CHECKING:
     from mw_env.trainer.state import LoopState
@@ -236,7 +236,7 @@ def evaluate_and_decide(
         )
         say(
             f"eval step {state.step}: loss {result.loss:.4f}  token acc {result.token_acc:.4f}  "
-            f"entity F1 ({result.f1_mode}) {result.entity_f1:.4f}"
+            f"entity F1 ({result.f1_mode}) {result.entity_f1:.4f} {eval_scope(result.rows, corpus.val.rows)}"
         )
         for line in result.samples:
             say(f"    {line}")
@@ -252,3 +252,16 @@ def evaluate_and_decide(
             stop = 1.0
     # Only rank 0's early-stopping state is meaningful; share the decision so every rank stops together.
     return bool(all_reduce(torch.tensor(stop), dist, "max") > 0)
+
+
+def evaluation_card(val_rows: int, config: TrainConfig, world: int) -> dict[str, object]:
+    """The data card's `evaluation`: how many validation rows each evaluation read, of how many."""
+    rt, o = config.runtime, config.optim
+    rows = evaluated_rows(val_rows, world=world, batch_size=o.batch_size, eval_batches=rt.eval_batches)
+    return {
+        "rows": rows,
+        "val_rows": val_rows,
+        "share": rows / val_rows if val_rows else 0.0,
+        "eval_batches": rt.eval_batches,
+        "said": eval_scope(rows, val_rows),
+    }

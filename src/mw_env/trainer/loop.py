@@ -11,6 +11,7 @@ The checkpoint's payload is written by session.py (its docstring lists the keys)
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from mw_env.trainer.distributed import (
     init_distributed,
     shutdown,
 )
-from mw_env.trainer.evaluate import evaluate_and_decide
+from mw_env.trainer.evaluate import evaluate_and_decide, evaluation_card
 from mw_env.trainer.figure_pool import FigurePool
 from mw_env.trainer.folderwatch import watching
 from mw_env.trainer.lifecycle import StopFlag, hold, mark
@@ -51,7 +52,7 @@ from mw_env.trainer.runtime import (
 )
 from mw_env.trainer.session import Session
 from mw_env.trainer.step import Trainer
-from mw_env.trainer.steplog import StepLog
+from mw_env.trainer.steplog import PROGRESS_S, StepLog
 from mw_env.trainspec.advice import config_warnings, resume_warnings
 from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.schedule import lr_factor
@@ -234,8 +235,6 @@ def _run(
     if dist.main:
         # The run carries the venv's lock (copied once; a resume keeps the first): its hash goes to the
         # report and MLflow's params, and `mw-env bootstrap --lock RUN/pylock.mw-env.toml` rebuilds the venv.
-        import sys
-
         from mw_env.venv.lock import carry
         from mw_env.venv.lock.atlaunch import drift_fact
 
@@ -296,6 +295,8 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
         rt.max_steps,
         s.trainer.device.type,
         lambda: sum(p.numel() for p in s.trainer.model.parameters()),
+        rows_per_step=config.optim.batch_size * config.optim.accumulation_steps * dist.world,
+        progress_every=PROGRESS_S if dist.main and sys.stdout.isatty() else None,
     )
     # Data wait in two figures: the first fill (the first window read and encoded before step 1 can run)
     # and the steady state (every later step), so a slow start does not hide in, or inflate, the share.
@@ -411,6 +412,7 @@ def _finish(
         card = s.corpus.card(total, [p["position"] for p in parts])
         if s.facts.get("venv_drift"):
             card["venv_drift"] = s.facts["venv_drift"]  # the venv the run used, as it was (issue 30 #3)
+        card["evaluation"] = evaluation_card(s.corpus.val.rows, s.resolved.config, s.dist.world)
         if s.hasher is not None:
             card["sources"] = s.hasher.annotate(card["sources"])
         report = write_report(

@@ -127,3 +127,26 @@ def entity_counts(gold: Sequence[str], pred: Sequence[str], mode: F1Mode) -> tup
     """(true positives, gold entities, predicted entities) of one row."""
     gs, ps = spans(gold, mode), spans(pred, mode)
     return len(gs & ps), len(gs), len(ps)
+
+
+def evaluated_rows(val_rows: int, *, world: int, batch_size: int, eval_batches: int) -> int:
+    """The validation rows an evaluation reads: each of `world` processes its contiguous share, at most
+    `eval_batches` batches of it (0: all of it), as trainer/data/corpus.py's ValSource reads them."""
+    total = 0
+    for r in range(world):
+        share = val_rows * (r + 1) // world - val_rows * r // world
+        total += min(share, eval_batches * batch_size) if eval_batches else share
+    return total
+
+
+def eval_scope(rows: int, val_rows: int) -> str:
+    """What an F1 was measured on, said wherever it is shown (console, report, data card): a score on 256 of
+    500 validation rows is not a score on the split, and a reader must not take it for one."""
+    if val_rows <= 0:
+        return "no validation rows"
+    if rows >= val_rows:
+        return f"on all {val_rows:,} validation rows"
+    return (
+        f"on {rows:,} of {val_rows:,} validation rows ({rows / val_rows:.0%}: runtime.eval_batches limits "
+        "each evaluation; 0 reads them all)"
+    )

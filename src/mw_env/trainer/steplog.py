@@ -9,7 +9,8 @@ status`/`watch` judge a run stalled by its files' silence (runs/anomalies.py, 15
 log_every times a slow step must not look like a hang (one read a minute costs nothing). Each event keeps
 its own step's end time, so steps/s and the ETA are computed as when every event was written at once.
 Host-side figures (step time, data wait) need no read: the slow-CPU warning at step 2 is taken from
-them when the step ends.
+them when the step ends, and so are the progress figures (step/total, steps/s, rows/s, ETA) that each log
+step's line ends with and that a terminal also gets every PROGRESS_S in between.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ from time import monotonic, time
 
 import torch
 
+from mw_env.base.textsafe import duration
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.step import StepOutcome, read_host
 from mw_env.trainspec.advice import cpu_warning
 
 FLUSH_S = 60.0  # the longest a step's event waits for a log step
+# On a terminal, a progress line (step/total, rate, ETA) at least this often between the log steps' lines: a
+# person watching sees the run move, however large log_every (a detached run's log gets the log steps only).
+PROGRESS_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -45,13 +50,30 @@ class StepLog:
     max_steps: int
     device: str
     parameters: Callable[[], int]  # the model's parameter count (for the slow-CPU warning)
+    rows_per_step: int = 0  # rows a step reads, all processes (the rows/s of the progress)
+    progress_every: float | None = None  # PROGRESS_S on a terminal: the time-based progress lines
     losses: list[float] = field(default_factory=list)  # every read step's loss, in step order
     _pending: list[_Pending] = field(default_factory=list)
     _last_read: float = field(default_factory=monotonic)
+    _last_said: float = field(default_factory=monotonic)
+    _rate_from: tuple[int, float] | None = (
+        None  # (step, monotonic time) after the first step: its warm-up out
+    )
 
     def add(self, step: int, out: StepOutcome, waited: float, step_s: float) -> None:
         """Step `step` (1-based) ended: hold its metrics; read them (and those held) on a log step."""
         self._pending.append(_Pending(step, out, waited, step_s, time()))
+        if self._rate_from is None:
+            self._rate_from = (step, monotonic())
+        log_step = step % self.log_every == 0 or step == 1
+        if (
+            self.progress_every is not None
+            and not log_step
+            and monotonic() - self._last_said >= self.progress_every
+        ):
+            self._say(
+                f"step {step}/{self.max_steps} ({100 * step / self.max_steps:.0f}%)  {self.progress(step)}"
+            )
         if step == 2:  # the first step pays for warm-up; the second is the one to extrapolate from
             left = self.max_steps - step
             slow = cpu_warning(
@@ -87,11 +109,25 @@ class StepLog:
                 at=p.time,
             )
             if p.step % self.log_every == 0 or p.step == 1:
-                self.say(
-                    f"step {p.step:>6}  loss {loss:.4f}  lr {p.out.lr:.2e}  grad_norm {norm:.3f}  "
+                self._say(
+                    f"step {p.step}/{self.max_steps}  loss {loss:.4f}  lr {p.out.lr:.2e}  grad_norm {norm:.3f}  "
                     f"tok/s {tokens_per_s:,.0f}  data wait {100 * p.waited / max(p.step_s, 1e-9):.0f}%"
+                    + (f"  {self.progress(p.step)}" if p.step > 1 else "")
                 )
         return record
+
+    def progress(self, step: int) -> str:
+        """The rate since the first step ended (steps/s, rows/s) and the time left at it."""
+        begun = self._rate_from
+        if begun is None or step <= begun[0]:
+            return "ETA after the next step"
+        rate = (step - begun[0]) / max(monotonic() - begun[1], 1e-9)
+        rows = f", {rate * self.rows_per_step:,.0f} rows/s" if self.rows_per_step else ""
+        return f"{rate:.2f} steps/s{rows}, ETA {duration((self.max_steps - step) / rate)}"
+
+    def _say(self, line: str) -> None:
+        self._last_said = monotonic()
+        self.say(line)
 
     def nonfinite_reason(self) -> str:
         """Why the last step was skipped (its metrics read now: a skipped step is said at once)."""

@@ -43,6 +43,7 @@ from mw_env.trainer.report.doc import (
     to_markdown,
 )
 from mw_env.trainer.report.figures import Figure
+from mw_env.trainer.scoring import eval_scope
 from mw_env.trainspec.advice import inapplicable
 from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.extras import bootstrap_hint
@@ -141,6 +142,9 @@ def summary_pairs(
                 f"{_num(last.get('entity_precision'))} / {_num(last.get('entity_recall'))}",
             ),
         ]
+        rows, val_rows = last.get("rows"), last.get("val_rows")
+        if isinstance(rows, int) and isinstance(val_rows, int):
+            pairs.append(("Evaluated", eval_scope(rows, val_rows)))
         scored = [e for e in evals if isinstance(e.get("entity_f1"), (int, float))]
         if scored:
             best = max(scored, key=lambda e: e["entity_f1"])
