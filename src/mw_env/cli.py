@@ -91,6 +91,7 @@ def split_debug(args: list[str]) -> tuple[list[str], bool]:
 _TRAIN_SUBCOMMANDS = (
     "config",
     "summary",
+    "check",
     "verify",
     "start",
     "status",

@@ -12,7 +12,7 @@ column chunk, no row decoded, read with the footer's descriptor): a rare tag tha
 row group is found before step 1. A shard without them (tags not dictionary-encoded, an unknown codec) and
 a JSONL shard: the tags of its first LABEL_SAMPLE_ROWS rows, from the tags column only, marked sampled
 (`tags_sampled`): the run says so at start, with the `data.labels` line to paste, because a tag the sample
-missed is met later as an error naming the shard, row group and row (or line). Why not a full pass
+missed is met later as an error naming the shard and the row from its start (or line). Why not a full pass
 there: it is a read of the whole corpus before step 1.
 """
 
