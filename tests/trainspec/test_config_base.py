@@ -100,3 +100,21 @@ def test_a_synthetic_corpus_named_with_files_is_an_error_naming_both_keys(
         resolve_config(path=mine, profile_defaults=CPU, overrides=sets)
     assert "data.source is 'synthetic'" in exc.value.message and "data.train_files" in exc.value.message
     assert "would never be read" in exc.value.message
+
+
+def test_summary_and_config_say_what_a_file_of_ones_own_builds_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from mw_env.cli import main
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("data:\n  synthetic_rows: 1000\n")
+    assert main(["train", "summary", "--config", str(mine), "--profile", "cpu"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("config mine.yaml: built on address-tagger-cpu (the cpu profile's default config")
+    assert main(["train", "config", "--config", str(mine), "--profile", "cpu"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["built_on"][0]["why"] == "profile default" and shown["config"]["model"]["d_model"] == 128
+    assert shown["sources"]["model.d_model"].endswith("address-tagger-cpu.yaml")
