@@ -161,3 +161,17 @@ def test_without_pyarrow_here_the_venv_reads_the_rows(
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     code, out, _ = _check(capsys, "data.train_files=[one.jsonl]", "data.tokens_column=tokens")
     assert code == 1 and re.search(r"one\.jsonl line 1235: \d+ tokens but \d+ tags", out)
+
+
+def test_text_that_is_not_utf8_is_counted_and_the_other_rows_still_read(tmp_path: Path) -> None:
+    words = pa.array([b"12", b"Oak\xff", b"Leeds"], pa.binary()).cast(pa.string(), safe=False)
+    tokens = pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), words)
+    tags = pa.ListArray.from_arrays(
+        pa.array([0, 1, 3], pa.int32()), pa.array([b"B-x", b"B-y\xfe", b"I-y"]).cast(pa.string(), safe=False)
+    )
+    pq.write_table(pa.table({"tokens": tokens, "tags": tags}), tmp_path / "t.parquet")
+    report = check_dataset(_config(tmp_path / "t.parquet"), base=tmp_path).to_dict()
+    assert (
+        report["problems"]["text"]["count"] == 1 and "df.iloc[1]" in report["problems"]["text"]["examples"][0]
+    )
+    assert report["tags"] == {"B-x": 1}  # the readable row's tags

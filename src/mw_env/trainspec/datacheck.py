@@ -131,9 +131,20 @@ class _Rules:
             mask = pa.array(problem == OK)
             tokens, tags, n_words = tokens.filter(mask), tags.filter(mask), n_words[ok]
         words, tag_words = pc.list_flatten(tokens), pc.list_flatten(tags)
-        for i in self._not_text(words, tag_words, n_words).tolist():
+        not_text = self._not_text(words, tag_words, n_words)
+        for i in not_text.tolist():
             if (t := r.problems["text"]).counted():
                 t.examples.append(f"{where(int(ok[i]))}: a word or tag is not valid UTF-8")
+        if len(not_text):  # counted: the rest of the checks read the text of the other rows
+            keep = np.ones(len(n_words), dtype=bool)
+            keep[not_text] = False
+            tokens, tags, n_words, ok = (
+                tokens.filter(pa.array(keep)),
+                tags.filter(pa.array(keep)),
+                n_words[keep],
+                ok[keep],
+            )
+            words, tag_words = pc.list_flatten(tokens), pc.list_flatten(tags)
         values, counts = (a.to_pylist() for a in pc.value_counts(tag_words).flatten())
         r.tags.update(dict(zip(values, counts, strict=True)))
         for i in np.flatnonzero(n_words == 0).tolist():
@@ -147,8 +158,8 @@ class _Rules:
                 zero_copy_only=False
             )
             for i in np.unique(row_of[outside]).tolist():
-                tag = next(t for t in tags[i].as_py() if t not in self.labels)
                 if (t := r.problems["unknown_tag"]).counted():
+                    tag = next(x for x in tags[i].as_py() if x not in self.labels)
                     t.examples.append(f"{where(int(ok[i]))}: tag {tag!r}")
         for i in _bio_rows(tag_words, row_of).tolist():
             if (t := r.problems["bio"]).counted():
