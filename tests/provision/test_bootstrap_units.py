@@ -264,7 +264,7 @@ def test_activate_patch_is_idempotent_and_hooks_deactivate():
     assert patched_activate(once, Path("/v")) == once
     assert once.count(ACTIVATE_BEGIN) == 2  # the deactivate hook and the source line
     assert once.index("_MW_ENV_VARS") < once.index("unset VIRTUAL_ENV")
-    assert once.rstrip().endswith("# <<< mw-env <<<") and '. "/v/mw-env.env"' in once
+    assert once.rstrip().endswith("# <<< mw-env <<<") and ". /v/mw-env.env;" in once
 
 
 def _choose_cpu(uv_bin, env: dict[str, str], request: str, index_url: str, *, wheelhouse: Path):

@@ -12,10 +12,11 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 
 if TYPE_CHECKING:
     from mw_env.checks.gpuadvice import Advice
@@ -156,8 +157,12 @@ def _fill(template: str, values: Mapping[str, object]) -> str:
         def __missing__(self, key: str) -> str:
             return "{" + key + "}"
 
+    # A path is filled in as one shell word: a fix's command with it runs as pasted, whatever the path holds
+    # (issue 40: `source {venv}/bin/activate` with a `$(...)` in the path); a plain path reads unchanged.
     return string.Formatter().vformat(
-        template, (), _Keep({k: "" if v is None else v for k, v in values.items()})
+        template,
+        (),
+        _Keep({k: "" if v is None else sh(v) if isinstance(v, PurePath) else v for k, v in values.items()}),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 
+from mw_env.base.shellquote import sh
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.ipc import selinux_enforcing, shm_private
 from mw_env.checks.load import read_load
@@ -92,7 +93,7 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
             title,
             "fail",
             f"could not start the venv's python: {probe.error}",
-            f"Recreate the venv: `mw-env bootstrap --venv {ctx.venv}`",
+            f"Recreate the venv: `mw-env bootstrap --venv {sh(ctx.venv)}`",
         )
     if "Memory critical error" in stderr:
         cause, fix = _memory_critical(ctx, probe)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mw_env.base.shellquote import sh
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, CheckStatus, result
 
@@ -235,7 +236,8 @@ def _named_gid(ctx: DoctorContext, name: str) -> int | None:
 def _group_fix(ctx: DoctorContext, node: str, gid: int) -> str:
     """The group fix for this runtime: incus sets the node's gid; docker/podman add the group; a host adds the user."""
     kind = ctx.container_kind
-    name = ctx.hardware.container.name or "<container>"
+    # Names read from the machine go into the commands as shell words (a placeholder stays as it is).
+    name = sh(ctx.hardware.container.name) if ctx.hardware.container.name else "<container>"
     user = ctx.machine.user()
     render = _named_gid(ctx, "render")
     target = render if render is not None else "<render gid in the container>"
@@ -244,7 +246,7 @@ def _group_fix(ctx: DoctorContext, node: str, gid: int) -> str:
         add_user = (
             ""
             if isinstance(target, int) and target in user.groups
-            else f"; inside: `sudo usermod -aG render {user.name or '$USER'}` and log in again"
+            else f"; inside: `sudo usermod -aG render {sh(user.name) if user.name else '$USER'}` and log in again"
         )
         return (
             f"On the host: `incus config device set {name} {device} gid={target}` "
@@ -255,9 +257,7 @@ def _group_fix(ctx: DoctorContext, node: str, gid: int) -> str:
     if kind == "podman":
         return f"Restart with `--group-add keep-groups` (rootless) or `--group-add {gid}`."
     group = ctx.machine.group_name(gid) or str(gid)
-    return (
-        f"`sudo usermod -aG {group} {user.name or '$USER'}`, then log out and in again (or `newgrp {group}`)."
-    )
+    return f"`sudo usermod -aG {group} {sh(user.name) if user.name else '$USER'}`, then log out and in again (or `newgrp {group}`)."
 
 
 def _gid_mismatch(ctx: DoctorContext, nodes: list[str]) -> CheckResult | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mw_env.base.shellquote import sh
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 from mw_env.profiles.model import has_local_tag
@@ -195,7 +196,7 @@ def _source(ctx: DoctorContext) -> list[CheckResult]:
     if rec is None or getattr(rec, "torch_source", None) != src.id:
         return out
     if src.retired:
-        argv = f"`mw-env bootstrap --venv {ctx.venv} --recreate" + (
+        argv = f"`mw-env bootstrap --venv {sh(ctx.venv)} --recreate" + (
             f" --source {src.replaced_by}`" if src.replaced_by else "`"
         )
         cause, fix = ctx.fix(

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 from mw_env.checks.probe import ProbeResult
@@ -193,7 +194,7 @@ def _lock(ctx: DoctorContext) -> CheckResult | None:
             AREA,
             title,
             "skip",
-            f"no {LOCK_FILE} (made before locks, or by hand); `mw-env lock --venv {ctx.venv}` writes one",
+            f"no {LOCK_FILE} (made before locks, or by hand); `mw-env lock --venv {sh(ctx.venv)}` writes one",
         )
     try:
         lock = read_lock(path)

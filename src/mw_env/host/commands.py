@@ -10,7 +10,6 @@ the container (numbers, not names: the render gid is allocated dynamically and d
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -330,7 +329,7 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
             commands.append(f"incus config device set {c} {dev} gid={g}")
             notes.append(
                 f"{node.path} exists but this user cannot open it (owner {node.uid}:{node.gid}, mode {node.mode}); "
-                f"if your device is not named {dev!r}, find it with `incus config device show {container}`"
+                f"if your device is not named {dev!r}, find it with `incus config device show {c}`"
             )
         else:
             notes.append(f"{node.path} is already passed through and usable")
@@ -338,7 +337,7 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
     user = machine.user() if machine is not None else None
     if machine is None:
         notes.append(
-            f"add the training user to 'render' inside {container}: incus exec {c} -- usermod -aG render USER"
+            f"add the training user to 'render' inside {container}: `incus exec {c} -- usermod -aG render USER`"
         )
     elif user is not None and user.uid != 0 and (gid is None or gid not in user.groups):
         if user.name and _USER_NAME.fullmatch(user.name):
@@ -404,9 +403,9 @@ def _kubernetes(pod: str, vendor: str) -> HostPlan:
         f"        {resource}: 1",
     ]
     checks = (
-        (f"kubectl exec {shlex.quote(pod)} -- ls -l /dev/kfd /dev/dri",)
+        (f"kubectl exec {_q(pod)} -- ls -l /dev/kfd /dev/dri",)
         if vendor == "amd"
-        else (f"kubectl exec {shlex.quote(pod)} -- nvidia-smi",)
+        else (f"kubectl exec {_q(pod)} -- nvidia-smi",)
     )
     edit = f"the container's resources.limits {{{resource}: 1}}" + (
         " and the pod's spec.securityContext.supplementalGroups [the node's render gid]"
@@ -417,7 +416,7 @@ def _kubernetes(pod: str, vendor: str) -> HostPlan:
         runtime="kubernetes",
         container=pod,
         commands=(
-            f"kubectl get pod {shlex.quote(pod)} -o yaml > {shlex.quote(pod)}.yaml  # add {edit}, then re-create",
+            f"kubectl get pod {_q(pod)} -o yaml > {_q(pod + '.yaml')}  # add {edit}, then re-create",
             *checks,
         ),
         notes=tuple(notes),

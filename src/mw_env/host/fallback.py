@@ -4,15 +4,17 @@ The host modules are the one place the operator's commands are spelled; checks/c
 
 from __future__ import annotations
 
+from mw_env.base.shellquote import sh
+
 
 def fallback_lines(
     kind: str, name: str | None, vendor: str | None, render_gid: int | None = None
 ) -> list[str]:
     """The operator-side lines for a runtime when `host.host_commands` cannot plan them (an unknown
     container, or its name not visible from inside): the commands with placeholders the operator fills in."""
-    c = (
-        name or "<container>"
-    )  # only when the name cannot be seen from inside: `incus list` on the host shows it
+    # "<container>" only when the name cannot be seen from inside (`incus list` on the host shows it); a name
+    # read from the machine is one shell word in the commands below, whatever it holds.
+    c = sh(name) if name else "<container>"
     gid = str(render_gid) if render_gid is not None else f"<render gid in {c}>"
     if kind == "kubernetes":
         resource = "nvidia.com/gpu" if vendor == "nvidia" else "amd.com/gpu"

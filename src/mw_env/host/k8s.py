@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 
 if TYPE_CHECKING:
     from mw_env.hardware.facts import Hardware
@@ -121,7 +122,7 @@ def multinode_manifest(
         job_meta["annotations"] = {"mw-env/lock": lock_name, "mw-env/lock-sha256": digest}
         notes.append(
             f"the image's venv must be the lock {lock_name} (sha256 {digest[:16]}...): build it with "
-            f"`mw-env bootstrap --profile {selection.profile.name} --lock {lock_name}`; a pod whose venv has "
+            f"`mw-env bootstrap --profile {sh(selection.profile.name)} --lock {sh(lock_name)}`; a pod whose venv has "
             f"another lock refuses to train ({LOCK_ENV})"
         )
     service: dict[str, object] = {
@@ -144,7 +145,7 @@ def multinode_manifest(
             {
                 "name": "wait-for-node-0",
                 "image": image,
-                "command": ["sh", "-c", f"until getent hosts {name}-0.{name}; do sleep 2; done"],
+                "command": ["sh", "-c", f"until getent hosts {sh(f'{name}-0.{name}')}; do sleep 2; done"],
             }
         ],
         "containers": [

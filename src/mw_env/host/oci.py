@@ -4,9 +4,9 @@ new one; and the plan type they share with host/commands.py (kept apart so each 
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 
+from mw_env.base.shellquote import sh
 from mw_env.hardware.facts import DeviceNode, Hardware
 
 
@@ -37,7 +37,7 @@ def node_of(hardware: Hardware, prefix: str) -> DeviceNode | None:
 
 
 def quote(value: str) -> str:
-    return shlex.quote(value)
+    return sh(value)
 
 
 def _committed_image(container: str) -> str:
@@ -54,16 +54,18 @@ def _recreate(runtime: str, container: str, image: str | None, venv: str) -> tup
     first): so by default the old container is committed and the new one starts from that.
     """
     new = _gpu_name(container)
+    # The venv path is the container's ($MW_ENV_VENV): any text, so every command that names it quotes it.
     keep_volume = (
-        f"-v mw-env-venv:{venv}"
+        f"-v {quote('mw-env-venv:' + venv)}"
         if venv.startswith("/")
         else "-v mw-env-venv:<the venv's absolute path inside it>"
     )
+    lock_copy = quote(f"{container}:{venv.rstrip('/')}/pylock.mw-env.toml")
     if image is not None:
         notes = [
             f"{runtime} cannot add devices to a running container: this starts {new} from {image} with the GPU. "
             f"Anything made inside {container} is NOT in it, the training venv ({venv}) included: bootstrap "
-            f"again in {new} (the same packages: `{runtime} cp {container}:{venv}/pylock.mw-env.toml .`, then "
+            f"again in {new} (the same packages: `{runtime} cp {lock_copy} .`, then "
             f"`mw-env bootstrap --lock pylock.mw-env.toml` in {new}), or drop --image to `{runtime} commit` {container} first; to keep the venv across "
             f"recreations, put it on a volume ({keep_volume})",
             f"repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mw_env.base.atomic import write_text_atomic as write_atomic
 from mw_env.base.errors import MwEnvError, StepFailed
+from mw_env.base.shellquote import sh
 from mw_env.provision import keys
 from mw_env.provision.events import StepWarning
 from mw_env.venv import venvinfo
@@ -87,7 +88,7 @@ def lock_step(run: StepRun, step: Step) -> str | StepWarning:
         # The venv works; only its lock is missing. Say why, and how to write it later (a re-run does not
         # retry: `mw-env lock` does, once the cause is fixed).
         run.state.mark(step.id, "done", keys.lock_key(p, version))
-        return StepWarning(f"no lock written: {exc.message} (later: `mw-env lock --venv {p.venv}`)")
+        return StepWarning(f"no lock written: {exc.message} (later: `mw-env lock --venv {sh(p.venv)}`)")
     write_atomic(bv / LOCK_FILE, lock.text)
     run.state.mark(step.id, "done", keys.lock_key(p, version))
     return f"{len(lock.packages)} packages, sha256 {lock.sha256[:12]}"

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mw_env.base.atomic import write_text_atomic as write_atomic
+from mw_env.base.shellquote import list_item, sh
 from mw_env.venv.record import env_file_text
 
 CONSTRAINTS_FILE = "mw-env-constraints.txt"
@@ -46,7 +47,7 @@ def pip_conf_text(constraint_files: Sequence[str]) -> str:
     return (
         "# Written by mw-env bootstrap: pip in this venv keeps the chosen torch build.\n"
         "[global]\n"
-        f"constraint = {' '.join(constraint_files)}\n"
+        f"constraint = {' '.join(list_item(f) for f in constraint_files)}\n"
     )
 
 
@@ -59,16 +60,18 @@ def pin_env(
 ) -> dict[str, str]:
     """The variables that carry the pin to pip and uv in an activated shell (paths at `venv`).
 
-    The user's own constraint files (pip's and uv's) are kept next to ours, never dropped.
+    The user's own constraint files (pip's and uv's) are kept next to ours, never dropped. Both tools split
+    these variables on whitespace: a venv path that holds some is written as its file:// URL (list_item).
     """
     venv = Path(venv)
-    env = {"PIP_CONSTRAINT": " ".join([str(venv / CONSTRAINTS_FILE), *user_constraints])}
+    ours = list_item(venv / CONSTRAINTS_FILE)
+    env = {"PIP_CONSTRAINT": " ".join([ours, *user_constraints])}
     if adopted:
-        env["UV_OVERRIDE"] = str(venv / OVERRIDES_FILE)
+        env["UV_OVERRIDE"] = list_item(venv / OVERRIDES_FILE)
         if uv_constraints:
             env["UV_CONSTRAINT"] = " ".join(uv_constraints)
     else:
-        env["UV_CONSTRAINT"] = " ".join([str(venv / CONSTRAINTS_FILE), *uv_constraints])
+        env["UV_CONSTRAINT"] = " ".join([ours, *uv_constraints])
     return env
 
 
@@ -111,11 +114,13 @@ def files_match(files: Mapping[Path, str]) -> bool:
 
 
 def activate_snippet(final_venv: Path) -> str:
-    env_file = Path(final_venv) / "mw-env.env"
+    # One shell word, whatever the path holds: in double quotes a `$(...)`, a backtick or a `$5` in it would
+    # run or expand at every activation (issue 40).
+    env_file = sh(Path(final_venv) / "mw-env.env")
     return (
         f"{ACTIVATE_BEGIN}\n"
         "# The profile's runtime environment and the torch pin (see mw-env.env; `mw-env env` prints it).\n"
-        f'if [ -f "{env_file}" ]; then . "{env_file}"; fi\n'
+        f"if [ -f {env_file} ]; then . {env_file}; fi\n"
         f"{ACTIVATE_END}\n"
     )
 

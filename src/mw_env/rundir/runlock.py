@@ -24,6 +24,7 @@ from typing import Any
 
 from mw_env.base.atomic import open_regular
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.rundir.contract import LOCK_NAME
 
 _TRIES = 10
@@ -67,7 +68,7 @@ def refusal(run_dir: Path) -> InputError:
     run_dir = Path(run_dir)
     return InputError(
         f"the run folder {run_dir} is in use by another trainer ({describe(holder(run_dir))})",
-        hint=f"wait for it or stop it (`mw-env train stop --out-dir {run_dir}` for a detached run, Ctrl-C or "
+        hint=f"wait for it or stop it (`mw-env train stop --out-dir {sh(run_dir)}` for a detached run, Ctrl-C or "
         "SIGTERM for a foreground one), or train into another runtime.out_dir",
     )
 

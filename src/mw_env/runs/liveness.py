@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
 from mw_env.runs.anomalies import Liveness
 from mw_env.runs.runs import RunRecord, is_alive, read_exit
@@ -62,7 +63,7 @@ def orphan_run(out_dir: Path) -> None:
             f"no run record in {out_dir}, but {len(pids)} process(es) of a run started there are alive (pids "
             f"{', '.join(map(str, pids[:8]))}, found by {RUN_DIR_ENV} in their environment): its folder was "
             "deleted or replaced under it",
-            hint=f"`mw-env train stop {out_dir}` stops them",
+            hint=f"`mw-env train stop {sh(out_dir)}` stops them",
         )
 
 

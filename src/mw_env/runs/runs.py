@@ -21,6 +21,7 @@ from typing import Any
 
 from mw_env.base.atomic import open_append, open_regular, write_json_atomic
 from mw_env.base.errors import InputError, StepFailed, os_fault
+from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
 from mw_env.rundir.contract import LOG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE
 from mw_env.runs.logscan import RUN_HEADER
@@ -222,8 +223,8 @@ def start_run(
             raise InputError(
                 f"a run is already alive in {out_dir} (pid {old.pid}, started "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(old.started_at))})",
-                hint=f"`mw-env train status --out-dir {out_dir}`; stop it with `mw-env train stop --out-dir "
-                f"{out_dir}`, or start into another folder",
+                hint=f"`mw-env train status --out-dir {sh(out_dir)}`; stop it with `mw-env train stop --out-dir "
+                f"{sh(out_dir)}`, or start into another folder",
             )
         runstate.clear(out_dir)  # the previous run's ending is not this run's
         log_file = out_dir / LOG_FILE

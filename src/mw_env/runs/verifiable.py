@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
 from mw_env.runs.anomalies import Liveness
 from mw_env.runs.liveness import life_alive as _life_alive
@@ -35,7 +36,7 @@ def check_verifiable(out_dir: Path) -> None:
         raise InputError(
             f"the run in {out_dir} is still {current or 'running'}: {MANIFEST} is written last, when the "
             f"report is complete{earlier}",
-            hint=f"wait for it: `mw-env train watch {out_dir}` ends when it has finished; then verify",
+            hint=f"wait for it: `mw-env train watch {sh(out_dir)}` ends when it has finished; then verify",
         )
     if current == "killed":
         good = (life or {}).get("last_good_checkpoint")
@@ -49,7 +50,7 @@ def check_verifiable(out_dir: Path) -> None:
         during = (life or {}).get("during") or current
         raise InputError(
             f"the run in {out_dir} ended without finishing (it was {during}){earlier}",
-            hint=f"`mw-env train status {out_dir}` says why; start it again with the same config to finish",
+            hint=f"`mw-env train status {sh(out_dir)}` says why; start it again with the same config to finish",
         )
 
 

@@ -10,6 +10,8 @@ import importlib.metadata
 from collections.abc import Sequence
 from pathlib import Path
 
+from mw_env.base.shellquote import sh
+
 # extra (pyproject.toml) -> the distributions that satisfy it (any one of each tuple)
 EXTRAS: dict[str, tuple[tuple[str, ...], ...]] = {
     "train": (("numpy",), ("pyarrow",), ("matplotlib",)),
@@ -23,7 +25,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], ...]] = {
 def bootstrap_hint(venv: Path | str, *extras: str) -> str:
     """`mw-env bootstrap --venv V --extras train,X`: the install form every hint names."""
     wanted = ["train", *[e for e in extras if e != "train"]]
-    return f"`mw-env bootstrap --venv {venv} --extras {','.join(wanted)}`"
+    return f"`mw-env bootstrap --venv {sh(venv)} --extras {','.join(wanted)}`"
 
 
 def site_packages(venv: Path) -> list[Path]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from mw_env.base.atomic import write_text_atomic as write_atomic
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.base.textsafe import redact
 
 RECORD_FILE = "mw-env.json"
@@ -92,8 +92,6 @@ def create_command(venv: Path) -> str:
     Bootstrap refuses a non-empty folder that is not a venv (and a file): it never takes over what it did not
     make. For such a path the hint names a new venv inside the folder (or beside the file) instead.
     """
-    import shlex
-
     path = Path(venv).expanduser().absolute()
     target = path
     try:
@@ -110,10 +108,10 @@ def create_command(venv: Path) -> str:
             target = base.with_name(f"{base.name}-{n}")
             n += 1
         return (
-            f"`mw-env bootstrap --venv {shlex.quote(str(target))}` (a new venv: bootstrap never takes over "
+            f"`mw-env bootstrap --venv {sh(target)}` (a new venv: bootstrap never takes over "
             f"{path}, which it did not make)"
         )
-    return f"`mw-env bootstrap --venv {shlex.quote(str(target))}`"
+    return f"`mw-env bootstrap --venv {sh(target)}`"
 
 
 @dataclass(frozen=True)
@@ -209,7 +207,7 @@ def write_record(venv: Path, record: VenvRecord) -> Path:
 
 def export_lines(env: Mapping[str, str]) -> str:
     """`export K=V` lines, shell-quoted, for `eval "$(mw-env env)"` and the activate script."""
-    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    return "".join(f"export {k}={sh(v)}\n" for k, v in env.items())
 
 
 def env_file_text(env: Mapping[str, str]) -> str:
@@ -219,7 +217,7 @@ def env_file_text(env: Mapping[str, str]) -> str:
     )
     names = " ".join(env)
     # _MW_ENV_VARS lets the patched deactivate() unset exactly what this file set.
-    return header + export_lines(env) + f"export _MW_ENV_VARS={shlex.quote(names)}\n"
+    return header + export_lines(env) + f"export _MW_ENV_VARS={sh(names)}\n"
 
 
 def now() -> float:

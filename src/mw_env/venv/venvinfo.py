@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+from mw_env.base.shellquote import sh
 from mw_env.base.errors import InputError
 from mw_env.sources.pythons import read_project_meta
 from mw_env.venv import damage
@@ -31,7 +32,7 @@ def read_pyvenv_cfg(venv: Path) -> dict[str, str] | None:
     path = Path(venv) / PYVENV_CFG
     if not os.path.lexists(path):
         return None
-    rebuild = f"mw-env bootstrap --recreate --venv {venv}"
+    rebuild = f"mw-env bootstrap --recreate --venv {sh(venv)}"
     try:
         data = read_bytes(path, what="venv config", max_bytes=PYVENV_MAX_BYTES)
         text = data.decode("utf-8")

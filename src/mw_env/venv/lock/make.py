@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mw_env.base.shellquote import sh
 from mw_env.base.errors import InputError, StepFailed
 from mw_env.base.textsafe import redact, safe
 from mw_env.venv.lock.lockfile import FORMAT, Lock, LockMeta, normalize, parse_lock
@@ -310,7 +311,7 @@ def lock_venv(
         )
     frozen = read_installed(venv) or freeze(uv, python, env)
     if "torch" not in frozen.pins:
-        raise InputError(f"{venv} holds no torch", hint=f"re-run `mw-env bootstrap --venv {venv}`")
+        raise InputError(f"{venv} holds no torch", hint=f"re-run `mw-env bootstrap --venv {sh(venv)}`")
     sources = discover(env=env, find_links=find_links)
     args = list(source_args) if source_args is not None else sources.uv_args()
     for folder in frozen.wheel_dirs:
