@@ -13,6 +13,49 @@ MACHINES = FIXTURES / "machines"
 REPO = Path(__file__).resolve().parent.parent
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
+# The environment the suite was started with, before any test process moved HOME (tests/userstate.py).
+USER_ENV = dict(os.environ)
+_USER_STATE = pytest.StashKey[dict]()  # what userstate.snapshot recorded at the start
+
+
+def _worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _controller(config: pytest.Config) -> bool:
+    """The xdist process that runs no test itself (it hands them to the workers)."""
+    return not _worker(config) and bool(getattr(config.option, "numprocesses", None))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Record the user's state (the process that sees the whole run), then move HOME, the XDG folders and
+    MW_ENV_STATE_DIR of every process that runs tests into the session's temp folder, before collection."""
+    import userstate
+
+    config = session.config
+    if not _worker(config):
+        config.stash[_USER_STATE] = userstate.snapshot(USER_ENV)
+    if not _controller(config):
+        home = config._tmp_path_factory.getbasetemp() / "home"  # type: ignore[attr-defined]
+        os.environ.update(userstate.redirected_env(USER_ENV, home))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session fails if the user's mw-env state or HOME's folders changed while it ran."""
+    import userstate
+
+    config = session.config
+    if _worker(config) or _USER_STATE not in config.stash:
+        return
+    changed = userstate.changes(config.stash[_USER_STATE], userstate.snapshot(USER_ENV))
+    if not changed:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    lines = ["the suite changed the user's state (tests must write only under their temp folders):", *changed]
+    if reporter is not None:
+        reporter.write_line("\n".join(lines), red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)

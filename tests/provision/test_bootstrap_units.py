@@ -295,7 +295,12 @@ def test_wheel_for_another_python_wins_when_the_index_is_unreachable(tmp_path, u
     mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
     others = [
         p
-        for p in glob.glob(str(Path.home() / ".pyenv/versions/3.1[0-4]*/bin/python3.1*"))
+        for p in glob.glob(
+            str(
+                Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+                / "versions/3.1[0-4]*/bin/python3.1*"
+            )
+        )
         if not p.endswith(f"python{mine}") and Path(p).name.count(".") == 1
     ]
     if not others:
