@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 
-from mw_env.base.shellquote import sh
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.ipc import selinux_enforcing, shm_private
 from mw_env.checks.load import read_load
@@ -93,7 +92,8 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
             title,
             "fail",
             f"could not start the venv's python: {probe.error}",
-            f"Recreate the venv: `mw-env bootstrap --venv {sh(ctx.venv)}`",
+            # --recreate: a re-run in place keeps a venv whose python does not start.
+            f"Recreate the venv: {ctx.bootstrap_command(recreate=True)}",
         )
     if "Memory critical error" in stderr:
         cause, fix = _memory_critical(ctx, probe)

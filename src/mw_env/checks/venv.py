@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mw_env.base.errors import InputError
-from mw_env.base.shellquote import sh
+from mw_env.base.shellquote import sh, sh_join
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
 from mw_env.checks.probe import ProbeResult
 from mw_env.venv.venvinfo import read_pyvenv_cfg
+
+if TYPE_CHECKING:
+    from mw_env.venv.lock.requires import Unmet
 
 AREA = "venv"
 
@@ -127,8 +131,7 @@ def _requirements(ctx: DoctorContext) -> CheckResult | None:
     """Every installed package has what it requires (its Requires-Dist; the project's with the extras
     bootstrap installed, from the record): a lock that lacked numpy matched the venv exactly, and the run
     died on `import numpy`. The venv's own requirements, not the lock's list (envlock.requires)."""
-    from mw_env.venv.lock.drift import from_folder
-    from mw_env.venv.lock.requires import marker_env, normalize, unmet, venv_needs
+    from mw_env.venv.lock.requires import read_requirements
     from mw_env.venv.venvinfo import read_pyvenv_cfg, site_packages
 
     site = site_packages(ctx.venv)
@@ -139,28 +142,113 @@ def _requirements(ctx: DoctorContext) -> CheckResult | None:
     except InputError:
         return None  # said by the venv.python check
     python = cfg.get("version_info") or cfg.get("version") or "3"
-    have: dict[str, str] = {}
-    project: list[str] = ["mw-env"]
-    for where in (*_visible_sites(ctx.venv, cfg, python), site):  # the venv's own last: its versions win
-        for d in where.glob("*.dist-info"):
-            name, _, version = d.name[: -len(".dist-info")].rpartition("-")
-            if name and (d / "METADATA").is_file():
-                have[normalize(name)] = version
-                if where == site and from_folder(d):
-                    project.append(normalize(name))  # the project, installed from its folder (-e or not)
     extras = tuple(ctx.record.extras) if ctx.record is not None else ()
-    needs = venv_needs(site, marker_env(python), dict.fromkeys(project, extras))
-    problems = unmet(needs, have)
+    reqs = read_requirements(site, python, extras, _visible_sites(ctx.venv, cfg, python))
+    found, have, needs = reqs.unmet(), reqs.have, reqs.needs
     title = "packages have what they require"
-    if problems:
-        shown = "; ".join(problems[:6]) + (f" (and {len(problems) - 6} more)" if len(problems) > 6 else "")
-        cause, fix = ctx.fix(
-            "venv.requirements_unmet", venv=ctx.venv, problems=shown, bootstrap=ctx.bootstrap_command()
-        )
+    if found:
+        cause, fix = _unmet_finding(ctx, found, set(reqs.project))
         return result("venv.requirements", AREA, title, "fail", cause, fix)
     return result(
         "venv.requirements", AREA, title, "pass", f"{len(have)} packages, {len(needs)} requirements met"
     )
+
+
+def _unmet_finding(ctx: DoctorContext, found: list[Unmet], project: set[str]) -> tuple[str, str]:
+    """The cause and fix for unmet requirements, by who can meet them (issue 40: the fix had been the
+    bootstrap that had just run, for a package that needs a newer torch than the pin allows):
+    - against the pin (torch, its companions): nothing installs both; the package goes, or an older one;
+    - the project's own (its extras): bootstrap's extras step installs them;
+    - another package's: bootstrap never installs those; uv does, under the pin."""
+    pinned = _pinned(ctx)
+    against = [u for u in found if u.have is not None and u.name in pinned]
+    own = [u for u in found if u not in against and (u.need.package in project or not u.need.package)]
+    other = [u for u in found if u not in against and u not in own]
+    python, constraints = ctx.python, _constraints_file(ctx)
+    pin_args = ["--constraint", str(constraints)] if constraints is not None else []
+    parts: list[tuple[str, str]] = []
+    if against:
+        askers = list(dict.fromkeys(u.need.package for u in against))
+        parts.append(
+            ctx.fix(
+                "venv.requirements_pinned",
+                venv=ctx.venv,
+                problems="; ".join(f"{u.need.by} requires {u.need.requirement}" for u in against),
+                pinned=", ".join(f"{u.name}=={pinned[u.name]}" for u in against),
+                constraints=constraints,
+                uninstall=sh_join(["uv", "pip", "uninstall", "--python", python, *askers]),
+                older=sh_join(
+                    [
+                        "uv",
+                        "pip",
+                        "install",
+                        "--python",
+                        python,
+                        *pin_args,
+                        *dict.fromkeys(f"{u.need.package}<{u.need.version}" for u in against),
+                    ]
+                ),
+            )
+        )
+    if own:
+        missing_only = all(u.have is None for u in own)
+        parts.append(
+            ctx.fix(
+                "venv.requirements_unmet",
+                venv=ctx.venv,
+                problems=_shown(own),
+                effect="An import of them fails at the start of a run (ModuleNotFoundError)"
+                if missing_only
+                else "A run imports versions its packages were not made for",
+                bootstrap=ctx.bootstrap_command(),
+            )
+        )
+    if other:
+        wanted = [f"{u.need.requirement.name}{u.need.requirement.specifier}" for u in other]
+        parts.append(
+            ctx.fix(
+                "venv.requirements_other",
+                venv=ctx.venv,
+                problems=_shown(other),
+                install=sh_join(
+                    ["uv", "pip", "install", "--python", python, *pin_args, *dict.fromkeys(wanted)]
+                ),
+            )
+        )
+    return " ".join(c for c, _ in parts), " ".join(f for _, f in parts)
+
+
+def _shown(found: list[Unmet]) -> str:
+    words = [u.words() for u in found]
+    return "; ".join(words[:6]) + (f" (and {len(words) - 6} more)" if len(words) > 6 else "")
+
+
+def _constraints_file(ctx: DoctorContext) -> Path | None:
+    """The venv's pin file (torch and its companions, `name==version`) as bootstrap recorded it."""
+    recorded = getattr(ctx.record, "constraints_file", None) if ctx.record is not None else None
+    if not recorded or not recorded.endswith(".txt") or "constraints" not in Path(recorded).name:
+        return None  # an adopted torch's overrides file pins nothing by version
+    return Path(recorded)
+
+
+def _pinned(ctx: DoctorContext) -> dict[str, str]:
+    """name -> the version the venv's pin file holds it at."""
+    from mw_env.base import userfile
+    from mw_env.venv.lock.requires import normalize
+
+    path = _constraints_file(ctx)
+    if path is None:
+        return {}
+    try:
+        text = userfile.read_text(path, what="constraints file")
+    except InputError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        name, sep, version = line.strip().partition("==")
+        if sep and name and not name.startswith("#"):
+            out[normalize(name)] = version.strip()
+    return out
 
 
 def _visible_sites(venv: Path, cfg: dict[str, str], python: str) -> list[Path]:

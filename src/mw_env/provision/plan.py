@@ -283,7 +283,7 @@ def _checked_venv(path: Path) -> Path:
 
     venv = Path(path).expanduser().absolute()
     if (problem := venv_path_problem(venv)) is not None:
-        raise InputError(f"--venv {venv!r}: {problem}", hint="pass a --venv path without it")
+        raise InputError(f"--venv {str(venv)!r}: {problem}", hint="pass a --venv path without it")
     if _link_loop(venv):
         raise InputError(
             f"--venv {venv}: a symbolic link loop", hint="fix or remove the link, or pass another --venv path"

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mw_env.provision import keys
@@ -104,14 +105,32 @@ class Facts:
         bv = self.bv
         return (
             pinmod.files_match({bv / "mw-env.env": keys.env_text(self.p)})
-            and (bv / "mw-env.json").is_file()
+            and _record_reads(bv)
             and pinmod.activate_is_patched(bv, self.p.venv)
             and ENV.is_done(self, self.installed)
         )
 
     @cached_property
+    def project_whole(self) -> bool:
+        """Every package the project's extras need is installed (torch aside: its own steps'): a package
+        removed since (`uv pip uninstall numpy`) is installed again by the extras step, which the doctor's
+        fix for it names (issue 40: the step said done, and the doctor asked for the same bootstrap)."""
+        if self.p.lock is not None:
+            return True  # --no-deps from the lock: the lock's completeness is checked when it is read
+        from mw_env.venv.lock.requires import read_requirements
+        from mw_env.venv.venvinfo import site_packages, venv_python_version
+
+        site = site_packages(self.bv)
+        if site is None:
+            return False
+        extras = self.p.options.extras if self.p.options else ()
+        visible = [Path(line) for line in (adopted_site(self.bv) or "").splitlines() if line.strip()]
+        reqs = read_requirements(site, venv_python_version(self.bv) or "3", extras, visible)
+        return not [u for u in reqs.project_unmet() if u.name != "torch"]
+
+    @cached_property
     def all_done(self) -> bool:
-        extras = EXTRAS.is_done(self, self.installed or "")
+        extras = EXTRAS.is_done(self, self.installed or "") and self.project_whole
         return self.venv_ok and _torch_done(self) and self.pin_done and extras and self.env_done
 
 
@@ -296,11 +315,25 @@ EXTRAS: StepSpec = StepSpec(
         if f.p.lock is not None
         else (*_extras_command(f), *f.p.project_args, "pip")
     ),
-    done=lambda f: f.venv_ok and EXTRAS.is_done(f, f.installed or ""),
+    done=lambda f: f.venv_ok and EXTRAS.is_done(f, f.installed or "") and f.project_whole,
     action=act.install_extras,
     state_key=keys.extras_key,
     beside=True,
 )
+
+
+def _record_reads(venv: Path) -> bool:
+    """mw-env.json is there and whole: a torn one is rewritten by the env step (the doctor's fix for it is
+    this bootstrap; issue 40 found it refused with "re-run bootstrap" once every step was done)."""
+    from mw_env.base.errors import InputError
+    from mw_env.venv.record import read_record
+
+    try:
+        return read_record(venv) is not None
+    except InputError:
+        return False
+
+
 ENV: StepSpec = StepSpec(
     "env",
     title=lambda f: "Persist the runtime environment (activate, mw-env.env, mw-env.json)",

@@ -32,10 +32,30 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Need:
-    """A requirement and who asks for it ("mw-env[train]", "pandas 2.2.0")."""
+    """A requirement and who asks for it ("mw-env[train]", "pandas 2.2.0"; `package`, `version`: the asking
+    distribution's normalized name and version where it is an installed one)."""
 
     requirement: Requirement
     by: str
+    package: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class Unmet:
+    """A need that what is installed does not meet: the package is missing (`have` None) or has a version
+    outside the requirement."""
+
+    name: str  # the required package, normalized
+    have: str | None
+    need: Need
+
+    def words(self) -> str:
+        req = self.need.requirement
+        shown = f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}"
+        if self.have is None:
+            return f"{self.name} is missing ({self.need.by} needs {shown})"
+        return f"{self.name} {self.have} does not satisfy {shown} ({self.need.by})"
 
 
 def normalize(name: str) -> str:
@@ -72,14 +92,19 @@ def applies(req: Requirement, env: Mapping[str, str], extras: Iterable[str] = ()
 
 def unmet(needs: Iterable[Need], have: Mapping[str, str]) -> list[str]:
     """Each need that `have` (normalized name -> version) does not meet, in words, in a stable order."""
+    return [u.words() for u in unmet_needs(needs, have)]
+
+
+def unmet_needs(needs: Iterable[Need], have: Mapping[str, str]) -> list[Unmet]:
+    """`unmet` as records: the missing packages first, then the versions that do not fit, each package once
+    (its first need), by name."""
     from packaging.version import InvalidVersion, Version
 
-    out: dict[str, str] = {}
+    out: dict[str, Unmet] = {}
     for need in needs:
         req, name = need.requirement, normalize(need.requirement.name)
-        shown = f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}"
         if name not in have:
-            out.setdefault(f"0{name}", f"{name} is missing ({need.by} needs {shown})")
+            out.setdefault(f"0{name}", Unmet(name, None, need))
             continue
         if not req.specifier:
             continue
@@ -88,7 +113,7 @@ def unmet(needs: Iterable[Need], have: Mapping[str, str]) -> list[str]:
         except InvalidVersion:
             ok = False
         if not ok:
-            out.setdefault(f"1{name}", f"{name} {have[name]} does not satisfy {shown} ({need.by})")
+            out.setdefault(f"1{name}", Unmet(name, have[name], need))
     return [out[k] for k in sorted(out)]
 
 
@@ -261,10 +286,46 @@ def venv_needs(site: Path, env: Mapping[str, str], project_extras: Mapping[str, 
             except InvalidRequirement:
                 continue
             if applies(req, env, extras):
-                needs.append(
-                    Need(req, f"{normalize(name)} {version}" + (f"[{','.join(extras)}]" if extras else ""))
-                )
+                by = f"{normalize(name)} {version}" + (f"[{','.join(extras)}]" if extras else "")
+                needs.append(Need(req, by, package=normalize(name), version=version))
     return needs
+
+
+@dataclass(frozen=True)
+class VenvRequirements:
+    """A venv's installed distributions and what they require (`pip check`, without pip)."""
+
+    have: dict[str, str]  # normalized name -> version, the venv's own site last (its versions win)
+    project: frozenset[str]  # the distributions installed from a folder (the project), and mw-env
+    needs: tuple[Need, ...]
+
+    def unmet(self) -> list[Unmet]:
+        return unmet_needs(self.needs, self.have)
+
+    def project_unmet(self) -> list[Unmet]:
+        """What the project and its extras need and lack: what bootstrap's extras step installs."""
+        return [u for u in self.unmet() if u.need.package in self.project]
+
+
+def read_requirements(
+    site: Path, python: str, extras: Sequence[str], visible: Sequence[Path] = ()
+) -> VenvRequirements:
+    """The distributions of `site` (and of the `visible` folders the venv also imports from) and the
+    requirements of those in `site`, markers evaluated for `python`; the project (installed from a
+    folder) with `extras`."""
+    from mw_env.venv.lock.drift import from_folder
+
+    have: dict[str, str] = {}
+    project = ["mw-env"]
+    for where in (*visible, site):
+        for d in where.glob("*.dist-info"):
+            name, _, version = d.name[: -len(".dist-info")].rpartition("-")
+            if name and (d / "METADATA").is_file():
+                have[normalize(name)] = version
+                if where == site and from_folder(d):
+                    project.append(normalize(name))
+    needs = venv_needs(site, marker_env(python), dict.fromkeys(project, tuple(extras)))
+    return VenvRequirements(have, frozenset(project), tuple(needs))
 
 
 def _headers(path: Path) -> tuple[str, str, list[str]]:
@@ -290,11 +351,15 @@ def _headers(path: Path) -> tuple[str, str, list[str]]:
 
 __all__ = [
     "Need",
+    "Unmet",
+    "VenvRequirements",
     "applies",
     "file_problems",
     "lock_problems",
     "marker_env",
     "project_needs",
+    "read_requirements",
     "unmet",
+    "unmet_needs",
     "venv_needs",
 ]
