@@ -35,9 +35,15 @@ class Behaviour:
     cdn: bool = False  # files answer a 302 to the same path on "localhost" (another host name)
     gone: frozenset[str] = frozenset()  # listed file names that answer 404
     status: int | None = None  # every request answers this (401 without credentials, 500)
+    html_only: bool = False  # PEP 503 HTML whatever the client accepts (no PEP 691 JSON)
 
 
 AMD = Behaviour(unserved=403)  # repo.amd.com/rocm/whl-multi-arch: 403 for a project it does not hold
+# A company's mirror (Nexus, Artifactory, pypiserver): the PEP 503 HTML pages only, no PEP 691 JSON
+# (pypiserver/pypiserver#508; Nexus and Artifactory "only support the Simple API",
+# hierynomus/jython-gradle-plugin#22; no PEP 658 metadata either, sonatype/nexus-public#296), 404 for a project
+# it does not hold. PyPI answers JSON or HTML as asked: the default Behaviour.
+MIRROR = Behaviour(html_only=True)
 PYTORCH = Behaviour(unserved=403, cdn=True)  # download.pytorch.org: 403, files from download-r2.pytorch.org
 
 
@@ -149,7 +155,8 @@ class Server:
                     return self._send(code, b"Forbidden" if code == 403 else b"not found", "text/plain")
                 text = page.read_text()
                 accept = self.headers.get("Accept") or ""
-                if rest and (how.json_only or "application/vnd.pypi.simple.v1+json" in accept):
+                wants_json = how.json_only or "application/vnd.pypi.simple.v1+json" in accept
+                if rest and wants_json and not how.html_only:
                     return self._send(
                         200, _as_json(rest[0], text, page.parent), "application/vnd.pypi.simple.v1+json"
                     )

@@ -277,12 +277,19 @@ def _lock(ctx: DoctorContext) -> CheckResult | None:
     title = "venv matches its lock"
     path = ctx.venv / LOCK_FILE
     if not os.path.lexists(path):
+        from mw_env.venv.lock import STALE_LOCK
+
+        why = (
+            f"the last bootstrap could not write one (the lock before it is kept as {STALE_LOCK})"
+            if os.path.lexists(ctx.venv / STALE_LOCK)
+            else "made before locks, or by hand"
+        )
         return result(
             "venv.lock",
             AREA,
             title,
             "skip",
-            f"no {LOCK_FILE} (made before locks, or by hand); `mw-env lock --venv {sh(ctx.venv)}` writes one",
+            f"no {LOCK_FILE} ({why}); `mw-env lock --venv {sh(ctx.venv)}` writes one or says why it cannot",
         )
     try:
         lock = read_lock(path)

@@ -85,10 +85,17 @@ def lock_step(run: StepRun, step: Step) -> str | StepWarning:
             wheels=tuple(w for w in [wheelhouse_torch(p)] if w is not None),
         )
     except MwEnvError as exc:
-        # The venv works; only its lock is missing. Say why, and how to write it later (a re-run does not
-        # retry: `mw-env lock` does, once the cause is fixed).
+        # The venv works; only its lock is missing. One line (uv's whole cause is `mw-env lock`'s to say), and
+        # the lock of what the venv held before is set aside: left in place it would be drift to the doctor,
+        # offered for a `--recreate` that removes what this run installed (issue 40). A re-run does not
+        # retry: `mw-env lock` does, once the cause is fixed.
         run.state.mark(step.id, "done", keys.lock_key(p, version))
-        return StepWarning(f"no lock written: {exc.message} (later: `mw-env lock --venv {sh(p.venv)}`)")
+        first = exc.message.split(": ", 1)[0]
+        aside = set_aside_stale_lock(bv)
+        note = f"; the previous lock is kept as {aside.name}" if aside is not None else ""
+        return StepWarning(
+            f"no lock written: {first}{note} (`mw-env lock --venv {sh(p.venv)}` says why and what to run)"
+        )
     write_atomic(bv / LOCK_FILE, lock.text)
     run.state.mark(step.id, "done", keys.lock_key(p, version))
     return f"{len(lock.packages)} packages, sha256 {lock.sha256[:12]}"
@@ -100,3 +107,18 @@ def wheelhouse_torch(p: Plan) -> Path | None:
     if p.lock is not None or p.torch is None or p.torch.origin != "wheelhouse" or p.torch.wheel is None:
         return None
     return p.torch.wheel.path
+
+
+def set_aside_stale_lock(venv: Path) -> Path | None:
+    """Move the venv's lock to STALE_LOCK (it describes what the venv held before); None without one."""
+    from mw_env.venv.lock import LOCK_FILE, STALE_LOCK
+
+    lock = venv / LOCK_FILE
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    aside = venv / STALE_LOCK
+    write_atomic(aside, text)
+    lock.unlink(missing_ok=True)
+    return aside

@@ -395,7 +395,12 @@ def prepare(request: LaunchRequest) -> Launch:
     if not nodes.multi or nodes.node_rank == 0:
         from mw_env.venv.lock.atlaunch import lock_for_run
 
-        notes = tuple(lock_for_run(venv=venv_path, out_dir=out_dir, selection=selection, env=env_in).lines())
+        told = any(c.get("id") == "venv.lock" and c.get("status") == "warn" for c in _checks(doctor))
+        notes = tuple(
+            lock_for_run(venv=venv_path, out_dir=out_dir, selection=selection, env=env_in).lines(
+                drift_told=told
+            )
+        )
 
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
     for item in r.overrides:
@@ -434,3 +439,9 @@ def prepare(request: LaunchRequest) -> Launch:
         built_on=built_on(resolved),
         max_steps=resolved.config.runtime.max_steps,
     )
+
+
+def _checks(doctor: dict[str, object] | None) -> list[dict[str, object]]:
+    """The checks of a doctor's JSON report (none without one: --skip-doctor)."""
+    checks = doctor.get("checks") if doctor is not None else None
+    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []

@@ -16,6 +16,9 @@ from pathlib import Path
 # The lock bootstrap writes into every venv it finishes (and a run copies into its folder). PEP 751 names:
 # `pylock.<name>.toml`, so uv accepts the file as it is.
 LOCK_FILE = "pylock.mw-env.toml"
+# The lock of what a venv held before a bootstrap whose own lock failed (provision/lockstep.py): kept, but no
+# longer the venv's lock (the doctor would call the new packages drift and offer a --recreate from it).
+STALE_LOCK = LOCK_FILE + ".stale"
 
 
 def carry(venv: Path, run_dir: Path) -> tuple[Path, str] | None:

@@ -60,11 +60,13 @@ class LaunchLock:
     written: Path | None = None  # the run's lock, written from the venv as it is
     problem: str = ""  # why the run's lock is not the venv as it is
 
-    def lines(self) -> list[str]:
-        """What the console says before the run starts (nothing for a venv as locked)."""
+    def lines(self, *, drift_told: bool = False) -> list[str]:
+        """What the console says before the run starts (nothing for a venv as locked). `drift_told`: the
+        doctor's warning already listed the changes: each is said once per command (issue 40: a `train` in a
+        drifted venv printed the list twice, and uv's whole error, before its first line)."""
         if not self.drift:
             return []
-        out = [f"warning: the venv drifted from its lock: {'; '.join(self.drift)}"]
+        out = [] if drift_told else [f"warning: the venv drifted from its lock: {'; '.join(self.drift)}"]
         if self.written is not None:
             out.append(
                 f"the run's lock {self.written} was written from the venv as it is now (drift included)"
@@ -91,9 +93,13 @@ def lock_for_run(
     try:
         lock = lock_venv(venv=venv, selection=selection, env=env)
     except MwEnvError as exc:
+        from mw_env.base.shellquote import sh
+
+        first = exc.message.split(": ", 1)[0]  # uv's whole cause is `mw-env lock`'s to say
         return LaunchLock(
             drift,
-            problem=f"it could not be written ({exc.message}); the run carries the venv's lock, without the drift",
+            problem=f"it could not be written ({first}: `mw-env lock --venv {sh(venv)}` says why); the run "
+            "carries the venv's lock, without the drift",
         )
     dst.parent.mkdir(parents=True, exist_ok=True)
     return LaunchLock(drift, written=write_lock(lock, dst))

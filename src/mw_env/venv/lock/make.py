@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.base.shellquote import sh
 from mw_env.base.errors import InputError, StepFailed
+from mw_env.base.shellquote import sh
 from mw_env.base.textsafe import redact, safe
 from mw_env.venv.lock.lockfile import FORMAT, Lock, LockMeta, normalize, parse_lock
 
@@ -152,23 +152,31 @@ def compile_lock(
     companions: Sequence[str] = (),
     offline: bool = False,
     local: Mapping[str, Path] | None = None,
+    best_match: Sequence[str] = (),
 ) -> str:
     """uv's pylock.toml for exactly `pins` (no resolution beyond them), torch's group from `torch_index`.
-    `local`: name -> the wheel file it was installed from, whose entry is written here (localwheel.py)."""
+    `local`: name -> the wheel file it was installed from, whose entry is written here (localwheel.py).
+    `best_match`: the packages pip installed, locked from whichever index holds their version."""
     from mw_env.venv.lock.localwheel import entry
 
     torch_group = {"torch", *(normalize(c) for c in companions)}
     own = {n: path for n, path in (local or {}).items() if n in pins}
     if len(own) == len(pins):  # nothing left for uv, which writes the file's header: let it lock them all
         own = {}
-    groups = [
-        ({n: v for n, v in pins.items() if n in torch_group and n not in own}, torch_index),
-        ({n: v for n, v in pins.items() if n not in torch_group and n not in own}, None),
+    rest = {n: v for n, v in pins.items() if n not in torch_group and n not in own}
+    by_pip = set(best_match) & set(rest)
+    # Each group resolved as it was installed: torch from its index (first-index), what uv installed with
+    # the user's own uv settings, what pip installed as pip resolves (the best version of all indexes: pandas
+    # from PyPI beside a corporate mirror that holds older ones; issue 40).
+    groups: list[tuple[dict[str, str], str | None, list[str]]] = [
+        ({n: v for n, v in pins.items() if n in torch_group and n not in own}, torch_index, []),
+        ({n: v for n, v in rest.items() if n not in by_pip}, None, []),
+        ({n: v for n, v in rest.items() if n in by_pip}, None, ["--index-strategy", "unsafe-best-match"]),
     ]
     header, blocks = "", []
     with tempfile.TemporaryDirectory(prefix="mw-env-lock-") as tmp:
-        for i, (group, index) in enumerate(groups):
-            mine = [n for n in sorted(own) if (n in torch_group) == (i == 0)]
+        for i, (group, index, strategy) in enumerate(groups):
+            mine = [n for n in sorted(own) if (n in torch_group) == (i == 0)] if i < 2 else []
             extra = [entry(n, pins[n], own[n], _sha256(own[n])) for n in mine]
             if not group:
                 blocks.extend(extra)
@@ -182,8 +190,8 @@ def compile_lock(
                 # As bootstrap's torch step: the torch index first (uv asks `--index`es in the order given),
                 # first-index so that no other index's torch (PyPI's CUDA build) can answer for it.
                 argv += ["--index", index, "--index-strategy", "first-index"]
-            argv += [*source_args, str(req), "-o", str(out)]
-            text = _run_compile(argv, env, out)
+            argv += [*strategy, *source_args, str(req), "-o", str(out)]
+            text = _run_compile(argv, env, out, Path(python).parent.parent)
             head, _, body = text.partition("[[packages]]")
             header = header or head
             found = [
@@ -211,21 +219,41 @@ def _sha256(path: Path) -> str:
         ) from None
 
 
-def _run_compile(argv: list[str], env: Mapping[str, str], out: Path) -> str:
+def _run_compile(argv: list[str], env: Mapping[str, str], out: Path, venv: Path) -> str:
     from mw_env.base import idle
     from mw_env.sources.uv import run_streaming, uv_env
+    from mw_env.venv.lock import lockfail
 
     with idle.waiting():  # uv resolves for tens of ms: a bootstrap's deferred work runs meanwhile
         res = run_streaming(argv, env=uv_env(env), timeout=600)
     if not res.ok or not out.is_file():
-        last = [ln for ln in res.output.splitlines() if ln.strip()][-4:]
+        # uv's cause whole, each sentence once (it repeats its index-strategy advice for every package).
         raise StepFailed(
             f"uv could not lock the venv's packages (exit {res.returncode}): "
-            + safe(redact(" / ".join(last)), limit=600),
-            hint="uv needs each installed version from a reachable index, wheelhouse (--find-links) or its "
-            "cache (--offline); a package installed from elsewhere cannot be locked",
+            + safe(lockfail.cause(res.output), limit=None),
+            hint=lockfail.hint(res.output, venv),
         )
     return out.read_text(encoding="utf-8")
+
+
+def pip_installed(venv: Path, names: Sequence[str]) -> set[str]:
+    """The packages of `names` that pip installed (their dist-info's INSTALLER)."""
+    from mw_env.venv.venvinfo import site_packages
+
+    site = site_packages(venv)
+    found: set[str] = set()
+    if site is None:
+        return found
+    wanted = set(names)
+    for d in site.glob("*.dist-info"):
+        name = normalize(d.name[: -len(".dist-info")].rpartition("-")[0])
+        if name in wanted:
+            try:
+                if (d / "INSTALLER").read_text(encoding="utf-8").strip() == "pip":
+                    found.add(name)
+            except OSError:
+                continue
+    return found
 
 
 def tool_table(meta: LockMeta) -> str:
@@ -334,6 +362,7 @@ def lock_venv(
         companions=companions,
         offline=offline or sources.no_index,
         local=local,
+        best_match=sorted(pip_installed(venv, list(frozen.pins))),
     )
     if target is None:
         assert selection is not None, "lock_venv needs the target hardware or the selection it comes from"
