@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 # The environment the suite was started with, before any test process moved HOME (tests/userstate.py).
 USER_ENV = dict(os.environ)
-_USER_STATE = pytest.StashKey[dict]()  # what userstate.snapshot recorded at the start
+_USER_STATE = pytest.StashKey[dict[str, dict[str, object]]]()  # what userstate.snapshot recorded at the start
 
 
 def _worker(config: pytest.Config) -> bool:
@@ -48,11 +48,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if _worker(config) or _USER_STATE not in config.stash:
         return
-    changed = userstate.changes(config.stash[_USER_STATE], userstate.snapshot(USER_ENV))
+    before, after = config.stash[_USER_STATE], userstate.snapshot(USER_ENV)
+    changed = userstate.changes(before["mw-env"], after["mw-env"])
+    elsewhere = userstate.changes(before["home"], after["home"])
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if elsewhere and reporter is not None:
+        reporter.write_line(
+            "\n".join(
+                [
+                    "note: new in HOME while the suite ran (this user's other processes write there too):",
+                    *elsewhere,
+                ]
+            ),
+            yellow=True,
+        )
     if not changed:
         return
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    lines = ["the suite changed the user's state (tests must write only under their temp folders):", *changed]
+    lines = [
+        "the suite changed the user's mw-env state (tests must write only under their temp folders):",
+        *changed,
+    ]
     if reporter is not None:
         reporter.write_line("\n".join(lines), red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -44,14 +44,22 @@ def test_a_write_to_the_state_file_or_home_is_a_change(tmp_path):
     user = {"HOME": str(tmp_path / "user")}
     (tmp_path / "user").mkdir()
     before = userstate.snapshot(user)
-    assert userstate.changes(before, userstate.snapshot(user)) == []
+    assert userstate.changes(before["mw-env"], userstate.snapshot(user)["mw-env"]) == []
     (tmp_path / "user" / ".cache" / "uv").mkdir(parents=True)  # the shared cache may be made by the suite
-    assert userstate.changes(before, userstate.snapshot(user)) == []
+    assert userstate.changes(before["home"], userstate.snapshot(user)["home"]) == []
+    (tmp_path / "user" / ".config" / "procps").mkdir(parents=True)  # another process's: reported only
+    assert userstate.changes(before["mw-env"], userstate.snapshot(user)["mw-env"]) == []
+    assert "procps" in " ".join(userstate.changes(before["home"], userstate.snapshot(user)["home"]))
     from mw_env.venv.record import remember_venv
 
     remember_venv(tmp_path / "venv", user)
-    found = userstate.changes(before, userstate.snapshot(user))
+    found = userstate.changes(before["mw-env"], userstate.snapshot(user)["mw-env"])
     assert any("last-venv: created" in line and str(tmp_path / "venv") in line for line in found), found
+    (tmp_path / "user" / "training-venv").mkdir()
+    (tmp_path / "user" / "training-venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert "training-venv" in " ".join(
+        userstate.changes(before["mw-env"], userstate.snapshot(user)["mw-env"])
+    )
 
 
 @pytest.mark.slow
@@ -94,5 +102,5 @@ def test_a_session_whose_test_writes_the_users_state_fails(tmp_path):
         timeout=300,
     )
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "1 passed" in res.stdout and "changed the user's state" in res.stdout, res.stdout
+    assert "1 passed" in res.stdout and "changed the user's mw-env state" in res.stdout, res.stdout
     assert f"{home}/.local/state/mw-env/last-venv: created" in res.stdout, res.stdout

@@ -7,8 +7,10 @@ bootstrap built last" in the user's state file, and `mw-env env` then exported t
   Pythons, and pyenv's root (the shims on PATH find it through HOME). The user's pip and uv configuration
   files are copied in, so the tests read the sources they always read.
 - The process that is not an xdist worker records the user's mw-env state (the state file, mw-env's folders
-  under HOME) and the names in HOME's top folders at the start (`snapshot`: a few listdirs and stats), and
-  fails the session if any of it changed by the end (`changes`).
+  under HOME) and the names in HOME's top folders at the start (`snapshot`: a few listdirs and stats). A
+  change of mw-env's state by the end fails the session (`changes`); a new name in HOME's top folders is
+  reported, not failed: other processes of the same user write there too (a `top` made ~/.config/procps
+  during a run on the shared development machine), and no test can write there with HOME moved.
 """
 
 from __future__ import annotations
@@ -66,35 +68,37 @@ def redirected_env(real: Mapping[str, str], home: Path) -> dict[str, str]:
     return out
 
 
-def _watched(real: Mapping[str, str]) -> tuple[list[Path], list[Path]]:
-    """(mw-env's own places, recorded file by file; folders whose entries' names are recorded)."""
+def _watched(real: Mapping[str, str]) -> tuple[list[Path], list[Path], list[Path]]:
+    """(mw-env's own places, recorded file by file; mw-env's own folders whose entries' names are recorded;
+    HOME's top folders whose entries' names are recorded)."""
     from mw_env.venv.record import last_venv_file
 
     home = _home(real)
-    state = last_venv_file(real)
-    deep = [state.parent, home / ".local" / "share" / "mw-env", home / ".local" / "bin" / "uv"]
-    shallow = [
-        home,
-        home / ".local",
-        home / ".local" / "bin",
-        home / "training-venv",
-        *(_xdg(real, var) for var in XDG),
-    ]
-    return deep, list(dict.fromkeys(shallow))
+    deep = [last_venv_file(real).parent, home / ".local" / "share" / "mw-env", home / ".local" / "bin" / "uv"]
+    own = [home / "training-venv"]
+    tops = [home, home / ".local", home / ".local" / "bin", *(_xdg(real, var) for var in XDG)]
+    return deep, own, list(dict.fromkeys(tops))
 
 
-def snapshot(real: Mapping[str, str]) -> dict[str, object]:
-    deep, shallow = _watched(real)
+def snapshot(real: Mapping[str, str]) -> dict[str, dict[str, object]]:
+    """{"mw-env": mw-env's own state, "home": the names in HOME's top folders}."""
+    deep, own, tops = _watched(real)
     allowed = {Path(p) for p in shared(real).values()}
-    out: dict[str, object] = {}
+    mine: dict[str, object] = {}
     for top in deep:
         for path in _files(top):
             try:
                 st = path.stat()
             except OSError:
                 continue
-            out[str(path)] = (st.st_size, st.st_mtime_ns, path.read_bytes() if st.st_size < 4096 else b"")
-    for folder in shallow:
+            mine[str(path)] = (st.st_size, st.st_mtime_ns, path.read_bytes() if st.st_size < 4096 else b"")
+    mine.update(_names(own, allowed))
+    return {"mw-env": mine, "home": _names(tops, allowed)}
+
+
+def _names(folders: list[Path], allowed: set[Path]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for folder in folders:
         try:
             names = sorted(os.listdir(folder))
         except OSError:
@@ -122,7 +126,8 @@ def _files(top: Path) -> list[Path]:
 
 
 def changes(before: Mapping[str, object], after: Mapping[str, object]) -> list[str]:
-    """What differs, one line each (a file's new content shown when it is short text)."""
+    """What differs between two parts of a snapshot, one line each (a file's new content shown when it is
+    short text)."""
     out = []
     for key in sorted(set(before) | set(after)):
         old, new = before.get(key), after.get(key)
