@@ -7,7 +7,8 @@ import pytest
 
 from conftest import REPO
 from mw_env.base.errors import InputError
-from mw_env.checks.catalogue import load_catalogue, parse_catalogue, profile_messages, render_troubleshooting
+from mw_env.checks.catalogue import load_catalogue, parse_catalogue, profile_messages
+from mw_env.checks.catalogue_doc import render_troubleshooting
 
 # (log line as users see it, catalogue id). Every error text in seeds/amd-whisper-finetune.txt and
 # seeds/training-environment.txt, plus the failure catalogue of doctor-anchors.md.
@@ -236,7 +237,7 @@ def test_every_fix_id_a_check_names_is_in_the_catalogue():
 def test_troubleshooting_doc_is_generated_from_the_catalogue():
     doc = (REPO / "docs" / "troubleshooting.md").read_text()
     assert doc == render_troubleshooting(), (
-        "regenerate: python -m mw_env.checks.catalogue > docs/troubleshooting.md"
+        "regenerate: python -m mw_env.checks.catalogue_doc > docs/troubleshooting.md"
     )
 
 

@@ -1,7 +1,7 @@
 """Known messages and the causes + fixes of every finding, loaded from catalogue.yaml (data, not code).
 
 Profiles extend it: `doctor.harmless_messages` (substrings reported as info) and an optional
-`doctor.catalogue` (extra message entries, same keys as the YAML). `python -m mw_env.checks.catalogue`
+`doctor.catalogue` (extra message entries, same keys as the YAML). `python -m mw_env.checks.catalogue_doc`
 prints docs/troubleshooting.md.
 """
 
@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Literal
 
 from mw_env.base.errors import InputError
 from mw_env.base.shellquote import sh
+from mw_env.checks.logline import unwrap
 
 if TYPE_CHECKING:
     from mw_env.checks.gpuadvice import Advice
@@ -38,10 +39,15 @@ _MESSAGE_KEYS = (
     "here",
     "kind",
     "family",
+    "machines",
 )
 # The anomaly kinds of `mw-env train status/watch` a known message can stand for (mw_env.runs.anomalies.KINDS).
 KINDS: tuple[str, ...] = ("oom", "gpu_fault", "comms")
 _FIX_KEYS = ("title", "cause", "fix")
+# The machines a message can mean something else on (checks/explain.py `machine_kind`): an AMD GPU, an NVIDIA
+# GPU, or none. "Found no NVIDIA driver" is a missing driver on an NVIDIA box and a wrong torch build on a 780M.
+MACHINES: tuple[str, ...] = ("amd", "nvidia", "cpu")
+_MACHINE_KEYS = ("cause", "fix", "here")
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,9 @@ class Message:
     here: str = ""  # what on this machine confirms or rules the cause out
     kind: str = ""  # "oom" | "gpu_fault" | "comms": what `train status` calls a run that printed it
     family: bool = False  # a catch-all behind specific entries of the same kind
+    # machine kind -> {cause, fix, here} for the machine the log is explained on (MACHINES); the rest of the
+    # entry is what it says when the machine is not known or has no variant of its own.
+    machines: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def regex(self) -> re.Pattern[str]:
@@ -69,7 +78,21 @@ class Message:
 
     @property
     def urls(self) -> tuple[str, ...]:
-        return tuple(u for u in re.findall(r"https?://\S+", self.source))
+        return tuple(u.rstrip(";,") for u in re.findall(r"https?://\S+", self.source))
+
+    def on(self, machine: str) -> Message:
+        """This message as it reads on a machine of kind `machine` (its `machines` variant, if it has one)."""
+        variant = self.machines.get(machine)
+        if not variant:
+            return self
+        return replace(
+            self,
+            cause=variant.get("cause") or self.cause,
+            fix=variant.get("fix") or self.fix,
+            here=variant.get("here") or self.here,
+            # Inside the doctor the machine-specific fix is the finding's fix (doctor_fix is the general one's).
+            doctor_fix="" if variant.get("fix") else self.doctor_fix,
+        )
 
 
 @dataclass(frozen=True)
@@ -116,22 +139,28 @@ class Catalogue:
         """The per-line match of `scan` over `indexes` (every line when None): the exact definition."""
         hits: list[Hit] = []
         for i in range(len(lines)) if indexes is None else indexes:
-            for msg in self.messages:
-                if msg.regex.search(lines[i]):
-                    hits.append(Hit(message=msg, line_no=i + 1, line=lines[i].strip()))
-                    break
+            msg = self._match(lines[i])
+            if msg is not None:
+                hits.append(Hit(message=msg, line_no=i + 1, line=lines[i].strip()))
         return hits
 
     def first_match(self, line: str) -> Message | None:
         """The entry that explains one line (the first that matches), as `scan` would pick it."""
-        if not _screen(tuple(m.pattern for m in self.messages)).search(line):
-            return None  # the common case, one regex call for the whole catalogue
-        return next((m for m in self.messages if m.regex.search(line)), None)
+        screen = _screen(tuple(m.pattern for m in self.messages))
+        if not screen.search(line) and not screen.search(unwrap(line)):
+            return None  # the common case, one or two regex calls for the whole catalogue
+        return self._match(line)
+
+    def _match(self, line: str) -> Message | None:
+        """The first entry matching the line as it is, or as its library printed it (checks/logline.py)."""
+        core = unwrap(line)
+        for msg in self.messages:
+            if msg.regex.search(line) or (core != line and msg.regex.search(core)):
+                return msg
+        return None
 
     def advised(self, advice: Advice) -> Catalogue:
         """Every message with its GPU placeholders filled (checks/gpuadvice.py): the advice of the moment."""
-        from dataclasses import replace
-
         from mw_env.checks.gpuadvice import fill
 
         return Catalogue(
@@ -141,11 +170,20 @@ class Catalogue:
                     cause=fill(m.cause, advice),
                     fix=fill(m.fix, advice),
                     doctor_fix=fill(m.doctor_fix, advice),
+                    machines={
+                        k: {key: fill(text, advice) for key, text in v.items()} for k, v in m.machines.items()
+                    },
                 )
                 for m in self.messages
             ),
             fixes=self.fixes,
         )
+
+    def on(self, machine: str | None) -> Catalogue:
+        """Every message as it reads on a machine of this kind (MACHINES; None: unknown, the general text)."""
+        if machine is None:
+            return self
+        return Catalogue(messages=tuple(m.on(machine) for m in self.messages), fixes=self.fixes)
 
     def extended(self, extra: Iterable[Message]) -> Catalogue:
         """Profile entries first, so a profile can re-classify a shipped message."""
@@ -204,6 +242,7 @@ def _message(entry: Any, where: str) -> Message:
     kind = entry.get("kind") or ""
     if kind not in ("", *KINDS):
         raise InputError(f"{where}: kind {kind!r} is not allowed", hint=f"allowed: {', '.join(KINDS)}")
+    machines = _machines(entry.get("machines"), where)
     return Message(
         id=entry["id"],
         pattern=entry["pattern"],
@@ -217,7 +256,35 @@ def _message(entry: Any, where: str) -> Message:
         here=" ".join(str(entry.get("here") or "").split()),
         kind=kind,
         family=bool(entry.get("family")),
+        machines=machines,
     )
+
+
+def _machines(raw: Any, where: str) -> dict[str, dict[str, str]]:
+    """An entry's `machines:` mapping, checked: a machine kind -> {cause, fix, here}, each a non-empty string."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InputError(
+            f"{where}: 'machines' must map a machine kind to {{cause, fix, here}}",
+            hint=f"machine kinds: {', '.join(MACHINES)}",
+        )
+    out: dict[str, dict[str, str]] = {}
+    for name, variant in raw.items():
+        if name not in MACHINES:
+            raise InputError(
+                f"{where}: machines: {name!r} is not a machine kind", hint=f"allowed: {', '.join(MACHINES)}"
+            )
+        if not isinstance(variant, Mapping) or not variant or set(variant) - set(_MACHINE_KEYS):
+            raise InputError(
+                f"{where}: machines.{name} must be a mapping of {', '.join(_MACHINE_KEYS)}",
+                hint="each a sentence for that machine",
+            )
+        for key, text in variant.items():
+            if not isinstance(text, str) or not text.strip():
+                raise InputError(f"{where}: machines.{name}.{key} must be a non-empty string")
+        out[str(name)] = {str(k): " ".join(str(v).split()) for k, v in variant.items()}
+    return out
 
 
 def parse_catalogue(data: Any, *, source: str) -> Catalogue:
@@ -289,11 +356,16 @@ def general_advice() -> Advice:
 
 
 def load_catalogue(
-    *, profile: Profile | None = None, extra_files: Sequence[Path] = (), advice: Advice | None = None
+    *,
+    profile: Profile | None = None,
+    extra_files: Sequence[Path] = (),
+    advice: Advice | None = None,
+    machine: str | None = None,
 ) -> Catalogue:
     """The shipped catalogue, extended by extra YAML files and the profile's entries, its GPU advice derived
-    from the profiles (`advice`: this machine's, from checks.gpuadvice.for_machine; default: every GPU's)."""
-    return _load(profile, tuple(extra_files)).advised(advice or general_advice())
+    from the profiles (`advice`: this machine's, from checks.gpuadvice.for_machine; default: every GPU's), each
+    message as it reads on `machine` (MACHINES; None: the general text, for a log read away from its machine)."""
+    return _load(profile, tuple(extra_files)).advised(advice or general_advice()).on(machine)
 
 
 def _load(profile: Profile | None, extra_files: Sequence[Path]) -> Catalogue:
@@ -307,57 +379,3 @@ def _load(profile: Profile | None, extra_files: Sequence[Path]) -> Catalogue:
         extra = [m for m in profile_messages(profile) if not any(s.regex.search(m.title) for s in shipped)]
         cat = cat.extended(extra)
     return cat
-
-
-def render_troubleshooting(cat: Catalogue | None = None) -> str:
-    """docs/troubleshooting.md: every known message and every finding, with cause and fix."""
-    cat = cat or load_catalogue()
-    marks = {"fatal": "✗ fatal", "warning": "! warning", "harmless": "• harmless"}
-    out = [
-        "# Troubleshooting",
-        "",
-        "Generated from `src/mw_env/checks/catalogue.yaml` by `python -m mw_env.checks.catalogue` (a test keeps",
-        "this page and the catalogue in step). `mw-env doctor` reports these findings for your machine;",
-        "`mw-env doctor --explain train.log` finds the known messages in a log and prints their cause and fix.",
-        "Text in `{braces}` is filled in by the doctor for your machine. The GPU advice (which torch source",
-        "carries a GPU's kernels, when HSA_OVERRIDE_GFX_VERSION applies) is derived from the profiles' source",
-        "tables when it is printed: here for every GPU they name; on the machine, `mw-env doctor --explain LOG",
-        "--venv V` gives it for that GPU and that venv (the source it was built from, its wheel's archs).",
-        "",
-        "## Known messages",
-        "",
-    ]
-    for msg in cat.messages:
-        out += [
-            f"### {msg.title}",
-            "",
-            f"- severity: {marks[msg.severity]} · id `{msg.id}` · pattern `{msg.pattern}`",
-            f"- cause: {msg.cause}",
-            f"- fix: {msg.fix}",
-        ]
-        if msg.here:
-            out.append(f"- on this machine: {msg.here}")
-        if msg.kind:
-            out.append(f"- `mw-env train status` reports it as `{msg.kind}`")
-        for example in msg.examples[:3]:
-            out.append(f"- seen as: `{example}`")
-        if msg.source:
-            out.append(f"- source: {msg.source}")
-        out.append("")
-    out += ["## Doctor findings", ""]
-    for key, fix in cat.fixes.items():
-        out += [
-            f"### {fix.title}",
-            "",
-            f"- check finding `{key}`",
-            f"- cause: {fix.cause}",
-            f"- fix: {fix.fix}",
-            "",
-        ]
-    return "\n".join(out).rstrip() + "\n"
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.stdout.write(render_troubleshooting())

@@ -30,6 +30,7 @@ from mw_env.checks import (
 )
 from mw_env.checks.catalogue import general_advice, load_catalogue
 from mw_env.checks.context import Background, DoctorContext
+from mw_env.checks.explain import machine_kind
 from mw_env.checks.gpuadvice import for_machine
 from mw_env.checks.load import read_load, timeout_verdict
 from mw_env.checks.model import CheckResult, DoctorReport, result
@@ -127,6 +128,7 @@ def run_doctor(
         catalogue=load_catalogue(
             profile=selection.profile,
             advice=for_machine(selection, general_advice(), venv_record, str(venv)),
+            machine=machine_kind(selection.gpu if selection.gpu is not None else hardware.gpu),
         ),
         quick=quick,
         probe_timeout=probe_timeout,

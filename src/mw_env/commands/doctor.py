@@ -174,8 +174,9 @@ def _explain(
     venv: str | None = None,
 ) -> int:
     from mw_env.checks.catalogue import general_advice, load_catalogue
+    from mw_env.checks.explain import here as explain_here
+    from mw_env.checks.explain import machine_kind
     from mw_env.checks.gpuadvice import for_machine, general
-    from mw_env.checks.ipc import explain_here
     from mw_env.checks.runner import read_venv_record
     from mw_env.profiles import resolve_for_venv
     from mw_env.venv.record import default_venv
@@ -194,14 +195,24 @@ def _explain(
         else general(resolved.profiles)
     )
     advice = for_machine(resolved.selection, base, record, str(chosen))
-    hits = load_catalogue(profile=resolved.selection.profile if profile else None, advice=advice).scan(text)
+    # A message whose meaning depends on the hardware is explained for the machine the log is read on (or
+    # --root): a CUDA torch's "Found no NVIDIA driver" on an AMD box is the wrong build, not a driver.
+    seen = resolved.selection.gpu or resolved.hardware.gpu
+    kind = machine_kind(seen)
+    hits = load_catalogue(
+        profile=resolved.selection.profile if profile else None, advice=advice, machine=kind
+    ).scan(text)
     fatal = any(h.message.severity == "fatal" for h in hits)
-    # Messages whose cause is a fact of the container (its /dev/shm, SELinux): read it here, in case the
-    # log came from this machine, as it usually does.
+    # Messages whose cause is a fact of the machine (its /dev/shm, SELinux, where hipBLASLt's library is):
+    # read it here, in case the log came from this machine, as it usually does.
     machine = resolved.machine
     source = source_name
-    # (`found`, not `note`: a comprehension's := binds in this function and would replace the read note.)
-    here = {h.message.id: found for h in hits if (found := explain_here(machine, h.message.id)) is not None}
+    here: dict[str, str] = {}
+    for h in hits:
+        if h.message.id not in here:
+            found = explain_here(machine, h.message.id, h.line, venv=chosen, gpu=seen)
+            if found is not None:
+                here[h.message.id] = found
     if as_json:
         echo_json(
             {
@@ -210,6 +221,8 @@ def _explain(
                 "note": note,
                 # Whom the GPU advice in the fixes is for: this machine's GPU and venv, or null (every GPU).
                 "advice_for": advice.machine or None,
+                # The kind of machine the causes are told for: "amd", "nvidia" or "cpu" (no usable GPU).
+                "machine": kind,
                 "messages": [
                     {
                         "id": h.message.id,
