@@ -90,7 +90,8 @@ EXPECTED = {
     "nvidia-h100x8-565": ("cuda", "cu126", None),
     "nvidia-l4-550": ("cuda", "cu126", None),
     "nvidia-blackwell-5090-580": ("cuda", "cu132", None),
-    "nvidia-old-driver-470": ("cuda", "cu118", None),
+    # cu118 (the only CUDA a 470 driver runs) has an inferred arch list for torch 2.5-2.7: CPU, `--source cu118` named.
+    "nvidia-old-driver-470": ("cpu", "cpu", None),
 }
 
 

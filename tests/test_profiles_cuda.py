@@ -59,7 +59,6 @@ def test_cuda_binary_compatibility_rules():
         ("555.42.02", ["8.0"], "cu126"),  # captures/nvidia-a100sxm-x4-555
         ("565.57.01", ["9.0"], "cu126"),  # captures/nvidia-h100sxm-x8-565
         ("550.90.07", ["8.9"], "cu126"),  # captures/nvidia-l4-550
-        ("470.82.01", ["7.5"], "cu118"),  # old driver: torch <= 2.7 on CUDA 11.8
         ("580.82.07", ["6.1", "8.6"], "cu126"),  # mixed box: the wheel must cover every GPU
     ],
 )
@@ -70,13 +69,21 @@ def test_choice(sources, driver, ccs, expected):
     assert expected in choice.reason and driver in choice.reason
 
 
-def test_old_driver_torch_is_limited_to_2_7(sources):
-    choice = choose_cuda_source(sources, driver="470.82.01", capabilities=["6.1"])
-    assert choice.source.id == "cu118" and choice.source.version == ">=2.5,<2.8"
+def test_an_old_driver_gets_no_source_whose_arch_list_is_inferred(sources):
+    # cu118 (torch <= 2.7) is the only index a driver older than 525 runs, but no source read shows 2.7's cu118 arch
+    # list (pytorch#95648 shows torch 2.0's): an inferred fact never decides, so only `--source cu118` installs it.
+    cu118 = next(s for s in sources if s.id == "cu118")
+    assert "arch_list" in cu118.inferred and cu118.version == ">=2.5,<2.8"
+    choice = choose_cuda_source(sources, driver="470.82.01", capabilities=["7.5"])
+    assert choice.source is None
+    assert (
+        "cu118: its arch_list is inferred" in choice.reason
+        and "cu126: needs driver >= 525.60.13" in choice.reason
+    )
 
 
 @pytest.mark.parametrize(
-    ("driver", "ccs", "why"), [("418.67", ["7.0"], "needs driver"), ("470.82.01", ["3.7"], "sm_37")]
+    ("driver", "ccs", "why"), [("418.67", ["7.0"], "needs driver"), ("580.82.07", ["3.7"], "sm_37")]
 )
 def test_no_wheel_fits_says_why(sources, driver, ccs, why):
     choice = choose_cuda_source(sources, driver=driver, capabilities=ccs)
@@ -96,6 +103,7 @@ def test_unknown_cc_is_said(sources):
 
 
 def test_minimum_driver_hint(sources):
-    assert minimum_driver_hint(sources, ["7.0"]).startswith("450.80.02")
+    # cu118's arch list is inferred, so the hint names the lowest driver of a source a source shows.
+    assert minimum_driver_hint(sources, ["7.0"]).startswith("525.60.13")
     assert minimum_driver_hint(sources, ["12.0"]).startswith("570.26")
     assert minimum_driver_hint(sources, ["3.7"]) is None

@@ -59,9 +59,43 @@ def test_780m_gets_the_newest_native_torch_from_the_smallest_install(profiles):
     assert s.env == {} and s.hsa_override is None and s.required_arch == "gfx1103" and not s.warnings
     # Why it won, in the plan's own words: same torch as pytorch.org's rocm7.14, but one GPU's package.
     assert "amd-multiarch won: the newest torch (2.14) with native gfx1103 kernels" in s.reason
-    assert "rocm7.14 has the same torch but installs every GPU's kernels" in s.reason
+    # rocm7.14 is no rival: no source shows gfx1103 in its arch list (pytorch#179653 was closed unmerged and
+    # unsloth#9829 found gfx1103 in no release branch's build.sh), so it is not listed as carrying it.
+    assert "rocm7.14" not in s.reason
     assert s.device_targets == ("gfx1103",)
     assert s.trainer.sdpa_backend == "math" and s.trainer.precision == "fp32"
+
+
+def test_780m_forced_onto_rocm714_gets_the_override_until_the_wheel_says_otherwise(profiles):
+    # The corrected fact: rocm7.14's (inferred) arch list has no gfx1103, so a forced rocm7.14 gets the override
+    # and the hang warning; the installed wheel's own arch list decides after install (provision reads it).
+    s = select(hw(amd("gfx1103", "AMD Radeon 780M")), profiles, source="rocm7.14")
+    assert s.torch.id == "rocm7.14" and s.env == {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}
+    assert s.required_arch == "gfx1100"
+    assert any("hang" in w and "--source amd-multiarch" in w for w in s.warnings)
+    assert any("arch list is inferred" in w and "installed wheel" in w for w in s.warnings)
+
+
+def test_an_inferred_arch_list_never_decides_the_default(profiles):
+    from dataclasses import replace
+
+    # Were amd-multiarch's gfx1103 inferred too, no source would carry it by a shown fact: the default source
+    # (the profile's `default: true`) with the override, never a source chosen on an inferred list.
+    gfx1103 = profiles["gfx1103"]
+    multi = gfx1103.source("amd-multiarch")
+    rocm714 = gfx1103.source("rocm7.14")
+    assert multi is not None and rocm714 is not None and "arch_list" in rocm714.inferred
+    with_gfx1103 = replace(rocm714, arch_list=(*rocm714.arch_list, "gfx1103"))  # as the old row claimed
+    doubted = replace(multi, inferred={"arch_list": "not shown"}, default=False)
+    sources = tuple(
+        with_gfx1103 if s.id == "rocm7.14" else doubted if s.id == "amd-multiarch" else s
+        for s in gfx1103.sources
+    )
+    s = select(
+        hw(amd("gfx1103", "AMD Radeon 780M")), {**profiles, "gfx1103": replace(gfx1103, sources=sources)}
+    )
+    assert s.torch.id != "rocm7.14"  # an inferred gfx1103 is not a reason to pick it
+    assert "no source of profile 'gfx1103' ships native gfx1103 kernels" in s.reason
 
 
 def test_780m_forced_onto_a_source_without_gfx1103_gets_the_override_and_the_hang_warning(profiles):
@@ -165,7 +199,6 @@ def test_arch_without_wheel_or_safe_override_falls_back_to_cpu(profiles):
         ("6.1", "580.82.07", "cu126", "fp32"),  # Pascal: no bf16, cu126 only
         ("12.0", "580.65.06", "cu132", "bf16"),  # CUDA 13.x: one driver floor (580) for 13.0 and 13.2
         ("8.6", "560.35.03", "cu126", "bf16"),
-        ("7.5", "470.82.01", "cu118", "fp32"),
     ],
 )
 def test_nvidia(profiles, cc, driver, source, precision):
@@ -180,9 +213,19 @@ def test_nvidia(profiles, cc, driver, source, precision):
 def test_nvidia_without_a_fitting_wheel_falls_back_to_cpu_with_a_driver_hint(profiles):
     s = select(hw(nv("7.0", "Tesla V100"), driver="418.67"), profiles)
     assert s.profile.name == "cpu"
-    assert "no CUDA torch wheel fits driver 418.67" in s.reason and "450.80.02" in s.reason
+    assert "no CUDA torch wheel fits driver 418.67" in s.reason and "525.60.13" in s.reason
     forced = select(hw(nv("7.0", "Tesla V100"), driver="418.67"), profiles, name="cuda")
     assert forced.profile.name == "cuda" and forced.torch.id == "cu126" and forced.warnings
+
+
+def test_a_driver_older_than_525_gets_the_cpu_build_and_says_how_to_force_cu118(profiles):
+    # Was cu118 (torch 2.7). cu118's arch list for 2.5-2.7 is inferred (issue 40: an inferred fact never decides a
+    # default), so the automatic choice is the CPU build; `--source cu118` still installs it.
+    s = select(hw(nv("7.5", "Tesla T4"), driver="470.82.01"), profiles)
+    assert s.profile.name == "cpu"
+    assert "cu118: its arch_list is inferred" in s.reason and "525.60.13" in s.reason
+    forced = select(hw(nv("7.5", "Tesla T4"), driver="470.82.01"), profiles, name="cuda", source="cu118")
+    assert forced.torch.id == "cu118" and forced.torch.version == ">=2.5,<2.8"
 
 
 def test_forced_cuda_without_gpu_uses_the_broadest_source(profiles):

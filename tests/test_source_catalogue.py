@@ -126,3 +126,76 @@ def test_the_docs_table_is_the_catalogue():
         "<!-- catalogue:end"
     )[0]
     assert shown == markdown_table(), "regenerate the table in docs/profiles.md (the command is above it)"
+
+
+# -- facts with their evidence (issue 40) and public sources only (issue 39) --------------------------------------
+
+_REQUIRED_FACTS = ("version", "local_tag")
+
+
+def _shipped_sources():
+    return [(sid, e) for sid, (e, _path) in load().items()]
+
+
+def test_every_fact_of_every_shipped_source_has_evidence_or_is_marked_inferred():
+    for sid, entry in _shipped_sources():
+        evidence, inferred = entry.get("evidence") or {}, entry.get("inferred") or {}
+        facts = list(_REQUIRED_FACTS)
+        if entry["build"] != "cpu":
+            facts.append("arch_list")
+        facts += [f for f in ("download_gb", "installed_gb") if entry.get(f) is not None]
+        for fact in facts:
+            assert fact in evidence or fact in inferred, (
+                f"{sid}: {fact} cites no source and is not marked inferred"
+            )
+
+
+def test_shipped_profiles_and_sources_cite_public_urls_only():
+    url = re.compile(r"https://\S+")
+    for sid, entry in _shipped_sources():
+        cited = [
+            *(entry.get("refs") or []),
+            *(u for urls in (entry.get("evidence") or {}).values() for u in urls),
+        ]
+        assert cited, f"{sid}: no source at all"
+        for ref in cited:
+            assert url.fullmatch(ref), f"source {sid}: {ref!r} is not a public URL"
+    for profile in load_profiles(env={}).values():
+        assert profile.refs, profile.name
+        for ref in profile.refs:
+            assert url.fullmatch(ref), f"profile {profile.name}: {ref!r} is not a public URL"
+        assert "/work/" not in profile.path.read_text() if profile.path else True
+
+
+def test_rocm714_does_not_claim_gfx1103_and_its_arch_list_is_marked_inferred():
+    # It listed gfx1103 "inferred from pytorch#179653 (added to the wheel arch list in April 2026)": that PR was
+    # closed, not merged, and unsloth#9829 (2026-08-31) found gfx1103 in no release branch's build.sh.
+    entry = load()["rocm7.14"][0]
+    assert "gfx1103" not in entry["arch_list"]
+    assert "unsloth#9829" in entry["inferred"]["arch_list"]  # type: ignore[index]
+    assert "179653" not in str(entry["note"])
+
+
+def test_a_default_source_resting_on_an_inferred_fact_is_refused(tmp_path):
+    (tmp_path / "sources.yaml").write_text(
+        "sources:\n" + CPU_ENTRY + '    inferred: {version: "no listing read"}\n'
+    )
+    _profile(tmp_path, "  - {id: cpu, default: true}\n")
+    with pytest.raises(InputError) as err:
+        load_profiles(extra_dirs=[tmp_path], env={})
+    assert "an inferred fact never decides a default" in err.value.message and "version" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("    evidence: {arch_list: [/work/shared/research/x.md]}\n", "is not an http(s) URL"),
+        ("    evidence: {colour: [https://example.org]}\n", "colour"),
+        ('    inferred: {version: ""}\n', "say why it is inferred"),
+    ],
+)
+def test_evidence_and_inferred_are_checked(tmp_path, extra, needle):
+    (tmp_path / "sources.yaml").write_text("sources:\n" + CPU_ENTRY + extra)
+    with pytest.raises(InputError) as err:
+        load_profiles(extra_dirs=[tmp_path], env={})
+    assert needle in err.value.message + (err.value.hint or "")

@@ -260,7 +260,7 @@ def _message(entry: Any, where: str) -> Message:
     )
 
 
-def _machines(raw: Any, where: str) -> dict[str, dict[str, str]]:
+def _machines(raw: object, where: str) -> dict[str, dict[str, str]]:
     """An entry's `machines:` mapping, checked: a machine kind -> {cause, fix, here}, each a non-empty string."""
     if raw is None:
         return {}

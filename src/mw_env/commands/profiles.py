@@ -110,6 +110,8 @@ def _check(
         console.print(f"{marks[r.status]} {r.source} ({named}) {escape(redact(r.index))}{newest}")
         for f in r.findings:
             console.print(f"    {escape(redact(f))}")
+        for said in r.inferred:
+            console.print(f"    [yellow]inferred[/] {escape(redact(said))}")
     unchecked = sum(r.status == "not checked" for r in results)
     console.print(
         f"{len(stale)} stale, {sum(r.status == 'fresh' for r in results)} fresh, {unchecked} not checked"
@@ -192,6 +194,10 @@ def _render_one(p: Profile) -> None:
             console.print(f"    retired: {escape(s.retired.rstrip('.'))}{repl}")
         if s.note:
             console.print(f"    {escape(s.note)}")  # notes quote requirements: rocm[libraries,device-all]
+        for fact, why in s.inferred.items():
+            console.print(f"    [yellow]inferred[/] {fact}: {escape(why)} (never decides a default)")
+        for fact, urls in s.evidence.items():
+            console.print(f"    evidence for {fact}: {escape(', '.join(urls))}")
     console.print()
     if p.hsa_override_when_missing:
         console.print(

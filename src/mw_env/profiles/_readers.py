@@ -7,6 +7,7 @@ renders every Issue as `profile FILE: dotted.key: problem` + `hint: allowed: ...
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -92,6 +93,21 @@ def _specifier(text: str) -> str | None:
     return None
 
 
+def _urls(value: Mapping[str, tuple[str, ...]]) -> str | None:
+    for fact, urls in value.items():
+        if not urls:
+            return f"{fact}: at least one URL"
+        bad = [u for u in urls if not re.fullmatch(r"https?://\S+", u)]
+        if bad:
+            return f"{fact}: {bad[0]!r} is not an http(s) URL"
+    return None
+
+
+def _reasons(value: Mapping[str, str]) -> str | None:
+    empty = [fact for fact, why in value.items() if not why.strip()]
+    return f"{empty[0]}: say why it is inferred" if empty else None
+
+
 def _sources(value: tuple[TorchSource, ...]) -> str | None:
     return None if value else "at least one torch source is required"
 
@@ -126,6 +142,13 @@ RULES: dict[tuple[type, str], Rule] = {
     ),
     (TorchSource, "replaced_by"): Rule.pattern(_NAME_RE, "the id of another source of this profile"),
     (TorchSource, "pythons"): Rule.pattern(r"^cp3[0-9]{1,2}t?$", 'CPython tags, e.g. "cp312"', each=True),
+    (TorchSource, "evidence"): Rule(
+        _urls, "a mapping of a fact (arch_list, version, local_tag, ...) to the http(s) URLs that show it"
+    ),
+    (TorchSource, "inferred"): Rule(
+        _reasons,
+        "a mapping of a fact (arch_list, version, ...) to why it is inferred and what would confirm it",
+    ),
     (DeviceSpec, "extra"): Rule.pattern(
         r"^$|^[a-z0-9-]*\{gfx\}[a-z0-9-]*$", 'e.g. "device-{gfx}", or "" (none)'
     ),

@@ -37,7 +37,8 @@ def usable(src: TorchSource) -> bool:
 def rank_native(sources: Sequence[TorchSource], gfx: str) -> list[TorchSource]:
     """The usable sources with native `gfx` kernels, best first: newest torch, then smallest install, then the
     order in the file."""
-    native = [s for s in sources if usable(s) and gfx in s.arch_list]
+    # Only an arch list a public source shows counts: an inferred one never decides the default.
+    native = [s for s in sources if usable(s) and gfx in s.confirmed_archs]
     order = {id(s): i for i, s in enumerate(sources)}
 
     def key(s: TorchSource) -> tuple[tuple[int, ...], tuple[int, float], int]:
@@ -142,6 +143,11 @@ def choose_amd_source(profile: Profile, gfx: str | None, forced: TorchSource | N
             warns.append(f"source {src.id} is retired: {src.retired}{repl}")
         if src.channel == "nightly":
             notes.append(f"{src.id} is a nightly/preview index: expect breakage between builds")
+        if "arch_list" in src.inferred:
+            warns.append(
+                f"{src.id}'s arch list is inferred, not shown by a source (`mw-env profiles` says why): the "
+                "environment below follows it until bootstrap reads the installed wheel's own list, which decides"
+            )
     elif gfx is None or not ranked:
         src = profile.default_source
         if gfx is not None:

@@ -40,6 +40,10 @@ def choose_cuda_source(
     for src in sources:
         if src.build != "cuda":
             continue
+        deciding = sorted({"arch_list", "min_driver"} & set(src.inferred))
+        if deciding:  # an inferred fact never decides: only `--source` installs such a source
+            rejected.append(f"{src.id}: its {' and '.join(deciding)} is inferred, not shown by a source")
+            continue
         need = version_tuple(src.min_driver) or None
         if drv is not None and need is not None and drv < need:
             rejected.append(f"{src.id}: needs driver >= {src.min_driver}")
@@ -82,7 +86,7 @@ def minimum_driver_hint(sources: Sequence[TorchSource], capabilities: Sequence[s
     ccs = [c for c in (parse_cc(x) for x in capabilities) if c is not None]
     best: tuple[tuple[int, ...], str] | None = None
     for src in sources:
-        if src.build != "cuda" or not src.min_driver:
+        if src.build != "cuda" or not src.min_driver or {"arch_list", "min_driver"} & set(src.inferred):
             continue
         if all(covers(src.arch_list, c, ptx=src.ptx) for c in ccs):
             v = version_tuple(src.min_driver)

@@ -30,6 +30,19 @@ HostKind = Literal["amd", "nvidia", "none"]
 Dtype = Literal["fp32", "tf32", "bf16", "fp16"]  # the expected_tflops keys
 Runtime = Literal["incus", "docker", "podman"]
 Channel = Literal["stable", "nightly"]  # nightly sources are installed only when asked for (--source)
+# The facts of a torch source that a public source must show for the release the row describes (`evidence`),
+# or that are marked `inferred` (derived, not shown): an inferred fact never decides an automatic choice.
+Fact = Literal[
+    "arch_list",
+    "version",
+    "newest_torch",
+    "local_tag",
+    "runtime_version",
+    "min_driver",
+    "download_gb",
+    "installed_gb",
+    "pythons",
+]
 
 
 def has_local_tag(installed_version: str, local_tag: str) -> bool:
@@ -107,6 +120,16 @@ class TorchSource:
     unserved: Literal[403, 404] = 404
     serves: tuple[str, ...] = ()  # the projects the index holds ("amd-torch-device-*"): the catalogue says
     installed_gb: float | None = None  # the stated installed size of the install download_gb describes
+    # fact -> the public URLs that show it for this row's releases (the build script of that release, the
+    # index's listing, a reading of the wheel's own files)
+    evidence: Mapping[Fact, tuple[str, ...]] = field(default_factory=dict)
+    # fact -> why it is inferred rather than shown (and what would confirm it): never decides a default
+    inferred: Mapping[Fact, str] = field(default_factory=dict)
+
+    @property
+    def confirmed_archs(self) -> tuple[str, ...]:
+        """The arch list when a source shows it; () when it is inferred (no automatic choice may rest on it)."""
+        return () if "arch_list" in self.inferred else self.arch_list
 
     @property
     def per_gpu(self) -> bool:

@@ -57,6 +57,11 @@ def _check_source(ctx: Ctx, s: TorchSource, key: str) -> None:
         )
     if s.build == "cuda" and s.min_driver is None:
         raise ctx.fail(f"{key}.min_driver", "is required for a cuda build", 'e.g. "525.60.13"')
+    for fact in s.inferred:
+        if fact == "arch_list" and not s.arch_list:
+            raise ctx.fail(
+                f"{key}.inferred.{fact}", "marks a fact the source does not state", "a stated fact"
+            )
 
 
 def _check_sources(ctx: Ctx, sources: tuple[TorchSource, ...]) -> None:
@@ -78,6 +83,13 @@ def _check_sources(ctx: Ctx, sources: tuple[TorchSource, ...]) -> None:
                 f"sources[{i}].default",
                 "a retired or nightly source cannot be the default",
                 "a stable source",
+            )
+        deciding = sorted({"arch_list", "version", "local_tag"} & set(s.inferred))
+        if s.default and deciding:
+            raise ctx.fail(
+                f"sources[{i}].default",
+                f"an inferred fact never decides a default, and {s.id}'s {', '.join(deciding)} is inferred",
+                "a source whose arch list, version and local tag a public source shows",
             )
 
 

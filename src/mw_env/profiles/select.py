@@ -127,7 +127,7 @@ def _vendor_matches(profile: Profile, gpu: Gpu) -> bool:
 
 def _supports_gfx(profile: Profile, gfx: str) -> bool:
     """A wildcard profile claims an arch only when a source ships its kernels or a known override exists."""
-    if any(gfx in s.arch_list for s in profile.sources):
+    if any(gfx in s.confirmed_archs for s in profile.sources):  # an inferred arch list claims nothing
         return True
     return any(o.gfx == gfx for o in profile.arch_overrides)
 

@@ -4,6 +4,11 @@
 index, `<snapshots>/<source id>/`) and prints the rows that went stale: a newer torch than the row knows, no torch
 in the row's range any more, local tags that moved, device packages the row lacks or claims, Python tags. An
 index that does not answer is "not checked", never a failure: the table stays what it was.
+
+A row's `inferred` facts (sources.yaml) are checked where the index can show them: an arch list by the index's
+per-GPU device packages, or by the per-arch library files in the newest bundling wheel's file list (read from the
+zip's directory, sources/wheelfiles.py); a version or local tag by the listing. Each is reported as confirmed,
+contradicted (a stale row) or not confirmable from here.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class SourceCheck:
     findings: tuple[str, ...] = ()
     versions: tuple[str, ...] = ()  # the torch versions of the row's build the index lists, newest first
     profiles: tuple[str, ...] = ()  # every profile naming it (one catalogue entry, checked once)
+    inferred: tuple[str, ...] = ()  # what became of each inferred fact: confirmed, or why it could not be
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -38,6 +44,7 @@ class SourceCheck:
             "status": self.status,
             "findings": list(self.findings),
             "versions": list(self.versions),
+            "inferred": list(self.inferred),
         }
 
 
@@ -46,6 +53,9 @@ class _Listing:
     versions: list[str] = field(default_factory=list)  # every torch version listed
     pythons: list[str] = field(default_factory=list)
     projects: set[str] | None = None
+    wheels: list[tuple[str, str]] = field(
+        default_factory=list
+    )  # (version, url) of each torch wheel, newest first
 
 
 def _public(v: str) -> Version | None:
@@ -141,7 +151,8 @@ def check_profiles(
             projects = list_projects(index, timeout=timeout) if src.devices is not None else None
         except IndexAnswerError:
             projects = None  # the root page is optional: a per-project listing still checks the versions
-        cache[key] = _Listing(torch.versions(), torch.pythons(), projects)
+        wheels = [(f.version, f.url) for f in torch.matching()]
+        cache[key] = _Listing(torch.versions(), torch.pythons(), projects, wheels)
         return cache[key]
 
     # Each source once (a catalogue entry is named by several profiles), with every profile naming it.
@@ -157,10 +168,92 @@ def check_profiles(
         got = listing(src)
         shown = str(src.index_url) if snapshots is None else f"{src.index_url} (snapshot)"
         if isinstance(got, str):
-            out.append(SourceCheck(named[0], src.id, shown, "not checked", (got,), profiles=tuple(named)))
+            unread = tuple(
+                f"{fact} is inferred, not confirmed: the index was not read" for fact in src.inferred
+            )
+            out.append(
+                SourceCheck(
+                    named[0], src.id, shown, "not checked", (got,), profiles=tuple(named), inferred=unread
+                )
+            )
             continue
         findings = compare(src, got.versions, got.pythons, got.projects)
         tagged = tuple(v for v in got.versions if has_local_tag(v, src.local_tag))
+        # A recorded snapshot's wheel links point nowhere: only a wheel inside the snapshot folder is read.
+        verdicts, contradicted = confirm_inferred(src, got, timeout=timeout, local_only=snapshots is not None)
+        findings += contradicted
         status = "stale" if findings else "fresh"
-        out.append(SourceCheck(named[0], src.id, shown, status, tuple(findings), tagged, tuple(named)))
+        out.append(
+            SourceCheck(
+                named[0], src.id, shown, status, tuple(findings), tagged, tuple(named), tuple(verdicts)
+            )
+        )
     return out
+
+
+def confirm_inferred(
+    src: TorchSource, got: _Listing, *, timeout: float, local_only: bool = False
+) -> tuple[list[str], list[str]]:
+    """(what became of each inferred fact, the contradictions among them) against what the index shows."""
+    verdicts: list[str] = []
+    wrong: list[str] = []
+    tagged = [v for v in got.versions if has_local_tag(v, src.local_tag)]
+    for fact in src.inferred:
+        if fact == "arch_list":
+            said, contra = _confirm_archs(src, got, timeout=timeout, local_only=local_only)
+            verdicts.append(said)
+            wrong += contra
+        elif fact in ("version", "local_tag", "newest_torch"):
+            if tagged:
+                verdicts.append(f"{fact} confirmed by the listing: {', '.join(tagged[:3])}")
+            else:
+                verdicts.append(
+                    f"{fact} is inferred and the listing does not confirm it (no {src.local_tag} torch)"
+                )
+        else:
+            verdicts.append(f"{fact} is inferred: an index listing cannot show it")
+    return verdicts, wrong
+
+
+def _confirm_archs(
+    src: TorchSource, got: _Listing, *, timeout: float, local_only: bool
+) -> tuple[str, list[str]]:
+    from mw_env.sources.wheelfiles import WheelFilesError, archs_in, wheel_names
+
+    listed = set(src.arch_list)
+    if src.devices is not None and src.devices.extra and got.projects is not None:
+        have = {g for g in listed if src.devices.package_for(g) in got.projects}
+        if have == listed:
+            return "arch_list confirmed: the index has a device package for every arch", []
+        missing = ", ".join(sorted(listed - have))
+        return f"arch_list contradicted: no device package for {missing}", [
+            f"the inferred arch_list claims {missing}"
+        ]
+    wheels = [(v, url) for v, url in got.wheels if has_local_tag(v, src.local_tag)]
+    if not wheels:
+        return "arch_list is inferred and not confirmed: no wheel of the row's tag to read", []
+    version, url = wheels[0]
+    if local_only and not url.startswith("file://"):
+        return (
+            "arch_list is inferred and not confirmed: the snapshot holds no wheel to read (only its name)",
+            [],
+        )
+    try:
+        found = set(archs_in(wheel_names(url, timeout=timeout)))
+    except WheelFilesError as exc:
+        return f"arch_list is inferred and not confirmed: {exc}", []
+    if not found:
+        return (
+            f"arch_list is inferred and not confirmed: torch {version}'s wheel carries no per-arch library files "
+            "(its kernels are inside libtorch_hip.so; the installed wheel's arch list decides)",
+            [],
+        )
+    if found == listed:
+        return f"arch_list confirmed by torch {version}'s own files", []
+    diff = []
+    if found - listed:
+        diff.append(f"the wheel also has {', '.join(sorted(found - listed))}")
+    if listed - found:
+        diff.append(f"the wheel lacks {', '.join(sorted(listed - found))}")
+    said = f"arch_list contradicted by torch {version}'s own files: {'; '.join(diff)}"
+    return said, [said]
