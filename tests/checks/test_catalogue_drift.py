@@ -16,7 +16,7 @@ def _ids(log: str) -> list[str | None]:
     return out
 
 
-def test_hsa_api_call_failure_before_a_permission_error_is_not_a_kfd_version_mismatch():
+def test_hsa_api_call_failure_before_a_permission_error_is_not_the_cause():
     # ROCm/legacy-rocm-build#2232 (KFD refused the chip) and #1088-style permission failures: the
     # `hsa api call failure at:` line comes first and is not the cause.
     log = """
@@ -29,17 +29,19 @@ def test_hsa_api_call_failure_before_a_permission_error_is_not_a_kfd_version_mis
     assert _ids(perm) == ["kfd-permission", None]
 
 
-def test_the_ioctl_mismatch_is_named_by_its_own_line_and_blames_the_old_userspace():
-    # ROCm/legacy-rocm-build#438: ROCm 1.8 userspace against the newer upstream KFD of Linux 4.18.
+def test_the_hipblaslt_failure_after_the_rocblaslt_lines_is_its_own_entry():
+    # TheRock#754: the two rocblaslt lines, then the GEMM that fails (issue 40). An `AMDKFD_IOC_ACQUIRE_VM failed`
+    # entry stood here before; its message has one form only (legacy-rocm-build#438), so it could not carry two.
     log = """
-    acquiring VM for 86f3 using 5
-    AMDKFD_IOC_ACQUIRE_VM failed
-    hsa api call failure at line 896, file: /home/narthorn/dev/rocm/rocminfo/rocminfo.cc. Call returned 4104
+    rocblaslt error: Cannot read "TensileLibrary_lazy_gfx1151.dat": No such file or directory
+    rocblaslt error: Could not load "TensileLibrary_lazy_gfx1151.dat"
+    Error in Linear: CUDA error: HIPBLAS_STATUS_INVALID_VALUE when calling `hipblasLtMatmulAlgoGetHeuristic( ltHandle, computeDesc.descriptor(), Adesc.descriptor(), Bdesc.descriptor(), Cdesc.descriptor(), Cdesc.descriptor(), preference.descriptor(), 1, &heuristicResult, &returnedResult)`
     """
-    assert _ids(log) == [None, "kfd-ioctl-mismatch", "hsa-out-of-resources"]
-    entry = next(m for m in CAT.messages if m.id == "kfd-ioctl-mismatch")
-    assert "older KFD ioctl interface" in entry.cause and "ROCm 1.9 will be compatible" in entry.cause
-    assert entry.fix.startswith("Install a torch whose ROCm is new enough")
+    assert _ids(log) == ["rocblaslt-lazy-library"] * 2 + ["hipblaslt-invalid-value"]
+    entry = next(m for m in CAT.messages if m.id == "hipblaslt-invalid-value")
+    assert "TheRock#7609" in entry.cause and "_int_mm" in entry.fix
+    assert entry.fix.startswith("`export TORCH_BLAS_PREFER_HIPBLASLT=0`")
+    assert all(m.id != "kfd-ioctl-mismatch" for m in CAT.messages)
 
 
 def test_nccl_unhandled_cuda_error_is_not_a_system_call_failure():
@@ -57,8 +59,7 @@ def test_invalid_device_function_advises_native_kernels_before_the_hang_prone_ov
     entry = next(m for m in CAT.messages if m.id == "invalid-device-function")
     # The old text claimed gfx1103 was missing from "every" pytorch.org wheel and advised the override first.
     assert "every download.pytorch.org" not in entry.cause
-    assert (
-        "pytorch#179653" in entry.cause and "source table" in entry.cause
-    )  # which source: derived (issue 30)
+    # which source: derived (issue 30); pytorch#179653 was closed unmerged, not a source of gfx1103 (issue 40)
+    assert "closed unmerged" in entry.cause and "source table" in entry.cause
     native, override = entry.fix.index("native kernels"), entry.fix.index("HSA_OVERRIDE_GFX_VERSION=11.0.0")
     assert native < override and "hang" in entry.fix

@@ -80,6 +80,23 @@ def test_a_hipblaslt_install_without_the_arch_is_cause_two(tmp_path, capsys):
     )
 
 
+def test_the_gemm_failure_that_follows_is_explained_for_this_gpu(tmp_path, capsys):
+    # TheRock#754: after the two rocblaslt lines the matrix product fails; that line names no arch or folder, so
+    # the explanation looks for this machine's GPU (gfx1103) in the venv's hipBLASLt.
+    venv, lib = _venv(tmp_path, "sub")
+    failure = (
+        "Error in Linear: CUDA error: HIPBLAS_STATUS_INVALID_VALUE when calling `hipblasLtMatmulAlgoGetHeuristic( "
+        "ltHandle, computeDesc.descriptor(), Adesc.descriptor(), Bdesc.descriptor(), Cdesc.descriptor(), "
+        "Cdesc.descriptor(), preference.descriptor(), 1, &heuristicResult, &returnedResult)`\n"
+    )
+    text = HIPBLASLT.format(lib=lib, gfx="gfx1103") + failure
+    data = _explain(tmp_path, capsys, text, "incus-780m", "--venv", str(venv))
+    assert [m["id"] for m in data["messages"]] == ["rocblaslt-lazy-library"] * 2 + ["hipblaslt-invalid-value"]
+    last = data["messages"][2]
+    assert last["severity"] == "fatal" and "TORCH_BLAS_PREFER_HIPBLASLT=0" in last["fix"]
+    assert f"{lib}/gfx1103" in last["here"] and "cause (1)" in last["here"]
+
+
 def test_a_hipblaslt_line_from_another_gpu_is_named_as_such(tmp_path, capsys):
     # The issue's own line: a Strix Halo path (gfx1151), explained on the 780M root.
     line = HIPBLASLT.format(

@@ -40,17 +40,22 @@ def machine_kind(gpu: Gpu | None) -> str:
 
 def here(machine: Machine, message_id: str, line: str, *, venv: Path | None, gpu: Gpu | None) -> str | None:
     """What this machine says about message `message_id` found as `line`, or None (nothing to read here)."""
+    ours = gpu.gfx_target if gpu is not None and gpu.vendor == "amd" else None
     if message_id == "rocblaslt-lazy-library":
-        return _hipblaslt_here(machine, line, venv=venv, gpu=gpu)
+        m = _LAZY.search(line)
+        if m is None:
+            return None
+        folder, gfx = m.group(1).rstrip("/\\"), m.group(2).lower()
+        return _hipblaslt_here(machine, folder, gfx, ours, venv=venv)
+    if message_id == "hipblaslt-invalid-value" and ours:
+        # The line names neither the arch nor the folder: look for this machine's GPU in the venv's hipBLASLt.
+        return _hipblaslt_here(machine, "", ours, ours, venv=venv)
     return ipc_here(machine, message_id)
 
 
-def _hipblaslt_here(machine: Machine, line: str, *, venv: Path | None, gpu: Gpu | None) -> str | None:
-    m = _LAZY.search(line)
-    if m is None:
-        return None
-    folder, gfx = m.group(1).rstrip("/\\"), m.group(2).lower()
-    ours = gpu.gfx_target if gpu is not None and gpu.vendor == "amd" else None
+def _hipblaslt_here(
+    machine: Machine, folder: str, gfx: str, ours: str | None, *, venv: Path | None
+) -> str | None:
     notes: list[str] = []
     if ours is not None and ours != gfx:
         notes.append(f"the log names {gfx}, this machine's GPU is {ours}: the log came from another machine")
