@@ -6,6 +6,7 @@ own arch list contradicts the table wins over it, and the record and the doctor 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,22 @@ def world(tmp_path_factory):
         lacking = profiles_dir(
             base / "lacking", {"multiarch": srv.url("multiarch"), "rocm714": srv.url("lacking")}
         )
+        _claim_gfx1103(lacking / "sources.yaml")
         yield {"world": w, "srv": srv, "profiles": profiles, "lacking": lacking}
+
+
+def _claim_gfx1103(sources: Path) -> None:
+    """A user's table that claims rocm7.14 carries gfx1103, as a confirmed fact: the shipped one does not (its arch
+    list is inferred and lacks gfx1103, issue 40), so only such a table can be contradicted by the wheel."""
+    text = sources.read_text()
+    start = text.index("  - id: rocm7.14\n")
+    end = text.index("\n  - id: ", start + 1)
+    block = text[start:end].replace("gfx1102, gfx1150", "gfx1102, gfx1103, gfx1150", 1)
+    block = re.sub(r"    inferred:\n      arch_list: >-\n(?:        .*\n)+", "", block)
+    block = block.replace(
+        "    evidence:\n", "    evidence:\n      arch_list: [https://example.invalid/a-users-table]\n", 1
+    )
+    sources.write_text(text[:start] + block + text[end:])
 
 
 @pytest.fixture
@@ -102,7 +118,8 @@ def test_dry_run_json_says_version_index_device_packages_size_and_the_override_d
     assert default["url"] == srv.url("pypi") and default["role"] == "default"
     assert any(n.startswith("torch 2.14.0+rocm7.14.0: the newest +rocm7.14 release") for n in plan["notes"])
     assert f"amd-multiarch won: the newest torch (2.14) with native {gfx} kernels" in plan["reason"]
-    assert "rocm7.14 has the same torch but installs every GPU's kernels" in plan["reason"]
+    # rocm7.14's arch list is inferred, not shown by a source (issue 40): it is never weighed as a native rival.
+    assert "rocm7.14 has" not in plan["reason"]
 
 
 def test_the_dry_run_text_shows_the_indexes_with_how_they_answer_and_the_disk(tmp_path, env, world, indexes):
