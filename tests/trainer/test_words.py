@@ -31,7 +31,7 @@ def _ids(*texts: str) -> tuple[Any, Any]:
 def _module(**zeroed: bool) -> Any:
     import torch
 
-    from mw_env.trainer.words import WordFeatures
+    from mw_env.trainer.network import WordFeatures
 
     torch.manual_seed(0)
     wf = WordFeatures(8, 512)
@@ -48,7 +48,7 @@ def _word(out: Any, row: int, text: str, word: str) -> Any:
 
 
 def test_layout_windows_and_marks() -> None:
-    from mw_env.trainer.words import BEGIN, NONE, WordFeatures, word_layout
+    from mw_env.trainer.network import BEGIN, NONE, WordFeatures, word_layout
 
     ids, mask = _ids("12 Oak")
     same, in_word = word_layout(ids, mask)

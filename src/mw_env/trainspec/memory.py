@@ -100,7 +100,7 @@ def estimate(
         layers += m.n_layers * 3.4 * b * m.n_heads * t * t
     outside = 3.3 * b * t * max(d, 64) + 4 * b * t * labels
     if config.word_features:
-        # trainer/words.py: each position's n-gram and shape vectors, and the [width x width] word layout
+        # trainer/network.py WordFeatures: each position's n-gram and shape vectors, and the [width x width] word layout
         # pooled with one batched matmul (its float weights kept for the backward pass).
         outside += WORDS_POSITION * b * t * d + WORDS_PAIR * b * t * t
     activations = int((layers + outside) * VALUE) + WORKING

@@ -44,7 +44,7 @@ class ModelConfig:
     d_ff: int = 1024
     dropout: float = 0.1
     max_len: int = 128  # tokens per sequence (bytes for the byte tokenizer); longer rows are truncated
-    # Words as well as bytes (trainer/words.py): "ngrams" adds a vector per word (hashed character n-grams,
+    # Words as well as bytes (trainer/network.py WordFeatures): "ngrams" adds a vector per word (hashed character n-grams,
     # shape, length) to its bytes; "auto" = ngrams with the byte tokenizer, none with SentencePiece (its
     # pieces are already word pieces). Checkpoints written before this key are models without it ("none").
     words: WordFeatureChoice = "auto"

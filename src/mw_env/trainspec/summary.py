@@ -38,7 +38,7 @@ def parameter_counts(
     rows = [("embeddings", vocab_size * d + m.max_len * d)]
     if (
         config.word_features
-    ):  # trainer/words.py: n-gram, shape (12^3), length (17), first-class (12) rows + proj
+    ):  # trainer/network.py WordFeatures: n-gram, shape (12^3), length (17), first-class (12) rows + proj
         rows.append(("word features", (m.word_buckets + 12**3 + 17 + 12) * d + d * d + d))
     rows += [(f"block {i}", block) for i in range(m.n_layers)]
     rows.append(("head", 2 * d + d * n_labels + n_labels))

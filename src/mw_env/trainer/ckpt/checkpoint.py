@@ -36,7 +36,7 @@ from mw_env.trainer.ckpt.schema import (
 
 if TYPE_CHECKING:
     from mw_env.trainer.data import Tokenizer
-    from mw_env.trainer.model import TaggerNet
+    from mw_env.trainer.network import TaggerNet
 
 SIDECAR_SUFFIX = ".sha256"
 
@@ -229,7 +229,8 @@ def latest_valid_checkpoint(directory: Path, *, warn: Callable[[str], None] | No
 def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[TaggerNet, Tokenizer, list[str]]:
     """(model in eval mode on CPU, tokenizer, label names) from a checkpoint dict or path."""
     from mw_env.trainer.data import tokenizer_from_state
-    from mw_env.trainer.model import TaggerNet
+    from mw_env.trainer.model import net_init
+    from mw_env.trainer.network import TaggerNet
     from mw_env.trainspec.config import config_from_dict
 
     if not isinstance(ckpt, Mapping):
@@ -237,9 +238,7 @@ def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[TaggerN
     config = config_from_dict(ckpt["config"])
     tokenizer = tokenizer_from_state(ckpt["tokenizer"])
     labels = list(ckpt["labels"])
-    model = TaggerNet(
-        config.model, vocab_size=tokenizer.vocab_size, n_labels=len(labels), words=config.word_features
-    )
+    model = TaggerNet(config.model, **net_init(config, vocab_size=tokenizer.vocab_size, n_labels=len(labels)))
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, tokenizer, labels

@@ -81,7 +81,8 @@ def validate_checkpoint(ckpt: Any, *, source: Path | str) -> None:
 def _check_shapes(ckpt: dict[str, Any], path: Path) -> None:
     import torch
 
-    from mw_env.trainer.model import TaggerNet
+    from mw_env.trainer.model import net_init
+    from mw_env.trainer.network import TaggerNet
     from mw_env.trainspec.config import config_from_dict
     from mw_env.trainspec.validate import validate
 
@@ -94,9 +95,7 @@ def _check_shapes(ckpt: dict[str, Any], path: Path) -> None:
     if vocab is None:
         raise unreadable(path, "its tokenizer state is invalid")
     with torch.device("meta"):  # shapes only: no memory, however large the config says the model is
-        meta = TaggerNet(
-            config.model, vocab_size=vocab, n_labels=len(ckpt["labels"]), words=config.word_features
-        )
+        meta = TaggerNet(config.model, **net_init(config, vocab_size=vocab, n_labels=len(ckpt["labels"])))
     expected = meta.state_dict()
     found = ckpt["model"]
     if set(found) != set(expected):

@@ -1,4 +1,18 @@
-"""Words as well as bytes: a vector per word, computed inside the model from the byte ids alone.
+"""The address tagger's network, in one file that imports only torch and the standard library.
+
+It is the modeling file of every portable weights folder (trainer/weights/: `modeling_mw_tagger.py` beside
+`model.safetensors` and `config.json`, copied verbatim, as Hugging Face's custom-code models ship their
+modeling_*.py), so the folder loads with torch alone: `from_config(json.load(...))` builds the network that
+config.json describes, `load_state_dict(safetensors.torch.load_file(...))` gives it the weights. Nothing
+here may import mw_env (tests/trainer/test_network.py checks it on the AST); what knows the trainer's config
+(build_model, the SDPA backend choice, the parameter table) stays in trainer/model.py.
+
+The network: a pre-LayerNorm transformer encoder with a per-token BIO classification head. Attention is
+plain `F.scaled_dot_product_attention` (no nn.TransformerEncoder: its fused fast path does not export to
+ONNX and ignores the SDPA backend choice); the caller picks the backend around the call, so the module
+stays exportable.
+
+Words as well as bytes (`WordFeatures`): a vector per word, computed inside the model from the byte ids alone.
 
 The byte path sees "12345," as six unrelated ids; a user's address generalises through what a word *is*:
 a digit string, a word ending in a comma, a street name never seen whose pieces ("-ton", "ville") were.
@@ -21,10 +35,17 @@ input_ids / attention_mask as before and carry the features in the weights.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Protocol
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from mw_env.trainer.data.tokenize import N_SPECIAL
+# The byte tokenizer's id layout (trainer/data/tokenize.py, which torch-free code imports, holds the same
+# number; tests/trainer/test_network.py checks they agree): ids 0..3 are PAD, CLS, SEP, UNK, byte b is b + 4.
+N_SPECIAL = 4
 
 SPACE = ord(" ") + N_SPECIAL
 # Marks inside the n-gram windows, below every byte id (bytes are >= N_SPECIAL): before the word's first
@@ -154,3 +175,103 @@ class WordFeatures(nn.Module):
         length_bucket = length[..., 0].long().clamp(max=MAX_LEN_BUCKET)
         word = pooled + self.length_emb(length_bucket) + self.first_emb(first_class)
         return self.proj(word) * in_word[..., None].to(word.dtype)
+
+
+class NetConfig(Protocol):
+    """What the network reads of its config: trainspec's ModelConfig in training, a namespace built from a
+    portable folder's config.json (`from_config`) elsewhere. A model key the network starts to read is
+    named here too; the portable folder carries the whole model section, so the key reaches config.json and
+    comes back from it with no other change."""
+
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def d_ff(self) -> int: ...
+    @property
+    def dropout(self) -> float: ...
+    @property
+    def max_len(self) -> int: ...
+    @property
+    def word_buckets(self) -> int: ...
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.dropout = dropout
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.ff1 = nn.Linear(d_model, d_ff)
+        self.ff2 = nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        # mask is [B, 1, 1, T]: every query may look at every real (non-padding) key.
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+        )
+        x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, c)))
+        return x + self.drop(self.ff2(F.gelu(self.ff1(self.ln2(x)))))
+
+
+class TaggerNet(nn.Module):
+    """Token ids [B, T] + attention mask [B, T] (True = real token) -> label logits [B, T, n_labels].
+
+    words=True (TrainConfig.word_features) adds each word's vector (WordFeatures, above) to its bytes'
+    embeddings; the inputs stay the same, so exports and their runtime need nothing more.
+    """
+
+    def __init__(self, cfg: NetConfig, *, vocab_size: int, n_labels: int, words: bool = False) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.words = WordFeatures(cfg.d_model, cfg.word_buckets) if words else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout) for _ in range(cfg.n_layers)
+        )
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, n_labels)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        # GPT-2 style: small normal weights, zero biases; LayerNorm keeps its ones/zeros.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        t = input_ids.shape[1]
+        pos = torch.arange(t, device=input_ids.device)
+        x = self.tok_emb(input_ids) + self.pos_emb(pos)[None]
+        if self.words is not None:
+            x = x + self.words(input_ids, attention_mask)
+        x = self.drop(x)
+        mask = attention_mask[:, None, None, :]
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.ln_f(x))
+
+
+def from_config(config: Mapping[str, object]) -> TaggerNet:
+    """The network a portable folder's config.json describes, randomly initialised: its `model` section (the
+    training config's, every key) and `init` (the constructor's other arguments: vocab_size, n_labels,
+    words). `model.load_state_dict(safetensors.torch.load_file(FOLDER / "model.safetensors"))` then gives it
+    the trained weights."""
+    model, init = config.get("model"), config.get("init")
+    if not isinstance(model, Mapping) or not isinstance(init, Mapping):
+        raise ValueError("config.json needs a `model` and an `init` object (an mw-env weights folder's)")
+    return TaggerNet(SimpleNamespace(**model), **init)
