@@ -95,6 +95,29 @@ WRITERS: dict[str, Callable[[Path], None]] = {
 }
 
 
+def _atomic_dir(p: Path) -> None:
+    with atomic.atomic_dir(p) as tmp:
+        (tmp / "file").write_text("x")
+
+
+# Writers of a whole folder: a folder is their target, so they replace one (whole) and refuse the other nodes.
+FOLDER_WRITERS: dict[str, Callable[[Path], None]] = {"atomic_dir": _atomic_dir}
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "directory"])
+def test_a_folder_writer_refuses_a_node_and_replaces_a_folder_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    with node(tmp_path, kind, monkeypatch) as path, pytest.raises(InputError, match="regular file"):
+        _atomic_dir(path)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "old").write_text("old")
+    _atomic_dir(folder)
+    assert [p.name for p in folder.iterdir()] == ["file"]
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("writer", sorted(WRITERS))
 def test_every_writer_refuses_a_node_that_is_not_a_regular_file(
@@ -142,13 +165,21 @@ def _trees() -> dict[str, ast.Module]:
 def test_every_writer_of_atomic_is_covered() -> None:
     """A new writer in base/atomic.py joins WRITERS (and so the node tests); every caller uses only these."""
     tree = _trees()["base/atomic.py"]
-    helpers = {"fault_for", "check_faults", "temporary_name", "fsync_dir", "node_kind", "refuse_special"}
+    helpers = {
+        "fault_for",
+        "check_faults",
+        "temporary_name",
+        "fsync_dir",
+        "node_kind",
+        "refuse_special",
+        "sweep_stale_dirs",
+    }
     public = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
-    assert public - helpers == set(WRITERS)
+    assert public - helpers == set(WRITERS) | set(FOLDER_WRITERS)
     for module, parsed in _trees().items():
         for n in ast.walk(parsed):
             if isinstance(n, ast.ImportFrom) and n.module == "mw_env.base.atomic":
-                assert {a.name for a in n.names} <= set(WRITERS) | helpers, module
+                assert {a.name for a in n.names} <= set(WRITERS) | set(FOLDER_WRITERS) | helpers, module
 
 
 # Writes outside base/atomic.py, each with why it cannot name a user's node: a temporary path that
@@ -164,6 +195,8 @@ ALLOWED = {
     ("base/streams.py", "open('w')"): "fd 2, the process's own stderr, not a path",
     ("trainer/tagio.py", "open('w')"): "a temporary path from atomic_path",
     ("trainer/predict.py", "write_text"): "--result: a file in the caller's own tempfile.TemporaryDirectory",
+    ("trainer/weights/folder.py", "write_text"): "a temporary folder from atomic_dir",
+    ("trainer/weights/folder.py", "write_bytes"): "a temporary folder from atomic_dir",
 }
 
 

@@ -178,3 +178,28 @@ def test_plain_corpus_tags_are_refused_on_the_host_with_the_conversion_to_paste(
         assert "convert the corpus to IOB2" in err.value.hint and script in err.value.hint
     _parquet(tmp_path / "ok.parquet", tokens=[["1", "Main"]], tags=[["B-House", "B-Street"]])
     check_on_host(_files_config(tmp_path, "data.train_files=[ok.parquet]"), venv=None, base=tmp_path)
+
+
+def test_portable_weights_without_safetensors_note_or_refusal(tmp_path):
+    """A venv bootstrapped before the train extra had safetensors: a run still starts (it says it writes no
+    portable weights), a fine-tune from weights is refused before anything starts."""
+    from mw_env.trainspec.preflight import weights_note
+
+    venv = _bare_venv(tmp_path)
+    config = resolve_config(path=None).config
+    note = weights_note(config, venv)
+    assert note and "lacks safetensors" in note and f"--venv {venv} --extras train" in note
+    assert (
+        weights_note(resolve_config(path=None, overrides=["runtime.portable_weights=none"]).config, venv)
+        is None
+    )
+    check_on_host(config, venv=venv, base=tmp_path)  # no refusal: the default only loses the folder
+    fine_tune = resolve_config(path=None, overrides=[f"model.init_from={tmp_path}"]).config
+    with pytest.raises(InputError, match=r"model\.init_from=.* needs safetensors") as err:
+        check_on_host(fine_tune, venv=venv, base=tmp_path)
+    assert "--extras train" in err.value.hint
+    dist = venv / "lib" / "python3.11" / "site-packages" / "safetensors-0.8.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: safetensors\nVersion: 0.8.0\n")
+    assert weights_note(config, venv) is None
+    check_on_host(fine_tune, venv=venv, base=tmp_path)

@@ -22,6 +22,7 @@ import errno as errno_mod
 import fnmatch
 import json
 import os
+import shutil
 import stat
 import threading
 from collections.abc import Iterable, Iterator
@@ -215,6 +216,69 @@ def atomic_path(
         raise
     if durable:
         fsync_dir(final.parent)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary folder to fill (by any writer: safetensors, json, a copy); on exit it becomes `path`
+    whole: every file and the folder fsynced, then renamed onto the final name. A kill before the rename
+    leaves only the hidden temporary (`.NAME.tmp-PID-XXXX`, swept by `sweep_stale_dirs`), never a partial
+    `path`. An existing `path` is renamed aside first and removed after: a kill between the two renames
+    leaves `path` absent (and the old copy hidden), never half of each. `MW_ENV_FAULTS` is matched on each
+    file's name before the commit, as a full disk fails the writes, not the rename."""
+    final = Path(path)
+    if final.exists() and not final.is_dir():
+        raise _refusal(final, node_kind(final) or "a file")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(final)
+    tmp.mkdir()
+    try:
+        yield tmp
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        check_faults(final / p.relative_to(tmp) for p in files)
+        for p in files:
+            _fsync_file(p)
+        fsync_dir(tmp)
+        old = None
+        if final.exists():
+            old = temporary_name(final, ".old")
+            os.replace(final, old)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def sweep_stale_dirs(directory: Path) -> list[Path]:
+    """Remove the temporaries `atomic_dir` left in `directory` when its writer was killed (its pid is gone);
+    a live writer's (another process exporting into the same folder) is left alone."""
+    removed: list[Path] = []
+    try:
+        entries = list(Path(directory).iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        if not (p.name.startswith(".") and ".tmp-" in p.name and p.is_dir()):
+            continue
+        pid = p.name.rpartition(".tmp-")[2].split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: someone else's live process
+    return True
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""`mw-env train export`: ONNX export of a checkpoint, run inside the training venv (torch lives there)."""
+"""`mw-env train export`: ONNX export of a checkpoint, or (`--format safetensors`) its portable weights folder,
+run inside the training venv (torch lives there)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import TypedDict, cast
 
 import click
 
@@ -17,7 +19,15 @@ from mw_env.commands.common import echo_json, json_option
     "export", epilog="Exit codes: 0 exported and verified, 1 export or verification failed, 2 bad input."
 )
 @click.argument("checkpoint", required=False, type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["onnx"]), default="onnx", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["onnx", "safetensors"]),
+    default="onnx",
+    show_default=True,
+    help="onnx: a verified ONNX model for serving; safetensors: the portable weights folder (model.safetensors, "
+    "config.json, the modeling file), loadable by plain torch.",
+)
 @click.option(
     "--out-dir",
     "out_dir",
@@ -27,9 +37,10 @@ from mw_env.commands.common import echo_json, json_option
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
-    help="ONNX file to write (default <run>/export/model-step-N.onnx).",
+    help="ONNX file to write (default <run>/export/model-step-N.onnx); with --format safetensors the folder "
+    "(default <run>/weights/step-N).",
 )
 @click.option("--venv", type=click.Path(file_okay=False, path_type=Path), default=None, help="Training venv.")
 @click.option("--opset", type=click.IntRange(min=14), default=18, show_default=True)
@@ -74,10 +85,15 @@ def export(
     min_agreement: float,
     as_json: bool,
 ) -> int:
-    """Export a checkpoint (or a run's newest) to ONNX, verified with onnxruntime against PyTorch."""
+    """Export a checkpoint (or a run's newest) to ONNX, verified with onnxruntime against PyTorch; or, with
+    --format safetensors, write its portable weights folder (docs/training.md, Portable weights)."""
     target = checkpoint or out_dir
     if target is None:
         raise click.UsageError("name a CHECKPOINT (step-*.pt or a run folder), or pass --out-dir")
+    if fmt == "safetensors":
+        if quantize or fp16:
+            raise click.UsageError("--quantize and --fp16 make ONNX variants: they need --format onnx")
+        return _export_weights(Path(target), out, venv, as_json)
     if out is not None:
         from mw_env.base.atomic import refuse_special
 
@@ -150,6 +166,66 @@ def export(
         else f"  note: {'; '.join(result['notes'])}"
     )
     return 0
+
+
+def _export_weights(target: Path, out: Path | None, venv: Path | None, as_json: bool) -> int:
+    """--format safetensors: trainer/weights/export.py in the venv, its JSON line read back."""
+    python, env = _venv_python(venv)
+    from mw_env.trainspec.extras import bootstrap_hint, installed
+
+    root = python.parent.parent
+    if "safetensors" not in installed(root):
+        raise InputError(
+            f"train export --format safetensors needs safetensors, which the training venv {root} does not have",
+            hint=f"add it with the train extra again: {bootstrap_hint(root)}",
+        )
+    argv = [str(python), "-m", "mw_env.trainer.weights.export", str(target.expanduser().resolve())]
+    if out is not None:
+        argv += ["--out", str(out.expanduser().resolve())]
+    if not as_json:
+        click.echo(f"writing the portable weights of {target} with {python}...", err=True)
+    raw = _result(subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=False))
+    if as_json:
+        echo_json(raw)
+        return 0
+    result = cast(WeightsExported, raw)
+    click.echo(f"wrote {result['folder']} (step {result['step']}, from {result['checkpoint']})")
+    click.echo(f"  files: {', '.join(result['files'])}")
+    click.echo(
+        f"  read back as `train predict --weights` reads it: max |logit difference| {result['max_abs_diff']:.1e}"
+    )
+    click.echo("  load it without mw-env: docs/training.md, Portable weights (torch + safetensors)")
+    if result.get("manifest"):
+        click.echo(f"  manifest {result['manifest']}")
+    return 0
+
+
+class WeightsExported(TypedDict):
+    """trainer/weights/export.py's result line."""
+
+    folder: str
+    step: int
+    checkpoint: str
+    files: list[str]
+    max_abs_diff: float
+    manifest: str | None
+
+
+def _result(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """The last JSON line a venv-side command printed; its error raised as mw-env's own."""
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise MwEnvError(
+            f"the export process ended with code {proc.returncode} and no result",
+            hint="its error is above; is the training venv complete (`mw-env doctor`)?",
+        ) from None
+    if "error" in result:
+        raise MwEnvError(
+            result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
+        )
+    return dict(result)
 
 
 def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:

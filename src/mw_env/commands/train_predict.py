@@ -15,7 +15,7 @@ import click
 from mw_env.base.errors import InputError, MwEnvError
 from mw_env.commands.common import echo_json, json_option
 
-_RUN = click.argument("run", type=click.Path(path_type=Path))
+_RUN = click.argument("run", required=False, type=click.Path(path_type=Path))
 _VENV = click.option(
     "--venv", type=click.Path(file_okay=False, path_type=Path), default=None, help="Training venv."
 )
@@ -26,6 +26,14 @@ _EXPORT = click.option(
     default=None,
     help="Use this ONNX export (a folder, newest model-step-N.json; or the .json) instead of the newest "
     "checkpoint; needs the `export` extra.",
+)
+_WEIGHTS = click.option(
+    "--weights",
+    "weights_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Use this portable weights folder (model.safetensors + config.json; or a run folder: its newest) "
+    "instead of a checkpoint; RUN may be left out.",
 )
 _COLUMNS = (
     click.option(
@@ -66,24 +74,27 @@ def _columns(f: F) -> F:
     help="Where the tagged rows go: .parquet, else JSONL (default: JSONL on stdout).",
 )
 @_EXPORT
+@_WEIGHTS
 @_columns
 @_DEVICE
 @_VENV
 def predict(
-    run: Path,
+    run: Path | None,
     input_path: Path,
     output: Path | None,
     export_dir: Path | None,
+    weights_dir: Path | None,
     tokens_column: str | None,
     tags_column: str | None,
     device: str,
     venv: Path | None,
 ) -> int:
-    """Tag the addresses in --input with RUN's newest checkpoint (or --export): one {tokens, tags} row each.
+    """Tag the addresses in --input with RUN's newest checkpoint (or --export, or --weights): one {tokens, tags}
+    row each.
 
     Input: .jsonl (a `tokens` list, or a `text`/`address` string, per line), .parquet (the same columns), or
     plain text, one address a line."""
-    args = ["--input", str(_input(input_path, "--input"))]
+    args = ["--input", str(_input(input_path, "--input")), *_weights_args(run, weights_dir)]
     if output is not None:
         args += ["--output", str(output.expanduser().resolve())]
     result = _run_in_venv("predict", run, args, export_dir, tokens_column, tags_column, device, venv)
@@ -109,14 +120,16 @@ def predict(
     help="Labelled rows: .jsonl or .parquet with words and gold BIO tags.",
 )
 @_EXPORT
+@_WEIGHTS
 @_columns
 @_DEVICE
 @_VENV
 @json_option
 def evaluate(
-    run: Path,
+    run: Path | None,
     data: Path,
     export_dir: Path | None,
+    weights_dir: Path | None,
     tokens_column: str | None,
     tags_column: str | None,
     device: str,
@@ -125,7 +138,7 @@ def evaluate(
 ) -> int:
     """Score RUN's newest checkpoint (or --export) on labelled rows: word accuracy, exact-address rate,
     entity precision/recall/F1 in strict IOB2 and conlleval modes, per-type F1, the commonest confusions."""
-    args = ["--data", str(_input(data, "--data"))]
+    args = ["--data", str(_input(data, "--data")), *_weights_args(run, weights_dir)]
     result = _run_in_venv("evaluate", run, args, export_dir, tokens_column, tags_column, device, venv)
     if as_json:
         echo_json(result)
@@ -169,6 +182,15 @@ def render_evaluation(r: dict[str, object]) -> list[str]:
     return lines
 
 
+def _weights_args(run: Path | None, weights: Path | None) -> list[str]:
+    """--weights for the venv's side; RUN or --weights must name the model."""
+    if weights is None:
+        if run is None:
+            raise click.UsageError("name a RUN (a run folder or a step-*.pt), or --weights DIR")
+        return []
+    return ["--weights", str(weights.expanduser().resolve())]
+
+
 def _input(path: Path, option: str) -> Path:
     """The input file, checked here before the venv's python starts (and imports torch) for nothing."""
     import os
@@ -190,7 +212,7 @@ def _input(path: Path, option: str) -> Path:
 
 def _run_in_venv(
     command: str,
-    run: Path,
+    run: Path | None,
     args: list[str],
     export_dir: Path | None,
     tokens_column: str | None,
@@ -209,7 +231,8 @@ def _run_in_venv(
             args += [flag, value]
     with tempfile.TemporaryDirectory(prefix="mw-env-predict-") as tmp:
         result_file = Path(tmp) / "result.json"
-        argv = [str(python), "-m", "mw_env.trainer.predict", command, str(run.expanduser().resolve()), *args]
+        target = [str(run.expanduser().resolve())] if run is not None else []
+        argv = [str(python), "-m", "mw_env.trainer.predict", command, *target, *args]
         argv += ["--device", device, "--result", str(result_file)]
         # stdout is the user's (predict without --output writes its rows there); the result comes back in a file.
         proc = subprocess.run(argv, env=env, check=False)

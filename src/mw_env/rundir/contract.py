@@ -18,6 +18,8 @@ from pathlib import Path
 METRICS_FILE = "metrics.jsonl"  # one JSON event per line, appended by rank 0 (trainer/metrics.py)
 CHECKPOINTS_DIR = "checkpoints"  # step-XXXXXXXXX.pt + .sha256 (trainer/ckpt/checkpoint.py)
 CHECKPOINT_GLOB = "step-*.pt"
+# Portable weights (trainer/weights/): step-XXXXXXXXX/ folders of model.safetensors + config.json + files.
+WEIGHTS_DIR = "weights"
 REPORT_DIR = "report"  # report.md, report.html, figures, data_card.json (trainer/report/report.py)
 MANIFEST = "MANIFEST.sha256"  # `sha256sum` lines, the last file a finished run writes (manifest.py)
 STATE_FILE = "state.json"  # where the run is in its life (runstate.py)
@@ -43,6 +45,10 @@ def metrics_path(run_dir: Path) -> Path:
 
 def checkpoints_dir(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINTS_DIR
+
+
+def weights_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / WEIGHTS_DIR
 
 
 def sha256_file(path: Path) -> str:

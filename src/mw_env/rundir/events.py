@@ -14,7 +14,15 @@ from __future__ import annotations
 from typing import Literal, TypedDict, get_args
 
 EventName = Literal[
-    "step", "eval", "checkpoint", "skipped_step", "finished", "resumed", "corpus_changed", "data_wait"
+    "step",
+    "eval",
+    "checkpoint",
+    "weights",
+    "skipped_step",
+    "finished",
+    "resumed",
+    "corpus_changed",
+    "data_wait",
 ]
 EVENT_NAMES: tuple[str, ...] = get_args(EventName)
 
@@ -62,6 +70,15 @@ class CheckpointEvent(TypedDict, total=False):
     time: float
 
 
+class WeightsEvent(TypedDict, total=False):
+    """A portable weights folder written beside a checkpoint (runtime.portable_weights; trainer/weights/)."""
+
+    event: Literal["weights"]
+    step: int
+    path: str  # <run>/weights/step-XXXXXXXXX
+    time: float
+
+
 class SkippedStepEvent(TypedDict, total=False):
     event: Literal["skipped_step"]
     step: int
@@ -104,6 +121,7 @@ MetricsEvent = (
     StepEvent
     | EvalEvent
     | CheckpointEvent
+    | WeightsEvent
     | SkippedStepEvent
     | FinishedEvent
     | ResumedEvent

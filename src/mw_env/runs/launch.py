@@ -28,7 +28,7 @@ from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id 
 from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
 from mw_env.trainspec.configfile import built_on
-from mw_env.trainspec.preflight import check_on_host
+from mw_env.trainspec.preflight import check_on_host, weights_note
 
 if TYPE_CHECKING:
     from mw_env.profiles.model import Selection
@@ -401,6 +401,7 @@ def prepare(request: LaunchRequest) -> Launch:
                 drift_told=told
             )
         )
+        notes += tuple(n for n in [weights_note(resolved.config, venv_path)] if n)
 
     args = ["-m", "mw_env.trainer", "run", "--config", str(config_path)]
     for item in r.overrides:

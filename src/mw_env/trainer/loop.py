@@ -253,6 +253,8 @@ def _run(
         metrics.log("resumed", step=session.state.step, path=str(resumed_from))
         if session.accepted_changes:
             metrics.log("corpus_changed", step=session.state.step, changes=session.accepted_changes)
+    elif resolved.config.model.init_from:  # a fine-tune's start (weights/initfrom.py); a resume skips it
+        session.init_from()
     session.counts = session.counts or Counts(len(corpus.labels))
     if dist.main and corpus.source == "files" and resolved.config.data.hash_shards:
         from mw_env.trainer.data.digest import ShardHasher
@@ -364,7 +366,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
                     or state.step == rt.max_steps
                 ):
                     log.flush()  # the steps' events before the checkpoint's
-                    last_ckpt = s.save()
+                    last_ckpt = s.save(final=early_stop or stop_now or state.step == rt.max_steps)
                 if early_stop or stop_now:
                     reason = "early_stop" if early_stop else "stopped"
                     break
@@ -410,8 +412,10 @@ def _finish(
 
         total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
         card = s.corpus.card(total, [p["position"] for p in parts])
-        if s.facts.get("venv_drift"):
-            card["venv_drift"] = s.facts["venv_drift"]  # the venv the run used, as it was (issue 30 #3)
+        # The venv as it was (issue 30 #3), the weights it started from and the nodes' environments (issue 38).
+        for key in ("venv_drift", "init_from", "env_mismatch"):
+            if s.facts.get(key):
+                card[key] = s.facts[key]
         card["evaluation"] = evaluation_card(s.corpus.val.rows, s.resolved.config, s.dist.world)
         if s.hasher is not None:
             card["sources"] = s.hasher.annotate(card["sources"])

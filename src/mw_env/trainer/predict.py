@@ -2,6 +2,7 @@
 
     python -m mw_env.trainer.predict predict RUN --input FILE [--output FILE] [--export DIR] --result R.json
     python -m mw_env.trainer.predict evaluate RUN --data FILE [--export DIR] --result R.json
+    python -m mw_env.trainer.predict predict --weights DIR --input FILE ... (a portable weights folder, no RUN)
 
 RUN is a run folder (its newest valid checkpoint) or a step-*.pt file. The rows go through the run's own
 encoder (data/corpus.encoder_for) and the evaluation's forward pass (evaluate.batch_logits), so what the
@@ -45,7 +46,9 @@ class WordTagger(Protocol):
 class CheckpointTagger:
     """A checkpoint's model on this machine's device (fp32), fed by the run's own encoder."""
 
-    def __init__(self, target: Path, *, batch_size: int = 64, device: str = "auto") -> None:
+    def __init__(
+        self, target: Path | None, *, batch_size: int = 64, device: str = "auto", weights: Path | None = None
+    ) -> None:
         import torch
 
         from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
@@ -55,12 +58,19 @@ class CheckpointTagger:
         from mw_env.trainer.runtime import resolve_precision
         from mw_env.trainspec.config import config_from_dict
 
-        path = resolve_checkpoint(target)
-        ckpt = load_checkpoint(path)
-        model, tokenizer, labels = model_from_checkpoint(ckpt)
-        config = config_from_dict(ckpt["config"])
-        self.labels, self.what = labels, str(path)
-        self.step: int | None = int(ckpt["step"])
+        self.step: int | None
+        if weights is not None:  # a portable weights folder (trainer/weights/load.py), read the same way
+            from mw_env.trainer.weights.load import model_from_weights
+
+            model, tokenizer, labels, config, self.what, self.step = model_from_weights(weights)
+        else:
+            assert target is not None  # main() asks for RUN or --weights
+            path = resolve_checkpoint(target)
+            ckpt = load_checkpoint(path)
+            model, tokenizer, labels = model_from_checkpoint(ckpt)
+            config = config_from_dict(ckpt["config"])
+            self.what, self.step = str(path), int(ckpt["step"])
+        self.labels = labels
         self.tokens_column, self.tags_column = config.data.tokens_column, config.data.tags_column
         self.f1_mode = config.runtime.f1_mode
         self.label_set = LabelSet(tuple(labels), "checkpoint")
@@ -140,8 +150,12 @@ def _newest_metadata(export: Path) -> Path:
     )
 
 
-def make_tagger(target: Path, export: Path | None, device: str) -> WordTagger:
-    return ExportTagger(export) if export is not None else CheckpointTagger(target, device=device)
+def make_tagger(
+    target: Path | None, export: Path | None, device: str, weights: Path | None = None
+) -> WordTagger:
+    if export is not None:
+        return ExportTagger(export)
+    return CheckpointTagger(target, device=device, weights=weights)
 
 
 def _rows(tagger: WordTagger, path: Path, args: argparse.Namespace, *, need_tags: bool = False) -> list[Row]:
@@ -154,7 +168,7 @@ def _rows(tagger: WordTagger, path: Path, args: argparse.Namespace, *, need_tags
 
 
 def predict(args: argparse.Namespace) -> dict[str, object]:
-    tagger = make_tagger(args.run, args.export, args.device)
+    tagger = make_tagger(args.run, args.export, args.device, args.weights)
     rows = _rows(tagger, args.input, args)
     tags = tagger.tag([r.words for r in rows])
     write_tagged(args.output, [(r.words, t) for r, t in zip(rows, tags, strict=True)])
@@ -170,7 +184,7 @@ def predict(args: argparse.Namespace) -> dict[str, object]:
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, object]:
-    tagger = make_tagger(args.run, args.export, args.device)
+    tagger = make_tagger(args.run, args.export, args.device, args.weights)
     rows = _rows(tagger, args.data, args, need_tags=True)
     refuse_plain_tags(
         {t for r in rows for t in r.tags or ()}, args.data, args.tags_column or tagger.tags_column
@@ -206,18 +220,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("predict", "evaluate"):
         s = sub.add_parser(name)
-        s.add_argument("run", type=Path)
+        s.add_argument("run", type=Path, nargs="?", default=None)
         if name == "predict":
             s.add_argument("--input", type=Path, required=True)
             s.add_argument("--output", type=Path, default=None)
         else:
             s.add_argument("--data", type=Path, required=True)
         s.add_argument("--export", type=Path, default=None)
+        s.add_argument("--weights", type=Path, default=None)
         s.add_argument("--tokens-column", default=None)
         s.add_argument("--tags-column", default=None)
         s.add_argument("--device", default="auto")
         s.add_argument("--result", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.run is None and args.weights is None:
+        parser.error("name a RUN (a run folder or a step-*.pt), or --weights DIR")
     try:
         result: dict[str, object] = (predict if args.command == "predict" else evaluate)(args)
         code = 0

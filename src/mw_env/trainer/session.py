@@ -64,8 +64,9 @@ class Session:
             "rows_consumed": rows,
         }
 
-    def save(self) -> Path | None:
-        """All ranks: gather RNG states, positions and counts; rank 0 writes the checkpoint."""
+    def save(self, *, final: bool = False) -> Path | None:
+        """All ranks: gather RNG states, positions and counts; rank 0 writes the checkpoint, and beside it the
+        portable weights when runtime.portable_weights asks (`final`: the run's last checkpoint)."""
         assert self.counts is not None  # set before the first step, so before any checkpoint
         parts = gather_objects(
             {"rng": rng_states(), "position": self.position(), "counts": self.counts.to_dict()}, self.dist
@@ -79,5 +80,43 @@ class Session:
             # What a checkpoint holds is ckpt.parts.PARTS' (written, restored and validated from there).
             ckpt_mod.save_checkpoint(payload(self, parts), self.ckpt_dir, keep_last=config.runtime.keep_last)
             self.metrics.log("checkpoint", step=state.step, path=str(path), phase="done")
+            mode = config.runtime.portable_weights
+            if mode == "every" or (mode == "final" and final):
+                self._write_weights(path, every=mode == "every")
         barrier(self.dist)
         return path
+
+    def _write_weights(self, checkpoint: Path, *, every: bool) -> None:
+        import importlib.util
+
+        from mw_env.trainer.weights.folder import write_run_weights
+
+        if importlib.util.find_spec("safetensors") is None:  # `mw-env train` said so at the start too
+            self.say(
+                "warning: no portable weights written: this venv lacks safetensors (the train extra has it)"
+            )
+            return
+        step = self.state.step
+        folder = write_run_weights(
+            self.out_dir,
+            model=self.trainer.model,
+            config=self.resolved.config,
+            tokenizer=self.corpus.tokenizer,
+            labels=list(self.corpus.labels.names),
+            step=step,
+            checkpoint=checkpoint,
+            every=every,
+        )
+        self.metrics.log("weights", step=step, path=str(folder))
+
+    def init_from(self) -> None:
+        """model.init_from at step 0: the trained weights into the fresh model, the source into the report."""
+        from mw_env.trainer.weights.initfrom import start_from
+
+        self.facts["init_from"] = start_from(
+            self.trainer.model,
+            config=self.resolved.config,
+            tokenizer=self.corpus.tokenizer,
+            labels=list(self.corpus.labels.names),
+            say=self.say,
+        )

@@ -14,7 +14,7 @@ from mw_env.base.shellquote import sh
 
 # extra (pyproject.toml) -> the distributions that satisfy it (any one of each tuple)
 EXTRAS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "train": (("numpy",), ("pyarrow",), ("matplotlib",)),
+    "train": (("numpy",), ("pyarrow",), ("matplotlib",), ("safetensors",)),
     "spm": (("sentencepiece",),),
     "export": (("onnx",), ("onnxruntime", "onnxruntime-gpu", "onnxruntime-rocm"), ("onnxscript",)),
     "tracking": (("tensorboard",),),

@@ -180,9 +180,16 @@ def check_labels(config: TrainConfig) -> None:
 def check_packages(config: TrainConfig, venv: Path) -> None:
     """The packages the config's tracker and tokenizer need, installed in the venv (by its metadata)."""
     extras = needed_extras(config.runtime.tracking, config.data.tokenizer)
-    if not extras:
+    if not extras and not config.model.init_from:
         return
     have = installed(venv)
+    if (
+        config.model.init_from and "safetensors" not in have
+    ):  # a venv bootstrapped before the train extra had it
+        raise InputError(
+            f"model.init_from={config.model.init_from} needs safetensors, which the training venv {venv} does not have",
+            hint=f"add it with the train extra again: {bootstrap_hint(venv)}",
+        )
     for extra in extras:
         lacking = missing(venv, extra, have)
         if lacking:
@@ -192,6 +199,17 @@ def check_packages(config: TrainConfig, venv: Path) -> None:
                 f"{key}={value} needs {', '.join(lacking)}, which the training venv {venv} does not have",
                 hint=f"add the `{extra}` extra: {bootstrap_hint(venv, extra)}",
             )
+
+
+def weights_note(config: TrainConfig, venv: Path) -> str | None:
+    """The line `mw-env train` says when the run will write no portable weights for lack of safetensors (a venv
+    bootstrapped before the train extra had it): the run goes on, the trainer skips the folder and says so."""
+    if config.runtime.portable_weights == "none" or "safetensors" in installed(venv):
+        return None
+    return (
+        f"note: the training venv {venv} lacks safetensors, so this run writes no portable weights "
+        f"(runtime.portable_weights={config.runtime.portable_weights}); add it: {bootstrap_hint(venv)}"
+    )
 
 
 def check_on_host(config: TrainConfig, *, venv: Path | None, base: Path) -> None:

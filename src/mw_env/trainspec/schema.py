@@ -23,6 +23,8 @@ DistBackend = Literal["auto", "gloo", "nccl"]
 WordFeatureChoice = Literal["auto", "ngrams", "none"]
 # How entity spans are read from BIO tags for entity F1 (mw_env.trainer.scoring says how each differs).
 F1Mode = Literal["conlleval", "strict"]
+# Which checkpoints also write a portable weights folder (trainer/weights/): the run's last one, every one, none.
+PortableWeights = Literal["final", "every", "none"]
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 PRECISIONS: tuple[str, ...] = get_args(PrecisionChoice)
@@ -34,6 +36,7 @@ SOURCES: tuple[str, ...] = get_args(DataSource)
 DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
 WORD_FEATURES: tuple[str, ...] = get_args(WordFeatureChoice)
 F1_MODES: tuple[F1Mode, ...] = get_args(F1Mode)
+PORTABLE_WEIGHTS: tuple[str, ...] = get_args(PortableWeights)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class ModelConfig:
     # pieces are already word pieces). Checkpoints written before this key are models without it ("none").
     words: WordFeatureChoice = "auto"
     word_buckets: int = 16384  # rows of the hashed n-gram table (x d_model parameters)
+    # Start from trained weights instead of random ones (a fine-tune): a portable weights folder or a run folder
+    # (trainer/weights/initfrom.py). Read at step 0 only; a resume continues from its checkpoint.
+    init_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,9 @@ class RuntimeConfig:
     eval_samples: int = 3  # held-out addresses printed as tagged at each eval
     checkpoint_every: int = 100
     keep_last: int = 3
+    # Portable weights (model.safetensors + config.json + tokenizer, loadable without mw-env) beside the run's
+    # final checkpoint (the one at max_steps, an early stop or a stop), or beside every checkpoint, or none.
+    portable_weights: PortableWeights = "final"
     early_stop_patience: int = 0  # evaluations without improvement of entity F1; 0 = off
     # Which entity F1 the eval event's entity_f1, early stopping and the report use (both are logged):
     # "conlleval" (an I- that starts an entity counts as one) or "strict" (IOB2: only B- starts one).

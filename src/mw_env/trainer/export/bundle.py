@@ -49,11 +49,13 @@ def id_layout(tokenizer: Tokenizer) -> dict[str, object]:
     }
 
 
-def tokenizer_entry(tokenizer: Tokenizer, stem: str) -> dict[str, object]:
+def tokenizer_entry(tokenizer: Tokenizer, stem: str, *, model_file: str | None = None) -> dict[str, object]:
+    """The tokenizer as the metadata describes it; a SentencePiece model's file is `model_file` (default
+    `<stem>.spm.model`, beside an ONNX export)."""
     if tokenizer.kind == "sentencepiece":
         return {
             "kind": "sentencepiece",
-            "model": f"{stem}.spm.model",
+            "model": model_file or f"{stem}.spm.model",
             "vocab_size": tokenizer.vocab_size,
             "pieces": tokenizer.vocab_size - 4,
             "scheme": "each word encoded on its own: SentencePieceProcessor.encode(word) (ids), every id + shift; "

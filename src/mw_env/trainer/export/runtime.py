@@ -12,6 +12,11 @@ metadata JSON (the id layout, the labels, the tokenizer file), so it works for a
 An address longer than the model's max_seq_len raises InputTooLong (a ValueError) instead of
 onnxruntime's shape error; `truncate=True` drops whole words from the end, as training did.
 This file is also the exporter's own check: it verifies every export with it.
+
+`Encoder` alone (words -> ids, nothing imported but the standard library and, for SentencePiece,
+sentencepiece) also serves a portable weights folder, whose config.json has the same id_layout /
+tokenizer / max_seq_len keys: the folder ships this file beside its modeling file, and its torch
+snippet encodes with `Encoder(config, folder).encode(words)`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:  # types only: this file runs beside the model with numpy and onnxruntime, nothing else
     import numpy as np
@@ -30,44 +35,50 @@ class InputTooLong(ValueError):
     """The encoded address does not fit the model's max_seq_len."""
 
 
-class Tagger:
-    def __init__(
-        self, metadata: str | Path, *, variant: str = "fp32", providers: Sequence[str] | None = None
-    ):
-        self.meta_path = Path(metadata)
-        self.meta: dict[str, Any] = json.loads(self.meta_path.read_text(encoding="utf-8"))
-        layout = self.meta["id_layout"]
+class IdLayout(TypedDict):
+    pad: int
+    cls: int
+    sep: int
+    unk: int
+    shift: int
+    word_separator: list[int]
+
+
+class TokenizerEntry(TypedDict, total=False):
+    kind: str  # "byte" | "sentencepiece"
+    model: str  # the SentencePiece model's file, beside the metadata
+
+
+class EncoderMeta(TypedDict):
+    """What the encoder reads of an export's metadata JSON or a weights folder's config.json (both have it)."""
+
+    id_layout: IdLayout
+    max_seq_len: int
+    labels: list[str]
+    tokenizer: TokenizerEntry
+
+
+class Encoder:
+    """Words -> input ids, as training encoded them: the id layout, tokenizer and max_seq_len of `meta` (an
+    export's metadata JSON, or a weights folder's config.json), the tokenizer file found in `folder`."""
+
+    def __init__(self, meta: EncoderMeta, folder: str | Path, *, source: str = "config") -> None:
+        layout = meta["id_layout"]
         self.cls, self.sep, self.pad, self.unk = layout["cls"], layout["sep"], layout["pad"], layout["unk"]
         self.shift = layout["shift"]
         self.separator = list(layout["word_separator"])
-        self.max_len = int(self.meta["max_seq_len"])
-        self.labels = list(self.meta["labels"])
-        tok = self.meta["tokenizer"]
+        self.max_len = int(meta["max_seq_len"])
+        self.labels = list(meta["labels"])
+        tok = meta["tokenizer"]
         self.kind = tok["kind"]
         self._sp = None
         if self.kind == "sentencepiece":
             import sentencepiece
 
             self._sp = sentencepiece.SentencePieceProcessor()
-            self._sp.Load(str(self.meta_path.parent / tok["model"]))
+            self._sp.Load(str(Path(folder) / tok.get("model", "")))
         elif self.kind != "byte":
-            raise ValueError(f"{self.meta_path}: unknown tokenizer kind {self.kind!r}")
-        variants = self.meta.get("variants") or {"fp32": {"onnx": self.meta["onnx"]}}
-        if variant not in variants:
-            raise ValueError(
-                f"{self.meta_path}: no {variant!r} variant (this export has {', '.join(variants)})"
-            )
-        self.onnx_path = self.meta_path.parent / variants[variant]["onnx"]
-        self._session: InferenceSession | None = None
-        self._providers = list(providers or ["CPUExecutionProvider"])
-
-    @property
-    def session(self) -> InferenceSession:
-        if self._session is None:
-            import onnxruntime
-
-            self._session = onnxruntime.InferenceSession(str(self.onnx_path), providers=self._providers)
-        return self._session
+            raise ValueError(f"{source}: unknown tokenizer kind {self.kind!r}")
 
     def encode_word(self, word: str) -> list[int]:
         if self._sp is not None:
@@ -100,6 +111,32 @@ class Tagger:
             ids += piece
         ids.append(self.sep)
         return ids, starts
+
+
+class Tagger(Encoder):
+    def __init__(
+        self, metadata: str | Path, *, variant: str = "fp32", providers: Sequence[str] | None = None
+    ):
+        self.meta_path = Path(metadata)
+        meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        super().__init__(meta, self.meta_path.parent, source=str(self.meta_path))
+        self.meta: dict[str, Any] = meta
+        variants = self.meta.get("variants") or {"fp32": {"onnx": self.meta["onnx"]}}
+        if variant not in variants:
+            raise ValueError(
+                f"{self.meta_path}: no {variant!r} variant (this export has {', '.join(variants)})"
+            )
+        self.onnx_path = self.meta_path.parent / variants[variant]["onnx"]
+        self._session: InferenceSession | None = None
+        self._providers = list(providers or ["CPUExecutionProvider"])
+
+    @property
+    def session(self) -> InferenceSession:
+        if self._session is None:
+            import onnxruntime
+
+            self._session = onnxruntime.InferenceSession(str(self.onnx_path), providers=self._providers)
+        return self._session
 
     def logits(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Run rows of ids (padded here) and return the float32 logits [batch, seq, labels]."""

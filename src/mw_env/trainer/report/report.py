@@ -22,7 +22,7 @@ from typing import Any
 from mw_env.base.atomic import write_json_atomic, write_text_atomic
 from mw_env.base.errors import os_error_in
 from mw_env.base.textsafe import duration
-from mw_env.rundir.contract import CHECKPOINTS_DIR, DOCTOR_FILE, MANIFEST, METRICS_FILE
+from mw_env.rundir.contract import CHECKPOINTS_DIR, DOCTOR_FILE, MANIFEST, METRICS_FILE, weights_dir
 from mw_env.rundir.manifest import read_manifest, write_manifest
 from mw_env.trainer import figure_pool
 from mw_env.trainer.figure_pool import FigurePool
@@ -182,8 +182,20 @@ def summary_pairs(
         pairs.append(
             ("Venv drift", f"{changes} (since the venv's lock); the run's lock: {drift.get('run_lock')}")
         )
+    init = facts.get("init_from")
+    if isinstance(init, dict):  # model.init_from (trainer/weights/initfrom.py)
+        new = ", ".join(map(str, init.get("new_labels") or [])) or "none"
+        pairs.append(
+            (
+                "Started from",
+                f"{init.get('path')} ({init.get('kind')}, step {init.get('step')}; new labels: {new})",
+            )
+        )
     ckpt = final_checkpoint(run_dir)
     pairs.append(("Final checkpoint", Code(ckpt.relative_to(run_dir).as_posix()) if ckpt else "none"))
+    weights = sorted(weights_dir(run_dir).glob("step-*/config.json"))
+    if weights:  # the portable folder beside it (runtime.portable_weights; docs/training.md)
+        pairs.append(("Portable weights", Code(weights[-1].parent.relative_to(run_dir).as_posix())))
     return pairs
 
 
