@@ -119,3 +119,13 @@ def test_train_start_on_node_1_supervises_beside_the_shared_run(
     assert main([*args, "--node-rank", "0"]) == 2
     assert [s["out_dir"] for s in started] == [tmp_path / "shared" / "node-1", tmp_path / "shared"]
     assert all(s["env"]["MW_ENV_RUN_ID"] for s in started)
+
+
+def test_allow_env_mismatch_reaches_the_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = _fake_venv(tmp_path, {})
+    monkeypatch.chdir(tmp_path)
+    nodes = {"nnodes": 2, "rdzv_endpoint": "10.0.0.1:29500", "skip_doctor": True}
+    allowed = _prepare(venv, allow_env_mismatch=True, **nodes)
+    assert allowed.env["MW_ENV_ALLOW_ENV_MISMATCH"] == "1"
+    assert "MW_ENV_ALLOW_ENV_MISMATCH" not in _prepare(venv, **nodes).env
+    # `train` and `train start` take it as an option (test_train_cli holds their options to the request's fields).

@@ -142,6 +142,12 @@ def launch_options(func: F) -> F:
                 help="How long each node waits for all the others at the rendezvous (default 600); "
                 "it says whom it waits for meanwhile.",
             ),
+            click.option(
+                "--allow-env-mismatch",
+                is_flag=True,
+                help="Several nodes: train even though the nodes' environments differ (lock, torch build, "
+                "CUDA/HIP, NCCL/RCCL, Python, mw-env); recorded in the run's report. Node 0's flag decides.",
+            ),
             source_option,
             root_option,
             profile_options,

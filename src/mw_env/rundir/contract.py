@@ -35,6 +35,8 @@ EXCLUDED_NAMES = frozenset({MANIFEST, LOG_FILE, RUN_FILE, STATE_FILE, TORCHRUN_L
 # -- words one process prints and another matches -----------------------------------------------------------
 # A torchrun worker's last stderr line: its own exit status, which torchrun itself does not pass on.
 WORKER_EXIT = "mw-env worker exit status: "
+# `mw-env train --allow-env-mismatch` to the trainer (trainer/envcheck.py): "1" = the nodes may differ.
+ALLOW_ENV_MISMATCH = "MW_ENV_ALLOW_ENV_MISMATCH"
 # The one sentence of a lost peer (trainer/peers.py, runs/rendezvous.py); torchrun_output.py matches it.
 PEER_LOST = "a peer of the run stopped answering"
 

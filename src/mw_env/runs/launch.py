@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.base.errors import InputError, MwEnvError
+from mw_env.rundir.contract import ALLOW_ENV_MISMATCH
 from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
 from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
@@ -252,6 +253,9 @@ class LaunchRequest:
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
     rdzv_timeout: int | None = None
+    allow_env_mismatch: bool = (
+        False  # several nodes: go on though their environments differ (trainer/envcheck.py)
+    )
 
 
 class LaunchOptions(TypedDict, total=False):
@@ -275,6 +279,7 @@ class LaunchOptions(TypedDict, total=False):
     rdzv_endpoint: str | None
     rdzv_id: str | None
     rdzv_timeout: int | None
+    allow_env_mismatch: bool
 
 
 def prepare(request: LaunchRequest) -> Launch:
@@ -369,6 +374,8 @@ def prepare(request: LaunchRequest) -> Launch:
     env[RUN_DIR_ENV] = str(out_dir)  # found by its folder even when the folder is gone (train stop/status)
     if nodes.multi:
         env[NODE_RANK_ENV] = str(nodes.node_rank)
+    if r.allow_env_mismatch:
+        env[ALLOW_ENV_MISMATCH] = "1"
 
     doctor: dict[str, object] | None = None
     if not r.skip_doctor:

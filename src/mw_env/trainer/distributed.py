@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from mw_env.base.errors import StepFailed
+from mw_env.trainer.envcheck import check_environments
 
 T = TypeVar("T")
 
@@ -26,6 +27,7 @@ class DistInfo:
     local_rank: int = 0
     world: int = 1
     backend: str | None = None
+    env_mismatch: str | None = None  # the nodes' environments differ and --allow-env-mismatch let it go on
 
     @property
     def main(self) -> bool:
@@ -52,6 +54,8 @@ def init_distributed(*, backend: str, device_type: str, timeout_s: int) -> DistI
         raise StepFailed(
             "dist.backend is nccl but the device is the CPU", hint="use dist.backend=gloo (or auto)"
         )
+    # Every node in the same environment, or none starts (trainer/envcheck.py): before NCCL/RCCL meets a peer.
+    mismatch = check_environments(rank=rank, world=world, timeout_s=timeout_s)
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
     try:
@@ -61,7 +65,9 @@ def init_distributed(*, backend: str, device_type: str, timeout_s: int) -> DistI
             f"could not start the {chosen} process group (rank {rank} of {world}): {exc}",
             hint="check MASTER_ADDR/MASTER_PORT and that every rank was launched (mw-env train --nproc-per-node N)",
         ) from None
-    return DistInfo(enabled=True, rank=rank, local_rank=local_rank, world=world, backend=chosen)
+    return DistInfo(
+        enabled=True, rank=rank, local_rank=local_rank, world=world, backend=chosen, env_mismatch=mismatch
+    )
 
 
 def all_reduce(tensor: torch.Tensor, info: DistInfo, op: str = "sum") -> torch.Tensor:

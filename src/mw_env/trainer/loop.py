@@ -231,6 +231,8 @@ def _run(
         ckpt_dir, dist, resume=resume, fresh=fresh, config=resolved.config, warn=say, check=usable
     )
     facts = environment_facts(trainer.device, trainer.precision, dist.world)
+    if dist.env_mismatch:  # the nodes' environments differ; --allow-env-mismatch (trainer/envcheck.py)
+        facts["env_mismatch"] = dist.env_mismatch
     hparams = resolved.config.to_dict()
     if dist.main:
         # The run carries the venv's lock (copied once; a resume keeps the first): its hash goes to the

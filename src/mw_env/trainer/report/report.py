@@ -176,6 +176,9 @@ def summary_pairs(
         pairs.append(("Environment lock", Code(f"{lock.get('file')} sha256 {lock['sha256']}")))
     else:
         pairs.append(("Environment lock", "none (the venv has no lock; `mw-env lock` writes one)"))
+    mismatch = facts.get("env_mismatch")
+    if mismatch:  # trainer/envcheck.py: the nodes differ, and --allow-env-mismatch let the run go on
+        pairs.append(("Node environments", f"DIFFERENT (--allow-env-mismatch): {mismatch}"))
     drift = facts.get("venv_drift")
     if isinstance(drift, dict) and drift.get("changes"):
         changes = "; ".join(map(str, drift["changes"]))
