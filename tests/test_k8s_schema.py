@@ -22,6 +22,7 @@ KINDS = {
     ("v1", "Service"): "V1Service",
     ("batch/v1", "Job"): "V1Job",
     ("v1", "Pod"): "V1Pod",
+    ("v1", "ConfigMap"): "V1ConfigMap",
 }
 QUANTITY_MAPS = ("limits", "requests", "capacity")
 
@@ -100,6 +101,19 @@ def test_the_multinode_manifest_is_valid_and_written_only_when_complete(tmp_path
     if profile == "rocm":
         pod = next(d for d in docs if d["kind"] == "Job")["spec"]["template"]["spec"]
         assert pod["securityContext"] == {"supplementalGroups": [992]}
+
+
+def test_the_manifest_that_bootstraps_every_pod_from_a_lock_is_valid(tmp_path, capsys):
+    from envlock.lock_support import lock_text
+
+    lock = tmp_path / "pylock.cuda.toml"
+    lock.write_text(lock_text(tmp_path, profile="cuda", build="cuda", torch="2.9.1+cu126"))
+    args = ["host-commands", "--runtime", "kubernetes", "--nodes", "2", "--image", "ghcr.io/org/trainer:1"]
+    assert main([*args, "--profile", "cuda", "--lock", str(lock)]) == 0
+    docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert {d["kind"] for d in docs} == {"ConfigMap", "PersistentVolumeClaim", "Service", "Job"}
+    for doc in docs:
+        assert schema_errors(doc) == [], doc["kind"]
 
 
 def test_no_gpu_and_no_profile_leaves_no_file(tmp_path, capsys, monkeypatch):

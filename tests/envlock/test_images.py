@@ -1,5 +1,6 @@
-"""Locks where images run: a multi-node manifest names the lock, and each pod's `mw-env train` refuses a venv
-with another one; a single container's note says how to rebuild its venv from the lock."""
+"""Locks where images run: a multi-node manifest carries the lock, every pod bootstraps from it before training,
+and each pod's `mw-env train` refuses a venv with another one; a single container's note says how to rebuild
+its venv from the lock."""
 
 from __future__ import annotations
 
@@ -41,6 +42,26 @@ def test_a_manifest_names_the_lock_for_every_pod(tmp_path, capsys):
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "MW_ENV_LOCK_SHA256", "value": digest} in env
     assert f"--lock {lock.name}" in out  # the note says how the image is built
+    # Every pod bootstraps from the same lock (a ConfigMap, mounted), then trains in the venv it left.
+    docs = list(yaml.safe_load_all(out))
+    lock_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert lock_map["metadata"]["name"] == "mw-env-train-lock"
+    assert lock_map["data"]["pylock.mw-env.toml"] == lock.read_text()
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "lock", "configMap": {"name": "mw-env-train-lock"}} in pod["volumes"]
+    container = pod["containers"][0]
+    assert {"name": "lock", "mountPath": "/etc/mw-env/lock", "readOnly": True} in container["volumeMounts"]
+    command = container["command"]
+    assert command[:2] == ["sh", "-c"] and "args" not in container
+    boot, train = command[2].split(" && exec ")
+    assert (
+        boot == "mw-env bootstrap --profile rocm --lock /etc/mw-env/lock/pylock.mw-env.toml --yes --no-doctor"
+    )
+    assert train.startswith("mw-env train --config address-tagger --nnodes 2 --node-rank $(NODE_RANK) ")
+    # The same manifest without --lock says what it does instead.
+    assert main(NODES) == 0
+    plain = capsys.readouterr().out
+    assert "# no --lock: each pod trains in its image's venv as built" in plain and "ConfigMap" not in plain
 
 
 def test_a_broken_lock_for_a_manifest_is_bad_input(tmp_path, capsys):

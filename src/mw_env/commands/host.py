@@ -13,6 +13,7 @@ from mw_env.commands.common import json_option, profile_options, root_option, so
 if TYPE_CHECKING:  # the CLI module stays light at start-up: the type only, for the checker
     from typing import Unpack
 
+    from mw_env.host.k8s import PodLock
     from mw_env.profiles.model import Resolved
 
 
@@ -189,10 +190,12 @@ def _manifest(echo: Callable[[str], None], resolved: Resolved, nodes: int, o: Ho
     echo(manifest.text)
 
 
-def _lock_of(path: str | None) -> tuple[str, str] | None:
-    """(the lock's file name, its sha256) for the manifest; the lock is read and validated first."""
+def _lock_of(path: str | None) -> PodLock | None:
+    """The lock every pod bootstraps from (file name, sha256, text); it is read and validated first."""
     if path is None:
         return None
+    from mw_env.host.k8s import PodLock
     from mw_env.venv.lock.lockfile import read_lock
 
-    return Path(path).name, read_lock(path).sha256
+    lock = read_lock(path)
+    return PodLock(Path(path).name, lock.sha256, lock.text)

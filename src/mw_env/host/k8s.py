@@ -7,11 +7,18 @@ headless Service named as its `subdomain`, a stable DNS name `<job>-<index>.<job
 endpoint. `backoffLimit: 0` fails the whole Job when one pod fails instead of restarting that pod into a run
 whose other nodes have moved on; a resume is a re-apply, and the ranks' checkpoint agreement does the rest.
 The run folder is a ReadWriteMany claim mounted by every pod (rank 0 writes it; all ranks read the checkpoint).
+
+One environment in every pod: with `--lock FILE` the lock travels in a ConfigMap mounted into each pod, and each
+pod runs `mw-env bootstrap --lock` from it before `mw-env train` (a no-op, seconds, in an image built from that
+lock; otherwise it installs exactly the lock into the image's venv), and its `mw-env train` refuses a venv whose
+lock has another hash (MW_ENV_LOCK_SHA256). Whatever the pods hold, the trainer compares the nodes' environments
+before the process group and stops them all on a difference (trainer/envcheck.py).
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +37,9 @@ _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 _CONFIG = re.compile(r"^[A-Za-z0-9_./-]{1,200}$")
 PORT = 29500
 RUNS_MOUNT = "/runs"
+LOCK_MOUNT = "/etc/mw-env/lock"  # the ConfigMap with the lock, in every pod
+LOCK_KEY = "pylock.mw-env.toml"
+CONFIGMAP_MAX = 1_000_000  # a ConfigMap holds at most 1 MiB, keys and metadata included
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,15 @@ class Manifest:
 LOCK_ENV = "MW_ENV_LOCK_SHA256"
 
 
+@dataclass(frozen=True)
+class PodLock:
+    """The lock every pod bootstraps from: its file name (for the notes), sha256 and text (the ConfigMap's)."""
+
+    name: str
+    sha256: str
+    text: str
+
+
 def multinode_manifest(
     *,
     hardware: Hardware,
@@ -58,7 +77,7 @@ def multinode_manifest(
     render_gid: int | None = None,
     pvc: str | None = None,
     storage: str = "50Gi",
-    lock: tuple[str, str] | None = None,
+    lock: PodLock | None = None,
 ) -> Manifest:
     """The Service, the Job (and the run folder's claim unless `pvc` names one) for `nodes` nodes."""
     if nodes < 2:
@@ -115,15 +134,54 @@ def multinode_manifest(
     args += ["--set", f"runtime.out_dir={run_dir}"]
     train_env: list[dict[str, object]] = []
     job_meta: dict[str, object] = {"name": name}
+    command: list[str] = ["mw-env"]
+    mounts: list[dict[str, object]] = []
+    volumes: list[dict[str, object]] = []
+    lock_map: dict[str, object] | None = None
     if lock is not None:
-        lock_name, digest = lock
+        size = len(lock.text.encode("utf-8"))
+        if size > CONFIGMAP_MAX:
+            raise InputError(
+                f"--lock {lock.name} is {size:,} bytes: more than a ConfigMap holds (1 MiB)",
+                hint=f"build the image from it instead (`mw-env bootstrap --lock {lock.name}` in the Dockerfile) and "
+                "leave --lock out: the run still compares the pods' environments before training",
+            )
         # Every pod's `mw-env train` compares its venv's lock with this hash and refuses another environment.
-        train_env.append({"name": LOCK_ENV, "value": digest})
-        job_meta["annotations"] = {"mw-env/lock": lock_name, "mw-env/lock-sha256": digest}
+        train_env.append({"name": LOCK_ENV, "value": lock.sha256})
+        job_meta["annotations"] = {"mw-env/lock": lock.name, "mw-env/lock-sha256": lock.sha256}
+        lock_map = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-lock", "annotations": {"mw-env/lock-sha256": lock.sha256}},
+            "data": {LOCK_KEY: lock.text},
+        }
+        volumes.append({"name": "lock", "configMap": {"name": f"{name}-lock"}})
+        mounts.append({"name": "lock", "mountPath": LOCK_MOUNT, "readOnly": True})
+        boot = [
+            "mw-env",
+            "bootstrap",
+            "--profile",
+            selection.profile.name,
+            "--lock",
+            f"{LOCK_MOUNT}/{LOCK_KEY}",
+        ]
+        train = " ".join(a if a == "$(NODE_RANK)" else shlex.quote(a) for a in args)
+        # One shell line: the bootstrap, then the training in the venv it leaves. Kubernetes expands $(NODE_RANK)
+        # in a command before sh reads it, as it does in args.
+        command = ["sh", "-c", f"{shlex.join([*boot, '--yes', '--no-doctor'])} && exec mw-env {train}"]
+        args = []
         notes.append(
-            f"the image's venv must be the lock {lock_name} (sha256 {digest[:16]}...): build it with "
-            f"`mw-env bootstrap --profile {sh(selection.profile.name)} --lock {sh(lock_name)}`; a pod whose venv has "
-            f"another lock refuses to train ({LOCK_ENV})"
+            f"every pod bootstraps from the lock {lock.name} (sha256 {lock.sha256[:16]}..., the ConfigMap {name}-lock) "
+            "before training: a no-op in an image built from it (`mw-env bootstrap --profile "
+            f"{sh(selection.profile.name)} --lock {sh(lock.name)}` in its Dockerfile), else the lock's wheels are installed "
+            f"into the image's venv (the network or a wheelhouse in the image); a pod whose venv then has another lock "
+            f"refuses to train ({LOCK_ENV})"
+        )
+    else:
+        notes.append(
+            "no --lock: each pod trains in its image's venv as built; the run compares the pods' environments (lock, "
+            "torch build, NCCL/RCCL, Python) before training and stops them all on a difference. Pass --lock FILE to "
+            "bootstrap every pod from one lock"
         )
     service: dict[str, object] = {
         "apiVersion": "v1",
@@ -152,8 +210,8 @@ def multinode_manifest(
             {
                 "name": "train",
                 "image": image,
-                "command": ["mw-env"],
-                "args": args,
+                "command": command,
+                **({"args": args} if args else {}),
                 "env": [
                     *train_env,
                     {
@@ -170,6 +228,7 @@ def multinode_manifest(
                 "volumeMounts": [
                     {"name": "runs", "mountPath": RUNS_MOUNT},
                     {"name": "shm", "mountPath": "/dev/shm"},
+                    *mounts,
                 ],
             }
         ],
@@ -177,6 +236,7 @@ def multinode_manifest(
             {"name": "runs", "persistentVolumeClaim": {"claimName": claim}},
             # The container runtime's 64 MiB /dev/shm is too small for DDP's shared-memory transport.
             {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            *volumes,
         ],
     }
     if security:
@@ -193,7 +253,7 @@ def multinode_manifest(
             "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
         },
     }
-    docs: list[dict[str, object]] = [service, job]
+    docs: list[dict[str, object]] = [service, job] if lock_map is None else [lock_map, service, job]
     if pvc is None:
         docs.insert(
             0,
