@@ -344,3 +344,12 @@ def test_the_cli_exports_in_the_training_venv(
     result = json.loads(capsys.readouterr().out)
     assert result["folder"] == str(copy / FOLDER) and result["step"] == 8 and result["max_abs_diff"] == 0.0
     assert "model.safetensors" in result["files"] and (copy / FOLDER / "config.json").is_file()
+    # `train predict --weights` without a run: the folder alone.
+    rows = tmp_path / "rows.txt"
+    rows.write_text("Flat 2 10 Downing Street London\n")
+    out = tmp_path / "tagged.jsonl"
+    argv = ["train", "predict", "--weights", str(copy / FOLDER), "--input", str(rows), "--output", str(out)]
+    assert main([*argv, "--venv", venv, "--device", "cpu"]) == 0
+    tagged = json.loads(out.read_text())
+    assert tagged["tokens"][0] == "Flat" and len(tagged["tags"]) == 6
+    assert f"with {copy / FOLDER}" in capsys.readouterr().err

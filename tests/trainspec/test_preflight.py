@@ -194,6 +194,9 @@ def test_portable_weights_without_safetensors_note_or_refusal(tmp_path):
         is None
     )
     check_on_host(config, venv=venv, base=tmp_path)  # no refusal: the default only loses the folder
+    missing = resolve_config(path=None, overrides=["model.init_from=no/such/run"]).config
+    with pytest.raises(InputError, match=r"model\.init_from=no/such/run: no such folder"):
+        check_on_host(missing, venv=venv, base=tmp_path)
     fine_tune = resolve_config(path=None, overrides=[f"model.init_from={tmp_path}"]).config
     with pytest.raises(InputError, match=r"model\.init_from=.* needs safetensors") as err:
         check_on_host(fine_tune, venv=venv, base=tmp_path)

@@ -217,6 +217,11 @@ def check_on_host(config: TrainConfig, *, venv: Path | None, base: Path) -> None
     check_labels(config)
     if config.data.source == "files":
         check_columns(config, base, venv)
+    if config.model.init_from and not (base / Path(config.model.init_from).expanduser()).is_dir():
+        raise InputError(
+            f"model.init_from={config.model.init_from}: no such folder (from {base})",
+            hint="name a portable weights folder (<run>/weights/step-N) or a run folder",
+        )
     if venv is not None:
         check_packages(config, venv)
 
