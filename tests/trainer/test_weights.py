@@ -213,6 +213,8 @@ def test_the_cli_names_rules(run: Path, tmp_path: Path, capsys: pytest.CaptureFi
     rows.write_text("10 Downing Street\n")
     assert main(["train", "predict", "--input", str(rows)]) == 2
     assert "name a RUN" in capsys.readouterr().err
+    assert main(["train", "predict", "--input", str(rows), "--weights", str(run), "--export", str(run)]) == 2
+    assert "--weights and --export name two models" in capsys.readouterr().err
     assert main(["train", "export", str(run), "--format", "safetensors", "--fp16"]) == 2
     assert "--fp16 make ONNX variants" in capsys.readouterr().err
 

@@ -94,7 +94,7 @@ def predict(
 
     Input: .jsonl (a `tokens` list, or a `text`/`address` string, per line), .parquet (the same columns), or
     plain text, one address a line."""
-    args = ["--input", str(_input(input_path, "--input")), *_weights_args(run, weights_dir)]
+    args = ["--input", str(_input(input_path, "--input")), *_weights_args(run, weights_dir, export_dir)]
     if output is not None:
         args += ["--output", str(output.expanduser().resolve())]
     result = _run_in_venv("predict", run, args, export_dir, tokens_column, tags_column, device, venv)
@@ -138,7 +138,7 @@ def evaluate(
 ) -> int:
     """Score RUN's newest checkpoint (or --export) on labelled rows: word accuracy, exact-address rate,
     entity precision/recall/F1 in strict IOB2 and conlleval modes, per-type F1, the commonest confusions."""
-    args = ["--data", str(_input(data, "--data")), *_weights_args(run, weights_dir)]
+    args = ["--data", str(_input(data, "--data")), *_weights_args(run, weights_dir, export_dir)]
     result = _run_in_venv("evaluate", run, args, export_dir, tokens_column, tags_column, device, venv)
     if as_json:
         echo_json(result)
@@ -182,8 +182,10 @@ def render_evaluation(r: dict[str, object]) -> list[str]:
     return lines
 
 
-def _weights_args(run: Path | None, weights: Path | None) -> list[str]:
-    """--weights for the venv's side; RUN or --weights must name the model."""
+def _weights_args(run: Path | None, weights: Path | None, export: Path | None) -> list[str]:
+    """--weights for the venv's side; RUN or --weights must name the model, --export or --weights (not both)."""
+    if weights is not None and export is not None:
+        raise click.UsageError("--weights and --export name two models: pick one")
     if weights is None:
         if run is None:
             raise click.UsageError("name a RUN (a run folder or a step-*.pt), or --weights DIR")
