@@ -340,6 +340,22 @@ def test_a_sentencepiece_export_ships_its_model(tmp_path):
     tags = _load_helper(folder).Tagger(result.metadata_path).tag(["12", "Oak", "Street"])
     assert [w for w, _ in tags] == ["12", "Oak", "Street"]
     assert verify_manifest(run).ok
+    # The run's portable weights folder ships the same SentencePiece model, and both readers take it.
+    import torch
+
+    from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
+    from mw_env.trainer.weights.load import build, read_weights
+
+    weights = run / "weights" / "step-000000002"
+    assert (weights / "tokenizer.model").read_bytes() == buf.getvalue()
+    loaded = read_weights(weights)
+    assert loaded.tokenizer.kind == "sentencepiece" and loaded.meta["tokenizer"]["model"] == "tokenizer.model"
+    ids, starts = _load_helper(weights).Encoder(loaded.meta, weights).encode(["12", "Oak", "Street"])
+    model, tok, _labels = model_from_checkpoint(run / "checkpoints" / "step-000000002.pt")
+    assert ids[1:-1] == [i for w in ["12", "Oak", "Street"] for i in tok.encode_word(w)] and len(starts) == 3
+    batch = (torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool))
+    with torch.no_grad():
+        assert torch.equal(build(loaded)(*batch), model(*batch))
 
 
 def test_variant_tolerances_are_judged():
