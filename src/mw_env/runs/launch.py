@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,12 @@ from typing import TYPE_CHECKING, TypedDict
 from mw_env.base.errors import InputError, MwEnvError
 from mw_env.rundir.contract import ALLOW_ENV_MISMATCH
 from mw_env.runs.fit import check_fits
-from mw_env.runs.rendezvous import DEFAULT_RDZV_TIMEOUT, Nodes, default_rdzv_id  # noqa: F401  (re-exported)
+from mw_env.runs.rendezvous import (  # noqa: F401  (re-exported)
+    DEFAULT_RDZV_TIMEOUT,
+    Nodes,
+    check_nodes,
+    default_rdzv_id,
+)
 from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
 from mw_env.trainspec.config import find_config, resolve_config
 from mw_env.trainspec.configfile import built_on
@@ -40,65 +44,6 @@ if TYPE_CHECKING:
 # doctor.json, and so its manifest, untouched.
 DOCTOR_PENDING = ".doctor-pending.json"
 NODE_RANK_ENV = "MW_ENV_NODE_RANK"  # the node as the user numbered it, for the trainer's messages
-_HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))$")
-_RDZV_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-def check_nodes(
-    *,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    rdzv_timeout: int | None = None,
-) -> Nodes:
-    """Validate the multi-node options together; InputError naming the option and what is allowed."""
-    if nnodes < 1:
-        raise InputError(f"--nnodes {nnodes}: must be >= 1")
-    if nnodes == 1:
-        given = [n for n, v in (("--rdzv-endpoint", rdzv_endpoint), ("--rdzv-id", rdzv_id)) if v]
-        if node_rank:
-            given.insert(0, "--node-rank")
-        if given:
-            raise InputError(
-                f"{', '.join(given)} need --nnodes N with N > 1",
-                hint="one node needs no rendezvous; for several, pass --nnodes N --node-rank R "
-                "--rdzv-endpoint HOST:PORT on every node",
-            )
-        return Nodes()
-    if not 0 <= node_rank < nnodes:
-        raise InputError(
-            f"--node-rank {node_rank}: must be between 0 and {nnodes - 1} for --nnodes {nnodes}",
-            hint="number the nodes 0, 1, ... N-1, each once",
-        )
-    if not rdzv_endpoint:
-        raise InputError(
-            f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT",
-            hint="the same on every node: node 0's address and a free TCP port, e.g. 10.0.0.1:29500",
-        )
-    host, sep, port = rdzv_endpoint.rpartition(":")
-    if not sep or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise InputError(
-            f"--rdzv-endpoint {rdzv_endpoint!r} is not HOST:PORT",
-            hint="a host name or IP address (IPv6 in brackets) and a TCP port 1-65535, e.g. node0.example:29500",
-        )
-    if rdzv_id is not None and not _RDZV_ID.match(rdzv_id):
-        raise InputError(
-            f"--rdzv-id {rdzv_id!r}: use 1-128 letters, digits, '_', '.' and '-', starting with a letter or digit",
-            hint="the same id on every node of one run (default: derived from the endpoint)",
-        )
-    if rdzv_timeout is not None and not 1 <= rdzv_timeout <= 7 * 24 * 3600:
-        raise InputError(
-            f"--rdzv-timeout {rdzv_timeout}: must be 1 to {7 * 24 * 3600} seconds",
-            hint="how long each node waits for the others at the rendezvous, e.g. --rdzv-timeout 300",
-        )
-    return Nodes(
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id,
-        rdzv_timeout=rdzv_timeout or DEFAULT_RDZV_TIMEOUT,
-    )
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.rundir.contract import ALLOW_ENV_MISMATCH
 
 PREFIX = "mw-env/env-check"
@@ -136,12 +137,12 @@ def mismatch_sentence(everyone: Sequence[Fingerprint]) -> str | None:
 
 
 def _rebuild(ref: Fingerprint, fp: Fingerprint) -> str:
-    venv = fp.get("venv")
+    venv = sh(str(fp.get("venv")))
     install = f"`mw-env bootstrap --lock pylock.mw-env.toml --venv {venv} --recreate`"
     if ref.get("lock"):
         return f"copy {ref.get('host')}:{ref.get('lock')} to node {fp.get('node')} and run {install} there"
     return (
-        f"on node {ref.get('node')} write its lock with `mw-env lock --venv {ref.get('venv')}`, copy it to node "
+        f"on node {ref.get('node')} write its lock with `mw-env lock --venv {sh(str(ref.get('venv')))}`, copy it to node "
         f"{fp.get('node')} and run {install} there"
     )
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from mw_env.base.atomic import atomic_dir, sweep_stale_dirs
 from mw_env.base.errors import StepFailed, os_error_in, os_words
+from mw_env.base.shellquote import sh
 from mw_env.rundir.contract import sha256_file, weights_dir
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ def write_run_weights(
         raise StepFailed(
             f"cannot write the portable weights {folder}: {os_words(cause)}; checkpoint {checkpoint} is written",
             hint=f"free space or fix {folder.parent}, then resume (the checkpoint is kept), or "
-            f"--set runtime.portable_weights=none; `mw-env train export --format safetensors {run_dir}` writes "
+            f"--set runtime.portable_weights=none; `mw-env train export --format safetensors {sh(run_dir)}` writes "
             "them later",
         ) from None
     return folder
