@@ -137,8 +137,7 @@ def mismatch_sentence(everyone: Sequence[Fingerprint]) -> str | None:
 
 
 def _rebuild(ref: Fingerprint, fp: Fingerprint) -> str:
-    venv = sh(str(fp.get("venv")))
-    install = f"`mw-env bootstrap --lock pylock.mw-env.toml --venv {venv} --recreate`"
+    install = f"`mw-env bootstrap --lock pylock.mw-env.toml --venv {sh(str(fp.get('venv')))} --recreate`"
     if ref.get("lock"):
         return f"copy {ref.get('host')}:{ref.get('lock')} to node {fp.get('node')} and run {install} there"
     return (
