@@ -156,7 +156,13 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
             f"({', '.join(d['countries'])}; noise {d['noise']:g})"
         )
     else:
-        val = ", ".join(d["val_files"]) if d["val_files"] else f"{d['val_fraction']:g} of the train rows"
+        split = d.get("split")
+        if split and split["val_share"] is not None and split["val_rows"]:
+            val = f"{split['val_rows']:,} rows ({split['val_share']:.2%}) held out of the train rows"
+        elif split and not d["val_files"]:
+            val = "none (data.val_fraction is 0): evaluations are skipped"
+        else:
+            val = ", ".join(d["val_files"]) if d["val_files"] else f"{d['val_fraction']:g} of the train rows"
         if d.get("sources"):
             total = sum(x["weight"] for x in d["sources"])
             shards = "; ".join(
@@ -172,6 +178,8 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
         else f"labels {d['labels']}"
     )
     console.print(f"[bold]Data[/bold]: {where}; {d['tokenizer']} tokenizer, max_len {d['max_len']}, {labels}")
+    if d.get("split"):
+        console.print(f"[bold]Units[/bold]: {d['split']['unit']}: {d['split']['why']}", highlight=False)
     s = info["schedule"]
     console.print(
         f"[bold]Schedule[/bold]: {s['optimizer']}; lr {s['lr']:g}, {s['schedule']} after {s['warmup_steps']} "

@@ -14,6 +14,7 @@ from mw_env.trainspec.advice import config_warnings
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.formats.spm_vocab import spm_piece_count
 from mw_env.trainspec.schedule import lr_factor
+from mw_env.trainspec.splitscan import summary_split
 from mw_env.trainspec.synthetic import LABELS
 
 N_SPECIAL = 4  # PAD, CLS, SEP, UNK before every tokenizer's own ids (mw_env.trainer.data)
@@ -115,8 +116,9 @@ def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | Non
                 {"name": s.name or s.files[0], "files": list(s.files), "weight": s.weight} for s in d.sources
             ],
             "val_files": list(d.val_files),
-            # held out: whole row groups, chosen by a hash of (data.seed, shard name, row group)
             "val_fraction": None if d.val_files else d.val_fraction,
+            # the rows held out and the units, as the trainer will make them (on one process: trainspec/units.py)
+            "split": summary_split(config, base or Path.cwd()),
             "columns": {"tokens": d.tokens_column, "tags": d.tags_column},
             "streaming": {
                 "shuffle_rows": d.shuffle_rows,

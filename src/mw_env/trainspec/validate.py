@@ -127,6 +127,13 @@ def validate(config: TrainConfig) -> None:
             "config: data.source is 'files' but data.train_files is empty",
             hint="list shards in data.train_files, or several weighted globs in data.sources",
         )
+    if d.source == "files" and not d.val_files and d.val_fraction == 0 and r.early_stop_patience:
+        raise InputError(
+            f"config: runtime.early_stop_patience = {r.early_stop_patience} watches the held-out F1, but there is "
+            "no validation split (data.val_fraction is 0 and data.val_files is empty)",
+            hint="name validation shards in data.val_files, set data.val_fraction (e.g. 0.05), or "
+            "runtime.early_stop_patience=0",
+        )
     _check(d.unknown_tags in UNKNOWN_TAGS, "data.unknown_tags", d.unknown_tags, ", ".join(UNKNOWN_TAGS))
     for key, col in (("data.tokens_column", d.tokens_column), ("data.tags_column", d.tags_column)):
         _check(bool(col), key, col, "a column name")

@@ -166,8 +166,31 @@ def parquet_column_kinds(path: Path) -> dict[str, str]:
     return {e.name: footer_kind(e, subtree) for e, subtree in _top_level(path)}
 
 
-def _top_level(path: Path) -> list[tuple[Element, list[Element]]]:
-    """The root's children, each with the elements of its subtree (itself first)."""
+def parquet_row_counts(path: Path) -> list[int]:
+    """The rows of each row group, in order: FileMetaData field 4 (row_groups), each RowGroup's field 3
+    (num_rows, an i64)."""
+    reader = _Reader(_footer(path))
+    for fid, kind in reader.fields():
+        if fid == 4 and kind == 9:
+            size, elem = reader.list_header()
+            if elem != 12:
+                raise FooterError("the footer's row groups are not a list of structs")
+            out = []
+            for _ in range(size):
+                rows = 0
+                for gfid, gkind in reader.fields():
+                    if gfid == 3 and gkind == 6:
+                        rows = reader.zigzag()
+                    else:
+                        reader.skip(gkind)
+                out.append(rows)
+            return out
+        reader.skip(kind)
+    return []
+
+
+def _footer(path: Path) -> bytes:
+    """The footer's bytes (FileMetaData), checked to be one."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -182,10 +205,14 @@ def _top_level(path: Path) -> list[tuple[Element, list[Element]]]:
             raise FooterError("no PAR1 at its end: not a Parquet file (or cut short)")
         if length > min(size - 12, MAX_FOOTER):
             raise FooterError(f"its footer claims {length} bytes, more than the file holds")
-        meta = os.pread(fd, length, size - 8 - length)
+        return os.pread(fd, length, size - 8 - length)
     finally:
         os.close(fd)
-    schema = _schema(_Reader(meta))
+
+
+def _top_level(path: Path) -> list[tuple[Element, list[Element]]]:
+    """The root's children, each with the elements of its subtree (itself first)."""
+    schema = _schema(_Reader(_footer(path)))
     if not schema:
         raise FooterError("the footer's schema is empty")
     # Depth-first: the root's children are the columns; skip each column's own subtree.
@@ -206,4 +233,4 @@ def _after_subtree(schema: list[Element], i: int) -> int:
     return i
 
 
-__all__ = ["Element", "FooterError", "parquet_column_kinds", "parquet_columns"]
+__all__ = ["Element", "FooterError", "parquet_column_kinds", "parquet_columns", "parquet_row_counts"]
