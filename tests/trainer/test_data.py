@@ -188,7 +188,7 @@ def test_the_synthetic_corpus_is_an_in_memory_shard_read_like_files(tmp_path: Pa
     """One data path (issue 28): generated rows are a shard of 64-row blocks, assigned to ranks, windowed and
     shuffled by the file path's order; every epoch reads every row once."""
     from mw_env.trainer.data import open_corpus
-    from mw_env.trainer.data.stream import FileProducer
+    from mw_env.trainer.data.producer import FileProducer
 
     cfg = resolve_config(
         overrides=[
@@ -222,7 +222,7 @@ def test_the_synthetic_corpus_is_an_in_memory_shard_read_like_files(tmp_path: Pa
     assert len(set(epoch0)) == len(set(epoch1)) and sorted(epoch0) == sorted(epoch1) and epoch0 != epoch1
     assert sum(d.counts.rows for d in first) == 400
     two = [open_corpus(cfg, rank=r, world=2) for r in (0, 1)]
-    assert set(two[0].owned[0]).isdisjoint(two[1].owned[1])  # each rank its own blocks
+    assert set(two[0].owned[0]).isdisjoint(two[1].owned[1])  # each lane its own blocks
     assert corpus.val.rows == 24 and corpus.identity["shards"][0]["kind"] == "synthetic"
 
 

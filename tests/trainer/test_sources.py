@@ -102,8 +102,7 @@ def test_every_rank_draws_in_proportion_and_repeats_the_small_source(
         finally:
             producer.close()
         assert small == c.weighted.mix.counts(steps * 8)[0] == 120  # exactly 1 row in 4
-    rows = [{"stream_row": 480}] * world
-    card = c.card(Counts(len(c.labels)), rows)
+    card = c.card(Counts(len(c.labels)), steps)  # every lane at stream row 60 x 8 = 480
     assert c.weighted.describe() == "small 25.0% (40 rows), large 75.0% (300 rows)"
     mix = {s["name"]: s for s in card["mix"]}
     assert mix["small"]["configured_share"] == mix["small"]["realised_share"] == 0.25
@@ -151,7 +150,9 @@ def test_bad_sources_name_the_key(tmp_path: Path, sets: tuple[str, ...], message
         tiny_config(tmp_path, "data.source=files", *sets)
 
 
-def test_sources_that_overlap_or_are_too_small_are_refused(corpus: Path, tmp_path: Path) -> None:
+def test_sources_that_overlap_or_are_too_small_are_refused_and_few_row_groups_are_cut(
+    corpus: Path, tmp_path: Path
+) -> None:
     from mw_env.trainer.data import open_corpus
 
     both = (
@@ -164,8 +165,18 @@ def test_sources_that_overlap_or_are_too_small_are_refused(corpus: Path, tmp_pat
         InputError, match=r"data.sources\[1\].files: .*l-0.parquet is also one of data.sources\[0\]"
     ):
         open_corpus(cfg)
-    with pytest.raises(InputError, match=r"data.sources\[0\] \(small\): its training split has 4 block"):
-        open_corpus(_config(corpus, tmp_path / "b"), world=5)
+    # The small source's 4 row groups on 5 lanes: cut into row ranges, every lane a share of every source.
+    five = open_corpus(_config(corpus, tmp_path / "b"), world=5)
+    assert five.units["unit"] == "row ranges" and five.weighted is not None
+    assert all(five.weighted.owned[k][lane] for k in range(2) for lane in range(5))
+    assert (
+        "data.sources[0] (small): s.parquet has 4 row groups (40 rows); the 40 training rows are split into 20 ranges"
+        in five.units["why"]
+    )
+    with pytest.raises(
+        InputError, match=r"data.sources\[0\] \(small\): 40 row\(s\), of which 40 would train"
+    ):
+        open_corpus(_config(corpus, tmp_path / "c"), world=64)  # fewer rows than lanes
 
 
 def test_summary_names_each_source_and_its_share(corpus: Path, tmp_path: Path, capsys) -> None:

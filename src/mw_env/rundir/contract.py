@@ -28,6 +28,9 @@ LOG_FILE = "train.log"  # a detached run's stdout and stderr
 TORCHRUN_LOG = "torchrun.log"  # torchrun's own stderr, filtered out of the terminal (torchrun_output.py)
 DOCTOR_FILE = "doctor.json"  # the doctor's report at launch (launch.py)
 LOCK_NAME = ".lock"  # one trainer per run folder (runlock.py); a dotfile, so the manifest skips it
+ROW_TRACE_DIR = (
+    "row-trace"  # rank-<r>.jsonl: the rows each step read, with MW_ENV_TRACE_ROWS=1 (trainer/data/trace.py)
+)
 
 # Written or rewritten after MANIFEST.sha256, or by processes other than the trainer: never in the manifest.
 EXCLUDED_NAMES = frozenset({MANIFEST, LOG_FILE, RUN_FILE, STATE_FILE, TORCHRUN_LOG})

@@ -199,6 +199,8 @@ def evaluate_and_decide(
     rank 0 decides early stopping and shares it in a second, tiny reduce)."""
     from mw_env.trainer.lifecycle import hold
 
+    if not corpus.val.rows:  # no validation split (data.val_fraction 0): said at start, skipped here
+        return False
     hold("eval")  # the fault harness's eval phase
     stop = 0.0
     sums, samples = evaluate_share(

@@ -21,11 +21,11 @@ from typing import Any
 import torch
 
 from mw_env.base.errors import StepFailed
-from mw_env.rundir.contract import CHECKPOINTS_DIR, MANIFEST, METRICS_FILE, checkpoints_dir
+from mw_env.rundir.contract import MANIFEST, checkpoints_dir
 from mw_env.trainer.agree import run_lock
 from mw_env.trainer.ckpt import checkpoint as ckpt_mod
 from mw_env.trainer.ckpt.parts import restore as restore_parts
-from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts
+from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts, trace
 from mw_env.trainer.distributed import (
     DistInfo,
     barrier,
@@ -40,7 +40,14 @@ from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import build_model
 from mw_env.trainer.peers import lost_peer
-from mw_env.trainer.resume import check_compatible, pick_checkpoint
+from mw_env.trainer.resume import (
+    batch_note,
+    check_compatible,
+    corpus_lines,
+    in_checkpoint_lanes,
+    move_aside,
+    pick_checkpoint,
+)
 from mw_env.trainer.runtime import (
     cpu_bounds,
     environment_facts,
@@ -79,17 +86,6 @@ def _optimizer(model: torch.nn.Module, resolved: ResolvedConfig) -> torch.optim.
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
     groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": other, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
-
-
-def _move_aside(out_dir: Path, echo: Echo) -> None:
-    """--fresh: keep the old checkpoints and metrics, renamed, so a later resume cannot pick them up."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for name in (CHECKPOINTS_DIR, METRICS_FILE):
-        path = out_dir / name
-        if path.exists():
-            target = out_dir / f"{name}.old-{stamp}"
-            path.rename(target)
-            echo(f"--fresh: kept the previous {name} as {target}")
 
 
 def train(
@@ -137,9 +133,8 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
     hold("discovery")  # the fault harness's data-discovery phase (trainer/lifecycle.py)
     corpus = open_corpus(config, rank=dist.rank, world=dist.world)
     say(
-        f"corpus: {corpus.source}, {corpus.train_rows:,} train rows ({corpus.rank_rows(dist.rank):,} on this "
-        f"process), {corpus.val.rows:,} validation rows, {len(corpus.labels)} labels ({corpus.labels.origin}); "
-        f"opened in {time.perf_counter() - t0:.2f} s"
+        f"corpus: {corpus.source}, {corpus.train_rows:,} train rows, {corpus.val.rows:,} validation rows, "
+        f"{len(corpus.labels)} labels ({corpus.labels.origin}); opened in {time.perf_counter() - t0:.2f} s"
     )
     if corpus.weighted is not None:
         say(f"sources (share of the rows drawn): {corpus.weighted.describe()}")
@@ -172,7 +167,8 @@ def _restore(session: Session, path: Path, ckpt: dict[str, Any], accepted_change
             hint="--resume an older step-*.pt, or --fresh to start over (the old ones are kept, renamed)",
         ) from None
     s.trainer.schedule_from(s.resolved.config, s.state.step)
-    s.say(f"resumed from {path} at step {s.state.step}")
+    for line in [f"resumed from {path} at step {s.state.step}", *batch_note(s.corpus, s.resolved.config)]:
+        s.say(line)
     for line in resume_warnings(ckpt.get("config") or {}, s.resolved.config, s.state.step):
         s.say(f"warning: {line}")
 
@@ -202,7 +198,7 @@ def _run(
     if dist.main:
         out_dir.mkdir(parents=True, exist_ok=True)
         if fresh:
-            _move_aside(out_dir, say)
+            move_aside(out_dir, say)
         ckpt_mod.remove_stale_temporaries(ckpt_dir)
     barrier(dist)
     corpus, trainer = _build(resolved, dist, say)
@@ -212,10 +208,12 @@ def _run(
     accepted: dict[Path, list[str]] = {}  # per checked checkpoint: the corpus changes allowed through
 
     def usable(path: Path, ckpt: dict[str, Any]) -> None:
-        # A changed config, world size, label set or corpus is the user's change, not a damaged file: an
-        # InputError that stops the search (every older checkpoint would differ the same way). A checkpoint
-        # this trainer's objects cannot take is damaged: CheckpointError, the previous one is tried.
-        accepted[path] = check_compatible(path, ckpt, config=resolved.config, dist=dist, corpus=corpus)
+        # A changed config, label set or corpus (or a world size the global batch does not split over) is the
+        # user's change, not a damaged file: an InputError that stops the search (every older checkpoint would
+        # differ the same way). A checkpoint this trainer's objects cannot take is damaged: CheckpointError, the
+        # previous one is tried.
+        in_lanes = in_checkpoint_lanes(ckpt, corpus)  # a resume keeps the run's lanes and global batch
+        accepted[path] = check_compatible(path, ckpt, config=resolved.config, dist=dist, corpus=in_lanes)
         ckpt_mod.check_for_run(
             path,
             ckpt,
@@ -247,6 +245,11 @@ def _run(
         # A venv changed since its lock: the report and the data card name it, and what the run's lock holds.
         facts["venv_drift"] = drift_fact(Path(sys.prefix), carried[1] if carried else None)
     metrics = MetricsWriter(out_dir, tracking=rt.tracking, hparams=hparams, enabled=dist.main)
+    corpus = in_checkpoint_lanes(found[1], corpus) if found is not None else corpus
+    for line in corpus_lines(
+        corpus
+    ):  # the split, the units and the lanes this run reads (a resume: the run's)
+        say(line)
     session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
     if found is not None:
         resumed_from = found[0]
@@ -292,6 +295,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
         pin=s.trainer.device.type == "cuda",
     )
     reason, last_ckpt = "max_steps", None
+    tracer = trace.TraceWriter(s.out_dir, dist.rank) if trace.enabled() else None
     log = StepLog(
         s.metrics,
         s.say,
@@ -299,7 +303,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
         rt.max_steps,
         s.trainer.device.type,
         lambda: sum(p.numel() for p in s.trainer.model.parameters()),
-        rows_per_step=config.optim.batch_size * config.optim.accumulation_steps * dist.world,
+        rows_per_step=s.corpus.layout.global_rows,  # the global batch: the run's lanes x their rows a step
         progress_every=PROGRESS_S if dist.main and sys.stdout.isatty() else None,
     )
     # Data wait in two figures: the first fill (the first window read and encoded before step 1 can run)
@@ -322,6 +326,8 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
                 torch.manual_seed(step_seed(rt.seed, step, dist.world, dist.rank))
                 out = s.trainer.step(data.micro, lambda: stop.requested)
                 s.counts.merge(data.counts)
+                if tracer is not None:
+                    tracer.write(step, data.ids)
                 state.step = step + 1
                 now = time.perf_counter()
                 log.add(state.step, out, waited, now - t_last)  # its metrics are read on log steps only
@@ -380,6 +386,8 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     finally:
         reader.close()
         producer.close()
+        if tracer is not None:
+            tracer.close()
     steady_s = time.perf_counter() - t_first
     s.metrics.log(
         "data_wait",
@@ -413,7 +421,7 @@ def _finish(
         from mw_env.trainer.report.report import write_report
 
         total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
-        card = s.corpus.card(total, [p["position"] for p in parts])
+        card = s.corpus.card(total, state.step)
         # The venv as it was (issue 30 #3), the weights it started from and the nodes' environments (issue 38).
         for key in ("venv_drift", "init_from", "env_mismatch"):
             if s.facts.get(key):

@@ -53,15 +53,17 @@ class Session:
         return checkpoints_dir(self.out_dir)
 
     def position(self) -> dict[str, Any]:
-        """Where this rank's stream stands before step `state.step` (arithmetic on row counts)."""
-        o = self.resolved.config.optim
-        rows = self.state.step * o.batch_size * o.accumulation_steps
-        per_epoch = self.corpus.rank_rows(self.dist.rank)
+        """Where this rank stands before step `state.step` (arithmetic on row counts): the lanes it reads, their
+        stream row (the same in every lane) and the first one's epoch, and the rows it read."""
+        layout, step = self.corpus.layout, self.state.step
+        lanes = layout.lanes_of(self.dist.rank)
+        row = step * layout.lane_rows
         return {
-            "next_step": self.state.step,
-            "stream_row": rows,
-            "epoch": rows // per_epoch,
-            "rows_consumed": rows,
+            "next_step": step,
+            "lanes": lanes,
+            "stream_row": row,
+            "epoch": row // max(1, self.corpus.lane_rows(lanes[0])),
+            "rows_consumed": step * layout.share,
         }
 
     def save(self, *, final: bool = False) -> Path | None:

@@ -188,6 +188,8 @@ SECTIONS: dict[str, type] = {
 
 # Keys that change what the checkpoint's tensors mean or which rows a step sees; a resume with a
 # different value would silently train something else, so it is refused (other knobs may change).
+# optim.batch_size and optim.accumulation_steps may change: a resume keeps the run's global batch (its lanes and
+# their rows a step, recorded in the checkpoint: trainer/data/lanes.py) and only re-cuts it into micro-batches.
 ARCHITECTURE_KEYS = (
     "model.d_model",
     "model.n_layers",
@@ -199,8 +201,6 @@ ARCHITECTURE_KEYS = (
     "data.source",
     "data.tokenizer",
     "data.seed",
-    "optim.batch_size",
-    "optim.accumulation_steps",
     "runtime.seed",
 )
 

@@ -117,11 +117,15 @@ def _restore_rng(s: Held, v: Any) -> None:
 
 
 def _restore_counts(s: Held, v: Any) -> None:
-    from mw_env.trainer.data import Counts
+    from mw_env.trainer.data import Counts, sum_counts
 
     saved = (v or {}).get("counts") or []
-    if s.dist.rank < len(saved) and not s.accepted_changes:  # a changed corpus counts afresh
+    if s.accepted_changes or not saved:  # a changed corpus counts afresh
+        return
+    if len(saved) == s.dist.world:
         s.counts = Counts.from_dict(saved[s.dist.rank])
+    elif s.dist.rank == 0:  # another world size: rank 0 carries the sum, so the card's total is kept
+        s.counts = sum_counts(saved, len(s.corpus.labels))
 
 
 def _data(s: Held, g: Gathered) -> dict[str, Any]:

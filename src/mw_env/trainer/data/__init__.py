@@ -1,21 +1,28 @@
 """Data: tokenizers, corpora (JSONL/Parquet shards streamed; the synthetic one an in-memory shard read the same
 way), the resumable order.
 
-- tokenize.py  tokenizers and the per-row reference encoding (a word's label on its first sub-token)
-- encode.py    the vectorised encoder: Arrow columns of many rows -> flat id/label buffers
-- labels.py    the label set and the BIO consistency count
-- shards.py    shard discovery, identity from footers (each read once)
-- index.py     the corpus index built once by rank 0, broadcast, cached; the label sample
-- reader.py    reading ranges of rows (pieces of row groups) as Arrow columns
-- order.py     which row every (step, micro-batch, rank) reads: a pure function of the step
-- mix.py       weighted sources: which source each row of a rank's stream comes from (a fixed schedule)
-- sources.py   the training sources (data.train_files, or data.sources with weights) and their blocks per rank
-- batches.py   the Batch and padding
-- stream.py    the file producer (windows of rows), gather/pad/count, the background reader
-- workers.py   encoder worker processes
-- memory.py    rows held in memory (train predict/evaluate) on the same encoder and gather
-- card.py      counts of what was read, for the data card
-- corpus.py    opening a corpus (its index) and building the card
+- tokenize.py   tokenizers and the per-row reference encoding (a word's label on its first sub-token)
+- encode.py     the vectorised encoder: Arrow columns of many rows -> flat id/label buffers
+- labels.py     the label set and the BIO consistency count
+- shards.py     shard discovery, identity from footers (each read once)
+- index.py      the corpus index built once by rank 0, broadcast, cached; the label sample
+- split.py      the training units and the validation split (trainspec/units.py's plan) for a number of lanes
+- memshard.py   the synthetic corpus as in-memory shards
+- reader.py     reading ranges of rows (pieces of row groups or of row ranges) as Arrow columns
+- lanes.py      the global batch of a step as lanes' rows, and each rank's share of it, whatever the world size
+- order.py      which row each position of a lane's stream holds: a pure function of the position
+- mix.py        weighted sources: which source each row of a lane's stream comes from (a fixed schedule)
+- sources.py    the training sources (data.train_files, or data.sources with weights) and their units per lane
+- batches.py    the Batch and padding
+- stream.py     encoded rows, gather/pad/count, the background reader, validation pieces
+- producer.py   a rank's steps: its lanes' windows and each step's micro-batches
+- valsource.py  the validation split as evaluations read it
+- trace.py      the opt-in row trace (MW_ENV_TRACE_ROWS): the rows each step of each rank read
+- workers.py    encoder worker processes
+- memory.py     rows held in memory (train predict/evaluate) on the same encoder and gather
+- card.py       counts of what was read, for the data card
+- datacard.py   the data card
+- corpus.py     opening a corpus (its index), laying it out in lanes
 """
 
 from __future__ import annotations

@@ -1,55 +1,58 @@
-"""Opening a corpus: shards and blocks from footers, the label set, the train/val split, the card.
+"""Opening a corpus: shards and blocks from footers, the label set, the units and the validation split, the
+lanes, the card.
 
 Nothing here reads the training data itself: a streamed corpus opens from its index (index.py:
 footers, built once by rank 0 and cached; plus, when `data.labels` is unset, a bounded sample of
-the tags column). The rows are read by the rank's producer (stream.py), which `Corpus.producer`
+the tags column). The rows are read by the rank's producer (producer.py), which `Corpus.producer`
 builds. Validation is sharded: each rank evaluates its contiguous share of the held-out rows.
+
+The index is independent of the lanes; the units (split.py), their assignment to lanes and the layout of a
+step (lanes.py) are computed from it on every rank, with no exchange, so `with_lanes` re-lays the same corpus
+for a checkpoint's lanes (a resume on another world size) at the cost of that arithmetic.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mw_env.base.errors import InputError
-from mw_env.trainer.data import card as card_mod
 from mw_env.trainer.data import index as index_mod
-from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import VectorEncoder
 from mw_env.trainer.data.labels import BUNDLED, LabelSet, discovered, from_config
+from mw_env.trainer.data.lanes import Layout
+from mw_env.trainer.data.memshard import recut, synthetic_block_rows, synthetic_shards
 from mw_env.trainer.data.order import RankOrder, assign_blocks
+from mw_env.trainer.data.producer import FileProducer, LaneStream
 from mw_env.trainer.data.reader import PieceReader
 from mw_env.trainer.data.shards import Block, Shard
-from mw_env.trainer.data.sources import WeightedSources, index_train, weighted
-from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding, FileProducer, gather, iter_val_rows
+from mw_env.trainer.data.sources import WeightedSources, index_train
+from mw_env.trainer.data.split import split_files, units_record
+from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding
 from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
+from mw_env.trainer.data.valsource import ValSource, val_batches
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.files import expand_files
-from mw_env.trainspec.synthetic import check_countries, generate_row
+from mw_env.trainspec.synthetic import check_countries
 
-# (source, batch_size, max_batches) -> the (batch, words) pairs of a validation pass
-ValBatches = Callable[["ValSource", int, int], Iterator[tuple[Batch, list[list[str]]]]]
+__all__ = ["Corpus", "ValSource", "encoder_for", "open_corpus", "ranks_per_node"]
 
 
 @dataclass
-class ValSource:
-    """The validation split, read from the start at every evaluation."""
+class _Opened:
+    """What a corpus is laid out from, lanes aside: the index (files) or the generated shards (synthetic)."""
 
-    rows: int
-    _batches: ValBatches
-    counts: Counts | None = None  # what the last full evaluation read
-    rank: int = 0  # this process's share of the rows: rank r of world evaluates rows [r*n/world, ...)
-    world: int = 1
-
-    def share(self) -> tuple[int, int]:
-        return self.rows * self.rank // self.world, self.rows * (self.rank + 1) // self.world
-
-    def batches(self, batch_size: int, max_batches: int) -> Iterator[tuple[Batch, list[list[str]]]]:
-        return self._batches(self, batch_size, max_batches)
+    config: TrainConfig
+    tokenizer: Tokenizer
+    labels: LabelSet
+    rank: int
+    world: int
+    train: list[Shard]
+    val: list[Shard]
+    source_of: list[int] = field(default_factory=list)
+    described: dict[str, object] | None = None  # synthetic: the generator's settings
 
 
 @dataclass
@@ -62,49 +65,80 @@ class Corpus:
     identity: dict[str, Any]  # stored in the checkpoint's `data`; compared on resume
     sources: list[dict[str, Any]]
     config: TrainConfig
+    layout: Layout
+    units: dict[str, Any]  # what the console and the card say about the units and the validation split
     rank: int = 0
-    world: int = 1
     shards: list[Shard] = field(default_factory=list)
-    blocks: list[Block] = field(default_factory=list)
-    owned: list[list[int]] = field(default_factory=list)  # block indices per rank
-    weighted: WeightedSources | None = None  # data.sources: the mix and each source's blocks per rank
+    blocks: list[Block] = field(default_factory=list)  # the training units
+    owned: list[list[int]] = field(default_factory=list)  # unit indices per lane
+    weighted: WeightedSources | None = None  # data.sources: the mix and each source's units per lane
+    opened: _Opened | None = None
+
+    @property
+    def world(self) -> int:
+        return self.layout.world
+
+    @property
+    def lanes(self) -> int:
+        return self.layout.lanes
+
+    def lane_rows(self, lane: int) -> int:
+        """A lane's rows per epoch."""
+        return sum(self.blocks[b].rows for b in self.owned[lane])
 
     def rank_rows(self, rank: int) -> int:
-        return sum(self.blocks[b].rows for b in self.owned[rank])
+        """The rows of the lanes rank `rank` reads."""
+        return sum(self.lane_rows(k) for k in self.layout.lanes_of(rank))
+
+    def with_lanes(self, lanes: int, lane_rows: int) -> Corpus:
+        """The same corpus laid out for `lanes` lanes of `lane_rows` rows a step (a checkpoint's)."""
+        if (lanes, lane_rows) == (self.lanes, self.layout.lane_rows) or self.opened is None:
+            return self
+        return _assemble(self.opened, lanes, lane_rows)
 
     def producer(self, stop: int | None = None) -> FileProducer:
         """This rank's producer; `stop`: the step the run ends before (nothing is read ahead past it)."""
-        c, o = self.config, self.config.optim
+        from mw_env.trainer.data import trace
+
+        c = self.config
         w = self.weighted
         several = w is not None and len(w.names) > 1
-        orders = [
-            RankOrder(
-                self.blocks,
-                owned[self.rank],
-                seed=c.runtime.seed,
-                rank=self.rank,
-                window_rows=c.data.shuffle_rows,
-                salt=(k,) if several else (),  # one source reads exactly as data.train_files does
-            )
-            for k, owned in enumerate(w.owned if w is not None else [self.owned])
-        ]
-        reader = PieceReader(self.shards, self.blocks, _columns(c))
         auto = c.data.workers < 0  # the automatic count starts workers only for windows worth splitting
+        columns = _columns(c)
         encoding = Encoding(
-            reader,
+            PieceReader(self.shards, self.blocks, columns),
             _encoder(self.tokenizer, self.labels, c),
             self.labels,
             self.workers,
             min_rows=ENCODE_ROWS if auto else 0,
         )
+        end = None if stop is None else stop * self.layout.lane_rows
+        lanes = {}
+        for lane in self.layout.lanes_of(self.rank):
+            orders = [
+                RankOrder(
+                    self.blocks,
+                    owned[lane],
+                    seed=c.runtime.seed,
+                    rank=lane,
+                    window_rows=c.data.shuffle_rows,
+                    salt=(k,) if several else (),  # one source reads exactly as data.train_files does
+                )
+                for k, owned in enumerate(w.owned if w is not None else [self.owned])
+            ]
+            # Each lane its own reader (its own cursors: two lanes' ranges of one row group do not rewind
+            # each other), sharing the rank's encoder and worker pool.
+            reader = PieceReader(self.shards, self.blocks, columns)
+            lanes[lane] = LaneStream(
+                orders, encoding.for_reader(reader), mix=w.mix if w is not None and several else None, end=end
+            )
         return FileProducer(
-            order=orders,
-            mix=w.mix if w is not None and several else None,
+            lanes=lanes,
+            layout=self.layout,
+            rank=self.rank,
             encoding=encoding,
             labels=self.labels,
-            batch_size=o.batch_size,
-            accumulation=o.accumulation_steps,
-            stop=stop,
+            ids=trace.RowIds(self.shards) if trace.enabled() else None,
         )
 
     @property
@@ -115,50 +149,11 @@ class Corpus:
 
         return rank_workers(self.config.data.workers, ranks_per_node())[0]
 
-    def card(self, train: Counts, positions: list[dict[str, Any]]) -> dict[str, Any]:
+    def card(self, train: Counts, step: int) -> dict[str, Any]:
         """The data card (report/data_card.json); its structure is documented in docs/training.md."""
-        val = self.val.counts or Counts(len(self.labels))
-        names = self.labels.names
-        return {
-            "source": self.source,
-            "tokenizer": self.tokenizer.kind,
-            "labels": list(names),
-            "labels_from": self.labels.origin,
-            "rows": {"train": self.train_rows, "val": self.val.rows},
-            "consumed": {
-                "rows": train.rows,
-                "tokens": train.tokens,
-                "words": train.words,
-                "epochs": train.rows / self.train_rows if self.train_rows else 0.0,
-            },
-            "tag_distribution": {
-                "train": card_mod.tag_distribution(train, names),
-                "val": card_mod.tag_distribution(val, names),
-            },
-            "token_lengths": {
-                "train": card_mod.length_distribution(train),
-                "val": card_mod.length_distribution(val),
-            },
-            "truncated_words": train.truncated_words,
-            "unknown_tag_words": {"train": train.unknown_tag_words, "val": val.unknown_tag_words},
-            "bio_inconsistencies": {
-                "train": train.bio_errors,
-                "val": val.bio_errors,
-                "examples": train.bio_examples + val.bio_examples,
-            },
-            "shuffle": {
-                "seed": self.config.runtime.seed,
-                "block": "row group (Parquet) / ~4 MiB of lines (JSONL)"
-                if self.source == "files"
-                else f"{synthetic_block_rows(self.config.data.synthetic_rows, self.world)} generated rows",
-                "window_rows": self.config.data.shuffle_rows,
-            },
-            "ranks": [
-                {"rank": r, "rows_per_epoch": self.rank_rows(r), **pos} for r, pos in enumerate(positions)
-            ],
-            "sources": self.sources,
-            **({"mix": self.weighted.card(positions)} if self.weighted is not None else {}),
-        }
+        from mw_env.trainer.data.datacard import data_card
+
+        return data_card(self, train, step)
 
 
 def _columns(c: TrainConfig) -> tuple[str, str]:
@@ -181,37 +176,7 @@ def _encoder(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
     )
 
 
-def _in_val(seed: int, shard: Shard, block: Block, fraction: float) -> float:
-    digest = hashlib.blake2b(f"{seed}:{shard.path.name}:{block.part}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
-
-
-VAL_CHUNK = 4096  # validation rows read and encoded at a time
-SAMPLE_ROWS = 16  # rows whose words are kept for the printed samples
-
-
-def _val_batches(encoding: Encoding, blocks: list[Block]) -> ValBatches:
-    def batches(src: ValSource, batch_size: int, max_batches: int) -> Iterator[tuple[Batch, list[list[str]]]]:
-        import numpy as np
-
-        counts = Counts(len(encoding.labels))
-        first, stop = src.share()
-        if max_batches:
-            stop = min(stop, first + max_batches * batch_size)
-        done = 0
-        for rows in iter_val_rows(encoding, blocks, first, stop, max(VAL_CHUNK, batch_size), SAMPLE_ROWS):
-            for a in range(0, len(rows.enc), batch_size):
-                idx = np.arange(a, min(a + batch_size, len(rows.enc)))
-                head = rows.head if done < SAMPLE_ROWS and src.rank == 0 else []
-                words = [head[i] if i < len(head) else [] for i in idx.tolist()]
-                yield gather([(rows, idx)], counts), words
-                done += len(idx)
-        src.counts = counts
-
-    return batches
-
-
-def _index(config: TrainConfig, world: int) -> dict[str, Any]:
+def _index(config: TrainConfig) -> dict[str, Any]:
     """Rank 0: the shards of both lists and the tags sample, from the run's cache where it holds them."""
     data, columns = config.data, _columns(config)
     run_dir = Path(config.runtime.out_dir).expanduser()
@@ -244,194 +209,132 @@ def _index(config: TrainConfig, world: int) -> dict[str, Any]:
     }
 
 
-def open_corpus(config: TrainConfig, *, rank: int = 0, world: int = 1) -> Corpus:
-    """The corpus as this rank sees it: rank 0 reads the footers (once, cached); the others get its index."""
+def open_corpus(
+    config: TrainConfig, *, rank: int = 0, world: int = 1, lanes: int = 0, lane_rows: int = 0
+) -> Corpus:
+    """The corpus as this rank sees it: rank 0 reads the footers (once, cached); the others get its index.
+    Laid out for `lanes` lanes of `lane_rows` rows a step (0: a fresh run's, the world size and optim.batch_size
+    x optim.accumulation_steps)."""
     data = config.data
     tok = make_tokenizer(data)
-    order_key: dict[str, Any] = {
-        "runtime_seed": config.runtime.seed,
-        "data_seed": data.seed,
-        "world_size": world,
-        "batch_size": config.optim.batch_size,
-        "accumulation_steps": config.optim.accumulation_steps,
-    }
+    lanes = lanes or world
+    lane_rows = lane_rows or config.optim.batch_size * config.optim.accumulation_steps
     if data.source == "synthetic":
-        return _synthetic(config, tok, order_key, rank, world)
-    columns = _columns(config)
-    index = index_mod.from_rank0(lambda: _index(config, world), world)
+        check_countries(data.countries)
+        train, val, described = synthetic_shards(config, lanes)
+        opened = _Opened(config, tok, BUNDLED, rank, world, [train], [val], described=described)
+        return _assemble(opened, lanes, lane_rows)
+    index = index_mod.from_rank0(lambda: _index(config), world)
     train_shards, val_shards = index["train"], index["val"]
-    n_shards = len(train_shards) + len(val_shards)
     labels = (
         from_config(data.labels)
         if data.labels
-        else discovered(index["tags"], index["tags_sampled"], n_shards)
+        else discovered(index["tags"], index["tags_sampled"], len(train_shards) + len(val_shards))
     )
-    all_blocks = [b for s in train_shards for b in s.blocks]
-    if val_shards:
-        train_blocks, val_blocks = all_blocks, [b for s in val_shards for b in s.blocks]
-        val_from = val_shards
-    else:
-        if len(all_blocks) < 2:
-            jsonl = all(s.kind == "jsonl" for s in train_shards)
-            unit = "~4 MiB blocks of lines" if jsonl else "row groups"
-            raise InputError(
-                f"data.val_fraction holds out whole {unit}, but the training shards have {len(all_blocks)}",
-                hint="name validation shards in data.val_files, or "
-                + (
-                    "split the JSONL file in two or more files"
-                    if jsonl
-                    else "write the shards with smaller row groups"
-                ),
-            )
-        score = {b: _in_val(data.seed, train_shards[b.shard], b, data.val_fraction) for b in all_blocks}
-        held = [b for b in all_blocks if score[b] < data.val_fraction] or [
-            min(all_blocks, key=score.__getitem__)
-        ]
-        if len(held) == len(all_blocks):
-            held = held[:-1]
-        held_set = set(held)
-        train_blocks = [b for b in all_blocks if b not in held_set]
-        val_blocks, val_from = held, train_shards
+    opened = _Opened(config, tok, labels, rank, world, train_shards, val_shards, index["source_of"])
+    return _assemble(opened, lanes, lane_rows)
+
+
+def _assemble(o: _Opened, lanes: int, lane_rows: int) -> Corpus:
+    config, data = o.config, o.config.data
+    layout = Layout(lanes, lane_rows, o.world, config.optim.batch_size)
+    layout.check()
+    order_key: dict[str, Any] = {
+        "runtime_seed": config.runtime.seed,
+        "data_seed": data.seed,
+        "lanes": lanes,
+        "lane_rows": lane_rows,
+        "shuffle_rows": data.shuffle_rows,
+    }
+    columns = _columns(config)
+    if o.described is not None:
+        return _assemble_synthetic(o, layout, order_key)
+    split = split_files(config, o.train, o.val, o.source_of, lanes)
+    plan, mixed = split.plan, split.weighted
+    if not o.val:
         order_key["val_fraction"] = data.val_fraction
-    mixed = weighted(config, train_blocks, index["source_of"], world)
+    if plan.ranges or plan.val:  # the units themselves (a whole-block corpus: the footers say them)
+        order_key["units"] = plan.key()
     if mixed is not None:
         order_key["sources"] = mixed.order_key()
-    if len(train_blocks) < world:
-        raise InputError(
-            f"the training split has {len(train_blocks)} row group(s), fewer than the {world} processes: "
-            "each process reads whole row groups of its own",
-            hint="write the shards with smaller row groups (pyarrow.parquet.write_table(..., row_group_size=N)), "
-            "or use fewer processes",
-        )
-    order_key.update(
-        {"shuffle_rows": data.shuffle_rows, "tokens_column": columns[0], "tags_column": columns[1]}
+    order_key.update({"tokens_column": columns[0], "tags_column": columns[1]})
+    val_encoding = Encoding(
+        PieceReader(split.val_from, split.val, columns), _encoder(o.tokenizer, o.labels, config), o.labels
     )
-    val_encoding = Encoding(PieceReader(val_from, val_blocks, columns), _encoder(tok, labels, config), labels)
     val = ValSource(
-        sum(b.rows for b in val_blocks), _val_batches(val_encoding, val_blocks), rank=rank, world=world
+        sum(b.rows for b in split.val), val_batches(val_encoding, split.val), rank=o.rank, world=o.world
     )
-    train_ids, val_ids = [s.identity() for s in train_shards], [s.identity() for s in val_shards]
+    train_ids, val_ids = [s.identity() for s in o.train], [s.identity() for s in o.val]
     if mixed is not None:  # a shard moved to another source is a changed corpus
-        train_ids = [
-            {**i, "source": mixed.names[k]} for i, k in zip(train_ids, index["source_of"], strict=True)
-        ]
-    identity = {"source": "files", "order": order_key, "shards": train_ids, "val_shards": val_ids}
+        train_ids = [{**i, "source": mixed.names[k]} for i, k in zip(train_ids, o.source_of, strict=True)]
     sources = [{"kind": "train", **i} for i in train_ids] + [{"kind": "val", **i} for i in val_ids]
-    if not val_shards:
-        sources.append(
-            {
-                "kind": "val",
-                "held_out": [f"{train_shards[b.shard].path.name} row group {b.part}" for b in val_blocks],
-            }
-        )
+    if not o.val and split.val:
+        sources.append({"kind": "val", "held_out": split.held_out(o.train)})
     return Corpus(
         source="files",
-        tokenizer=tok,
-        labels=labels,
-        train_rows=sum(b.rows for b in train_blocks),
+        tokenizer=o.tokenizer,
+        labels=o.labels,
+        train_rows=plan.train_rows,
         val=val,
-        identity=identity,
+        identity={"source": "files", "order": order_key, "shards": train_ids, "val_shards": val_ids},
         sources=sources,
         config=config,
-        rank=rank,
-        world=world,
-        shards=train_shards,
-        blocks=train_blocks,
-        owned=(
-            assign_blocks(train_blocks, world, config.runtime.seed)
-            if mixed is None
-            else [sorted(b for per in mixed.owned for b in per[r]) for r in range(world)]
-        ),
+        layout=layout,
+        units=units_record(split, o.train, o.source_of, config),
+        rank=o.rank,
+        shards=o.train,
+        blocks=split.units,
+        owned=split.owned,
         weighted=mixed,
+        opened=o,
     )
 
 
-SYNTHETIC_BLOCK_ROWS = 64  # the synthetic corpus's blocks: what is assigned to ranks, as a row group is
-
-
-def synthetic_block_rows(rows: int, world: int) -> int:
-    """SYNTHETIC_BLOCK_ROWS, smaller where that would leave a process without a block of its own (64 rows on
-    2 processes: 32-row blocks). The world size is part of the order's key, so a block size that depends on it
-    changes nothing a resume relies on."""
-    return max(1, min(SYNTHETIC_BLOCK_ROWS, rows // max(1, world)))
-
-
-def _memory_shard(
-    name: str, rows: Iterator[tuple[list[str], list[str]]], described: dict[str, object], block_rows: int
-) -> Shard:
-    """Generated rows as an in-memory shard of `block_rows`-row blocks, read by the file path."""
-    import pyarrow as pa
-
-    words, tags = [], []
-    for w, t in rows:
-        words.append(w)
-        tags.append(t)
-    typ = pa.list_(pa.string())
-    n, b = len(words), block_rows
-    blocks = [Block(0, k, min(b, n - k * b), start=k * b) for k in range(-(-n // b))]
-    return Shard(
-        Path(f"synthetic {name}"),
-        "memory",
-        0,
-        "",
-        blocks,
-        memory=(pa.array(words, typ), pa.array(tags, typ)),
-        described=described,
-    )
-
-
-def _synthetic(
-    config: TrainConfig, tok: Tokenizer, order_key: dict[str, Any], rank: int, world: int
-) -> Corpus:
+def _assemble_synthetic(o: _Opened, layout: Layout, order_key: dict[str, Any]) -> Corpus:
     """The generated corpus as two in-memory shards (train, val), opened and read like files."""
-    data = config.data
-    check_countries(data.countries)
-    source = {
-        "kind": "synthetic",
-        "generator": "mw_env.trainspec.synthetic",
-        "seed": data.seed,
-        "rows": data.synthetic_rows,
-        "val_rows": data.synthetic_val_rows,
-        "countries": list(data.countries),
-        "noise": data.noise,
-    }
-    block_rows = synthetic_block_rows(data.synthetic_rows, world)
-    train, val = (
-        _memory_shard(
-            name,
-            (
-                generate_row(seed=data.seed, split=name, index=i, countries=data.countries, noise=data.noise)
-                for i in range(n)
-            ),
-            source if name == "train" else {"kind": "synthetic", "split": "val", "rows": n},
-            block_rows,
-        )
-        for name, n in (("train", data.synthetic_rows), ("val", data.synthetic_val_rows))
-    )
-    if len(train.blocks) < world:
+    config, data = o.config, o.config.data
+    lanes = layout.lanes
+    if data.synthetic_rows < lanes:
         raise InputError(
-            f"data.synthetic_rows = {data.synthetic_rows} is fewer rows than the {world} processes: each "
-            "process reads rows of its own",
-            hint=f"--set data.synthetic_rows={world} or more (a few hundred to learn anything), or use fewer "
+            f"data.synthetic_rows = {data.synthetic_rows} is fewer rows than the {lanes} lane(s) (the processes "
+            "of the run's first start): each lane reads rows of its own",
+            hint=f"--set data.synthetic_rows={lanes} or more (a few hundred to learn anything), or use fewer "
             "processes",
         )
-    order_key.update({"shuffle_rows": data.shuffle_rows, "block_rows": block_rows})
-    columns = _columns(config)
-    val_encoding = Encoding(PieceReader([val], val.blocks, columns), _encoder(tok, BUNDLED, config), BUNDLED)
+    block_rows = synthetic_block_rows(data.synthetic_rows, lanes)
+    train = recut(o.train[0], block_rows)
+    val = o.val[0]
+    order_key["block_rows"] = block_rows
+    val_encoding = Encoding(
+        PieceReader([val], val.blocks, _columns(config)), _encoder(o.tokenizer, BUNDLED, config), BUNDLED
+    )
+    assert o.described is not None
     return Corpus(
         source="synthetic",
-        tokenizer=tok,
+        tokenizer=o.tokenizer,
         labels=BUNDLED,
         train_rows=data.synthetic_rows,
-        val=ValSource(val.rows, _val_batches(val_encoding, val.blocks), rank=rank, world=world),
-        identity={"source": "synthetic", "order": order_key, "shards": [source], "val_shards": []},
-        sources=[source],
+        val=ValSource(val.rows, val_batches(val_encoding, val.blocks), rank=o.rank, world=o.world),
+        identity={"source": "synthetic", "order": order_key, "shards": [o.described], "val_shards": []},
+        sources=[dict(o.described)],
         config=config,
-        rank=rank,
-        world=world,
+        layout=layout,
+        units={
+            "unit": f"generated blocks of {block_rows} rows",
+            "why": f"{data.synthetic_rows:,} generated rows in {len(train.blocks):,} blocks of {block_rows} "
+            f"rows, {'the one lane reads' if lanes == 1 else f'each of the {lanes} lanes reads'} whole blocks "
+            "of its own",
+            "lanes": lanes,
+            "val_from": "generated (data.synthetic_val_rows)",
+            "val_rows": val.rows,
+            "val_share": None,
+            "train_rows": data.synthetic_rows,
+        },
+        rank=o.rank,
         shards=[train],
         blocks=train.blocks,
-        owned=assign_blocks(train.blocks, world, config.runtime.seed),
+        owned=assign_blocks(train.blocks, lanes, config.runtime.seed),
+        opened=o,
     )
 
 

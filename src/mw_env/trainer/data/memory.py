@@ -1,6 +1,6 @@
 """Rows held in memory, encoded by the same encoder (encode.py) into the same flat buffers and batched by the
 same gather/pad/count (stream.gather) as a streamed corpus's: what `train predict`/`evaluate` tag. (The
-synthetic corpus is an in-memory shard read by the file path: corpus._memory_shard.)
+synthetic corpus is an in-memory shard read by the file path: memshard.py.)
 """
 
 from __future__ import annotations

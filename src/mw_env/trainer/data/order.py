@@ -1,19 +1,22 @@
-"""The data order: which row every (step, micro-batch, rank) reads, as a pure function of the step.
+"""The data order: which row each lane's stream holds at every position, as a pure function of the position.
 
-Every corpus (files, or the synthetic one as an in-memory shard):
-- Blocks (row groups) are assigned to ranks once: in a permutation seeded by runtime.seed, each block
-  goes to the rank with the fewest rows so far. Rank r only ever reads its own blocks.
-- Epoch e of rank r: its blocks in a permutation keyed by (seed, e, r), their rows concatenated into
-  one stream and cut into windows of `data.shuffle_rows` rows (a window may start and end inside a
-  row group: memory is bounded in rows, whatever size the row groups are). The rows of window w are
-  permuted, keyed by (seed, e, r, w). A window is the shuffle's memory: its rows are held while read.
-- Rank r's micro-batch m of step s is rows [(s*A + m)*B, +B) of its endless stream of epochs, so
-  the position of any step is computed from row counts (footers), never replayed.
-- Weighted sources (data.sources, mix.py): each source's blocks are assigned and ordered as above, on
-  their own (keys salted with the source's index); row p of rank r's stream is row q of one source's
+A lane (lanes.py) is fixed for a run at its first start: one per process then. Every corpus (files, or the
+synthetic one as an in-memory shard):
+- Units (whole row groups / JSONL blocks, or row ranges of them: trainspec/units.py) are assigned to lanes
+  once: in a permutation seeded by runtime.seed, each unit goes to the lane with the fewest rows so far. A
+  lane only ever reads its own units.
+- Epoch e of lane k: its units in a permutation keyed by (seed, e, k) (the row ranges of one block move
+  together, in their order: the block is decoded once an epoch), their rows concatenated into one stream
+  and cut into windows of `data.shuffle_rows` rows (a window may start and end inside a unit: memory is
+  bounded in rows, whatever size the row groups are). The rows of window w are permuted, keyed by
+  (seed, e, k, w). A window is the shuffle's memory: its rows are held while read.
+- Row p of lane k's endless stream of epochs is found from row counts (footers), never replayed; step s
+  takes rows [s·Q, (s+1)·Q) of every lane (lanes.py), so the position of any step is arithmetic.
+- Weighted sources (data.sources, mix.py): each source's units are assigned and ordered as above, on
+  their own (keys salted with the source's index); row p of lane k's stream is row q of one source's
   stream, as the mix's fixed schedule says.
 
-The synthetic corpus is an in-memory shard of 64-row blocks (corpus._memory_shard) in the same order.
+The synthetic corpus is an in-memory shard of 64-row blocks (memshard.py) in the same order.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def _rng(*key: int) -> np.random.Generator:
 
 
 def assign_blocks(blocks: Sequence[Block], world: int, seed: int) -> list[list[int]]:
-    """Block indices per rank, balanced by rows; fixed for the whole run."""
+    """Unit indices per lane (`world`: the lanes), balanced by rows; fixed for the whole run."""
     loads = [0] * world
     owned: list[list[int]] = [[] for _ in range(world)]
     for b in _rng(seed, _ASSIGN).permutation(len(blocks)).tolist():
@@ -72,7 +75,8 @@ class Piece:
 
 
 class RankOrder:
-    """Rank r's endless stream: stream row p -> (window, row inside the window's permutation)."""
+    """Lane k's endless stream: stream row p -> (window, row inside the window's permutation). (`rank` is
+    the lane's number: a lane is the rank of that number at the run's first start.)"""
 
     def __init__(
         self,
@@ -88,15 +92,23 @@ class RankOrder:
         self.seed, self.rank, self.window_rows = seed, rank, window_rows
         self.salt = salt  # weighted sources: (source index,), so each source has its own permutations
         self.epoch_rows = sum(blocks[b].rows for b in self.owned)
+        # Row ranges of one block (trainspec/units.py) are permuted together and read in their order, so a
+        # block is decoded once an epoch, not once per range; a whole block is a group of one (as before).
+        groups: dict[tuple[int, int], list[int]] = {}
+        for b in self.owned:
+            groups.setdefault((blocks[b].shard, blocks[b].part), []).append(b)
+        self.groups = [sorted(g, key=lambda b: blocks[b].offset) for g in groups.values()]
         self._epoch = -1
         self._order: list[int] = []
         self._ends: list[int] = []
 
     def epoch_blocks(self, epoch: int) -> tuple[list[int], list[int]]:
-        """The epoch's blocks in reading order, and the cumulative row count at the end of each."""
+        """The epoch's units in reading order, and the cumulative row count at the end of each."""
         if epoch != self._epoch:
-            perm = _rng(self.seed, _EPOCH, epoch, self.rank, *self.salt).permutation(len(self.owned)).tolist()
-            self._order = [self.owned[i] for i in perm]
+            perm = (
+                _rng(self.seed, _EPOCH, epoch, self.rank, *self.salt).permutation(len(self.groups)).tolist()
+            )
+            self._order = [b for i in perm for b in self.groups[i]]
             self._ends = list(accumulate(self.blocks[b].rows for b in self._order))
             self._epoch = epoch
         return self._order, self._ends
@@ -137,8 +149,3 @@ class RankOrder:
     def position(self, p: int) -> dict[str, int]:
         window, offset = self.locate(p)
         return {"epoch": window.epoch, "window": window.number, "row_in_window": offset, "stream_row": p}
-
-
-def stream_rows_of(*, step: int, micro: int, batch_size: int, accumulation: int) -> range:
-    start = (step * accumulation + micro) * batch_size
-    return range(start, start + batch_size)

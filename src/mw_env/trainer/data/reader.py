@@ -157,9 +157,19 @@ class PieceReader:
     def __init__(self, shards: Sequence[Shard], blocks: Sequence[Block], columns: tuple[str, str]) -> None:
         self.shards, self.blocks, self.columns = shards, blocks, columns
         self._files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
-        self._cursors: OrderedDict[int, _Cursor] = OrderedDict()
-        self._jsonl: tuple[int, Any] | None = None
+        # Keyed by the whole block (shard, part): the row ranges of one block continue one batch iterator.
+        self._cursors: OrderedDict[tuple[int, int], _Cursor] = OrderedDict()
+        self._jsonl: tuple[tuple[int, int], Any] | None = None
+        self._whole: dict[tuple[int, int], Block] = {}
         self._lock = threading.Lock()
+
+    def whole(self, block: Block) -> Block:
+        """The whole block a unit (maybe a row range of it) belongs to, as the shard's footer or scan gave it."""
+        key = (block.shard, block.part)
+        if key not in self._whole:
+            found = [b for b in self.shards[block.shard].blocks if b.part == block.part]
+            self._whole[key] = found[0] if found else block
+        return self._whole[key]
 
     def _file(self, s: int) -> pq.ParquetFile:
         """The open ParquetFile of shard s; a stat at each call (each block started): a shard replaced,
@@ -178,9 +188,11 @@ class PieceReader:
         return f
 
     def _parquet(self, b: int, first: int, rows: int) -> list[pa.RecordBatch]:
-        block = self.blocks[b]
+        """Rows [first, first + rows) of the row group unit b is part of (`first` counted in the row group)."""
+        block = self.whole(self.blocks[b])
         shard = self.shards[block.shard]
-        cur = self._cursors.pop(b, None)
+        key = (block.shard, block.part)
+        cur = self._cursors.pop(key, None)
         try:
             if cur is None or cur.next_row > first:
                 it = self._file(block.shard).iter_batches(
@@ -214,7 +226,7 @@ class PieceReader:
         except Exception as exc:
             raise _unreadable(shard, block, exc) from None
         if cur.next_row < block.rows:
-            self._cursors[b] = cur
+            self._cursors[key] = cur
             while len(self._cursors) > CURSORS:
                 self._cursors.popitem(last=False)
         return out
@@ -228,31 +240,35 @@ class PieceReader:
             for p in pieces:
                 block = self.blocks[p.block]
                 memory = self.shards[block.shard].memory
+                at = block.offset + p.first  # the piece's first row in the whole block
                 if memory is not None:  # the synthetic corpus: rows [start, start + rows) of its arrays
-                    first = block.start + p.first
+                    first = block.start + at
                     tokens.append(memory[0].slice(first, p.rows))
                     tags.append(memory[1].slice(first, p.rows))
                     local.append(np.arange(first, first + p.rows, dtype=np.int64))
                     part.append(np.full(p.rows, SYNTHETIC, dtype=np.int32))
                 elif self.shards[block.shard].kind == "parquet":
-                    for rb in self._parquet(p.block, p.first, p.rows):
+                    for rb in self._parquet(p.block, at, p.rows):
                         # Dictionary-encoded strings (a categorical) as plain ones: the encoder reads
                         # string offsets and bytes, and batches with different dictionaries concatenate.
                         tokens.append(as_string_lists(rb.column(0)))
                         tags.append(as_string_lists(rb.column(1)))
-                    local.append(np.arange(p.first, p.first + p.rows, dtype=np.int64))
+                    local.append(np.arange(at, at + p.rows, dtype=np.int64))
                     part.append(np.full(p.rows, block.part, dtype=np.int32))
                 else:
-                    if self._jsonl is None or self._jsonl[0] != p.block:
-                        a, b, line_nos = parse_jsonl(self.shards[block.shard], block, self.columns)
+                    key = (block.shard, block.part)  # a JSONL block is parsed whole, once for all its ranges
+                    if self._jsonl is None or self._jsonl[0] != key:
+                        a, b, line_nos = parse_jsonl(
+                            self.shards[block.shard], self.whole(block), self.columns
+                        )
                         typ = pa.list_(pa.string())
-                        self._jsonl = (p.block, (pa.array(a, typ), pa.array(b, typ), np.array(line_nos)))
+                        self._jsonl = (key, (pa.array(a, typ), pa.array(b, typ), np.array(line_nos)))
                     else:  # rows parsed before: the file must still be the one they came from
                         check_stamp(self.shards[block.shard])
                     ta, ga, lines = self._jsonl[1]
-                    tokens.append(ta.slice(p.first, p.rows))
-                    tags.append(ga.slice(p.first, p.rows))
-                    local.append(lines[p.first : p.first + p.rows].astype(np.int64))
+                    tokens.append(ta.slice(at, p.rows))
+                    tags.append(ga.slice(at, p.rows))
+                    local.append(lines[at : at + p.rows].astype(np.int64))
                     part.append(np.full(p.rows, -1, dtype=np.int32))
                 shard_ix.append(np.full(p.rows, block.shard, dtype=np.int32))
         return Chunk(

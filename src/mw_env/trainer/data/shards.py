@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any
 from mw_env.base.errors import InputError, StepFailed
 from mw_env.trainspec.columns import arrow_kind, require_string_lists
 from mw_env.trainspec.extras import bootstrap_hint
+from mw_env.trainspec.formats.jsonlblocks import BLOCK_BYTES, scan_blocks
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyarrow import NativeFile
     from pyarrow.parquet import FileMetaData
 
-JSONL_BLOCK_BYTES = 4 << 20
+JSONL_BLOCK_BYTES = BLOCK_BYTES
 _U32 = struct.Struct("<I")  # the footer length in a Parquet trailer
 HINT_DAMAGED = (
     "the shard is damaged or not what it claims: re-export it, or drop it from the file list "
@@ -58,6 +59,9 @@ class Block:
     start: int = 0  # JSONL: byte range [start, stop) and the 1-based number of its first line
     stop: int = 0
     first_line: int = 1
+    # A row range of the block (trainspec/units.py): its first row in the whole block, whose rows `rows` are
+    # then a part of. 0 with rows = the block's: the whole block (a shard's own list holds only those).
+    offset: int = 0
 
 
 @dataclass
@@ -297,29 +301,18 @@ def _open_parquet(
 
 
 def _open_jsonl(path: Path, index: int) -> Shard:
-    blocks: list[Block] = []
     try:
         fh = path.open("rb")
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror}", hint="name a readable JSONL or Parquet file") from None
     h = hashlib.sha256()
     with fh:
-        start = pos = 0
-        rows, first = 0, 1
-        for line, raw in enumerate(fh, start=1):
-            pos += len(raw)
-            if raw.strip():
-                rows += 1
-            if pos - start >= JSONL_BLOCK_BYTES:
-                blocks.append(Block(index, len(blocks), rows, start, pos, first))
-                start, rows, first = pos, 0, line + 1
-        if pos > start:
-            blocks.append(Block(index, len(blocks), rows, start, pos, first))
-        size = pos
+        spans, size = scan_blocks(fh, JSONL_BLOCK_BYTES)
         fh.seek(0)
         h.update(fh.read(65536))
         fh.seek(max(size - 65536, 0))
         h.update(fh.read(65536))
+    blocks = [Block(index, k, rows, start, stop, first) for k, (start, stop, rows, first) in enumerate(spans)]
     h.update(json.dumps([(b.start, b.stop, b.rows) for b in blocks]).encode())
     return Shard(path, "jsonl", size, h.hexdigest(), [b for b in blocks if b.rows])
 

@@ -2,8 +2,8 @@
 globs, each with a weight: mix.py says how rows are drawn from them).
 
 Every source's shards go into one shard list (one reader, one encoder and its worker pool for all); each
-block knows its source through its shard. Each source's training blocks are assigned to ranks on their
-own, so every rank reads a share of every source and draws from them in the configured proportions.
+block knows its source through its shard. Each source's training units are assigned to lanes on their
+own, so every lane reads a share of every source and draws from them in the configured proportions.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class WeightedSources:
     names: list[str]
     weights: list[float]
     mix: Mix
-    owned: list[list[list[int]]]  # [source][rank] -> indices into the corpus's training blocks
-    train_rows: list[int]  # each source's training rows (all ranks)
+    owned: list[list[list[int]]]  # [source][lane] -> indices into the corpus's training units
+    train_rows: list[int]  # each source's training rows (all lanes)
 
     def describe(self) -> str:
         """`messy 25.0% (600 rows), clean 75.0% (60,000 rows)`: each source's scheduled share."""
@@ -70,7 +70,7 @@ class WeightedSources:
 
     def card(self, positions: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
         """Each source's share: configured (its weight's), scheduled (its quota a period) and realised
-        (rows drawn from it by every rank so far, from each rank's stream position)."""
+        (rows drawn from it by every lane so far, from each lane's stream position)."""
         drawn = [0] * len(self.names)
         for pos in positions:
             row = pos.get("stream_row", 0)
@@ -94,29 +94,18 @@ class WeightedSources:
 
 
 def weighted(
-    config: TrainConfig, blocks: Sequence[Block], source_of: Sequence[int], world: int
+    config: TrainConfig, blocks: Sequence[Block], source_of: Sequence[int], lanes: int
 ) -> WeightedSources | None:
-    """data.sources over the training blocks: each source's blocks assigned to ranks on their own."""
+    """data.sources over the training units: each source's units assigned to lanes on their own."""
     specs = config.data.sources
     if not specs:
         return None
     owned: list[list[list[int]]] = []
     rows: list[int] = []
-    for k, spec in enumerate(specs):
+    for k in range(len(specs)):
+        # trainspec/units.py gave every source at least one unit per lane
         mine = [i for i, b in enumerate(blocks) if source_of[b.shard] == k]
-        if len(mine) < world:
-            held = (
-                " (the others went to validation: name data.val_files to keep them)"
-                if config.data.val_fraction
-                else ""
-            )
-            raise InputError(
-                f"data.sources[{k}] ({name_of(spec.name, spec.files)}): its training split has {len(mine)} "
-                f"block(s){held}, fewer than the {world} process(es): each process reads a share of every source",
-                hint="write its shards with smaller row groups (pyarrow.parquet.write_table(..., row_group_size=N)) "
-                "or split its JSONL file, or use fewer processes",
-            )
-        per_rank = assign_blocks([blocks[i] for i in mine], world, config.runtime.seed)
+        per_rank = assign_blocks([blocks[i] for i in mine], lanes, config.runtime.seed)
         owned.append([[mine[j] for j in r] for r in per_rank])
         rows.append(sum(blocks[i].rows for i in mine))
     weights = [s.weight for s in specs]

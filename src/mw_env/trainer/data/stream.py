@@ -1,15 +1,13 @@
-"""Producing each step's micro-batches off the training step's critical path.
+"""Encoded rows and the background reader: what a producer (producer.py) reads, and how steps reach the loop.
 
-A producer computes the micro-batches of step s (a pure function of s: order.py). The Prefetcher
+A producer computes the micro-batches of step s (a pure function of s: order.py, lanes.py). The Prefetcher
 runs it in a background thread for steps start, start+1, ... into a bounded queue; the loop takes
 step s and measures how long it waited. The reader's whole state is "the next step": a resume
 starts a new reader at the checkpoint's step.
 
-A file producer holds the current shuffle window (`data.shuffle_rows` rows, encoded: ~6 bytes per
-token plus ~40 per row) and reads and encodes the next window in a second thread while the current
-one is read, so memory is about two windows plus `data.prefetch_steps` steps of batches, whatever
-the row-group size. With `data.workers` > 0 the encoding of each window is split across worker
-processes (workers.py).
+`Encoding` reads pieces of blocks and encodes them (in this process, or split across worker processes:
+workers.py, with `data.workers` > 0); `Rows` holds the encoded rows with where each came from; `gather` pads
+rows of several windows into one batch. Validation is read here too, from the start at every evaluation.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +26,7 @@ from mw_env.trainer.data.batches import Batch, pad_flat
 from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, BAD_TEXT, Encoded, VectorEncoder
 from mw_env.trainer.data.labels import LabelSet
-from mw_env.trainer.data.mix import Mix
-from mw_env.trainer.data.order import Piece, RankOrder, Window, stream_rows_of
+from mw_env.trainer.data.order import Piece
 from mw_env.trainer.data.reader import Chunk, PieceReader, check_row, where
 from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainspec.rows import tag_error, text_error
@@ -41,7 +37,8 @@ class StepData:
     step: int
     micro: list[Batch]
     counts: Counts  # what these rows add to the data card
-    position: dict[str, int]  # where the step started in this rank's stream
+    position: dict[str, int]  # where the step started in this rank's (first) lane
+    ids: list[list[int]] | None = None  # with the row trace on (trace.py): [shard, row in file] of each row
 
 
 class Rows:
@@ -143,11 +140,6 @@ def split_pieces(pieces: Sequence[Piece], rows: int) -> list[list[Piece]]:
     return [g for g in groups if g]
 
 
-class _LoadedWindow:
-    def __init__(self, window: Window, rows: Rows) -> None:
-        self.window, self.rows, self.perm = window, rows, window.permutation()
-
-
 class Encoding:
     """Reads pieces and encodes them: in this process, or split across worker processes."""
 
@@ -164,16 +156,32 @@ class Encoding:
         # The pool starts when a window first has `min_rows` rows to encode: with the automatic count
         # (min_rows = ENCODE_ROWS) a small corpus never pays for starting processes it cannot use.
         self.workers, self.min_rows = workers, min_rows
-        self.pool: Any = None
+        # The worker pool and the lock that keeps it to one caller at a time: shared by the Encodings of one
+        # rank's lanes and sources (`for_reader`), whose read-ahead threads may encode at the same time.
+        self._shared: dict[str, Any] = {"pool": None, "lock": threading.Lock()}
+
+    @property
+    def pool(self) -> Any:
+        return self._shared["pool"]
+
+    def for_reader(self, reader: PieceReader) -> Encoding:
+        """The same encoder and worker pool over another reader (a lane's own: its own cursors)."""
+        other = Encoding(reader, self.encoder, self.labels, self.workers, min_rows=self.min_rows)
+        other._shared = self._shared
+        return other
 
     def _pool(self, rows: int) -> Any:
-        if self.pool is None and self.workers > 0 and rows >= self.min_rows:
+        if self._shared["pool"] is None and self.workers > 0 and rows >= self.min_rows:
             from mw_env.trainer.data.workers import WorkerPool
 
-            self.pool = WorkerPool(self.workers, self.encoder.spec())
-        return self.pool
+            self._shared["pool"] = WorkerPool(self.workers, self.encoder.spec())
+        return self._shared["pool"]
 
     def rows(self, pieces: Sequence[Piece], head: int = 0) -> Rows:
+        with self._shared["lock"]:
+            return self._rows(pieces, head)
+
+    def _rows(self, pieces: Sequence[Piece], head: int) -> Rows:
         # Read and encode ENCODE_ROWS rows at a time (with workers: one such slice per worker): only that
         # many rows are ever held as Arrow words, and the encoder's temporaries stay bounded too.
         pool = self._pool(sum(p.rows for p in pieces))
@@ -192,125 +200,9 @@ class Encoding:
         return Rows(parts, self.labels, self.reader.shards, head)
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
-
-
-class _Windows:
-    """One order's current shuffle window and the next one, read ahead in a second thread."""
-
-    def __init__(self, order: RankOrder, encoding: Encoding, end: int | None) -> None:
-        self.order, self.encoding = order, encoding
-        self.end = end  # the stream row after the run's last: no window past it is read ahead
-        self._current: _LoadedWindow | None = None
-        self._next: tuple[tuple[int, int], Future[_LoadedWindow]] | None = None
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="mw-env-read-ahead")
-        self._checked = False  # the first window is checked whole before its first step (check_all)
-
-    def _load(self, window: Window) -> _LoadedWindow:
-        return _LoadedWindow(window, self.encoding.rows(self.order.pieces(window)))
-
-    def get(self, w: Window) -> _LoadedWindow:
-        key = (w.epoch, w.number)
-        cur = self._current
-        if cur is not None and (cur.window.epoch, cur.window.number) == key:
-            return cur
-        self._current = None  # release the old window before the new one is held
-        if self._next is not None and self._next[0] == key:
-            loaded = self._next[1].result()
-        else:
-            if self._next is not None and not self._next[1].cancel():
-                self._next[1].exception()  # let a running read-ahead finish: one read at a time
-            loaded = self._load(w)
-        if not self._checked:
-            # Every row of the first window, not only the first step's: a bad row there stops a 20-step run
-            # before its first step as it would stop a longer one, instead of a minute in (or never).
-            loaded.rows.check_all()
-            self._checked = True
-        self._current = loaded
-        nxt = self.order.following(w)
-        if self.end is None or nxt.epoch * self.order.epoch_rows + nxt.start < self.end:
-            self._next = ((nxt.epoch, nxt.number), self._pool.submit(self._load, nxt))
-        else:
-            self._next = None
-        return loaded
-
-    def parts(self, first: int, stop: int) -> list[tuple[Rows, np.ndarray]]:
-        """Rows [first, stop) of this order's stream, as (window rows, indices) in stream order."""
-        parts = []
-        p = first
-        while p < stop:
-            w, off = self.order.locate(p)
-            loaded = self.get(w)
-            take = min(stop - p, w.rows - off)
-            parts.append((loaded.rows, loaded.perm[off : off + take]))
-            p += take
-        return parts
-
-    def close(self) -> None:
-        if self._next is not None:
-            self._next[1].cancel()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._current = self._next = None
-
-
-class FileProducer:
-    """Micro-batches of one rank over its blocks of a streamed corpus.
-
-    With weighted sources (mix.py) each source is its own stream (its order over its blocks, its windows)
-    and row p of the rank's stream is row q of source k's, as the mix says; a micro-batch's rows are then
-    gathered source by source (each source's rows in stream order)."""
-
-    def __init__(
-        self,
-        *,
-        order: RankOrder | Sequence[RankOrder],
-        encoding: Encoding,
-        labels: LabelSet,
-        batch_size: int,
-        accumulation: int,
-        stop: int | None = None,
-        mix: Mix | None = None,
-    ) -> None:
-        orders = [order] if isinstance(order, RankOrder) else list(order)
-        self.order, self.orders, self.mix = orders[0], orders, mix
-        self.encoding, self.labels = encoding, labels
-        self.batch_size, self.accumulation = batch_size, accumulation
-        # The stream row after the last step's rows: no window past it is read ahead.
-        end = None if stop is None else stop * accumulation * batch_size
-        ends = [end] * len(orders) if mix is None or end is None else mix.counts(end)
-        self.streams = [_Windows(o, encoding, e) for o, e in zip(orders, ends, strict=True)]
-
-    def _micro(self, rows: range, counts: Counts) -> Batch:
-        if self.mix is None:
-            return gather(self.streams[0].parts(rows.start, rows.stop), counts)
-        ks, qs = self.mix.locate(np.arange(rows.start, rows.stop, dtype=np.int64))
-        parts = []
-        for k in sorted(set(ks.tolist())):
-            mine = qs[ks == k]  # consecutive rows of source k's stream, in order
-            parts += self.streams[k].parts(int(mine[0]), int(mine[-1]) + 1)
-        return gather(parts, counts)
-
-    def position(self, p: int) -> dict[str, int]:
-        """Where stream row p stands (with sources: its row; each source's is the mix's arithmetic)."""
-        return self.order.position(p) if self.mix is None else {"stream_row": p}
-
-    def __call__(self, step: int) -> StepData:
-        counts = Counts(len(self.labels))
-        micro = []
-        for m in range(self.accumulation):
-            rows = stream_rows_of(
-                step=step, micro=m, batch_size=self.batch_size, accumulation=self.accumulation
-            )
-            micro.append(self._micro(rows, counts))
-        first = stream_rows_of(step=step, micro=0, batch_size=self.batch_size, accumulation=self.accumulation)
-        return StepData(step, micro, counts, self.position(first.start))
-
-    def close(self) -> None:
-        for stream in self.streams:
-            stream.close()
-        self.encoding.close()
+        if self._shared["pool"] is not None:
+            self._shared["pool"].close()
+            self._shared["pool"] = None
 
 
 class Prefetcher:

@@ -1,0 +1,85 @@
+"""The row trace: which rows each step of each rank read, for proving the data order end to end.
+
+Opt-in (`MW_ENV_TRACE_ROWS=1` in the trainer's environment): every rank appends one line per step to
+`<run>/row-trace/rank-<r>.jsonl`, `{"step": s, "rows": [[shard, row], ...]}`, the rows in the order the step
+read them: `shard` is the index in the run's training shard list, `row` the row's number in its file counted
+from 0 (Parquet: the rows of the row groups before it plus its row in its group; JSONL: its line number; the
+synthetic corpus: its generated row). A resumed run appends the steps it runs again; the last line of a step
+is what was trained. The tests compare the set of rows of each global batch of an uninterrupted run with
+runs resumed on another world size. Off by default: it costs a write per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import numpy as np
+
+from mw_env.rundir.contract import ROW_TRACE_DIR
+from mw_env.trainer.data.reader import SYNTHETIC
+from mw_env.trainer.data.shards import Shard
+
+if TYPE_CHECKING:
+    from mw_env.trainer.data.stream import Rows
+
+ENV = "MW_ENV_TRACE_ROWS"
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
+class RowIds:
+    """(shard, row in file) of rows read from a shard list."""
+
+    def __init__(self, shards: Sequence[Shard]) -> None:
+        # Each Parquet row group's first row in its file (a shard's block list holds its non-empty groups).
+        self.first: dict[tuple[int, int], int] = {}
+        for s, shard in enumerate(shards):
+            at = 0
+            for b in sorted(shard.blocks, key=lambda b: b.part):
+                self.first[(s, b.part)] = at
+                at += b.rows
+
+    def of(self, parts: Sequence[tuple[Rows, np.ndarray]]) -> list[list[int]]:
+        out = []
+        for rows, idx in parts:
+            for s, part, local in zip(
+                rows.shard[idx].tolist(), rows.part[idx].tolist(), rows.local[idx].tolist(), strict=True
+            ):
+                row = local if part < 0 or part == SYNTHETIC else self.first.get((s, part), 0) + local
+                out.append([s, row])
+        return out
+
+
+class TraceWriter:
+    """Appends one rank's steps to its trace file."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        folder = Path(run_dir) / ROW_TRACE_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] = (folder / f"rank-{rank}.jsonl").open("a", encoding="utf-8")
+
+    def write(self, step: int, ids: list[list[int]] | None) -> None:
+        self._fh.write(json.dumps({"step": step, "rows": ids or []}) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def read_trace(run_dir: Path) -> dict[int, dict[int, list[list[int]]]]:
+    """rank -> step -> the rows it read (the last line of each step)."""
+    out: dict[int, dict[int, list[list[int]]]] = {}
+    for path in sorted((Path(run_dir) / ROW_TRACE_DIR).glob("rank-*.jsonl")):
+        rank = int(path.stem.split("-")[1])
+        steps = out.setdefault(rank, {})
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                steps[int(entry["step"])] = entry["rows"]
+    return out
