@@ -88,6 +88,7 @@ def test_every_rank_draws_in_proportion_and_repeats_the_small_source(
     corpus: Path, tmp_path: Path, world: int
 ) -> None:
     from mw_env.trainer.data import Counts, open_corpus
+    from mw_env.trainer.data.datacard import data_card
 
     cfg = _config(corpus, tmp_path / "run")
     for rank in range(world):
@@ -102,7 +103,7 @@ def test_every_rank_draws_in_proportion_and_repeats_the_small_source(
         finally:
             producer.close()
         assert small == c.weighted.mix.counts(steps * 8)[0] == 120  # exactly 1 row in 4
-    card = c.card(Counts(len(c.labels)), steps)  # every lane at stream row 60 x 8 = 480
+    card = data_card(c, Counts(len(c.labels)), steps)  # every lane at stream row 60 x 8 = 480
     assert c.weighted.describe() == "small 25.0% (40 rows), large 75.0% (300 rows)"
     mix = {s["name"]: s for s in card["mix"]}
     assert mix["small"]["configured_share"] == mix["small"]["realised_share"] == 0.25

@@ -26,6 +26,7 @@ from mw_env.trainer.agree import run_lock
 from mw_env.trainer.ckpt import checkpoint as ckpt_mod
 from mw_env.trainer.ckpt.parts import restore as restore_parts
 from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts, trace
+from mw_env.trainer.data.datacard import data_card
 from mw_env.trainer.distributed import (
     DistInfo,
     barrier,
@@ -421,7 +422,7 @@ def _finish(
         from mw_env.trainer.report.report import write_report
 
         total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
-        card = s.corpus.card(total, state.step)
+        card = data_card(s.corpus, total, state.step)
         # The venv as it was (issue 30 #3), the weights it started from and the nodes' environments (issue 38).
         for key in ("venv_drift", "init_from", "env_mismatch"):
             if s.facts.get(key):

@@ -14,7 +14,7 @@ global batch does not split over is refused, naming the sizes that work.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def move_aside(out_dir: Path, echo: Echo) -> None:
             echo(f"--fresh: kept the previous {name} as {target}")
 
 
-def saved_order(ckpt: dict[str, Any]) -> dict[str, Any]:
+def saved_order(ckpt: Mapping[str, object]) -> dict[str, object]:
     """The checkpoint's data-order record, in today's terms: one written before lanes existed keyed the order by
     its world size and batch layout, which are its lanes and a lane's rows a step."""
     data = ckpt.get("data")
@@ -71,7 +71,7 @@ def saved_order(ckpt: dict[str, Any]) -> dict[str, Any]:
     return order
 
 
-def in_checkpoint_lanes(ckpt: dict[str, Any], corpus: Corpus) -> Corpus:
+def in_checkpoint_lanes(ckpt: Mapping[str, object], corpus: Corpus) -> Corpus:
     """The corpus laid out in the checkpoint's lanes and global batch (this run's own when it records none)."""
     order = saved_order(ckpt)
     lanes, rows = order.get("lanes"), order.get("lane_rows")

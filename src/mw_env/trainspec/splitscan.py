@@ -9,12 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from mw_env.base.errors import InputError
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.files import expand_files
 from mw_env.trainspec.units import BlockRows, UnitPlan, describe, plan_units, unit_name
+
+
+class UnitsRecord(TypedDict):
+    """What the console, the data card and the summary say about the units and the validation split."""
+
+    unit: str  # `row groups`, `blocks of lines`, `row ranges`, `generated blocks of 64 rows`
+    why: str
+    lanes: int
+    val_from: str  # where validation comes from, in words
+    val_rows: int
+    val_share: float | None  # of the train shards' rows (None: data.val_files, or synthetic)
+    train_rows: int
 
 
 def source_keys(config: TrainConfig) -> list[str]:
@@ -37,7 +49,7 @@ def record(
     names: Sequence[Sequence[str]],
     config: TrainConfig,
     val_rows: int | None = None,
-) -> dict[str, Any]:
+) -> UnitsRecord:
     """What the console, the data card and the summary say about the units and the validation split
     (`val_rows`: the rows of data.val_files, when they are the validation)."""
     d = config.data
@@ -72,7 +84,7 @@ def block_rows(path: Path) -> list[tuple[int, int]]:
     return [(k, n) for k, n in enumerate(counts) if n]
 
 
-def summary_split(config: TrainConfig, base: Path, *, lanes: int = 1) -> dict[str, Any] | None:
+def summary_split(config: TrainConfig, base: Path, *, lanes: int = 1) -> UnitsRecord | None:
     """The split of a files corpus for `lanes` lanes, or None where its shards cannot be read here (the
     trainer says why when it starts)."""
     from mw_env.trainspec.formats.footer import FooterError

@@ -19,7 +19,6 @@ from typing import Any
 
 from mw_env.base.errors import InputError
 from mw_env.trainer.data import index as index_mod
-from mw_env.trainer.data.card import Counts
 from mw_env.trainer.data.encode import VectorEncoder
 from mw_env.trainer.data.labels import BUNDLED, LabelSet, discovered, from_config
 from mw_env.trainer.data.lanes import Layout
@@ -35,6 +34,7 @@ from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
 from mw_env.trainer.data.valsource import ValSource, val_batches
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.files import expand_files
+from mw_env.trainspec.splitscan import UnitsRecord
 from mw_env.trainspec.synthetic import check_countries
 
 __all__ = ["Corpus", "ValSource", "encoder_for", "open_corpus", "ranks_per_node"]
@@ -66,7 +66,7 @@ class Corpus:
     sources: list[dict[str, Any]]
     config: TrainConfig
     layout: Layout
-    units: dict[str, Any]  # what the console and the card say about the units and the validation split
+    units: UnitsRecord  # what the console and the card say about the units and the validation split
     rank: int = 0
     shards: list[Shard] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)  # the training units
@@ -148,12 +148,6 @@ class Corpus:
         from mw_env.trainer.data.workers import rank_workers
 
         return rank_workers(self.config.data.workers, ranks_per_node())[0]
-
-    def card(self, train: Counts, step: int) -> dict[str, Any]:
-        """The data card (report/data_card.json); its structure is documented in docs/training.md."""
-        from mw_env.trainer.data.datacard import data_card
-
-        return data_card(self, train, step)
 
 
 def _columns(c: TrainConfig) -> tuple[str, str]:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from mw_env.trainer.data.corpus import Corpus
 
 
-def lane_positions(corpus: Corpus, step: int) -> list[dict[str, Any]]:
+def lane_positions(corpus: Corpus, step: int) -> list[dict[str, object]]:
     """Each lane's position before step `step`."""
     q = corpus.layout.lane_rows
     out = []

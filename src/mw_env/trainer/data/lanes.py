@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from mw_env.base.errors import InputError
 
-Run = tuple[int, int, int]  # (lane, first stream row, stop): consecutive rows of one lane's stream
+LaneRun = tuple[int, int, int]  # (lane, first stream row, stop): consecutive rows of one lane's stream
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,13 @@ class Layout:
         s, n = self.share, self.micro_batches
         return [(s * m // n, s * (m + 1) // n) for m in range(n)]
 
-    def runs(self, rank: int, step: int) -> list[list[Run]]:
+    def runs(self, rank: int, step: int) -> list[list[LaneRun]]:
         """Rank `rank`'s micro-batches of step `step`: each as the runs of lane stream rows it holds, in the
         global batch's order."""
         base = rank * self.share
         return [self._runs(step, base + a, base + b) for a, b in self.micro_bounds()]
 
-    def _runs(self, step: int, first: int, stop: int) -> list[Run]:
+    def _runs(self, step: int, first: int, stop: int) -> list[LaneRun]:
         """Global positions [first, stop) of step `step` as lane runs."""
         q, out = self.lane_rows, []
         g = first

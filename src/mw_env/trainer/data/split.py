@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from mw_env.trainer.data.order import assign_blocks
 from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainer.data.sources import WeightedSources, weighted
 from mw_env.trainspec.config import TrainConfig
-from mw_env.trainspec.splitscan import noun_of, record, source_keys
+from mw_env.trainspec.splitscan import UnitsRecord, noun_of, record, source_keys
 from mw_env.trainspec.units import BlockRows, UnitPlan, plan_units, unit_name
 
 
@@ -77,7 +76,7 @@ def split_files(
 
 def units_record(
     split: FilesSplit, train: list[Shard], source_of: list[int], config: TrainConfig
-) -> dict[str, Any]:
+) -> UnitsRecord:
     """What the console, the data card and `train summary` say about the units and the validation split."""
     names = [
         [s.path.name for s, k in zip(train, source_of, strict=True) if k == j]

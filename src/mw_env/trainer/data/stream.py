@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from mw_env.trainer.data.order import Piece
 from mw_env.trainer.data.reader import Chunk, PieceReader, check_row, where
 from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainspec.rows import tag_error, text_error
+
+if TYPE_CHECKING:
+    from mw_env.trainer.data.workers import WorkerPool
 
 
 @dataclass
@@ -140,6 +143,14 @@ def split_pieces(pieces: Sequence[Piece], rows: int) -> list[list[Piece]]:
     return [g for g in groups if g]
 
 
+class _Shared:
+    """What the Encodings of one rank share: the worker pool, started once, and the lock around its use."""
+
+    def __init__(self) -> None:
+        self.pool: WorkerPool | None = None
+        self.lock = threading.Lock()
+
+
 class Encoding:
     """Reads pieces and encodes them: in this process, or split across worker processes."""
 
@@ -158,11 +169,11 @@ class Encoding:
         self.workers, self.min_rows = workers, min_rows
         # The worker pool and the lock that keeps it to one caller at a time: shared by the Encodings of one
         # rank's lanes and sources (`for_reader`), whose read-ahead threads may encode at the same time.
-        self._shared: dict[str, Any] = {"pool": None, "lock": threading.Lock()}
+        self._shared = _Shared()
 
     @property
-    def pool(self) -> Any:
-        return self._shared["pool"]
+    def pool(self) -> WorkerPool | None:
+        return self._shared.pool
 
     def for_reader(self, reader: PieceReader) -> Encoding:
         """The same encoder and worker pool over another reader (a lane's own: its own cursors)."""
@@ -170,15 +181,15 @@ class Encoding:
         other._shared = self._shared
         return other
 
-    def _pool(self, rows: int) -> Any:
-        if self._shared["pool"] is None and self.workers > 0 and rows >= self.min_rows:
+    def _pool(self, rows: int) -> WorkerPool | None:
+        if self._shared.pool is None and self.workers > 0 and rows >= self.min_rows:
             from mw_env.trainer.data.workers import WorkerPool
 
-            self._shared["pool"] = WorkerPool(self.workers, self.encoder.spec())
-        return self._shared["pool"]
+            self._shared.pool = WorkerPool(self.workers, self.encoder.spec())
+        return self._shared.pool
 
     def rows(self, pieces: Sequence[Piece], head: int = 0) -> Rows:
-        with self._shared["lock"]:
+        with self._shared.lock:
             return self._rows(pieces, head)
 
     def _rows(self, pieces: Sequence[Piece], head: int) -> Rows:
@@ -200,9 +211,9 @@ class Encoding:
         return Rows(parts, self.labels, self.reader.shards, head)
 
     def close(self) -> None:
-        if self._shared["pool"] is not None:
-            self._shared["pool"].close()
-            self._shared["pool"] = None
+        if self._shared.pool is not None:
+            self._shared.pool.close()
+            self._shared.pool = None
 
 
 class Prefetcher:

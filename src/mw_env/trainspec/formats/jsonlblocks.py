@@ -11,12 +11,12 @@ from typing import BinaryIO
 BLOCK_BYTES = 4 << 20
 
 # (start byte, stop byte, rows, the 1-based number of its first line)
-Span = tuple[int, int, int, int]
+LineBlock = tuple[int, int, int, int]
 
 
-def scan_blocks(fh: BinaryIO, block_bytes: int = BLOCK_BYTES) -> tuple[list[Span], int]:
+def scan_blocks(fh: BinaryIO, block_bytes: int = BLOCK_BYTES) -> tuple[list[LineBlock], int]:
     """The blocks of the open file (every one, an empty one included) and its size in bytes."""
-    blocks: list[Span] = []
+    blocks: list[LineBlock] = []
     start = pos = 0
     rows, first = 0, 1
     for line, raw in enumerate(fh, start=1):
