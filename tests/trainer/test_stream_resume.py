@@ -259,10 +259,12 @@ def test_a_bad_row_group_mid_run_is_an_error_and_keeps_the_checkpoints(tmp_path:
     opened = open_corpus(files_config(tmp_path / "x", corpus, *sets).config)
     order = RankOrder(opened.blocks, opened.owned[0], seed=0, rank=0, window_rows=32)
     last_window = order.window(0, order.n_windows() - 1)
-    last = opened.blocks[order.pieces(last_window)[0].block]  # the row group read last in epoch 0
+    piece = order.pieces(last_window)[0]
+    last = opened.blocks[piece.block]  # the unit (a row group, or a range of one) read last in epoch 0
+    row = last.offset + piece.first  # the last window's first row, counted in its row group
     shard = opened.shards[last.shard].path
     table = pq.read_table(shard).to_pylist()
-    table[last.part * 32 + 3]["tags"] = ["O"]  # same row counts (same order), one row made inconsistent
+    table[last.part * 32 + row]["tags"] = ["O"]  # same row counts (same order), one row made inconsistent
     pq.write_table(pa.Table.from_pylist(table), shard, row_group_size=32)
 
     run = tmp_path / "run"
@@ -271,8 +273,8 @@ def test_a_bad_row_group_mid_run_is_an_error_and_keeps_the_checkpoints(tmp_path:
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     error, hint = proc.stderr.strip().splitlines()[-2:]
-    row = last.part * 32 + 3  # counted from the file's start, as pandas counts it
-    assert error.startswith(f"error: {shard} row {row} (df.iloc[{row}]") and "tokens but 1 tags" in error
+    at = last.part * 32 + row  # counted from the file's start, as pandas counts it
+    assert error.startswith(f"error: {shard} row {at} (df.iloc[{at}]") and "tokens but 1 tags" in error
     assert hint.startswith("hint: ")
     done = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [e["step"] for e in done if e["event"] == "step"]
