@@ -14,28 +14,25 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from mw_env.base.errors import StepFailed
-from mw_env.rundir.contract import MANIFEST, checkpoints_dir
+from mw_env.rundir.contract import checkpoints_dir
 from mw_env.trainer.agree import run_lock
 from mw_env.trainer.ckpt import checkpoint as ckpt_mod
 from mw_env.trainer.ckpt.parts import restore as restore_parts
-from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, sum_counts, trace
-from mw_env.trainer.data.datacard import data_card
+from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, trace
 from mw_env.trainer.distributed import (
     DistInfo,
     barrier,
-    gather_objects,
     init_distributed,
     shutdown,
 )
-from mw_env.trainer.evaluate import evaluate_and_decide, evaluation_card
+from mw_env.trainer.evaluate import evaluate_and_decide
 from mw_env.trainer.figure_pool import FigurePool
+from mw_env.trainer.finish import RunResult, finish
 from mw_env.trainer.folderwatch import watching
 from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
@@ -66,18 +63,6 @@ from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.schedule import lr_factor
 
 Echo = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class RunResult:
-    out_dir: Path
-    step: int
-    reason: str  # max_steps | early_stop | stopped | nonfinite
-    last_checkpoint: Path | None
-    best_f1: float
-    skipped_steps: int
-    precision: str
-    losses: tuple[float, ...] = field(default=())
 
 
 def _optimizer(model: torch.nn.Module, resolved: ResolvedConfig) -> torch.optim.AdamW:
@@ -277,7 +262,7 @@ def _run(
         )
     try:
         reason, last_ckpt, losses = _train_loop(session)
-        return _finish(session, reason, last_ckpt, losses, doctor_json)
+        return finish(session, reason, last_ckpt, losses, doctor_json)
     finally:
         for closing in (session.hasher, session.figures):
             if closing is not None:
@@ -398,58 +383,3 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
         share=waited_total / max(steady_s, 1e-9),
     )
     return reason, last_ckpt, log.losses
-
-
-def _finish(
-    s: Session, reason: str, last_ckpt: Path | None, losses: list[float], doctor_json: Path | None
-) -> RunResult:
-    rt, state = s.resolved.config.runtime, s.state
-    assert s.counts is not None  # set before the first step
-    parts = gather_objects({"counts": s.counts.to_dict(), "position": s.position()}, s.dist)
-    last_ckpt = last_ckpt or ckpt_mod.latest_valid_checkpoint(s.ckpt_dir)
-    ended: dict[str, Any] = {
-        "reason": reason,
-        "step": state.step,
-        "last_checkpoint": str(last_ckpt) if last_ckpt else None,
-    }
-    # `finished` in metrics.jsonl is the loop's end (the manifest covers it); the run is finished only
-    # when state.json says so, after the report and the manifest.
-    mark(s.out_dir, "finishing", main=s.dist.main, **ended)
-    s.metrics.log("finished", step=state.step, reason=reason)
-    s.metrics.close()
-    hold("report")
-    if s.dist.main:
-        from mw_env.trainer.report.report import write_report
-
-        total = sum_counts([p["counts"] for p in parts], len(s.corpus.labels))
-        card = data_card(s.corpus, total, state.step)
-        # The venv as it was (issue 30 #3), the weights it started from and the nodes' environments (issue 38).
-        for key in ("venv_drift", "init_from", "env_mismatch"):
-            if s.facts.get(key):
-                card[key] = s.facts[key]
-        card["evaluation"] = evaluation_card(s.corpus.val.rows, s.resolved.config, s.dist.world)
-        if s.hasher is not None:
-            card["sources"] = s.hasher.annotate(card["sources"])
-        report = write_report(
-            s.out_dir, resolved=s.resolved, card=card, facts=s.facts, doctor_json=doctor_json, pool=s.figures
-        )
-        s.say(f"report: {report}")
-        mark(s.out_dir, "finished", report=str(report), manifest=str(s.out_dir / MANIFEST), **ended)
-    if reason == "nonfinite":
-        raise StepFailed(
-            f"stopped at step {state.step}: {rt.max_nonfinite} optimizer steps in a row had a non-finite "
-            f"loss or gradient norm (updates skipped, weights unchanged)",
-            hint=f"the last good checkpoint is {last_ckpt}; lower optim.lr or raise optim.warmup_steps, "
-            "and check the data; then resume",
-        )
-    s.say(f"finished at step {state.step} ({reason})")
-    return RunResult(
-        s.out_dir,
-        state.step,
-        reason,
-        last_ckpt,
-        state.best_f1,
-        state.skipped_steps,
-        s.trainer.precision.name,
-        tuple(losses),
-    )
