@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""No behaviour change, shown: the JSON of `detect`, `profiles` and `bootstrap --dry-run` on every fixture machine
+"""No behaviour change, shown: the JSON of `detect`, `profiles` (the list and each profile), `bootstrap --dry-run`,
+and `train config` / `train summary` of every shipped config (src/mw_env/trainspec/configs) on every fixture machine
 (tests/fixtures/machines/*), captured before a change and compared after it, byte for byte (stdlib only).
 
     python3 scripts/same_json.py capture /tmp/before.json     # on the tree before (e.g. main)
@@ -25,6 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MACHINES = REPO / "tests" / "fixtures" / "machines"
+CONFIGS = REPO / "src" / "mw_env" / "trainspec" / "configs"
 
 
 def _run(python: str, args: list[str], *, root: Path | None, venv_dir: str) -> dict[str, object]:
@@ -64,6 +66,15 @@ def capture(python: str) -> dict[str, dict[str, object]]:
                 root=root,
                 venv_dir=tmp,
             )
+            # The profile (so the default config, the memory fit) follows the machine: each config on each one.
+            for config in sorted(p.stem for p in CONFIGS.glob("*.yaml")):
+                for sub in ("config", "summary"):
+                    out[f"train {sub} {config} {root.name}"] = _run(
+                        python,
+                        ["train", sub, "--config", config, "--json", "--root", rel],
+                        root=root,
+                        venv_dir=tmp,
+                    )
     return out
 
 
