@@ -17,9 +17,6 @@ from mw_env.base.textsafe import redact, safe, safe_message
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from mw_env.commands.lazyconsole import LazyConsole
     from mw_env.provision.model import BootstrapOptions  # imported where used: `--help` stays light
 
 
@@ -162,24 +159,17 @@ def _bootstrap(args: BootstrapArgs) -> int:
         from mw_env.sources import uv as uvmod
 
         uvmod.prefetch(uvmod.find_uv(os.environ), os.environ, python=args.python)
-    from mw_env.commands.lazyconsole import console_for, flush
+    from rich.console import Console
 
     # soft_wrap: a long line (a path, a command) is wrapped by the terminal, never broken mid-phrase by rich
     # emoji=False: a ":name:" in a path or a package's output stays as written (and rich's emoji table, 1.5 ms
-    # of import, is never loaded). Off a terminal the console is built as idle work (commands/lazyconsole.py).
-    out = console_for(stderr=args.as_json, highlight=False, soft_wrap=True, emoji=False)
-    try:
-        return _bootstrap_with(args, out)
-    finally:
-        flush(out)  # every line out before anything else is written (an error, a traceback)
-
-
-def _bootstrap_with(args: BootstrapArgs, out: Console | LazyConsole) -> int:
+    # of import, is never loaded).
+    out = Console(stderr=args.as_json, highlight=False, soft_wrap=True, emoji=False)
+    as_json, dry_run = args.as_json, args.dry_run
     from mw_env.profiles import resolve
     from mw_env.provision.archtruth import GpuKernels, policy_for
     from mw_env.provision.plan import plan
 
-    as_json, dry_run = args.as_json, args.dry_run
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
     resolved = resolve(
         root=args.root,
@@ -247,13 +237,12 @@ def _bootstrap_with(args: BootstrapArgs, out: Console | LazyConsole) -> int:
             f"The base image ships torch {cand.version} ({cand.build}) for {cand.python.path}. "
             "Reuse it instead of downloading the profile's torch?"
         )
-        if sys.stdin.isatty() and not as_json and _flushed(out) and click.confirm(question, default=True):
+        if sys.stdin.isatty() and not as_json and click.confirm(question, default=True):
             the_plan = plan_for(replace(options, adopt=True))
         else:
             out.print(f"[yellow]note:[/] the image's torch {cand.version} could be reused: --adopt-torch")
     if dry_run:
         if as_json:
-            _flushed(out)
             echo_json(the_plan.to_dict())
         else:
             from mw_env.commands.bootstrap_view import print_plan
@@ -283,13 +272,11 @@ def _bootstrap_with(args: BootstrapArgs, out: Console | LazyConsole) -> int:
         return EXIT_INTERRUPTED
     finally:
         events.stop()
-    from rich.markup import escape  # rich is in by now (the console was built while uv ran)
+    from rich.markup import escape
 
     if result.doctor_report is not None and not as_json:
-        _flushed(out)
         _render_doctor(result.doctor_report)
     if as_json:
-        _flushed(out)
         echo_json(result.to_dict())
     if not result.ok:
         err = result.error
@@ -313,14 +300,6 @@ def _bootstrap_with(args: BootstrapArgs, out: Console | LazyConsole) -> int:
 
     out.print(f"next: {escape(next_line(the_plan.venv, sel.profile.trainer.config))}", soft_wrap=True)
     return 0
-
-
-def _flushed(out: object) -> bool:
-    """Print what the console holds before another writer (a prompt, JSON, the doctor's table); True."""
-    from mw_env.commands.lazyconsole import flush
-
-    flush(out)
-    return True
 
 
 def _read_lock(args: BootstrapArgs, sel: Any, env: Mapping[str, str]) -> Any:
