@@ -131,8 +131,6 @@ class _Runner:
             failed = self.join()
             if failed is not None:
                 return failed
-        if spec.moves_venv:
-            self.run.settle()  # a deferred record reads the venv where it is now
         self.events.step_started(step)
         t0 = time.monotonic()
         try:
@@ -195,7 +193,6 @@ class _Runner:
 
     def result(self, start: float, failed: _Failure | None) -> BootstrapResult:
         plan, run = self.plan, self.run
-        run.settle()  # what a finished step recorded as idle work, recorded now, failed run or not
         return BootstrapResult(
             plan=plan,
             outcomes=tuple(self.outcomes),

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,16 +39,6 @@ class Run:
     doctor_report: DoctorReport | None = None
     outputs: dict[str, str] = field(default_factory=dict)
     known_damage: venvinfo.KnownDamage | None = None  # read during the extras (BackgroundVerify), for the key
-    # Records deferred until the run settles (a key read as idle work): settle() before the venv moves, and at
-    # the end.
-    pending: list[Callable[[], None]] = field(default_factory=list)
-
-    def later(self, record: Callable[[], None]) -> None:
-        self.pending.append(record)
-
-    def settle(self) -> None:
-        while self.pending:
-            self.pending.pop(0)()
 
     def command(
         self,

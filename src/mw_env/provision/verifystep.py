@@ -147,11 +147,8 @@ def verify_finish(run: Run, step: Step, output: str, *, record: bool = True) -> 
             )
         raise
     if record:
-        # The key digests the installed files (10 ms for what the extras just wrote): read as idle work, while
-        # the next steps wait on uv, and recorded when the run settles (Run.settle, before the venv can move).
-        known = run.known_damage
-        key = idle.soon(lambda: keys.verify_key(p, keys.current_torch(p), known))
-        run.later(lambda: run.state.mark(step.id, "done", key.result()))
+        # The key digests the installed files: a file lost later makes the next run verify again.
+        run.state.mark(step.id, "done", keys.verify_key(p, keys.current_torch(p), run.known_damage))
     return f"torch {found.version} ({found.build}{', hip ' + found.hip if found.hip else ''}" + (
         f", cuda {found.cuda})" if found.cuda else ")"
     )
