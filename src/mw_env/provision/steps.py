@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.base import idle
 from mw_env.base.atomic import write_text_atomic as write_atomic
 from mw_env.base.errors import MwEnvError, StepFailed
 from mw_env.base.textsafe import redact
@@ -128,8 +127,7 @@ def install_torch(run: Run, step: Step) -> str:
         p.build_venv / torchindex.CONFIG_FILE, torchindex.config_text(p.torch_indexes, p.torch_uv), mode=0o600
     )
     env = torchindex.step_env(uvmod.uv_env(p.env))
-    with idle.waiting():  # a long wait (torch's gigabytes): deferred work runs meanwhile (base/idle.py)
-        res = run.command(step, step.command or (), timeout=3600, env=env)
+    res = run.command(step, step.command or (), timeout=3600, env=env)
     if not res.ok:
         from mw_env.provision import uvfail  # only when the install failed
 
@@ -202,8 +200,7 @@ def pin_torch(run: Run, step: Step) -> str:
 def install_extras(run: Run, step: Step) -> str:
     p = run.plan
     before = keys.current_torch(p)
-    with idle.waiting():
-        res = run.command(step, step.command or (), timeout=3600)
+    res = run.command(step, step.command or (), timeout=3600)
     if not res.ok:
         raise StepFailed(
             f"installing the project's extras failed (exit {res.returncode}): {_last_error(res.output)}",

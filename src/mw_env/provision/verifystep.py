@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-from mw_env.base import idle
 from mw_env.base.errors import StepFailed
 from mw_env.base.lifeline import preexec
 from mw_env.provision import keys, verify
@@ -54,8 +53,7 @@ class BackgroundVerify:
 
     def output(self, timeout: float = 300) -> str:
         try:
-            with idle.waiting():
-                self.proc.wait(timeout=max(1.0, timeout - (time.monotonic() - self.started)))
+            self.proc.wait(timeout=max(1.0, timeout - (time.monotonic() - self.started)))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

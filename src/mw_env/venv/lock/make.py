@@ -220,12 +220,10 @@ def _sha256(path: Path) -> str:
 
 
 def _run_compile(argv: list[str], env: Mapping[str, str], out: Path, venv: Path) -> str:
-    from mw_env.base import idle
     from mw_env.sources.uv import run_streaming, uv_env
     from mw_env.venv.lock import lockfail
 
-    with idle.waiting():  # uv resolves for tens of ms: a bootstrap's deferred work runs meanwhile
-        res = run_streaming(argv, env=uv_env(env), timeout=600)
+    res = run_streaming(argv, env=uv_env(env), timeout=600)
     if not res.ok or not out.is_file():
         # uv's cause whole, each sentence once (it repeats its index-strategy advice for every package).
         raise StepFailed(
