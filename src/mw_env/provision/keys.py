@@ -9,7 +9,7 @@ from mw_env.profiles.model import has_local_tag
 from mw_env.provision import pin as pinmod
 from mw_env.provision.choose import version_fits
 from mw_env.provision.model import Plan
-from mw_env.venv.venvinfo import KnownDamage, installed_fingerprint, installed_version, short_hash
+from mw_env.venv.venvinfo import installed_fingerprint, installed_version, short_hash
 
 
 def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: str) -> bool:
@@ -65,11 +65,10 @@ def lock_key(p: Plan, torch_version: str | None) -> str:
     return short_hash(extras_key(p, torch_version or ""), sorted(p.lock_target.items()), p.profile)
 
 
-def verify_key(p: Plan, torch_version: str | None, known: KnownDamage | None = None) -> str:
+def verify_key(p: Plan, torch_version: str | None) -> str:
     # The installed files' fingerprint: a file lost since the verify (a full disk during an install, an
-    # `rm`) makes the next bootstrap verify again rather than call a broken venv complete. `known`: the
-    # packages' damage read during the extras install (verifystep.BackgroundVerify).
-    return short_hash(torch_version, p.build, p.local_tag, installed_fingerprint(p.build_venv, known))
+    # `rm`) makes the next bootstrap verify again rather than call a broken venv complete.
+    return short_hash(torch_version, p.build, p.local_tag, installed_fingerprint(p.build_venv))
 
 
 def env_text(p: Plan) -> str:

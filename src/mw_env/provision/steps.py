@@ -37,7 +37,6 @@ class Run:
     doctor: DoctorHook | None
     doctor_report: DoctorReport | None = None
     outputs: dict[str, str] = field(default_factory=dict)
-    known_damage: venvinfo.KnownDamage | None = None  # read during the extras (BackgroundVerify), for the key
 
     def command(
         self,

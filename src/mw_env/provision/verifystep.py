@@ -6,18 +6,16 @@ with the steps after it (table.VERIFY_TORCH's Overlap), and records the step wit
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
 
 from mw_env.base.errors import StepFailed
-from mw_env.base.lifeline import preexec
 from mw_env.provision import keys, verify
 from mw_env.provision.model import GiB, Step
 from mw_env.provision.steps import Run
 from mw_env.sources import uv as uvmod
-from mw_env.venv import damage, venvinfo
+from mw_env.venv import venvinfo
 
 
 def verify_torch(run: Run, step: Step) -> str:
@@ -29,17 +27,13 @@ class BackgroundVerify:
     """The verify step's build check (torch/version.py, read without importing torch) in a child process while
     the pin and the extras install. Only that part may overlap: `import torch` loads numpy and friends, which
     the extras install is writing at that moment (a half-written numpy fails the import), so an import the
-    step asks for runs after the extras (`verify_after_extras`).
-
-    Beside it, a second child reads the damage of torch's 19,000 files for the verify key (venv/damage.py, 50 ms
-    of Python) under SCHED_IDLE, on cycles uv leaves: in this process it took a share of uv's cores."""
+    step asks for runs after the extras (`verify_after_extras`)."""
 
     def __init__(self, run: Run, step: Step) -> None:
         import tempfile
 
         self.step, self.run = step, run
         self.started = time.monotonic()
-        self._damage = _damage_child(run)
         python = (step.command or (sys.executable,))[0]
         # Open across the extras install, closed by output() or stop().
         self._out = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
@@ -57,51 +51,16 @@ class BackgroundVerify:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.run.known_damage = self._known_damage(timeout)
         self._out.seek(0)
         text = self._out.read()
         self._out.close()
         return text
 
-    def _known_damage(self, timeout: float) -> damage.KnownDamage | None:
-        """The damage child's answer; None (the fingerprint then reads everything itself) when it has none."""
-        child = self._damage
-        if child is None:
-            return None
-        try:
-            out, _ = child.communicate(timeout=max(1.0, timeout - (time.monotonic() - self.started)))
-            return damage.from_json(out) if child.returncode == 0 else None
-        except (subprocess.TimeoutExpired, ValueError):
-            child.kill()
-            child.communicate()
-            return None
-
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        if self._damage is not None and self._damage.poll() is None:
-            self._damage.kill()
-            self._damage.communicate()  # its pipe, closed
         self._out.close()
-
-
-def _damage_child(run: Run) -> subprocess.Popen[str] | None:
-    """`python -I -S venv/damage.py SITE`, dying with this process; None where it cannot start."""
-    site = venvinfo.site_packages(run.plan.build_venv)
-    if site is None:
-        return None
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", damage.__file__, str(site)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            preexec_fn=preexec(signal.SIGKILL),
-        )
-    except OSError:
-        return None
 
 
 def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
@@ -146,7 +105,7 @@ def verify_finish(run: Run, step: Step, output: str, *, record: bool = True) -> 
         raise
     if record:
         # The key digests the installed files: a file lost later makes the next run verify again.
-        run.state.mark(step.id, "done", keys.verify_key(p, keys.current_torch(p), run.known_damage))
+        run.state.mark(step.id, "done", keys.verify_key(p, keys.current_torch(p)))
     return f"torch {found.version} ({found.build}{', hip ' + found.hip if found.hip else ''}" + (
         f", cuda {found.cuda})" if found.cuda else ")"
     )

@@ -11,7 +11,6 @@ from mw_env.base.shellquote import sh
 from mw_env.base.errors import InputError
 from mw_env.sources.pythons import read_project_meta
 from mw_env.venv import damage
-from mw_env.venv.damage import KnownDamage
 
 ADOPT_PTH = "_mw_env_adopted_torch.pth"
 
@@ -146,7 +145,7 @@ def free_bytes(path: Path) -> int | None:
         return None
 
 
-def installed_fingerprint(venv: Path, known: KnownDamage | None = None) -> str:
+def installed_fingerprint(venv: Path) -> str:
     """A digest of the installed files that differ from what their dist-info's RECORD says (no interpreter).
 
     Part of the verify step's key: a venv that was verified and later lost or damaged a file (a disk that
@@ -154,27 +153,13 @@ def installed_fingerprint(venv: Path, known: KnownDamage | None = None) -> str:
     verifies again instead of saying "already complete" over a torch that does not import. Only the damage
     is digested, not the list of packages: a later `pip install` of something else leaves a healthy venv's
     key unchanged, so a re-run stays a no-op. Sizes, not hashes, are compared: a stat per file is cheap,
-    and a half-written or truncated file changes its size.
-
-    `known` (from record_damage, read moments before: bootstrap reads torch's 19,000 files while the extras
-    install) stands in for the packages whose RECORD is still the same file."""
+    and a half-written or truncated file changes its size (venv/damage.py)."""
     site = site_packages(venv)
     h = hashlib.sha256()
     if site is None:
         return h.hexdigest()[:16]
     root = str(site) + os.sep
     for path in sorted(damage.records(str(site))):
-        earlier = (known or {}).get(path)
-        if earlier is not None and earlier[0] == damage.identity(path):
-            lines = earlier[1]
-        else:
-            lines = damage.damage(root, path)
-        for line in lines:
+        for line in damage.damage(root, path):
             h.update(line)
     return h.hexdigest()[:16]
-
-
-def record_damage(venv: Path) -> KnownDamage:
-    """Every package's damage lines now, for an installed_fingerprint to come (see there; venv/damage.py)."""
-    site = site_packages(venv)
-    return {} if site is None else damage.record_damage(str(site))
