@@ -353,7 +353,6 @@ def test_no_index_settings_mean_find_links_only(tmp_path):
 @pytest.mark.registry
 @pytest.mark.slow
 def test_uv_is_installed_from_pypi_into_the_users_environment(tmp_path):
-    import os
 
     from mw_env.sources.uv import find_uv, install_uv
 
@@ -393,111 +392,6 @@ def test_too_old_or_broken_uv_is_refused(tmp_path):
     real = find_uv_binary()
     if real:
         assert check_version(real, {}).count(".") >= 2
-
-
-def _logging_uv(tmp_path: Path, version: str = "uv 0.13.9 (x86_64-unknown-linux-gnu)") -> tuple[Path, Path]:
-    """A uv that answers --version and logs every call (one line of arguments each)."""
-    log = tmp_path / "uv-calls.log"
-    uv = tmp_path / "uv"
-    uv.write_text(f'#!/bin/sh\necho "$*" >> {log}\n[ "$1" = --version ] && echo "{version}"\nexit 0\n')
-    uv.chmod(0o755)
-    return uv, log
-
-
-def _calls(log: Path) -> list[str]:
-    return log.read_text().splitlines() if log.exists() else []
-
-
-def test_the_uv_version_asked_ahead_is_the_one_the_first_step_checks(tmp_path):
-    from mw_env.sources import uv as uvmod
-
-    uv, log = _logging_uv(tmp_path)
-    python = tmp_path / "python3.12"
-    python.write_text("#!/bin/sh\n")
-    uvmod.prefetch(str(uv), {}, python=str(python))
-    assert uvmod.check_version(str(uv), {}) == "0.13.9"
-    for warmer in uvmod._warmers:  # fire and forget in bootstrap; here its call is awaited to be seen
-        warmer.wait()
-    # asked once, ahead; and uv was shown the interpreter given by its path (so `uv venv` finds it known)
-    assert sorted(_calls(log)) == sorted(["--version", f"python find --no-python-downloads {python}"])
-    assert uvmod.check_version(str(uv), {}) == "0.13.9"  # a second check asks again: nothing stale is kept
-    assert _calls(log).count("--version") == 2
-
-
-def test_a_python_given_by_version_or_missing_is_not_shown_to_uv_ahead(tmp_path):
-    from mw_env.sources import uv as uvmod
-
-    uv, log = _logging_uv(tmp_path)
-    uvmod.prefetch(str(uv), {}, python="3.12")  # looked up with uv while planning: nothing to start
-    uvmod.check_version(str(uv), {})
-    uvmod.prefetch(str(uv), {}, python=str(tmp_path / "no" / "python"))
-    uvmod.check_version(str(uv), {})
-    assert _calls(log) == ["--version", "--version"]
-    uvmod.prefetch(None, {}, python=str(tmp_path / "no" / "python"))  # no uv yet: the uv step installs one
-
-
-def test_a_too_old_uv_asked_ahead_is_refused_as_before(tmp_path):
-    from mw_env.base.errors import StepFailed
-    from mw_env.sources import uv as uvmod
-
-    old, _ = _logging_uv(tmp_path, version="uv 0.4.1 (d9bd3bc7a 2024-08-15)")
-    uvmod.prefetch(str(old), {})
-    with pytest.raises(StepFailed, match=r"uv 0\.4\.1 .* too old"):
-        uvmod.check_version(str(old), {})
-    broken = tmp_path / "not-uv"
-    broken.write_text("#!/bin/sh\necho 'segfault' >&2\nexit 139\n")
-    broken.chmod(0o755)
-    uvmod.prefetch(str(broken), {})
-    with pytest.raises(StepFailed, match="does not run as uv") as info:
-        uvmod.check_version(str(broken), {})
-    assert "segfault" in info.value.message  # its stderr, as when it is run in the step
-
-
-def _logging_python(tmp_path: Path, answer: str) -> tuple[Path, Path]:
-    """An interpreter that logs each start (its arguments' count and $MARK) and answers the version query."""
-    log = tmp_path / "python-calls.log"
-    python = tmp_path / "bin" / "python3.12"
-    python.parent.mkdir(exist_ok=True)
-    python.write_text(f'#!/bin/sh\necho "$# ${{MARK:-}}" >> {log}\necho "{answer}"\n')
-    python.chmod(0o755)
-    return python, log
-
-
-def test_the_interpreters_version_asked_ahead_is_the_answer_planning_reads(tmp_path):
-    from mw_env.sources import uv as uvmod
-
-    python, log = _logging_python(tmp_path, "3.12.4 /opt/python/bin/python3.12")
-    env = {"PATH": os.environ["PATH"], "MARK": "ahead"}
-    uvmod.prefetch(None, env, python=str(python))  # no uv yet: the version query still starts
-    assert uvmod.python_version(str(python), env) == ("3.12.4", "/opt/python/bin/python3.12")
-    assert _calls(log) == ["3 ahead"]  # asked once, ahead, with -S -c CODE
-    # asked again later (a second plan): nothing stale is kept, the interpreter is started again
-    assert uvmod.python_version(str(python), {**env, "MARK": "again"}) == (
-        "3.12.4",
-        "/opt/python/bin/python3.12",
-    )
-    assert _calls(log) == ["3 ahead", "3 again"]
-
-
-def test_a_version_asked_ahead_under_another_environment_is_asked_again(tmp_path):
-    from mw_env.sources import uv as uvmod
-
-    python, log = _logging_python(tmp_path, "3.12.4 /opt/python/bin/python3.12")
-    base = {"PATH": os.environ["PATH"]}
-    uvmod.prefetch(None, {**base, "MARK": "ahead"}, python=str(python))
-    # planning asks with the machine's environment: another one (a fake root's, PYTHONHOME...) is asked itself
-    assert uvmod.python_version(str(python), {**base, "MARK": "plan"}) == (
-        "3.12.4",
-        "/opt/python/bin/python3.12",
-    )
-    for warmer in uvmod._warmers:
-        warmer.wait()
-    assert sorted(_calls(log)) == ["3 ahead", "3 plan"]
-    broken = tmp_path / "python-broken"
-    broken.write_text("#!/bin/sh\necho 'Fatal Python error: init_fs_encoding' >&2\nexit 1\n")
-    broken.chmod(0o755)
-    uvmod.prefetch(None, base, python=str(broken))
-    assert uvmod.python_version(str(broken), base) is None  # a failure ahead is the failure planning sees
 
 
 def test_a_full_disk_while_writing_is_a_clear_step_failure(tmp_path, hermetic_env, indexes, monkeypatch):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -155,10 +154,6 @@ class BootstrapArgs:
 
 
 def _bootstrap(args: BootstrapArgs) -> int:
-    if not args.dry_run:  # what the first steps ask uv, asked now, answered by then (sources/uv.py)
-        from mw_env.sources import uv as uvmod
-
-        uvmod.prefetch(uvmod.find_uv(os.environ), os.environ, python=args.python)
     from rich.console import Console
 
     # soft_wrap: a long line (a path, a command) is wrapped by the terminal, never broken mid-phrase by rich

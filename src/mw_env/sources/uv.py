@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -250,8 +249,7 @@ def _version_query(python: str) -> list[str]:
 
 def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | None:
     """("3.11.7", the real executable behind shims) for an interpreter, None when it does not run."""
-    argv = _version_query(python)
-    res = _collect(argv, env, 20.0) or _run_quiet(argv, env, 20.0)
+    res = _run_quiet(_version_query(python), env, 20.0)
     if not res.ok:
         return None
     out = res.stdout.strip().splitlines()
@@ -261,88 +259,9 @@ def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | Non
     return parts[0], parts[1]
 
 
-# Answers begun by prefetch, by argv, with the environment they run in (None: the answer does not depend on it,
-# as uv's version); check_version and python_version collect their own (_collect).
-_ahead: dict[tuple[str, ...], tuple[dict[str, str] | None, subprocess.Popen[str]]] = {}
-_warmers: list[subprocess.Popen[str]] = []
-_prefetch_lock = threading.Lock()
-
-
-def prefetch(uv: str | None, env: Mapping[str, str], *, python: str | None = None) -> None:
-    """Begin, in the background, the uv calls whose answers bootstrap's first steps wait for.
-
-    Why: planning keeps one core busy for ~0.1 s (mw-env's imports and the plan) and leaves the other idle,
-    while each of these starts uv (a 40 MB program) and, for `python`, an interpreter:
-    - `uv --version`, for the version check of the first step (check_version collects it);
-    - for an interpreter given as a path (`--python /usr/bin/python3.12`), `uv python find PATH`: uv then
-      knows that interpreter (its cache), and the venv step's `uv venv` takes 10 ms instead of 45. A Python
-      given by version is looked up with uv while planning anyway (find_python), which does the same;
-    - for that path also the interpreter's version query (python_version, 12 ms at the end of planning).
-    Without uv only the version query; the children die with this process."""
-    given = bool(python and os.sep in python and os.path.isfile(python))
-    if given and python:
-        argv = _version_query(python)
-        with _prefetch_lock, contextlib.suppress(OSError):  # only a head start: planning asks itself
-            _ahead.setdefault(tuple(argv), (dict(env), _background(argv, env, subprocess.PIPE)))
-    if not uv:
-        return
-    with _prefetch_lock:
-        if (uv, "--version") not in _ahead:
-            with contextlib.suppress(OSError):  # it cannot start: check_version runs it itself and says why
-                _ahead[(uv, "--version")] = (None, _background([uv, "--version"], env, subprocess.PIPE))
-        _warmers[:] = [w for w in _warmers if w.poll() is None]  # the finished ones, reaped
-        if given and python:
-            with contextlib.suppress(OSError):  # only a head start: the venv step asks uv itself
-                _warmers.append(
-                    _background([uv, "python", "find", "--no-python-downloads", python], uv_env(env))
-                )
-
-
-def _background(
-    argv: list[str], env: Mapping[str, str], output: int = subprocess.DEVNULL
-) -> subprocess.Popen[str]:
-    """A child started now and collected later (or never): no stdin, dying with this process."""
-    return subprocess.Popen(
-        argv,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=output,
-        stderr=output,
-        text=True,
-        preexec_fn=preexec(signal.SIGKILL),
-    )
-
-
-def _version_run(uv: str, env: Mapping[str, str]) -> CommandRun:
-    """`uv --version`: the prefetched run's answer when there is one, else run now."""
-    return _collect([uv, "--version"], env, 20.0) or _run_quiet([uv, "--version"], env, 20.0)
-
-
-def _collect(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> CommandRun | None:
-    """The answer of `argv` begun ahead in this environment, or None (none begun, or begun in another one)."""
-    with _prefetch_lock:
-        ahead = _ahead.pop(tuple(argv), None)
-        if ahead is not None and ahead[0] is not None and ahead[0] != dict(env):
-            _warmers.append(ahead[1])  # asked under another environment: reaped later, its answer unused
-            ahead = None
-    return None if ahead is None else _answer(ahead[1], argv, timeout)
-
-
-def _answer(child: subprocess.Popen[str], argv: Sequence[str], timeout: float) -> CommandRun:
-    """A child begun ahead, waited for as _run_quiet waits for its own."""
-    start = time.monotonic()
-    try:
-        out, err = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        child.kill()
-        child.communicate()
-        return CommandRun(tuple(argv), 127, str(exc), time.monotonic() - start)
-    return CommandRun(tuple(argv), child.returncode, out + err, time.monotonic() - start, stdout=out)
-
-
 def check_version(uv: str, env: Mapping[str, str]) -> str:
     """uv's version; StepFailed when it is older than MIN_UV or does not run."""
-    res = _version_run(uv, env)
+    res = _run_quiet([uv, "--version"], env, 20.0)
     words = res.stdout.split()
     version = words[1] if res.ok and len(words) >= 2 and words[0] == "uv" else None
     if version is None:
