@@ -117,19 +117,8 @@ def _command_path(args: list[str]) -> str:
 
 
 def run() -> int:
-    """The `mw-env` program (its console script, and `python -m mw_env`): main() in a process of its own.
-
-    mw-env is a short-lived orchestrator (what runs long runs in child processes: uv, the trainer, the
-    probes), so its own process tunes the collector, which main() (called in-process by the tests) leaves
-    alone: collections start after 20,000 allocations instead of 700 (the imports and the plan ran ~100 of
-    them, 10 ms), and what exists at the end is frozen, so the collections of the interpreter's exit do not
-    walk it all again (15 ms; finalizers and atexit still run, and files are flushed and closed by main)."""
-    import gc
-
-    gc.set_threshold(20_000, 20, 20)
-    code = main()
-    gc.freeze()
-    return code
+    """The `mw-env` program (its console script, and `python -m mw_env`): main() on sys.argv."""
+    return main()
 
 
 def main(argv: list[str] | None = None) -> int:
