@@ -363,3 +363,20 @@ def test_no_folder_loop() -> None:
         if folder not in seen:
             loop = visit(folder, [])
             assert loop is None, f"folders import each other: {' -> '.join(loop)}"
+
+
+# -- the command layer ------------------------------------------------------------------------------------
+
+
+def test_the_venv_option_is_declared_once() -> None:
+    """Every command's `--venv` is commands.common.venv_option: its help and its default say the same everywhere."""
+    declared = sorted(
+        name
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "option"
+        and any(isinstance(a, ast.Constant) and a.value == "--venv" for a in node.args)
+    )
+    assert declared == ["mw_env.commands.common"], f"--venv declared in {declared}: use common.venv_option"

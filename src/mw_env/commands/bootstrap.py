@@ -13,25 +13,23 @@ import click
 
 from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, VenvRefused
 from mw_env.base.textsafe import redact, safe, safe_message
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
+from mw_env.commands.common import (
+    echo_json,
+    json_option,
+    profile_options,
+    root_option,
+    source_option,
+    venv_option,
+)
 
 if TYPE_CHECKING:
     from mw_env.provision.model import BootstrapOptions  # imported where used: `--help` stays light
 
 
-def _venv_option(verb: str) -> Any:
-    return click.option(
-        "--venv",
-        type=click.Path(path_type=Path),  # a file here is refused by the planner with error:/hint:
-        default=None,
-        help=f"The venv to {verb} (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
-    )
-
-
 @click.command("bootstrap")
 @root_option
 @profile_options
-@_venv_option("build")
+@venv_option("The venv to build")
 @click.option(
     "--python",
     "python",

@@ -60,6 +60,21 @@ def profile_options(func: F) -> F:
     return click.option("--gpu", type=int, default=None, help="Choose GPU N (see `mw-env detect`).")(func)
 
 
+def venv_option(what: str, *, folder_only: bool = False, more: str = "") -> Callable[[F], F]:
+    """`--venv`, the one declaration every command uses: `what` leads its help, the default follows (where a
+    command without --venv looks: venv.record.chosen_venv), then `more`. `folder_only`: a file is click's usage
+    error (exit 2) before the command runs; elsewhere the command judges the path itself (the planner refuses a
+    file with error:/hint:, the doctor reports it as a failed check)."""
+    from pathlib import Path
+
+    return click.option(
+        "--venv",
+        type=click.Path(file_okay=not folder_only, path_type=Path),
+        default=None,
+        help=f"{what} (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv){more}.",
+    )
+
+
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON only, on stdout.")(func)
 

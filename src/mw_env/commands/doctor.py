@@ -11,7 +11,14 @@ import click
 
 from mw_env.base.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, MwEnvError
 from mw_env.base.textsafe import safe, safe_message
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
+from mw_env.commands.common import (
+    echo_json,
+    json_option,
+    profile_options,
+    root_option,
+    source_option,
+    venv_option,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -171,7 +178,7 @@ def _explain(
     root: str | None,
     gpu: int | None = None,
     source: str | None = None,
-    venv: str | None = None,
+    venv: Path | None = None,
 ) -> int:
     from mw_env.checks.catalogue import general_advice, load_catalogue
     from mw_env.checks.explain import here as explain_here
@@ -257,14 +264,11 @@ def _explain(
 @root_option
 @profile_options
 @source_option
-@click.option(
-    "--venv",
-    # A file here is the doctor's to diagnose (venv.not_a_folder: a failed check, exit 1, with its fix), like
-    # a folder that is not a venv; click's file_okay=False made it a usage error (2), against the README.
-    type=click.Path(),
-    default=None,
-    help="The venv to check (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv); "
-    "with --explain, the venv whose torch source and wheel archs the GPU advice is for.",
+# A file as --venv is the doctor's to diagnose (venv.not_a_folder: a failed check, exit 1, with its fix), like a
+# folder that is not a venv; click's file_okay=False made it a usage error (2), against the README.
+@venv_option(
+    "The venv to check",
+    more="; with --explain, the venv whose torch source and wheel archs the GPU advice is for",
 )
 @json_option
 @click.option(
@@ -295,7 +299,7 @@ def doctor(
     profiles_dirs: tuple[str, ...],
     gpu: int | None,
     source: str | None,
-    venv: str | None,
+    venv: Path | None,
     as_json: bool,
     verbose: bool,
     quick: bool,

@@ -17,7 +17,14 @@ from pathlib import Path
 import click
 
 from mw_env.base.errors import InputError
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
+from mw_env.commands.common import (
+    echo_json,
+    json_option,
+    profile_options,
+    root_option,
+    source_option,
+    venv_option,
+)
 
 
 def self_command() -> list[str]:
@@ -82,12 +89,7 @@ def _looks_like_venv(path: Path) -> bool:
 @root_option
 @profile_options
 @source_option
-@click.option(
-    "--venv",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="The venv to read (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
-)
+@venv_option("The venv to read")
 @json_option
 def env_cmd(
     root: str | None,

@@ -6,19 +6,21 @@ from pathlib import Path
 
 import click
 
-from mw_env.commands.common import echo_json, json_option, profile_options, root_option, source_option
+from mw_env.commands.common import (
+    echo_json,
+    json_option,
+    profile_options,
+    root_option,
+    source_option,
+    venv_option,
+)
 
 
 @click.command("lock")
 @root_option
 @profile_options
 @source_option
-@click.option(
-    "--venv",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="The venv to lock (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
-)
+@venv_option("The venv to lock")
 @click.option(
     "--output",
     "-o",

@@ -12,7 +12,7 @@ from typing import TypedDict, cast
 import click
 
 from mw_env.base.errors import InputError, MwEnvError
-from mw_env.commands.common import echo_json, json_option
+from mw_env.commands.common import echo_json, json_option, venv_option
 
 
 @click.command(
@@ -42,7 +42,7 @@ from mw_env.commands.common import echo_json, json_option
     help="ONNX file to write (default <run>/export/model-step-N.onnx); with --format safetensors the folder "
     "(default <run>/weights/step-N).",
 )
-@click.option("--venv", type=click.Path(file_okay=False, path_type=Path), default=None, help="Training venv.")
+@venv_option("Training venv", folder_only=True)
 @click.option("--opset", type=click.IntRange(min=14), default=18, show_default=True)
 @click.option(
     "--max-diff",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
-from mw_env.commands.common import F, profile_options, root_option, source_option
+from mw_env.commands.common import F, profile_options, root_option, source_option, venv_option
 
 if TYPE_CHECKING:  # types only: `mw-env --help` imports no launch code
     from typing import Unpack
@@ -84,12 +84,7 @@ def launch_options(func: F) -> F:
     for deco in reversed(
         [
             config_options,
-            click.option(
-                "--venv",
-                type=click.Path(file_okay=False, path_type=Path),
-                default=None,
-                help="Training venv (default: $MW_ENV_VENV, else the venv bootstrap built last, else ~/training-venv).",
-            ),
+            venv_option("Training venv", folder_only=True),
             click.option("--skip-doctor", is_flag=True, help="Start even if the doctor's quick checks fail."),
             click.option(
                 "--resume",

@@ -13,12 +13,10 @@ from typing import TypeVar
 import click
 
 from mw_env.base.errors import InputError, MwEnvError
-from mw_env.commands.common import echo_json, json_option
+from mw_env.commands.common import echo_json, json_option, venv_option
 
 _RUN = click.argument("run", required=False, type=click.Path(path_type=Path))
-_VENV = click.option(
-    "--venv", type=click.Path(file_okay=False, path_type=Path), default=None, help="Training venv."
-)
+_VENV = venv_option("Training venv", folder_only=True)
 _EXPORT = click.option(
     "--export",
     "export_dir",
