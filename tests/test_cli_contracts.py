@@ -67,7 +67,7 @@ def _hinted_venv(err: str) -> str:
 
 @pytest.mark.parametrize("kind", ["folder", "file", "missing", "empty"])
 def test_the_create_hint_for_a_non_venv_is_a_path_bootstrap_accepts(tmp_path, capsys, kind):
-    from mw_env.provision.plan import _checked_venv
+    from mw_env.provision.venvchoice import checked_venv as _checked_venv
 
     target = tmp_path / "data"
     if kind == "folder":
@@ -91,7 +91,7 @@ def test_the_create_hint_for_a_non_venv_is_a_path_bootstrap_accepts(tmp_path, ca
 
 
 def test_train_hint_for_a_folder_that_is_no_venv_is_accepted_by_bootstrap(tmp_path, capsys, monkeypatch):
-    from mw_env.provision.plan import _checked_venv
+    from mw_env.provision.venvchoice import checked_venv as _checked_venv
 
     monkeypatch.chdir(tmp_path)
     target = tmp_path / "work"
@@ -218,7 +218,7 @@ def test_a_real_bootstrap_records_its_venv(tmp_path, monkeypatch):
 
 
 def test_the_doctors_fix_for_a_folder_that_is_no_venv_is_a_command_bootstrap_accepts(tmp_path, capsys):
-    from mw_env.provision.plan import _checked_venv
+    from mw_env.provision.venvchoice import checked_venv as _checked_venv
 
     folder = tmp_path / "work"
     folder.mkdir()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, VenvRefused
+from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from mw_env.base.textsafe import redact, safe, safe_message
 from mw_env.commands.common import (
     echo_json,
@@ -23,7 +23,7 @@ from mw_env.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from mw_env.provision.model import BootstrapOptions  # imported where used: `--help` stays light
+    from mw_env.provision.model import BootstrapOptions, Plan  # imported where used: `--help` stays light
 
 
 @click.command("bootstrap")
@@ -160,8 +160,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
     out = Console(stderr=args.as_json, highlight=False, soft_wrap=True, emoji=False)
     as_json, dry_run = args.as_json, args.dry_run
     from mw_env.profiles import resolve
-    from mw_env.provision.archtruth import GpuKernels, policy_for
-    from mw_env.provision.plan import plan
+    from mw_env.provision.plan import plan_for
 
     # The planner finds its own interpreter with uv: listing every Python on PATH would only slow a no-op run.
     resolved = resolve(
@@ -184,46 +183,18 @@ def _bootstrap(args: BootstrapArgs) -> int:
         if note:
             out.print(f"note: {note}", markup=False)
 
-    torch = sel.torch
-    if lock is not None:
-        from mw_env.venv.lock.rebuild import torch_source_for
-
-        torch = torch_source_for(lock, sel.torch)
-
-    def plan_for(options: BootstrapOptions) -> Any:
-        made = _plan(options)
-        # The selection's own warnings (the hang-prone override, a retired source) lead the plan's.
-        return replace(
-            made, warnings=tuple(dict.fromkeys((*sel.warnings, *made.warnings))), reason=redact(sel.reason)
-        )
-
-    def _plan(options: BootstrapOptions) -> Any:
-        return plan(
+    def planned(options: BootstrapOptions) -> Plan:
+        return plan_for(
+            selection=sel,
             options=options,
-            profile=sel.profile.name,
-            torch=torch,
-            runtime_env=dict(sel.env),
             env=resolved.machine.env,
-            companions=sel.torch.companions,
-            kernels=GpuKernels(
-                extras=sel.torch_extras(all_devices=args.all_devices),
-                packages=() if args.all_devices else sel.device_packages,
-                policy=policy_for(sel),
-            ),
+            all_devices=args.all_devices,
+            # A dry run changes nothing: a venv a real run would refuse is a warning there, exit 0, and the plan
+            # shown is what `--recreate` would do (a new venv built beside it, swapped in only when complete).
+            refused_as_warning=dry_run,
         )
 
-    try:
-        the_plan = plan_for(options)
-    except VenvRefused as exc:
-        if not dry_run:
-            raise
-        # A dry run changes nothing, so a venv a real run would refuse is a warning here, exit 0: the plan
-        # shown is what `--recreate` would do (a new venv built beside it, swapped in only when complete).
-        refused = (
-            f"a real run would refuse: {exc.message} (hint: {exc.hint}); below: what --recreate would do"
-        )
-        the_plan = plan_for(replace(options, recreate=True))
-        the_plan = replace(the_plan, warnings=(refused, *the_plan.warnings))
+    the_plan = planned(options)
     if the_plan.adoptable is not None and not dry_run:
         cand = the_plan.adoptable
         question = (
@@ -231,7 +202,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
             "Reuse it instead of downloading the profile's torch?"
         )
         if sys.stdin.isatty() and not as_json and click.confirm(question, default=True):
-            the_plan = plan_for(replace(options, adopt=True))
+            the_plan = planned(replace(options, adopt=True))
         else:
             out.print(f"[yellow]note:[/] the image's torch {cand.version} could be reused: --adopt-torch")
     if dry_run:

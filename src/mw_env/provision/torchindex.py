@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from mw_env.base.textsafe import redact
 from mw_env.sources.uvconfig import NO_CONFIG, Table, Toml, UvConfig, key, table_text, value
@@ -235,25 +235,15 @@ def for_plan(
     )
 
 
-class StepFields(TypedDict):
-    torch_indexes: tuple[StepIndex, ...]
-    torch_uv: UvConfig
-    notes: tuple[str, ...]
-
-
-def plan_fields(
-    chosen: TorchChoice | None, request: ChoiceRequest, torch: object, notes: Sequence[str]
-) -> StepFields:
-    """A plan's torch-step fields: its indexes, the user's uv configuration the step's file carries (what uv
-    would read from this folder, sources/uvconfig.py), and the plan's notes with the one naming that."""
+def step_config(
+    chosen: TorchChoice | None, request: ChoiceRequest, torch: object
+) -> tuple[tuple[StepIndex, ...], UvConfig]:
+    """A plan's torch-step indexes, and the user's uv configuration the step's file carries (what uv would read
+    from this folder, sources/uvconfig.py; config_notes names it)."""
     from mw_env.sources import uvconfig
 
     user = uvconfig.load(request.env)
-    return {
-        "torch_indexes": for_plan(chosen, request.index_url, torch, request.env, request.sources, user),
-        "torch_uv": user,
-        "notes": (*notes, *(redact(n) for n in config_notes(user))),
-    }
+    return for_plan(chosen, request.index_url, torch, request.env, request.sources, user), user
 
 
 def _q(text: str) -> str:
