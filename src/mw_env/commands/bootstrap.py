@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED
-from mw_env.base.textsafe import redact, safe, safe_message
+from mw_env.base.textsafe import safe_message
 from mw_env.commands.common import (
     echo_json,
     json_option,
@@ -214,6 +213,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
             print_plan(out, the_plan, sel)
         return 0
 
+    from mw_env.commands.bootstrap_view import StepView
     from mw_env.provision.execute import execute
 
     for w in the_plan.warnings:
@@ -221,7 +221,7 @@ def _bootstrap(args: BootstrapArgs) -> int:
     for n in the_plan.notes:
         out.print(f"note: {n}", soft_wrap=True, markup=False)
     out.print(f"[bold]mw-env bootstrap[/] profile [cyan]{the_plan.profile}[/] -> {the_plan.venv}")
-    events = _RichEvents(out, verbose=args.verbose)
+    events = StepView(out, verbose=args.verbose)
     try:
         result = execute(the_plan, events=events, doctor=_doctor_hook(resolved, out), argv=sys.argv)
     except KeyboardInterrupt:
@@ -299,53 +299,6 @@ def _render_doctor(report: Any) -> None:
     from mw_env.commands.doctor import render_report
 
     render_report(report, verbose=False)
-
-
-class _RichEvents:
-    """Each step with a live spinner and its elapsed time; uv's output live (-v) or on failure."""
-
-    def __init__(self, console: Any, *, verbose: bool) -> None:
-        self.console = console
-        self.verbose = verbose
-        self.status: Any = None
-        self.started = 0.0
-
-    def step_started(self, step: Any) -> None:
-        self.started = time.monotonic()
-        # A spinner only where it is drawn: rich draws a transient status on a terminal alone, and elsewhere
-        # (a pipe, a CI log, --json's stderr) it would only run its refresh thread beside the steps.
-        if self.console.is_terminal:
-            self.status = self.console.status(f"{step.title} ...")
-            self.status.start()
-
-    def step_output(self, step: Any, line: str) -> None:
-        if self.verbose:
-            self.console.print(f"    {safe(redact(line))}", style="dim", markup=False, highlight=False)
-        elif self.status is not None:
-            elapsed = time.monotonic() - self.started
-            self.status.update(f"{step.title} ({elapsed:.0f}s) {safe(redact(line.strip()), limit=80)}")
-
-    def step_finished(self, step: Any, outcome: Any) -> None:
-        self.stop()
-        icons = {
-            "done": "[green]✓[/]",
-            "skipped": "[dim]·[/]",
-            "failed": "[red]✗[/]",
-            "interrupted": "[red]![/]",
-            "warn": "[yellow]![/]",
-        }
-        timing = f" ({outcome.duration_s:.1f}s)" if outcome.status != "skipped" else " (already done)"
-        # A failure's message follows as `error:`; repeating it here would only add noise.
-        detail = f" [dim]{outcome.detail}[/]" if outcome.detail and outcome.status in ("done", "warn") else ""
-        self.console.print(f"{icons.get(outcome.status, '?')} {step.title}{timing}{detail}")
-        if outcome.status == "failed" and outcome.output_tail and not self.verbose:
-            tail = safe(redact(outcome.output_tail), limit=None, newlines=True)
-            self.console.print(tail, style="dim", markup=False, highlight=False)
-
-    def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
 
 
 def rerun_command(ctx: click.Context, venv: Path) -> str:

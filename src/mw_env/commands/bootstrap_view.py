@@ -1,10 +1,11 @@
-"""`mw-env bootstrap --dry-run`'s text view of a plan (the JSON view is Plan.to_dict)."""
+"""`mw-env bootstrap`'s text views: the dry run's plan (the JSON view is Plan.to_dict), and the steps as they run."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from mw_env.base.textsafe import redact, safe_message
+from mw_env.base.textsafe import redact, safe, safe_message
 
 
 def print_plan(out: Any, the_plan: Any, sel: Any) -> None:
@@ -79,3 +80,50 @@ def print_plan(out: Any, the_plan: Any, sel: Any) -> None:
         out.print(f"{i:2}. {mark} [bold]{step.id}[/] {step.title}")
         if step.command:
             out.print(f"      $ {redact(shlex.join(step.command))}", soft_wrap=True, markup=False)
+
+
+class StepView:
+    """Each step with a live spinner and its elapsed time; uv's output live (-v) or on failure."""
+
+    def __init__(self, console: Any, *, verbose: bool) -> None:
+        self.console = console
+        self.verbose = verbose
+        self.status: Any = None
+        self.started = 0.0
+
+    def step_started(self, step: Any) -> None:
+        self.started = time.monotonic()
+        # A spinner only where it is drawn: rich draws a transient status on a terminal alone, and elsewhere
+        # (a pipe, a CI log, --json's stderr) it would only run its refresh thread beside the steps.
+        if self.console.is_terminal:
+            self.status = self.console.status(f"{step.title} ...")
+            self.status.start()
+
+    def step_output(self, step: Any, line: str) -> None:
+        if self.verbose:
+            self.console.print(f"    {safe(redact(line))}", style="dim", markup=False, highlight=False)
+        elif self.status is not None:
+            elapsed = time.monotonic() - self.started
+            self.status.update(f"{step.title} ({elapsed:.0f}s) {safe(redact(line.strip()), limit=80)}")
+
+    def step_finished(self, step: Any, outcome: Any) -> None:
+        self.stop()
+        icons = {
+            "done": "[green]✓[/]",
+            "skipped": "[dim]·[/]",
+            "failed": "[red]✗[/]",
+            "interrupted": "[red]![/]",
+            "warn": "[yellow]![/]",
+        }
+        timing = f" ({outcome.duration_s:.1f}s)" if outcome.status != "skipped" else " (already done)"
+        # A failure's message follows as `error:`; repeating it here would only add noise.
+        detail = f" [dim]{outcome.detail}[/]" if outcome.detail and outcome.status in ("done", "warn") else ""
+        self.console.print(f"{icons.get(outcome.status, '?')} {step.title}{timing}{detail}")
+        if outcome.status == "failed" and outcome.output_tail and not self.verbose:
+            tail = safe(redact(outcome.output_tail), limit=None, newlines=True)
+            self.console.print(tail, style="dim", markup=False, highlight=False)
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
