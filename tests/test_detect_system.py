@@ -317,3 +317,45 @@ def test_a_slow_interpreter_is_asked_again_alone_and_never_called_broken(tmp_pat
     assert ("python3.11", 10.0) in calls  # the second try, alone, with twice the budget
     assert not any("do not run" in n for n in probe.notes)
     assert any("python3.13" in n and "did not answer within 10 s" in n for n in probe.notes)
+
+
+def test_a_pyenv_shim_is_never_run_its_versions_are_read(tmp_path):
+    """Issue 39: a pyenv shim is a bash script that runs pyenv's programs (~100 processes a start); the Pythons it
+    stands for are read from pyenv's versions folder (the version from include/.../patchlevel.h, else the folder's
+    name), and a real interpreter on PATH is still asked."""
+    pyenv = tmp_path / ".pyenv"
+    marker = tmp_path / "shim-ran"
+    shims = pyenv / "shims"
+    for name in ("python3", "python3.12", "python3.11"):
+        script(
+            shims,
+            name,
+            f'export PYENV_ROOT="{pyenv}"\n: > {marker}\nexec "{pyenv}/libexec/pyenv" exec "$0"\n',
+        )
+    script(pyenv / "versions" / "3.12.1" / "bin", "python3.12", "exit 1\n")
+    script(pyenv / "versions" / "3.12.1" / "bin", "python3", "exit 1\n")  # python3 is python3.12: not listed
+    include = pyenv / "versions" / "3.12.1" / "include" / "python3.12"
+    include.mkdir(parents=True)
+    (include / "patchlevel.h").write_text('#define PY_MINOR_VERSION 12\n#define PY_VERSION "3.12.1"\n')
+    script(pyenv / "versions" / "3.11.7" / "bin", "python3.11", "exit 1\n")  # no headers: the folder's name
+    script(pyenv / "versions" / "2.7.18" / "bin", "python2.7", "exit 1\n")  # not a Python 3
+    script(
+        pyenv / "versions" / "pypy3.10-7.3.12" / "bin", "python3.10", "exit 1\n"
+    )  # a name that is no version
+    system = script(
+        tmp_path / "usr" / "bin", "python3.11", f"echo 3.11.2; echo {tmp_path}/usr/bin/python3.11\n"
+    )
+    probe = Probe(Machine(root=tmp_path, env={"PATH": f"{shims}:{system.parent}"}))
+    found = pythons(probe, None)
+    assert [(p.version, p.path, p.source) for p in found] == [
+        ("3.12.1", str(pyenv / "versions" / "3.12.1" / "bin" / "python3.12"), "pyenv"),
+        ("3.11.7", str(pyenv / "versions" / "3.11.7" / "bin" / "python3.11"), "pyenv"),
+        ("3.11.2", str(system), "PATH"),
+    ]
+    assert not marker.exists() and probe.notes == []
+
+
+def test_a_fake_roots_shim_naming_the_hosts_pyenv_is_not_read(tmp_path):
+    shims = tmp_path / "shims"
+    script(shims, "python3", 'export PYENV_ROOT="/root/.pyenv"\nexec /root/.pyenv/libexec/pyenv exec "$0"\n')
+    assert pythons(Probe(Machine(root=tmp_path, env={"PATH": str(shims)})), None) == ()

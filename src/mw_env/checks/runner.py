@@ -114,8 +114,7 @@ def run_doctor(
     if hardware is None:
         from mw_env.hardware.detect import detect
 
-        # No interpreters: no check reads the Pythons on PATH, and running each one (pyenv shims are bash
-        # pipelines) took half a second of every doctor, bootstrap's included.
+        # No interpreters: no check reads the Pythons on PATH, and each real one listed is a start.
         hardware = detect(
             machine, gpu=selection.gpu.index if selection.gpu is not None else None, interpreters=False
         )

@@ -31,8 +31,9 @@ T = TypeVar("T")
 def detect(machine: Machine, *, gpu: int | None = None, interpreters: bool = True) -> Hardware:
     """Everything mw-env needs to know about this machine; `gpu` chooses the GPU explicitly.
 
-    `interpreters=False` skips running every Python on PATH (about a second with pyenv shims): callers that
-    find their own interpreter (bootstrap) or need none (env, doctor) keep a no-op run fast.
+    `interpreters=False` skips listing the Pythons (each real one on PATH is run; pyenv's are read from its
+    versions folder): callers that find their own interpreter (bootstrap) or need none (env, doctor) keep a
+    no-op run fast.
     """
     probe = Probe(machine)
     no_gpus: list[Gpu] = []

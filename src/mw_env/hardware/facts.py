@@ -92,7 +92,9 @@ class ContainerInfo:
 class PythonInfo:
     version: str  # "3.12.3"
     path: str
-    source: str = "PATH"  # "PATH" (found on PATH and run) | "uv" (uv python list)
+    source: str = (
+        "PATH"  # "PATH" (found on PATH and run) | "pyenv" (its versions folder, read) | "uv" (uv python list)
+    )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import re
 import shlex
 
 from mw_env.hardware.facts import CpuInfo, OsInfo, PythonInfo, UvInfo
-from mw_env.hardware.machine import CommandResult
+from mw_env.hardware.machine import CommandResult, Machine
 from mw_env.hardware.probe import Probe
 
 # CPU features that change what training can do fast (bf16/AMX matmuls, AVX-512 kernels in oneDNN).
@@ -19,7 +19,7 @@ CPU_FLAGS = (
 PYTHON_TIMEOUT = 5.0
 UV_TIMEOUT = 10.0
 _PYTHON_NAME = re.compile(r"^python3(\.\d+)?$")
-# The version, then the real executable: pyenv shims and symlinks of one interpreter are listed once.
+# The version, then the real executable: shims and symlinks of one interpreter are listed once.
 _VERSION_SNIPPET = "import sys; print('.'.join(map(str, sys.version_info[:3]))); print(sys.executable)"
 
 
@@ -173,31 +173,45 @@ def uv_info(probe: Probe) -> UvInfo | None:
 
 
 def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
-    """python3 and python3.X on PATH (each run once, in parallel, with a timeout) plus uv's interpreters."""
+    """python3 and python3.X on PATH (each run once, in parallel, with a timeout), the Pythons pyenv installed
+    (read from its versions folder: a pyenv shim is never run), plus uv's interpreters."""
     m = probe.machine
     # Listed by the machine: a fake root's own (fake) Pythons, never the host's.
-    candidates = m.programs(_PYTHON_NAME)
+    on_path = m.programs(_PYTHON_NAME)
+    roots = {p: _pyenv_root(m, p) for p in on_path}
+    # A pyenv shim is a bash script that runs pyenv's own programs: ~100 processes a start, ~1,400 for the
+    # python3.X shims of a host with pyenv (1.9x py-cpuinfo's time). What it would run is in versions/.
+    candidates = [p for p in on_path if roots[p] is None]
     seen = {os.path.realpath(p) for p in candidates}
 
-    # pyenv shims and the like take ~100 ms each to start: run them side by side, but no more at once than
-    # there are cores - on a busy 2-core machine eight at once made a 2.5 s shim miss its 5 s budget.
+    # Real interpreters start in ~20 ms: side by side, but no more at once than there are cores.
     def ask(p: str, timeout: float = PYTHON_TIMEOUT) -> CommandResult:
         return m.run([p, "-I", "-S", "-c", _VERSION_SNIPPET], timeout=timeout)
 
-    # Imported here: only the real host runs Pythons, and the thread pool (with logging) costs ~8 ms of
-    # start-up that `detect --root` (no Pythons run) should not pay.
-    from concurrent.futures import ThreadPoolExecutor
+    results: list[CommandResult] = []
+    if candidates:
+        # Imported here: the thread pool (with logging) costs ~8 ms of start-up that a root with no Python
+        # on its PATH should not pay.
+        from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        results = list(pool.map(ask, candidates))
+        with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+            results = list(pool.map(ask, candidates))
     # A timeout is slowness, not breakage: each one gets a second try alone, with twice the time.
-    results = [
-        ask(p, 2 * PYTHON_TIMEOUT) if r.timed_out else r for p, r in zip(candidates, results, strict=True)
-    ]
+    ran = {
+        p: ask(p, 2 * PYTHON_TIMEOUT) if r.timed_out else r for p, r in zip(candidates, results, strict=True)
+    }
     found: list[PythonInfo] = []
     broken: list[str] = []
     slow: list[str] = []
-    for path, result in zip(candidates, results, strict=True):
+    for path in on_path:
+        root = roots[path]
+        if root is not None:
+            for version, exe in _pyenv_versions(root):
+                if os.path.realpath(exe) not in seen:
+                    seen.add(os.path.realpath(exe))
+                    found.append(PythonInfo(version=version, path=exe, source="pyenv"))
+            continue
+        result = ran[path]
         lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if result.ok else []
         at = next((i for i, ln in enumerate(lines) if re.fullmatch(r"\d+\.\d+\.\d+", ln)), None)
         if at is None:
@@ -211,7 +225,7 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
             seen.add(real)
         found.append(PythonInfo(version=lines[at], path=path, source="PATH"))
     if broken:
-        probe.note(f"on PATH but do not run (e.g. pyenv shims of uninstalled versions): {', '.join(broken)}")
+        probe.note(f"on PATH but do not run: {', '.join(broken)}")
     if slow:
         probe.note(
             f"on PATH but did not answer within {2 * PYTHON_TIMEOUT:g} s (a busy machine?), not listed: "
@@ -224,6 +238,59 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
                 seen.add(real)
                 found.append(PythonInfo(version=version, path=path, source="uv"))
     return tuple(found)
+
+
+def _pyenv_root(m: Machine, path: str) -> str | None:
+    """PYENV_ROOT for a pyenv shim (a script that hands itself to `pyenv exec`), None for anything else."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    if not head.startswith(b"#!") or not re.search(rb'libexec/pyenv"?\s+exec\b', head):
+        return None  # pyenv's shims end in `exec "$PYENV_ROOT/libexec/pyenv" exec "$program" "$@"`
+    named = re.search(rb'PYENV_ROOT="([^"\n]+)"', head)
+    root = os.fsdecode(named.group(1)) if named else os.path.dirname(os.path.dirname(path))
+    if not m.is_real and not os.path.realpath(root).startswith(str(m.root.resolve()) + os.sep):
+        return None  # a fake root's shim naming the host's pyenv: not this machine's
+    return root
+
+
+def _pyenv_versions(root: str) -> list[tuple[str, str]]:
+    """(version, bin/python3.X) of each CPython 3 under pyenv's versions/, newest first, from its files alone:
+    include/python3.X/patchlevel.h states the version (PY_VERSION); else the folder's name, as pyenv names it."""
+    out: list[tuple[tuple[int, ...], str, str]] = []
+    folder = os.path.join(root, "versions")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        bin_dir = os.path.join(folder, name, "bin")
+        try:
+            exes = sorted(n for n in os.listdir(bin_dir) if re.fullmatch(r"python3\.\d+", n))
+        except OSError:
+            continue
+        for exe in exes:
+            version = _patchlevel(os.path.join(folder, name, "include"), exe) or name
+            if re.fullmatch(r"\d+\.\d+\.\d+", version) and version.startswith(exe[len("python") :] + "."):
+                path = os.path.join(bin_dir, exe)
+                if os.access(path, os.X_OK):
+                    out.append((tuple(int(x) for x in version.split(".")), version, path))
+    return [(version, path) for _, version, path in sorted(out, reverse=True)]
+
+
+def _patchlevel(include: str, exe: str) -> str | None:
+    """PY_VERSION from include/python3.X[m]/patchlevel.h ("3.12.1"; a release candidate's is left out)."""
+    for sub in (exe, exe + "m"):
+        try:
+            with open(os.path.join(include, sub, "patchlevel.h"), encoding="utf-8", errors="replace") as fh:
+                text = fh.read(16384)
+        except OSError:
+            continue
+        found = re.search(r'#define\s+PY_VERSION\s+"([^"]+)"', text)
+        return found.group(1) if found else None
+    return None
 
 
 def _uv_pythons(probe: Probe, uv: UvInfo) -> list[tuple[str, str]]:
