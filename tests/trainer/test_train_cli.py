@@ -190,29 +190,39 @@ def test_mw_env_train_runs_smoke_in_the_venv(tmp_path: Path) -> None:
 @pytest.mark.torch
 @pytest.mark.slow
 def test_train_in_a_venv_built_by_bootstrap(tmp_path: Path) -> None:
-    """The product provisions its own test environment: bootstrap --profile cpu, then train with the doctor."""
+    """The product provisions its own test environment: bootstrap --profile cpu, then train with the doctor.
+
+    The venv running the tests is that venv when `make test-env` built it (`bootstrap --profile cpu`, its record
+    beside it): trained in as it is. Otherwise one is bootstrapped here (tests/provision/test_bootstrap_e2e.py
+    bootstraps a fresh one in every run)."""
     import shutil
 
     from mw_env.sources.wheelhouse import discover, matching_torch, wheels_in
+    from mw_env.venv.record import read_record
 
-    good, _ = matching_torch(
-        wheels_in(discover(env=os.environ).find_links, "torch"), local_tag="+cpu", specifier=">=2.4"
-    )
-    uv = shutil.which("uv") or str(REPO / ".tools" / "bin" / "uv")
-    if not good or not Path(uv).exists():
-        pytest.skip("no wheelhouse holds a CPU torch wheel (or uv is missing)")
-    venv = tmp_path / "training-venv"
-    env = {**os.environ, "UV": uv, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     env.pop("VIRTUAL_ENV", None)
-    boot = subprocess.run(
-        [sys.executable, "-m", "mw_env", "bootstrap", "--profile", "cpu", "--venv", str(venv), "--yes"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert boot.returncode == 0, boot.stdout[-3000:] + boot.stderr[-3000:]
+    record = read_record(TEST_VENV)
+    if record is not None and record.profile == "cpu" and (TEST_VENV / "bin" / "mw-env").is_file():
+        venv = TEST_VENV
+    else:
+        good, _ = matching_torch(
+            wheels_in(discover(env=os.environ).find_links, "torch"), local_tag="+cpu", specifier=">=2.4"
+        )
+        uv = shutil.which("uv") or str(REPO / ".tools" / "bin" / "uv")
+        if not good or not Path(uv).exists():
+            pytest.skip("no wheelhouse holds a CPU torch wheel (or uv is missing)")
+        venv = tmp_path / "training-venv"
+        env["UV"] = uv
+        boot = subprocess.run(
+            [sys.executable, "-m", "mw_env", "bootstrap", "--profile", "cpu", "--venv", str(venv), "--yes"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert boot.returncode == 0, boot.stdout[-3000:] + boot.stderr[-3000:]
     run = tmp_path / "run"
     args = smoke_args(run, 4, "runtime.eval_every=2", "data.synthetic_rows=128", venv=venv, skip_doctor=False)
     argv = [*TRAIN, *args]
