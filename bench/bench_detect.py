@@ -92,7 +92,11 @@ def main() -> int:
     # py-cpuinfo caches nothing between calls in-process, so each rep pays its full probe.
     reference = median_time(cpuinfo.get_cpu_info, args.reps)
     real = median_time(lambda: detect(Machine.from_env(root="/")), args.reps)
-    # Interpreter discovery runs every python3* on PATH once; pyenv shims (a bash script each) dominate.
+    # Interpreter discovery runs each real python3* on PATH once; a pyenv shim (a bash script running pyenv's
+    # programs, ~100 processes a start) is never run: pyenv's versions folder is read instead.
+    from mw_env.hardware.system import _pyenv_root
+
+    host = Machine.from_env(root="/")
     on_path = sorted(
         {
             str(Path(d, n))
@@ -102,6 +106,7 @@ def main() -> int:
             if re.fullmatch(r"python3(\.\d+)?", n)
         }
     )
+    shims = sum(1 for p in on_path if _pyenv_root(host, p) is not None)
     rows = []
     for root in sorted(p for p in machines.iterdir() if p.is_dir() and not p.name.startswith("doctor-")):
         env = {"PATH": str(root / ".mw-env-bin") + ":/usr/bin:/bin"}
@@ -124,7 +129,8 @@ def main() -> int:
         "",
         "| what | time | ratio to the reference |",
         "|---|---|---|",
-        f"| detect() on this machine (runs the {len(on_path)} python3* on PATH) | {real * 1000:.0f} ms "
+        f"| detect() on this machine ({len(on_path)} python3* on PATH, {shims} of them pyenv shims: read, not "
+        f"run) | {real * 1000:.0f} ms "
         f"| {real / reference:.2f} |",
     ]
     lines += [
