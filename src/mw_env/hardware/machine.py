@@ -127,6 +127,14 @@ class Machine:
         """The real path of `rel` (absolute or relative, always taken below the root)."""
         return self.root / str(rel).lstrip("/")
 
+    def inside(self, path: str) -> str | None:
+        """The machine's own (root-relative) name for a host path such as programs() gives, None outside it."""
+        real = os.path.abspath(path)
+        if self.is_real:
+            return real
+        root = str(self.root.resolve())
+        return real[len(root) :] or "/" if real == root or real.startswith(root + os.sep) else None
+
     def read(self, rel: str | os.PathLike[str], *, max_bytes: int = _MAX_READ) -> str | None:
         """The text of a file, or None when it is missing, unreadable or not a regular file."""
         data = self.read_bytes(rel, max_bytes=max_bytes)

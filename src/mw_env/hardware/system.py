@@ -206,7 +206,7 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
     for path in on_path:
         root = roots[path]
         if root is not None:
-            for version, exe in _pyenv_versions(root):
+            for version, exe in _pyenv_versions(m, root):
                 if os.path.realpath(exe) not in seen:
                     seen.add(os.path.realpath(exe))
                     found.append(PythonInfo(version=version, path=exe, source="pyenv"))
@@ -241,55 +241,45 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
 
 
 def _pyenv_root(m: Machine, path: str) -> str | None:
-    """PYENV_ROOT for a pyenv shim (a script that hands itself to `pyenv exec`), None for anything else."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-    except OSError:
-        return None
-    if not head.startswith(b"#!") or not re.search(rb'libexec/pyenv"?\s+exec\b', head):
+    """PYENV_ROOT (the machine's own path) for a pyenv shim, a script that hands itself to `pyenv exec`; None for
+    anything else, and for a fake root's shim that names a pyenv outside it."""
+    rel = m.inside(path)
+    head = m.read_bytes(rel, max_bytes=4096) if rel is not None else None
+    if not head or not head.startswith(b"#!") or not re.search(rb'libexec/pyenv"?\s+exec\b', head):
         return None  # pyenv's shims end in `exec "$PYENV_ROOT/libexec/pyenv" exec "$program" "$@"`
     named = re.search(rb'PYENV_ROOT="([^"\n]+)"', head)
-    root = os.fsdecode(named.group(1)) if named else os.path.dirname(os.path.dirname(path))
-    if not m.is_real and not os.path.realpath(root).startswith(str(m.root.resolve()) + os.sep):
-        return None  # a fake root's shim naming the host's pyenv: not this machine's
-    return root
+    return m.inside(os.fsdecode(named.group(1)) if named else os.path.dirname(os.path.dirname(path)))
 
 
-def _pyenv_versions(root: str) -> list[tuple[str, str]]:
+def _pyenv_versions(m: Machine, root: str) -> list[tuple[str, str]]:
     """(version, bin/python3.X) of each CPython 3 under pyenv's versions/, newest first, from its files alone:
     include/python3.X/patchlevel.h states the version (PY_VERSION); else the folder's name, as pyenv names it."""
     out: list[tuple[tuple[int, ...], str, str]] = []
-    folder = os.path.join(root, "versions")
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    for name in names:
-        bin_dir = os.path.join(folder, name, "bin")
-        try:
-            exes = sorted(n for n in os.listdir(bin_dir) if re.fullmatch(r"python3\.\d+", n))
-        except OSError:
-            continue
-        for exe in exes:
-            version = _patchlevel(os.path.join(folder, name, "include"), exe) or name
-            if re.fullmatch(r"\d+\.\d+\.\d+", version) and version.startswith(exe[len("python") :] + "."):
-                path = os.path.join(bin_dir, exe)
-                if os.access(path, os.X_OK):
-                    out.append((tuple(int(x) for x in version.split(".")), version, path))
+    for name in m.listdir(f"{root}/versions"):
+        folder = f"{root}/versions/{name}"
+        for exe in (n for n in m.listdir(f"{folder}/bin") if re.fullmatch(r"python3\.\d+", n)):
+            version = _patchlevel(m, f"{folder}/include", exe) or name
+            st = m.stat(f"{folder}/bin/{exe}")
+            if (
+                re.fullmatch(r"\d+\.\d+\.\d+", version)
+                and version.startswith(exe[len("python") :] + ".")
+                and st is not None
+                and st.kind == "file"
+                and st.mode & 0o111
+            ):
+                out.append(
+                    (tuple(int(x) for x in version.split(".")), version, str(m.path(f"{folder}/bin/{exe}")))
+                )
     return [(version, path) for _, version, path in sorted(out, reverse=True)]
 
 
-def _patchlevel(include: str, exe: str) -> str | None:
+def _patchlevel(m: Machine, include: str, exe: str) -> str | None:
     """PY_VERSION from include/python3.X[m]/patchlevel.h ("3.12.1"; a release candidate's is left out)."""
     for sub in (exe, exe + "m"):
-        try:
-            with open(os.path.join(include, sub, "patchlevel.h"), encoding="utf-8", errors="replace") as fh:
-                text = fh.read(16384)
-        except OSError:
-            continue
-        found = re.search(r'#define\s+PY_VERSION\s+"([^"]+)"', text)
-        return found.group(1) if found else None
+        text = m.read(f"{include}/{sub}/patchlevel.h", max_bytes=16384)
+        if text is not None:
+            found = re.search(r'#define\s+PY_VERSION\s+"([^"]+)"', text)
+            return found.group(1) if found else None
     return None
 
 
