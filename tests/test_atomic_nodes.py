@@ -193,7 +193,7 @@ ALLOWED = {
     ("trainer/__main__.py", "touch"): "MW_ENV_STARTED_FILE, a marker the launcher names",
     ("provision/state.py", "os.open"): "its own S_ISREG check (the bootstrap lock)",
     ("base/streams.py", "open('w')"): "fd 2, the process's own stderr, not a path",
-    ("trainer/tagio.py", "open('w')"): "a temporary path from atomic_path",
+    ("trainer/tagout.py", "open('wb')"): "fd 1, the process's own stdout (predict's rows), not a path",
     ("trainer/predict.py", "write_text"): "--result: a file in the caller's own tempfile.TemporaryDirectory",
     ("trainer/weights/folder.py", "write_text"): "a temporary folder from atomic_dir",
     ("trainer/weights/folder.py", "write_bytes"): "a temporary folder from atomic_dir",

@@ -111,8 +111,8 @@ def spoil(run: Path, target: str, how: str, rng: random.Random) -> None:
 
 def read_everything(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """What each command reads from the folder, under the oracle."""
-    from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
-    from mw_env.trainer.export.onnx_export import resolve_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
+    from mw_env.trainer.ckpt.newest import newest_checkpoint
 
     run_cli(["train", "status", "--out-dir", str(run)], capsys, documented=STATUS_CODES)
     _, out, _ = run_cli(["train", "status", "--out-dir", str(run), "--json"], capsys, documented=STATUS_CODES)
@@ -122,8 +122,7 @@ def read_everything(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_cli(["train", "summary", "--config", str(run / "config.yaml")], capsys)
     with deadline():
         try:
-            ckpt = resolve_checkpoint(run)
-            model_from_checkpoint(load_checkpoint(ckpt))
+            model_from_checkpoint(newest_checkpoint(run, warn=lambda _msg: None)[1])
         except MwEnvError as exc:  # the only way to refuse: a sentence, with the exit code the CLI uses
             assert exc.message and exc.exit_code in (1, 2), exc
 

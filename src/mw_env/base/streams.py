@@ -107,6 +107,9 @@ def _reopen_closed_fds() -> set[int]:
             if new != fd:
                 os.dup2(new, fd)
                 os.close(new)
+            # os.open makes a descriptor close-on-exec (PEP 446): without this a child (the trainer,
+            # predict) still started with the fd closed, and its first print was a traceback.
+            os.set_inheritable(fd, True)
             closed.add(fd)
     return closed
 
@@ -144,6 +147,13 @@ def _silence(fd: int, stream: _GuardedStream) -> None:
         os.close(devnull)
     with contextlib.suppress(Exception):
         stream._stream.flush()
+
+
+def require_stdout() -> None:
+    """StdoutLost now when stdout was closed before mw-env started: for a command whose output is written by
+    a child (which would get /dev/null in its place and exit 0 with nothing said)."""
+    if isinstance(sys.stdout, _ClosedStdout):
+        sys.stdout.write("")
 
 
 def say(text: str) -> None:

@@ -7,12 +7,15 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import click
 
 from mw_env.base.errors import InputError, MwEnvError
 from mw_env.commands.common import echo_json, json_option, venv_option
+
+if TYPE_CHECKING:
+    from mw_env.base.stopsignals import ChildEnd
 
 
 @click.command(
@@ -122,15 +125,14 @@ def export(
         argv += ["--out", str(out.resolve())]
     if not as_json:
         click.echo(f"exporting {target} to ONNX with {python} (verifying with onnxruntime)...", err=True)
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    from mw_env.base.stopsignals import run_child
+
+    end, stdout = run_child(argv, env=env, stdout=subprocess.PIPE)  # dies with us; our stop signals reach it
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     try:
         result = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        raise MwEnvError(
-            f"the export process ended with code {proc.returncode} and no result",
-            hint="its error is above; is the training venv complete (`mw-env doctor`)?",
-        ) from None
+        raise no_result("export", end) from None
     if "error" in result:
         raise MwEnvError(
             result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
@@ -184,7 +186,11 @@ def _export_weights(target: Path, out: Path | None, venv: Path | None, as_json: 
         argv += ["--out", str(out.expanduser().resolve())]
     if not as_json:
         click.echo(f"writing the portable weights of {target} with {python}...", err=True)
-    raw = _result(subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=False))
+    from mw_env.base.stopsignals import run_child
+
+    raw = _result(
+        *run_child(argv, env=env, stdout=subprocess.PIPE)
+    )  # dies with us; our stop signals reach it
     if as_json:
         echo_json(raw)
         return 0
@@ -211,21 +217,43 @@ class WeightsExported(TypedDict):
     manifest: str | None
 
 
-def _result(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
-    """The last JSON line a venv-side command printed; its error raised as mw-env's own."""
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+def _result(end: ChildEnd, stdout: str) -> dict[str, object]:
+    """The last JSON line a venv-side command printed; its error raised as mw-env's own, and a child that
+    ended without one (a stop, a kill, a crash) said in words (no_result)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     try:
         result = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        raise MwEnvError(
-            f"the export process ended with code {proc.returncode} and no result",
-            hint="its error is above; is the training venv complete (`mw-env doctor`)?",
-        ) from None
+        raise no_result("export", end) from None
     if "error" in result:
         raise MwEnvError(
             result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
         )
     return dict(result)
+
+
+def no_result(command: str, end: ChildEnd) -> MwEnvError:
+    """The child in the training venv ended without its result: how it ended, in words."""
+    from mw_env.base.stopsignals import exit_code, signal_words
+
+    if end.stopped_by is not None:
+        return MwEnvError(
+            f"train {command} was stopped by {signal_words(end.stopped_by)} before it finished: nothing of it was "
+            "kept (its output is written whole or not at all)",
+            hint="run the same command again",
+            exit_code=exit_code(end.stopped_by),
+        )
+    if end.returncode < 0:
+        return MwEnvError(
+            f"train {command}'s process in the training venv was killed by {signal_words(-end.returncode)} (not "
+            "by mw-env): nothing of it was kept",
+            hint="run the same command again; a SIGKILL nobody sent is often the kernel's out-of-memory killer "
+            "(`journalctl -k`)",
+        )
+    return MwEnvError(
+        f"train {command} ended with code {end.returncode} and no result",
+        hint="its error is above; is the training venv complete (`mw-env doctor`)?",
+    )
 
 
 def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:

@@ -4,7 +4,8 @@ rows. Both run mw_env.trainer.predict inside the training venv (torch lives ther
 from __future__ import annotations
 
 import json
-import subprocess
+import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -94,7 +95,14 @@ def predict(
     plain text, one address a line."""
     args = ["--input", str(_input(input_path, "--input")), *_weights_args(run, weights_dir, export_dir)]
     if output is not None:
+        from mw_env.base.atomic import refuse_special
+
+        refuse_special(output)  # before the venv's python starts; the writer refuses it too
         args += ["--output", str(output.expanduser().resolve())]
+    else:
+        from mw_env.base.streams import require_stdout
+
+        require_stdout()  # closed when mw-env started: exit 1 now, not rows tagged into /dev/null
     result = _run_in_venv("predict", run, args, export_dir, tokens_column, tags_column, device, venv)
     where = result["output"] or "stdout"
     click.echo(
@@ -229,20 +237,27 @@ def _run_in_venv(
     for flag, value in (("--tokens-column", tokens_column), ("--tags-column", tags_column)):
         if value:
             args += [flag, value]
+    from mw_env.base.stopsignals import run_child
+    from mw_env.commands.train_export import no_result
+
     with tempfile.TemporaryDirectory(prefix="mw-env-predict-") as tmp:
         result_file = Path(tmp) / "result.json"
         target = [str(run.expanduser().resolve())] if run is not None else []
         argv = [str(python), "-m", "mw_env.trainer.predict", command, *target, *args]
         argv += ["--device", device, "--result", str(result_file)]
-        # stdout is the user's (predict without --output writes its rows there); the result comes back in a file.
-        proc = subprocess.run(argv, env=env, check=False)
+        # stdout is the user's (predict without --output writes its rows there); the result comes back in a
+        # file. The child dies with us, and our stop signals reach it (base/stopsignals.py).
+        sys.stdout.flush()
+        end, _ = run_child(argv, env=env)
         try:
             result = json.loads(result_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            raise MwEnvError(
-                f"train {command} ended with code {proc.returncode} and no result",
-                hint="its error is above; is the training venv complete (`mw-env doctor`)?",
-            ) from None
+            raise no_result(command, end) from None
+    if isinstance(result.get("stdout_errno"), int):
+        from mw_env.base.streams import StdoutLost
+
+        # The child's rows met a closed, full or broken stdout: the CLI's rule for stdout says it (exit 1).
+        raise StdoutLost(OSError(result["stdout_errno"], os.strerror(result["stdout_errno"])))
     if "error" in result:
         raise MwEnvError(
             result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)

@@ -9,7 +9,13 @@ encoder (data/corpus.encoder_for) and the evaluation's forward pass (evaluate.ba
 model reads is what training fed it. With --export, the ONNX export's runtime helper (mw_tagger.Tagger,
 onnxruntime) tags instead: the model a service would run. A word the model cannot see (past model.max_len
 tokens) is tagged "O" and counted (`truncated_words`). The result (or {"error", "hint", "exit_code"}) is
-written as JSON to --result; predictions go to --output or stdout (tagio.py).
+written as JSON to --result; predictions go to --output or stdout.
+
+Three parts, each replaceable alone: a reader (tagio.iter_rows: the input streamed, a batch of rows at a
+time), a tagger (`make_tagger`: a checkpoint's model or an ONNX export; `tagged` is the one place that calls
+it), and a writer (tagout.TaggedWriter: stdout, or a file through the atomic writer). Memory stays flat
+however long the input. A stop signal (SIGINT, SIGTERM, SIGHUP) ends the job where it is: the output file,
+never committed, is not there; the result says so, with 128 + the signal's number as its exit code.
 """
 
 from __future__ import annotations
@@ -17,18 +23,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mw_env.base.errors import EXIT_FAILED, InputError, MwEnvError, os_error_in, os_fault
 from mw_env.trainer.scoring import Tally
-from mw_env.trainer.tagio import Row, read_rows, write_tagged
+from mw_env.trainer.tagio import Row, iter_rows
+from mw_env.trainer.tagout import StdoutFailed, TaggedWriter
 
 if TYPE_CHECKING:
     from mw_env.trainspec.schema import F1Mode
 
 OUTSIDE = "O"  # the tag of a word past the model's max_len
+BATCH_ROWS = 512  # rows read, tagged and written at a time
 
 
 class WordTagger(Protocol):
@@ -51,10 +60,10 @@ class CheckpointTagger:
     ) -> None:
         import torch
 
-        from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
+        from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
+        from mw_env.trainer.ckpt.newest import newest_checkpoint
         from mw_env.trainer.data.corpus import encoder_for
         from mw_env.trainer.data.labels import LabelSet
-        from mw_env.trainer.export.onnx_export import resolve_checkpoint
         from mw_env.trainer.runtime import resolve_precision
         from mw_env.trainspec.config import config_from_dict
 
@@ -65,8 +74,8 @@ class CheckpointTagger:
             model, tokenizer, labels, config, self.what, self.step = model_from_weights(weights)
         else:
             assert target is not None  # main() asks for RUN or --weights
-            path = resolve_checkpoint(target)
-            ckpt = load_checkpoint(path)
+            # Loaded once, the newest complete one: a run may be writing its next checkpoint beside us.
+            path, ckpt = newest_checkpoint(target, warn=lambda msg: print(msg, file=sys.stderr, flush=True))
             model, tokenizer, labels = model_from_checkpoint(ckpt)
             config = config_from_dict(ckpt["config"])
             self.what, self.step = str(path), int(ckpt["step"])
@@ -119,7 +128,17 @@ class ExportTagger:
         from mw_env.trainer.export.runtime import Tagger as OnnxTagger
 
         meta = _newest_metadata(export)
-        self.tagger = OnnxTagger(meta)
+        _check_metadata(meta)
+        try:
+            self.tagger = OnnxTagger(meta)
+            self.tagger.session  # noqa: B018 - the model is loaded now: a damaged .onnx is told before any row
+        except Exception as exc:  # onnxruntime's own kinds (InvalidProtobuf, Fail, ...) and the helper's
+            raise InputError(
+                f"--export {meta}: not a usable ONNX export ({type(exc).__name__}: "
+                f"{(str(exc).splitlines() or [''])[0][:300]})",
+                hint="export the run again (`mw-env train export --out-dir RUN`); a copy cut short, or a "
+                "metadata file from elsewhere, does not load",
+            ) from None
         self.labels, self.what = self.tagger.labels, str(meta)
         digits = meta.stem.rpartition("-")[2]  # model-step-000001000
         self.step: int | None = int(digits) if digits.isdigit() else None
@@ -150,6 +169,20 @@ def _newest_metadata(export: Path) -> Path:
     )
 
 
+def _check_metadata(meta: Path) -> None:
+    """The export's metadata read as the project reads a user's file (regular, bounded, UTF-8, one JSON
+    object, no key twice) before the runtime helper (which trusts it) does."""
+    from mw_env.base import userfile, userjson
+
+    text = userfile.read_text(meta, what="export metadata", max_bytes=16 << 20)
+    data = userjson.load_json(text, source=f"--export {meta}", hint="export the run again")
+    if not isinstance(data, dict):
+        raise InputError(
+            f"--export {meta}: holds {type(data).__name__}, not an export's metadata object",
+            hint="name the model-step-N.json that `mw-env train export` wrote beside its .onnx",
+        )
+
+
 def make_tagger(
     target: Path | None, export: Path | None, device: str, weights: Path | None = None
 ) -> WordTagger:
@@ -158,8 +191,10 @@ def make_tagger(
     return CheckpointTagger(target, device=device, weights=weights)
 
 
-def _rows(tagger: WordTagger, path: Path, args: argparse.Namespace, *, need_tags: bool = False) -> list[Row]:
-    return read_rows(
+def _rows(
+    tagger: WordTagger, path: Path, args: argparse.Namespace, *, need_tags: bool = False
+) -> Iterator[Row]:
+    return iter_rows(
         path,
         tokens_column=args.tokens_column or tagger.tokens_column,
         tags_column=args.tags_column or tagger.tags_column,
@@ -167,31 +202,64 @@ def _rows(tagger: WordTagger, path: Path, args: argparse.Namespace, *, need_tags
     )
 
 
-def predict(args: argparse.Namespace) -> dict[str, object]:
+@dataclass
+class JobProgress:
+    """How far the job got (rows tagged, words in them): the result's counts, and a stop's sentence."""
+
+    rows: int = 0
+    words: int = 0
+
+
+def tagged(
+    tagger: WordTagger, rows: Iterable[Row], progress: JobProgress, *, batch_rows: int = BATCH_ROWS
+) -> Iterator[tuple[Row, list[str]]]:
+    """Each row with its predicted tags, in order, a batch at a time: the one call of the tagger."""
+    from mw_env.trainer.lifecycle import hold
+
+    batch: list[Row] = []
+
+    def flush() -> Iterator[tuple[Row, list[str]]]:
+        predicted = tagger.tag([r.words for r in batch])
+        if not progress.rows:
+            hold("predict")  # the fault harness: mid-job, the output's temporary file open (lifecycle.py)
+        for row, tags in zip(batch, predicted, strict=True):
+            progress.rows += 1
+            progress.words += len(row.words)
+            yield row, tags
+
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= batch_rows:
+            yield from flush()
+            batch = []
+    if batch:
+        yield from flush()
+
+
+def predict(args: argparse.Namespace, progress: JobProgress | None = None) -> dict[str, object]:
+    progress = progress if progress is not None else JobProgress()
     tagger = make_tagger(args.run, args.export, args.device, args.weights)
-    rows = _rows(tagger, args.input, args)
-    tags = tagger.tag([r.words for r in rows])
-    write_tagged(args.output, [(r.words, t) for r, t in zip(rows, tags, strict=True)])
+    with TaggedWriter(args.output) as out:
+        for row, tags in tagged(tagger, _rows(tagger, args.input, args), progress):
+            out.write(row.words, tags)
     return {
         "model": tagger.what,
         "step": tagger.step,
         "input": str(args.input),
         "output": str(args.output) if args.output else None,
-        "rows": len(rows),
-        "words": sum(len(r.words) for r in rows),
+        "rows": progress.rows,
+        "words": progress.words,
         "truncated_words": tagger.truncated,
     }
 
 
-def evaluate(args: argparse.Namespace) -> dict[str, object]:
+def evaluate(args: argparse.Namespace, progress: JobProgress | None = None) -> dict[str, object]:
+    progress = progress if progress is not None else JobProgress()
     tagger = make_tagger(args.run, args.export, args.device, args.weights)
-    rows = _rows(tagger, args.data, args, need_tags=True)
-    refuse_plain_tags(
-        {t for r in rows for t in r.tags or ()}, args.data, args.tags_column or tagger.tags_column
-    )
-    tags = tagger.tag([r.words for r in rows])
     tally = Tally()
-    for row, pred in zip(rows, tags, strict=True):
+    column = args.tags_column or tagger.tags_column
+    rows = _bio_checked(_rows(tagger, args.data, args, need_tags=True), args.data, column)
+    for row, pred in tagged(tagger, rows, progress):
         assert row.tags is not None  # need_tags
         tally.add(row.tags, pred)
     return {
@@ -215,6 +283,35 @@ def refuse_plain_tags(gold: set[str], path: Path, column: str) -> None:
         )
 
 
+def _bio_checked(rows: Iterator[Row], path: Path, column: str) -> Iterator[Row]:
+    """The rows as they stream by, each new gold tag checked before its row is tagged: plain tags are refused
+    at the first row that holds one (refuse_plain_tags), without reading the whole input first."""
+    seen: set[str] = set()
+    for row in rows:
+        new = set(row.tags or ()) - seen
+        if new:
+            refuse_plain_tags(new, path, column)
+            seen |= new
+        yield row
+
+
+def _stopped(command: str, signum: int, progress: JobProgress, output: Path | None) -> dict[str, object]:
+    from mw_env.base.stopsignals import exit_code, signal_words
+
+    done = f"after {progress.rows:,} rows"
+    if command == "evaluate":
+        kept = "no score was computed"
+    elif output is None:
+        kept = "the rows tagged so far went to standard output"
+    else:
+        kept = f"{output} was not written (it is written whole or not at all)"
+    return {
+        "error": f"train {command} was stopped by {signal_words(signum)} {done}: {kept}",
+        "hint": "run the same command again",
+        "exit_code": exit_code(signum),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mw_env.trainer.predict")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -235,19 +332,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.run is None and args.weights is None:
         parser.error("name a RUN (a run folder or a step-*.pt), or --weights DIR")
+    from mw_env.base.stopsignals import Stopped, stop_on_signals
+
+    progress = JobProgress()
+    result: dict[str, object]
     try:
-        result: dict[str, object] = (predict if args.command == "predict" else evaluate)(args)
-        code = 0
+        with (
+            stop_on_signals()
+        ):  # before torch's import: a stop at any moment is a sentence, never a traceback
+            result = (predict if args.command == "predict" else evaluate)(args, progress)
+    except Stopped as stop:
+        result = _stopped(args.command, stop.signum, progress, getattr(args, "output", None))
+    except StdoutFailed as exc:
+        # The rules of base/streams.py: the command says it (or, for a reader that left, EPIPE, only its code).
+        result = {
+            "error": f"cannot write to standard output: {exc.cause.strerror or exc.cause}",
+            "hint": "send the output to a file or a pipe that can take it, or use --output FILE",
+            "exit_code": EXIT_FAILED,
+            "stdout_errno": exc.cause.errno,
+        }
     except MwEnvError as exc:
-        result, code = {"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}, exc.exit_code
+        result = {"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
     except Exception as exc:
         cause = os_error_in(exc)
         if cause is None:
             raise
         err = os_fault(cause, "write the predictions" if args.command == "predict" else "read the data")
-        result, code = {"error": err.message, "hint": err.hint, "exit_code": EXIT_FAILED}, EXIT_FAILED
+        hint = (err.hint or "") + ("; no partial output is left" if args.command == "predict" else "")
+        result = {"error": err.message, "hint": hint, "exit_code": EXIT_FAILED}
     args.result.write_text(json.dumps(result), encoding="utf-8")
-    return code
+    code = result.get("exit_code", 0)
+    return code if isinstance(code, int) else EXIT_FAILED
 
 
 if __name__ == "__main__":

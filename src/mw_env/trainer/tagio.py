@@ -1,5 +1,5 @@
-"""Reading addresses to tag (or labelled ones to score) and writing tagged ones: `mw-env train predict` and
-`mw-env train evaluate`. No torch here (pyarrow only for Parquet).
+"""Reading addresses to tag (or labelled ones to score): `mw-env train predict` and `mw-env train evaluate`.
+No torch here (pyarrow only for Parquet).
 
 Formats, by the file's extension:
 - `.jsonl` / `.ndjson`: one JSON value a line: an object with the words as a list (the tokens column,
@@ -7,22 +7,31 @@ Formats, by the file's extension:
   string, or a list of strings; labelled rows also carry the tags column (`tags`), one tag per word.
 - `.parquet`: the tokens column (list<string>), or a string column `text` / `address`; and the tags column.
 - anything else: plain text, one address a line (split on white space); blank lines are skipped.
-Output (predict): JSONL `{"tokens": [...], "tags": [...]}` per row, the training format, or Parquet with the
-same two columns when the output file ends in `.parquet`.
+
+The input is streamed (`iter_rows`): a line or a Parquet batch at a time, so memory does not grow with the
+file (a 2 GB input is read as a 20 MB one; docs/benchmarks.md). Lines end at `\\n` only (a `\\r` before it is
+dropped): a form feed, a NEL (U+0085) or a U+2028 inside an address is white space between its words, never
+a new row, as the docs' "one address a line" says (`str.splitlines` split there). Every line is UTF-8 text,
+checked where it is read: bad bytes, a `\\ud800` escape without its pair and a key written twice are an
+`InputError` naming the file and the line (row), as the trainer's own JSONL reader says them.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from mw_env.base.errors import InputError
 
-MAX_TEXT_BYTES = 512 << 20  # a JSONL or text input is read whole: split a larger file
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+MAX_LINE_BYTES = 4 << 20  # one address (or one labelled row) a line: a longer line is not one
+PARQUET_BATCH_ROWS = 4096  # rows decoded at a time from a Parquet row group
 TEXT_KEYS = ("text", "address")
 
 
@@ -33,10 +42,11 @@ class Row:
     where: str  # "FILE line N" / "FILE row N", for messages
 
 
-def read_rows(
+def iter_rows(
     path: Path, *, tokens_column: str = "tokens", tags_column: str = "tags", need_tags: bool = False
-) -> list[Row]:
-    """Every row of an input file; InputError naming the file, the line or row, and what was expected."""
+) -> Iterator[Row]:
+    """Every row of an input file, in order, read as it is consumed; InputError naming the file, the line or
+    row, and what was expected. A file without a single row is an error once it has been read through."""
     _check_file(path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
@@ -49,14 +59,20 @@ def read_rows(
                 f"{path}: plain text has no tags to score against",
                 hint=f"evaluate reads labelled rows: .jsonl or .parquet with {tokens_column!r} and {tags_column!r}",
             )
-        rows = [
-            Row(line.split(), None, f"{path} line {n}")
-            for n, line in enumerate(_text(path).splitlines(), 1)
-            if line.strip()
-        ]
-    if not rows:
+        rows = (Row(line.split(), None, f"{path} line {n}") for n, line in _lines(path) if line.strip())
+    seen = False
+    for row in rows:
+        seen = True
+        yield row
+    if not seen:
         raise InputError(f"{path}: no rows", hint="the input holds one address a row")
-    return rows
+
+
+def read_rows(
+    path: Path, *, tokens_column: str = "tokens", tags_column: str = "tags", need_tags: bool = False
+) -> list[Row]:
+    """Every row at once (small inputs, tests): `iter_rows` read through."""
+    return list(iter_rows(path, tokens_column=tokens_column, tags_column=tags_column, need_tags=need_tags))
 
 
 def _check_file(path: Path) -> None:
@@ -68,10 +84,45 @@ def _check_file(path: Path) -> None:
         raise InputError(f"{path} is not a regular file", hint="name a .jsonl, .parquet or text file")
 
 
-def _text(path: Path) -> str:
-    from mw_env.base import userfile
+def _open(path: Path) -> IO[bytes]:
+    """The file, opened without blocking on a FIFO swapped in since the check, and checked again on the
+    descriptor (a regular file: its flag is then cleared)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it: {exc.strerror or exc}", hint="check the path") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{path} is not a regular file", hint="name a .jsonl, .parquet or text file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb", buffering=1 << 20)
 
-    return userfile.read_text(path, what="input", max_bytes=MAX_TEXT_BYTES)
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line, split at `\\n` only, decoded strictly; a line of over 4 MiB or bytes
+    that are not UTF-8 is an InputError naming the line."""
+    with _open(path) as fh:
+        n = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            n += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise InputError(
+                    f"{path} line {n}: longer than {MAX_LINE_BYTES >> 20} MiB, which no address is",
+                    hint="one address (or one labelled row) a line: is this the file you meant?",
+                )
+            raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+            if n == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{path} line {n}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1})",
+                    hint="the input must be UTF-8 text; re-encode the file (e.g. `iconv -t UTF-8`)",
+                ) from None
 
 
 def _words(value: object, where: str, what: str) -> list[str]:
@@ -85,16 +136,18 @@ def _words(value: object, where: str, what: str) -> list[str]:
     )
 
 
-def _jsonl(path: Path, tokens_column: str, tags_column: str, need_tags: bool) -> list[Row]:
-    rows = []
-    for n, line in enumerate(_text(path).splitlines(), 1):
+def _jsonl(path: Path, tokens_column: str, tags_column: str, need_tags: bool) -> Iterator[Row]:
+    from mw_env.base.userjson import json_refusal, loads
+
+    hint = "one JSON value a line"
+    for n, line in _lines(path):
         if not line.strip():
             continue
         where = f"{path} line {n}"
         try:
-            value = json.loads(line)
+            value = loads(line)  # a key twice and a lone surrogate escape are refused, as in training
         except (ValueError, RecursionError) as exc:
-            raise InputError(f"{where}: not JSON ({exc})", hint="one JSON value a line") from None
+            raise InputError(f"{where}: not JSON ({json_refusal(exc)})", hint=hint) from None
         tags = None
         if isinstance(value, dict):
             key = next((k for k in (tokens_column, *TEXT_KEYS) if k in value), None)
@@ -114,8 +167,7 @@ def _jsonl(path: Path, tokens_column: str, tags_column: str, need_tags: bool) ->
                 f"{where}: no {tags_column!r} key: evaluate needs each word's gold tag",
                 hint="name the tags' key with --tags-column",
             )
-        rows.append(Row(words, tags, where))
-    return rows
+        yield Row(words, tags, where)
 
 
 def _tags(value: object, words: Sequence[str], where: str, column: str) -> list[str]:
@@ -128,68 +180,65 @@ def _tags(value: object, words: Sequence[str], where: str, column: str) -> list[
     return list(value)
 
 
-def _parquet(path: Path, tokens_column: str, tags_column: str, need_tags: bool) -> list[Row]:
+def _parquet(path: Path, tokens_column: str, tags_column: str, need_tags: bool) -> Iterator[Row]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    def unreadable(exc: BaseException) -> InputError:
+        return InputError(f"{path}: not a readable Parquet file ({exc})", hint="re-export the file")
+
     try:
-        schema = pq.read_schema(path)
-        names = schema.names
-        key = next((k for k in (tokens_column, *TEXT_KEYS) if k in names), None)
-        if key is None:
-            raise InputError(
-                f"{path}: no column {tokens_column!r} (nor {' or '.join(map(repr, TEXT_KEYS))}); "
-                f"its columns: {', '.join(names) or 'none'}",
-                hint="name the words' column with --tokens-column",
-            )
-        if need_tags and tags_column not in names:
-            raise InputError(
-                f"{path}: no column {tags_column!r}: evaluate needs each word's gold tag "
-                f"(its columns: {', '.join(names)})",
-                hint="name the tags' column with --tags-column",
-            )
-        columns = [key] + ([tags_column] if tags_column in names else [])
-        table = pq.read_table(path, columns=columns)
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
     except (pa.ArrowException, OSError) as exc:
-        raise InputError(f"{path}: not a readable Parquet file ({exc})", hint="re-export the file") from None
-    words_col = table.column(key).to_pylist()
-    tags_col = table.column(tags_column).to_pylist() if tags_column in table.column_names else None
-    rows = []
-    for i, value in enumerate(words_col):
-        where = f"{path} row {i}"
-        words = _words(value, where, repr(key))
-        tags = _tags(tags_col[i], words, where, tags_column) if tags_col is not None else None
-        rows.append(Row(words, tags, where))
-    return rows
+        raise unreadable(exc) from None
+    key = next((k for k in (tokens_column, *TEXT_KEYS) if k in names), None)
+    if key is None:
+        raise InputError(
+            f"{path}: no column {tokens_column!r} (nor {' or '.join(map(repr, TEXT_KEYS))}); "
+            f"its columns: {', '.join(names) or 'none'}",
+            hint="name the words' column with --tokens-column",
+        )
+    if need_tags and tags_column not in names:
+        raise InputError(
+            f"{path}: no column {tags_column!r}: evaluate needs each word's gold tag "
+            f"(its columns: {', '.join(names)})",
+            hint="name the tags' column with --tags-column",
+        )
+    columns = [key] + ([tags_column] if tags_column in names else [])
+    first = 0
+    try:
+        batches = pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns)
+        for batch in batches:
+            words_col = _pylist(batch.column(0), path, first, key)
+            tags_col = _pylist(batch.column(1), path, first, tags_column) if len(columns) > 1 else None
+            for i, value in enumerate(words_col):
+                where = f"{path} row {first + i}"
+                words = _words(value, where, repr(key))
+                tags = _tags(tags_col[i], words, where, tags_column) if tags_col is not None else None
+                yield Row(words, tags, where)
+            first += batch.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable(exc) from None
 
 
-def write_tagged(path: Path | None, rows: Sequence[tuple[Sequence[str], Sequence[str]]]) -> None:
-    """(words, tags) per row as JSONL (to stdout when `path` is None) or Parquet (a .parquet path); the file
-    is written whole under a temporary name first, so a failure leaves no half-written output."""
-    import sys
-
-    from mw_env.base.atomic import atomic_path
-
-    if path is None:
-        for words, tags in rows:
-            sys.stdout.write(
-                json.dumps({"tokens": list(words), "tags": list(tags)}, ensure_ascii=False) + "\n"
-            )
-        sys.stdout.flush()
-        return
-    with atomic_path(path) as tmp:
-        if path.suffix.lower() == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            table = pa.table(
-                {"tokens": [list(w) for w, _ in rows], "tags": [list(t) for _, t in rows]},
-                schema=pa.schema([("tokens", pa.list_(pa.string())), ("tags", pa.list_(pa.string()))]),
-            )
-            pq.write_table(table, tmp)
-        else:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                for words, tags in rows:
-                    fh.write(
-                        json.dumps({"tokens": list(words), "tags": list(tags)}, ensure_ascii=False) + "\n"
-                    )
+def _pylist(column: pa.Array, path: Path, first: int, name: str) -> list[object]:
+    """A batch's column as Python values; bytes that are not UTF-8 (Arrow does not check Parquet strings on
+    read) are an InputError naming the row, found by decoding row by row once the batch failed."""
+    try:
+        return list(column.to_pylist())
+    except UnicodeDecodeError:
+        pass
+    for i in range(len(column)):
+        try:
+            column[i].as_py()
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"{path} row {first + i}: column {name!r} holds bytes that are not UTF-8 text "
+                f"(byte {exc.object[exc.start]:#04x})",
+                hint="the strings of a Parquet file must be UTF-8; re-export it from text",
+            ) from None
+    raise InputError(  # the batch failed, none of its rows alone did: say so all the same
+        f"{path} rows {first}-{first + len(column) - 1}: column {name!r} holds bytes that are not UTF-8 text",
+        hint="the strings of a Parquet file must be UTF-8; re-export it from text",
+    )

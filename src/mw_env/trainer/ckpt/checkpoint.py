@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from mw_env.trainer.network import TaggerNet
 
 SIDECAR_SUFFIX = ".sha256"
+Found = tuple[Path, dict[str, Any]]  # a checkpoint's path and its loaded, validated contents
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -205,7 +206,7 @@ def find_latest(
     *,
     warn: Callable[[str], None] | None = None,
     check: Callable[[Path, dict[str, Any]], None] | None = None,
-) -> tuple[Path, dict[str, Any]] | None:
+) -> Found | None:
     """The newest checkpoint that loads and passes `check`, with its contents; each unreadable newer one is
     warned about and skipped (the previous one is tried)."""
     for path in reversed(list_checkpoints(directory)):

@@ -90,22 +90,6 @@ class ExportResult:
         }
 
 
-def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint file as given, or the newest valid one in a run folder / checkpoints folder."""
-    from mw_env.trainer.ckpt.checkpoint import latest_valid_checkpoint
-
-    path = Path(path).expanduser().resolve()
-    if path.is_file():
-        return path
-    if path.is_dir():
-        folder = path / CHECKPOINTS_DIR if (path / CHECKPOINTS_DIR).is_dir() else path
-        found = latest_valid_checkpoint(folder, warn=lambda msg: print(msg, file=sys.stderr))
-        if found is not None:
-            return found
-        raise InputError(f"no valid checkpoint in {folder}", hint="train first, or name a step-*.pt file")
-    raise InputError(f"checkpoint {path} does not exist", hint="name a step-*.pt file or a run folder")
-
-
 def run_dir_of(checkpoint: Path) -> Path | None:
     """The run folder of `<run>/checkpoints/step-N.pt`, else None."""
     return checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS_DIR else None
@@ -210,13 +194,14 @@ def export_onnx(
         ) from exc
     import torch
 
-    from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
+    from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
+    from mw_env.trainer.ckpt.newest import newest_checkpoint
     from mw_env.trainer.data import SentencePieceTokenizer
     from mw_env.trainer.export import bundle
     from mw_env.trainer.export.verify import check_runtime_helper, held_out_inputs, verify
 
-    ckpt_path = resolve_checkpoint(checkpoint)
-    ckpt = load_checkpoint(ckpt_path)
+    # Loaded once: a run still training beside the export may rotate or rewrite its checkpoints.
+    ckpt_path, ckpt = newest_checkpoint(checkpoint, warn=lambda msg: print(msg, file=sys.stderr))
     model, tokenizer, labels = model_from_checkpoint(ckpt)
     step = int(ckpt["step"])
     max_len = int(model.cfg.max_len)
@@ -367,17 +352,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fp16", action="store_true", help="also write <stem>.fp16.onnx")
     parser.add_argument("--min-agreement", type=float, default=DEFAULT_MIN_AGREEMENT)
     args = parser.parse_args(argv)
+    from mw_env.base.stopsignals import Stopped, exit_code, signal_words, stop_on_signals
+
     try:
-        result = export_onnx(
-            checkpoint=args.checkpoint,
-            out=args.out,
-            opset=args.opset,
-            max_diff=args.max_diff,
-            exporter=args.exporter,
-            quantize=args.quantize,
-            fp16=args.fp16,
-            min_agreement=args.min_agreement,
+        with (
+            stop_on_signals()
+        ):  # a stop: every file of the export is still a temporary, removed on the way out
+            result = export_onnx(
+                checkpoint=args.checkpoint,
+                out=args.out,
+                opset=args.opset,
+                max_diff=args.max_diff,
+                exporter=args.exporter,
+                quantize=args.quantize,
+                fp16=args.fp16,
+                min_agreement=args.min_agreement,
+            )
+    except Stopped as stop:
+        code = exit_code(stop.signum)
+        print(
+            json.dumps(
+                {
+                    "error": f"the export was stopped by {signal_words(stop.signum)}: nothing of it was kept "
+                    "(its files are written under temporary names and committed only once verified)",
+                    "hint": "run the same command again to export",
+                    "exit_code": code,
+                }
+            )
         )
+        return code
     except MwEnvError as exc:
         print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}))
         return exc.exit_code

@@ -24,15 +24,16 @@ def export_weights(*, target: Path, out: Path | None = None) -> dict[str, object
     """Write the portable weights folder of `target`'s checkpoint; return what was written and checked."""
     import torch
 
-    from mw_env.trainer.ckpt.checkpoint import load_checkpoint, model_from_checkpoint
-    from mw_env.trainer.export.onnx_export import resolve_checkpoint, run_dir_of
+    from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
+    from mw_env.trainer.ckpt.newest import newest_checkpoint
+    from mw_env.trainer.export.onnx_export import run_dir_of
     from mw_env.trainer.export.verify import held_out_inputs
     from mw_env.trainer.weights import folder as wf
     from mw_env.trainer.weights.load import build, read_weights
     from mw_env.trainspec.config import config_from_dict
 
-    ckpt_path = resolve_checkpoint(target)
-    ckpt = load_checkpoint(ckpt_path)
+    # Loaded once, the newest complete one: a run still training beside us may rotate or rewrite its checkpoints.
+    ckpt_path, ckpt = newest_checkpoint(target, warn=lambda msg: print(msg, file=sys.stderr))
     model, tokenizer, labels = model_from_checkpoint(ckpt)
     config = config_from_dict(ckpt["config"])
     step = int(ckpt["step"])

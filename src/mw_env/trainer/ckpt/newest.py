@@ -1,0 +1,93 @@
+"""The checkpoint a reader of a run uses (`train predict`, `train evaluate`, `train export`), loaded once, while the
+run may still be training and writing checkpoints beside it.
+
+A run writes `step-N.pt` under a temporary name (never listed), renames it, then writes its sidecar; it
+rotates the oldest away (runtime.keep_last). A reader that listed, validated, then loaded the chosen file a
+second time could meet a file rotated away or replaced in between (a stop checkpoint written again at the
+same step), and refused the whole run folder (exit 2). Here the newest checkpoint that loads is read once;
+one that changed while it was read (gone, or another size or time: being written) is passed over for the
+newest complete one, and when none was complete at that moment the folder is looked at again, a few times.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mw_env.base.errors import InputError
+from mw_env.rundir.contract import CHECKPOINTS_DIR
+from mw_env.trainer.ckpt.checkpoint import Found, list_checkpoints, load_checkpoint
+from mw_env.trainer.ckpt.schema import CheckpointError
+
+LOOKS = 5  # passes over the folder while every checkpoint in it is being written (each a moment apart)
+PAUSE_S = 0.2
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def newest_checkpoint(
+    target: Path, *, warn: Callable[[str], None], other: str = "name another step-*.pt"
+) -> Found:
+    """A checkpoint file as given (no fallback: its error is the answer, with `other` as the way out), or the
+    newest complete one of a run folder or its checkpoints folder; InputError when there is none."""
+    path = Path(target).expanduser().resolve()
+    if path.is_file():
+        try:
+            return path, load_checkpoint(path)
+        except CheckpointError as exc:
+            raise CheckpointError(
+                exc.message, hint=f"{other}, or the run folder (its newest valid checkpoint)"
+            ) from None
+    if not path.is_dir():
+        raise InputError(f"checkpoint {path} does not exist", hint="name a step-*.pt file or a run folder")
+    folder = path / CHECKPOINTS_DIR if (path / CHECKPOINTS_DIR).is_dir() else path
+    warned: set[Path] = set()
+    writing: Path | None = None
+    for look in range(LOOKS):
+        writing = None
+        for candidate in reversed(list_checkpoints(folder)):
+            before = _stamp(candidate)
+            try:
+                return candidate, load_checkpoint(candidate)
+            except CheckpointError as exc:
+                moving = before is None or _stamp(candidate) != before or _ahead_of_sidecar(candidate)
+                if moving and writing is None:
+                    writing = candidate
+                if candidate not in warned and (not moving or _stamp(candidate) is not None):
+                    warned.add(candidate)
+                    why = "is being written (it changed while read, or its sidecar is older than it)"
+                    warn(
+                        f"warning: checkpoint {candidate} {why}; using the previous one"
+                        if moving
+                        else f"warning: {exc.message}; falling back to the previous checkpoint"
+                    )
+        if writing is None:
+            break
+        if look < LOOKS - 1:
+            time.sleep(PAUSE_S)  # no complete one yet: the run finishes the file it is writing
+    if writing is not None:
+        raise InputError(
+            f"no complete checkpoint in {folder}: the only one, {writing.name}, is being written",
+            hint="run the same command again in a moment",
+        )
+    raise InputError(f"no valid checkpoint in {folder}", hint="train first, or name a step-*.pt file")
+
+
+def _ahead_of_sidecar(path: Path) -> bool:
+    """The checkpoint is newer than its sidecar: written again (a stop checkpoint at the same step) and its new
+    hash not written yet. (A checkpoint without a sidecar is checked by structure alone: not this.)"""
+    try:
+        return path.stat().st_mtime_ns > path.with_name(path.name + ".sha256").stat().st_mtime_ns
+    except OSError:
+        return False
+
+
+__all__ = ["newest_checkpoint"]
