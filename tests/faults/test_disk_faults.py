@@ -69,6 +69,15 @@ def test_a_fault_at_each_write(
     assert WORDS[code] in err.lower() or WORDS[code] in err, err
     assert shown in err, err
     kept = checkpoints_intact(run)
+    # `train status` tells the run's end in the trainer's own words (state.json; a foreground run has no log).
+    from mw_env.runs.runstatus import run_status
+
+    told = run_status(out_dir=run)
+    if phase in ("report", "manifest"):  # the steps had finished: a note, with the error, not an anomaly
+        assert any("ended while writing its report (it reported: " in n and shown in n for n in told.notes), told
+    else:
+        assert told.exit_code == 12 and shown in told.anomalies[0].message, told
+        assert "killed with its supervisor" not in told.anomalies[0].message
     if phase in ("report", "manifest"):
         assert "step-000000004.pt" in kept  # the run's work is on disk before its report
     monkeypatch.delenv("MW_ENV_FAULTS")

@@ -151,7 +151,13 @@ def status(
 
 def _render_status(result: RunStatus) -> None:
     p = result.progress
-    who = f"pid {result.pid}" if result.pid else "no run.json: a foreground run"
+    who = (
+        f"pid {result.pid}"
+        if result.pid
+        else f"detached, run.json gone: pids {', '.join(map(str, result.detached_pids))}"
+        if result.detached_pids
+        else "no run.json: a foreground run"
+    )
     click.echo(f"run {result.run_dir}: {result.state} ({who})")
     if p.step is not None:
         share = f"/{p.max_steps} ({100 * p.step / p.max_steps:.0f}%)" if p.max_steps else ""
@@ -234,6 +240,22 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
             err=True,
         )
     result = stop_run(out_dir=out_dir, grace_s=grace)
+    if result.orphans and result.folder_kept:  # a detached run whose run.json is gone, found by its processes
+        after = run_status(out_dir=out_dir)
+        if as_json:
+            echo_json({**result.to_dict(), "state": after.state})
+        else:
+            how = (
+                f"killed with SIGKILL after {duration(result.waited_s)} (last good checkpoint: "
+                f"{result.last_good_checkpoint or 'none'})"
+                if result.escalated
+                else f"stopped after {duration(result.waited_s)}; state {after.state}"
+            )
+            click.echo(
+                f"the detached run in {out_dir} has no run.json; its processes "
+                f"{', '.join(map(str, result.orphans))}, found by {RUN_DIR_ENV} in their environment, were {how}"
+            )
+        return EXIT_FAILED if result.escalated else 0
     if result.orphans:  # no record left in the folder: the run was found by its processes
         if as_json:
             echo_json(result.to_dict())

@@ -4,7 +4,8 @@
     stopping   the trainer saw SIGTERM; it checkpoints after this step  (trainer, rank 0)
     finishing  the loop ended (`reason`): report and manifest being written  (trainer, rank 0)
     finished   report/ and MANIFEST.sha256 are complete; `reason` says why it ended (trainer, rank 0)
-    exited     the trainer process ended without reaching `finished`    (supervise.py)
+    exited     the trainer process ended without reaching `finished`    (supervise.py; the trainer itself
+               when it stops on an error of its own: `error` and `hint` say it, as its log would)
     killed     `mw-env train stop` had to SIGKILL it after its grace     (runs/stop.py)
 
 When the process ends, the supervisor adds `exit` ({returncode, signal, oom_kills, time}) and keeps
@@ -107,12 +108,38 @@ def record_exit(
         record = {**old, "state": state, "exit": exit_facts, "child_pid": child_pid}
         # Top-level copies: the record's shape before states had names (readers of older runs use them).
         record.update(returncode=returncode, signal=signal, oom_kills=oom_kills, time=now)
-        if state == "exited":
+        if state == "exited" and was != "exited":  # the trainer recorded its own end first: its `during`
             record["during"] = was
         history = _history(old)
         if state != was:
             history.append([state, now])
         record["history"] = history
+        write_json_atomic(run_dir / STATE_FILE, record, default=str)
+        return record
+
+
+def record_failure(
+    run_dir: Path, *, returncode: int, error: str, hint: str | None, during: str, pid: int
+) -> dict[str, object]:
+    """The trainer ends on an error of its own (bad data, a full disk): `exited` with its words and code, so
+    `train status` tells a foreground run (no train.log) as it tells a detached one. A supervisor's record
+    of the same end, after this one, keeps them."""
+    run_dir = Path(run_dir)
+    now = time.time()
+    with _locked(run_dir):
+        old = read_state(run_dir) or {}
+        exit_facts = {"returncode": returncode, "signal": None, "oom_kills": 0, "time": now}
+        record: dict[str, object] = {
+            **{k: old[k] for k in ("child_pid",) if k in old},
+            "state": "exited",
+            "during": during,
+            "pid": pid,
+            "error": error,
+            "hint": hint,
+            "exit": exit_facts,
+            "time": now,
+            "history": [*_history(old), ["exited", now]],
+        }
         write_json_atomic(run_dir / STATE_FILE, record, default=str)
         return record
 
@@ -148,5 +175,6 @@ __all__ = [
     "exit_facts",
     "read_state",
     "record_exit",
+    "record_failure",
     "set_state",
 ]

@@ -40,6 +40,8 @@ __all__ = [
     "scan_log",
 ]
 
+INTERRUPTED = 130  # the trainer's exit code after a Ctrl-C (it records it in state.json)
+
 # kind -> (exit code, short title). Dict order is the priority order for the exit code.
 KINDS: dict[str, tuple[int, str]] = {
     "oom": (14, "out of memory (GPU allocator or the kernel's OOM killer)"),
@@ -123,6 +125,10 @@ class Liveness:
     stop_requested: bool = False
     memory_need: int | None = None  # run.json: the run's estimated memory (runs/fit.py), for an OOM's hint
     memory_lower: str = ""
+    # The trainer's own last words (state.json, runstate.record_failure): what a foreground run, which has no
+    # train.log, printed as `error:`/`hint:` before it exited.
+    error: str | None = None
+    error_hint: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,8 +264,8 @@ def check_liveness(
                 evidence=f"SIGKILL, memory.events oom_kill +{liveness.oom_kills}",
             )
         ]
-    if liveness.stop_requested:
-        return []  # `mw-env train stop` ended it; the operator chose that
+    if liveness.stop_requested or (liveness.exit_recorded and liveness.returncode == INTERRUPTED):
+        return []  # `mw-env train stop` or a Ctrl-C ended it; the operator chose that
     if liveness.signal is not None:
         name = signal_name(liveness.signal)
         why = " (the kernel's OOM killer sends SIGKILL, so does kill -9)" if liveness.signal == 9 else ""
@@ -269,17 +275,26 @@ def check_liveness(
         message = f"{pid} exited with code {liveness.returncode} without writing a finished event"
         evidence = f"exit record: returncode {liveness.returncode}"
         errors = [f for f in findings if f.kind == "error"]
+        said: tuple[str, str | None] | None = None
         if errors:
-            # The trainer said why it stopped (bad input, a refused resume): quote it, not an OOM guess.
             last = errors[-1]
             hints = [f for f in findings if f.kind == "hint" and f.line_no == last.line_no + 1]
+            said = (
+                last.text.removeprefix("error: "),
+                hints[0].text.removeprefix("hint: ") if hints else None,
+            )
+        elif liveness.error:  # no log (a foreground run): the words it recorded in state.json
+            said = (liveness.error, liveness.error_hint)
+        if said is not None:
+            # The trainer said why it stopped (bad input, a refused resume): quote it, not an OOM guess, and
+            # not "restart": the same command would stop on the same row.
             return [
                 Anomaly(
                     "vanished",
-                    f"{message}; it reported: {last.text.removeprefix('error: ')}",
-                    (hints[0].text.removeprefix("hint: ") + "; then " if hints else "fix that, then ")
+                    f"{message}; it reported: {said[0]}",
+                    (said[1] + "; then " if said[1] else "fix that, then ")
                     + "start it again (the run resumes from its last checkpoint, if any)",
-                    evidence=last.text,
+                    evidence=f"error: {said[0]}",
                 )
             ]
     else:

@@ -12,17 +12,37 @@ from pathlib import Path
 from mw_env.base.errors import InputError
 from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
+from mw_env.rundir.occupants import DETACHED_ENV, cmdline, other_launches
 from mw_env.runs.anomalies import Liveness
 from mw_env.runs.runs import RunRecord, is_alive, read_exit
 from mw_env.runs.supervise import RUN_DIR_ENV, proc_stat, processes_of_folder
 
+SUPERVISOR = "mw_env.runs.supervise"  # in the supervisor's command line
+
+
+def detached_processes(out_dir: Path) -> list[int]:
+    """The live processes of a detached run (`train start`: DETACHED_ENV in their environment) in `out_dir`:
+    found so when its run.json is gone."""
+    return sorted(pid for pid, env in other_launches(out_dir, mine=None).items() if env.get(DETACHED_ENV))
+
+
+def trainer_of(pids: list[int]) -> int | None:
+    """The trainer (or torchrun) among a detached run's processes: not its supervisor."""
+    return next((p for p in pids if SUPERVISOR not in cmdline(p)), pids[0] if pids else None)
+
 
 def liveness(record: RunRecord | None, out_dir: Path) -> Liveness:
     if record is None:
+        found = detached_processes(out_dir)
+        if found:  # a detached run whose run.json is gone: alive, by its processes
+            return Liveness(alive=True, pid=trainer_of(found))
         return foreground_liveness(out_dir)
     ended = read_exit(out_dir)
     alive = ended is None and is_alive(record)
+    said = _last_words(runstate.read_state(out_dir))
     return Liveness(
+        error=said[0],
+        error_hint=said[1],
         alive=alive,
         pid=record.child_pid or record.pid,
         returncode=ended.returncode if ended else None,
@@ -39,10 +59,38 @@ def foreground_liveness(out_dir: Path) -> Liveness:
     """A foreground run (no run.json): its trainer's pid from state.json while on its way; gone from there is
     `vanished` (docs/runs.md, exit 12), which a SIGKILLed foreground run was not (`dead`, exit 0)."""
     life = runstate.read_state(out_dir) or {}
+    pid = life.get("pid")
+    pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+    # Only the trainer's own record of its end (runstate.record_failure, with its words): a foreground run has
+    # no supervisor to record any other.
+    ended = runstate.exit_facts(life) if life.get("state") == "exited" and "error" in life else None
+    if ended is not None:
+        # The trainer recorded its own end (runstate.record_failure): an error it printed, or a Ctrl-C.
+        said = _last_words(life)
+        code = ended.get("returncode")
+        return Liveness(
+            alive=False,
+            pid=pid,
+            returncode=code if isinstance(code, int) and not isinstance(code, bool) else None,
+            exit_recorded=True,
+            error=said[0],
+            error_hint=said[1],
+        )
     if life.get("state") not in ("running", "stopping", "finishing"):
         return Liveness(alive=None)
-    pid = life.get("pid")
-    return Liveness(alive=life_alive(life, Liveness(alive=None)), pid=pid if isinstance(pid, int) else None)
+    return Liveness(alive=life_alive(life, Liveness(alive=None)), pid=pid)
+
+
+def _last_words(life: Mapping[str, object] | None) -> tuple[str | None, str | None]:
+    """The `error` and `hint` the trainer recorded in state.json when it stopped on an error (text, bounded)."""
+    from mw_env.base.textsafe import safe_message
+
+    life = life or {}
+    error, hint = life.get("error"), life.get("hint")
+    return (
+        safe_message(error) if isinstance(error, str) and error else None,
+        safe_message(hint) if isinstance(hint, str) and hint else None,
+    )
 
 
 def life_alive(life: Mapping[str, object], liveness: Liveness) -> bool:

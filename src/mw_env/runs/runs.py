@@ -26,7 +26,9 @@ from mw_env.rundir import runstate
 from mw_env.rundir.contract import LOG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE
 from mw_env.runs.logscan import RUN_HEADER
 from mw_env.runs.supervise import (
+    DETACHED_ENV,
     PROC,
+    RUN_DIR_ENV,
     RUN_ID_ENV,
     group_members,
     proc_stat,
@@ -233,6 +235,9 @@ def start_run(
             metrics_inode: int | None = (out_dir / METRICS_FILE).stat().st_ino
         except OSError:
             metrics_inode = None
+        # Detached: said in the environment of the supervisor and the trainer, so the run is known for one by
+        # its processes even when run.json is gone (`train stop`, `train status`: rundir/occupants.py).
+        env = {**env, DETACHED_ENV: "1"}
         spec = {
             "argv": list(argv),
             "env": dict(env),
@@ -244,6 +249,7 @@ def start_run(
         # The supervisor must import mw_env whatever the trainer's env (PYTHONPATH etc.) says.
         pkg_root = str(Path(__file__).resolve().parents[2])
         super_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)
+        super_env.update({k: env[k] for k in (RUN_ID_ENV, RUN_DIR_ENV, DETACHED_ENV) if k in env})
         with os.fdopen(open_regular(log_file), "ab") as log:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
             # One line, whatever argv holds (a `-c` program would otherwise plant fake log lines).

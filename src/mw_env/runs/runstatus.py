@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.base.errors import InputError
+from mw_env.base.textsafe import safe_message
 from mw_env.rundir import runstate
 from mw_env.runs.anomalies import (
+    INTERRUPTED,
     Anomaly,
     Liveness,
     LogScanner,
@@ -26,7 +28,7 @@ from mw_env.runs.anomalies import (
     analyze,
     exit_code_for,
 )
-from mw_env.runs.liveness import life_alive, orphan_run
+from mw_env.runs.liveness import detached_processes, life_alive, orphan_run
 from mw_env.runs.liveness import liveness as read_liveness
 from mw_env.runs.runs import LOG_FILE, METRICS_FILE, RunRecord, read_run
 from mw_env.runs.tail import MetricsTail, Tail
@@ -126,7 +128,8 @@ def _last_markers(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class RunStatus:
     run_dir: Path
-    # starting | running | stopping | finishing | finished | stopped | failed | killed | dead | unknown
+    # starting | running | stopping | finishing | finished | stopped | interrupted | failed | killed | dead
+    # | unknown
     state: str
     alive: bool | None
     pid: int | None
@@ -136,6 +139,8 @@ class RunStatus:
     progress: Progress
     anomalies: tuple[Anomaly, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # A detached run whose run.json is gone: its live processes (found by their environment), else empty.
+    detached_pids: tuple[int, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -154,6 +159,7 @@ class RunStatus:
             "anomalies": [a.to_dict() for a in self.anomalies],
             "exit_code": self.exit_code,
             "notes": list(self.notes),
+            "detached_pids": list(self.detached_pids),
         }
 
 
@@ -185,6 +191,8 @@ def _state(
     if alive:
         return "running" if any(e.get("event") == "step" for e in events) else "starting"
     if alive is False:
+        if current == "exited" and liveness.exit_recorded and liveness.returncode == INTERRUPTED:
+            return "interrupted"  # a foreground run's Ctrl-C, recorded by the trainer itself
         return "stopped" if record and record.stop and not finished else "dead"
     return "unknown"
 
@@ -201,12 +209,16 @@ def _life_notes(state: str, life: dict[str, Any] | None) -> list[str]:
             f"{life.get('grace_s')}s: no report or manifest for this attempt (report/stop.md says what "
             f"happened); last good checkpoint: {life.get('last_good_checkpoint') or 'none'}"
         ]
+    if state == "interrupted":
+        return ["interrupted (Ctrl-C): the same command resumes from the newest checkpoint"]
     if state != "finishing" and (
         life.get("state") == "finishing"
         or (life.get("state") == "exited" and life.get("during") == "finishing")
     ):
+        error = life.get("error")
+        said = f" (it reported: {safe_message(error)})" if isinstance(error, str) and error else ""
         return [
-            "the trainer ended while writing its report: report/ and MANIFEST.sha256 may be incomplete; "
+            f"the trainer ended while writing its report{said}: report/ and MANIFEST.sha256 may be incomplete; "
             "`mw-env train start` with the same config writes them"
         ]
     return []
@@ -235,11 +247,14 @@ class RunWatcher:
         self.record = read_run(self.out_dir)
         metrics_path = self.out_dir / METRICS_FILE
         log_path = self.record.log_file if self.record else self.out_dir / LOG_FILE
-        if self.record is None and not metrics_path.exists() and not log_path.exists():
+        bare = self.record is None and not metrics_path.exists() and not log_path.exists()
+        # A trainer that stopped on an error before its first event (bad data found at the start) still left
+        # its own words in state.json: that is a run to report, not "no run".
+        if bare and runstate.read_state(self.out_dir) is None:
             from mw_env.rundir.runlock import check_free, describe, holder
 
             try:
-                check_free(self.out_dir)
+                check_free(self.out_dir, processes=False)  # the flock: processes alone are orphan_run's
             except InputError:  # a live trainer holds the folder: a run starting, not "no run"
                 raise InputError(
                     f"a trainer is starting in {self.out_dir} ({describe(holder(self.out_dir))}); it has not "
@@ -305,6 +320,13 @@ class RunWatcher:
         max_steps = self.record.max_steps if self.record else None
         state = _state(self.segment, liveness, self.record, self.life)
         notes = _life_notes(state, self.life) + notes
+        detached = tuple(detached_processes(self.out_dir)) if self.record is None else ()
+        if detached:
+            notes.insert(
+                0,
+                f"run.json is gone, but this is a detached run (`train start`): its processes {', '.join(map(str, detached))} "
+                f"are alive (found by their environment); `mw-env train stop --out-dir {self.out_dir}` stops it",
+            )
         return RunStatus(
             run_dir=self.out_dir,
             state=state,
@@ -316,6 +338,7 @@ class RunWatcher:
             progress=compute_progress(self.all_events, max_steps=max_steps),
             anomalies=self.anomalies,
             notes=tuple(notes),
+            detached_pids=detached,
         )
 
     def _refresh(self) -> tuple[Liveness, list[dict[str, Any]]]:

@@ -25,6 +25,8 @@ from mw_env.base.atomic import write_json_atomic, write_text_atomic
 from mw_env.base.errors import InputError
 from mw_env.rundir import runstate
 from mw_env.rundir.contract import checkpoints_dir, metrics_path
+from mw_env.rundir.occupants import cmdline
+from mw_env.runs.liveness import SUPERVISOR, detached_processes
 from mw_env.runs.runs import RUN_FILE, RunRecord, _run_lock, is_alive, read_run
 from mw_env.runs.supervise import group_members, marked_processes, processes_of_folder, same_process_alive
 
@@ -111,6 +113,9 @@ class StopResult:
     orphans: tuple[
         int, ...
     ] = ()  # no run.json: the processes found by their folder (MW_ENV_RUN_DIR) and stopped
+    folder_kept: bool = (
+        False  # with `orphans`: only run.json was gone (a detached run), the folder is the run's
+    )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -122,6 +127,7 @@ class StopResult:
             "grace_s": round(self.grace.seconds, 1) if self.grace else None,
             "last_good_checkpoint": self.last_good_checkpoint,
             "orphans": list(self.orphans),
+            "folder_kept": self.folder_kept,
         }
 
 
@@ -138,17 +144,24 @@ def stop_run(
     it only if it is still there after the grace (`grace_s`, else computed from `events`)."""
     out_dir = Path(out_dir).resolve()
     record = read_run(out_dir)
-    # No record at all (the folder deleted or replaced under the run): its processes, found by their folder.
-    # A foreground run whose folder is intact keeps its own answer below (it stops with Ctrl-C).
-    bare = not metrics_path(out_dir).exists() and runstate.read_state(out_dir) is None
-    if record is None and bare and (found := processes_of_folder(out_dir)):
-        return _stop_orphans(out_dir, found, stop_grace((), override=grace_s), poll_s, clock, sleep)
     if record is None:
-        raise InputError(
-            f"no detached run in {out_dir} (no {RUN_FILE})",
-            hint="runs started with `mw-env train start` can be stopped; a foreground run stops with Ctrl-C",
+        # No record: the run's processes, found by their folder (MW_ENV_RUN_DIR in their environment). Stopped
+        # when the folder was deleted or replaced under them (`bare`), or when they are a detached run's
+        # (`train start`) whose run.json is gone; a foreground run whose folder is intact stops with Ctrl-C.
+        bare = not metrics_path(out_dir).exists() and runstate.read_state(out_dir) is None
+        found = processes_of_folder(out_dir)
+        if found and (bare or detached_processes(out_dir)):
+            grace = stop_grace((), override=grace_s) if bare else _grace_of(out_dir, events, grace_s)
+            return _stop_orphans(out_dir, found, grace, poll_s, clock, sleep, record=not bare)
+        running = (
+            f" (a foreground run is training there: pid {', '.join(map(str, found[:8]))})" if found else ""
         )
-    grace = stop_grace(recent_events(out_dir) if events is None else events, override=grace_s)
+        raise InputError(
+            f"no detached run in {out_dir} (no {RUN_FILE}){running}",
+            hint="runs started with `mw-env train start` can be stopped; a foreground run stops with Ctrl-C in "
+            "its terminal (or SIGTERM to its `mw-env train`: the same graceful stop)",
+        )
+    grace = _grace_of(out_dir, events, grace_s)
     with _run_lock(out_dir):
         if not is_alive(record):
             return StopResult(run_dir=out_dir, was_running=False)
@@ -176,6 +189,10 @@ def stop_run(
         return _kill(record, grace, started, poll_s, clock, sleep)
 
 
+def _grace_of(out_dir: Path, events: Sequence[dict[str, Any]] | None, grace_s: float | None) -> Grace:
+    return stop_grace(recent_events(out_dir) if events is None else events, override=grace_s)
+
+
 def _stop_orphans(
     out_dir: Path,
     pids: list[int],
@@ -183,27 +200,52 @@ def _stop_orphans(
     poll_s: float,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    *,
+    record: bool = False,
 ) -> StopResult:
-    """A run with no record left (its folder deleted or replaced) but processes alive: SIGTERM each, SIGKILL
-    those still there after the grace. Nothing is written: the folder is not theirs any more."""
-    for pid in pids:
+    """A run with no record left but processes alive: SIGTERM it as `stop` does (its supervisor, which passes
+    the stop on and records the end; else the trainer, or torchrun's workers), SIGKILL what is still there
+    after the grace. `record`: the folder is the run's (only its run.json is gone), so a kill is recorded in
+    state.json and report/stop.md as after any forced stop; otherwise nothing is written (the folder was
+    deleted or replaced: it is not theirs any more)."""
+    from mw_env.runs.foreground import stop_targets
+
+    supervisors = [p for p in pids if SUPERVISOR in cmdline(p)]
+    targets = supervisors or sorted(
+        {t for p in pids for t in (stop_targets(p) if "torchrun" in cmdline(p) else [p])}
+    )
+    for pid in targets:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
     started = clock()
-    while clock() < started + grace.seconds and processes_of_folder(out_dir):
+    deadline, seen = started + grace.seconds, None
+    while clock() < deadline and processes_of_folder(out_dir):
+        state = (runstate.read_state(out_dir) or {}).get("state") if record else None
+        if state != seen and state in ("stopping", "finishing") and not grace.overridden:
+            deadline, seen = max(deadline, clock() + grace.after_ack_s), state  # as a stop with run.json
         sleep(poll_s)
     left = processes_of_folder(out_dir)
     for pid in left:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    waited = clock() - started
+    last_good = None
+    if left and record:
+        for _ in range(int(10 / max(poll_s, 0.01))):  # gone, and the kernel has let go of the flock
+            if not processes_of_folder(out_dir):
+                break
+            sleep(poll_s)
+        last_good = record_kill(out_dir, grace=grace, waited_s=waited, killed=left)
     return StopResult(
         out_dir,
         was_running=True,
         escalated=bool(left),
-        waited_s=clock() - started,
+        waited_s=waited,
         killed_pids=tuple(left),
         grace=grace,
         orphans=tuple(pids),
+        last_good_checkpoint=last_good,
+        folder_kept=record,
     )
 
 

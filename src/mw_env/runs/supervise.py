@@ -21,39 +21,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from mw_env.rundir.occupants import (  # noqa: F401  (re-exported: the host side's one import of them)
+    DETACHED_ENV,
+    PROC,
+    RUN_DIR_ENV,
+    RUN_ID_ENV,
+    marked_processes,
+    proc_stat,
+    processes_of_folder,
+)
 from mw_env.rundir.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
 from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.startup import signal_ended, stopped_at_start_up, torchrun_output
 
-PROC = Path("/proc")
 # state.json (runstate.py): the supervisor writes "running" once the trainer is started and adds the
 # exit facts when it ended; the trainer moves it through stopping/finishing/finished in between. (The
 # name is one the run manifest leaves out: it changes after the trainer wrote MANIFEST.sha256.)
-# Set by runs.launch in the environment of every process of one launch: torchrun puts its workers in sessions
-# of their own, so neither the process group nor the parent chain finds them all; their environment does.
-RUN_ID_ENV = "MW_ENV_RUN_ID"
-# The run folder (absolute) in the same environments: a run whose folder was deleted or replaced (no run.json
-# left to name its run id) is still found by where it was started (`train status`/`watch`/`stop`).
-RUN_DIR_ENV = "MW_ENV_RUN_DIR"
-
-
-def processes_of_folder(run_dir: Path) -> list[int]:
-    """Live processes of this user started for `run_dir` (its trainer, torchrun and workers)."""
-    return marked_processes(str(Path(run_dir).resolve()), key=RUN_DIR_ENV)
-
-
-def proc_stat(pid: int, *, proc: Path = PROC) -> tuple[str, int, int] | None:
-    """(state, process group, start ticks) from /proc/<pid>/stat, or None when there is no such pid."""
-    try:
-        text = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    rest = text[text.rfind(")") + 2 :].split()
-    try:
-        return rest[0], int(rest[2]), int(rest[19])  # fields 3, 5 and 22
-    except (IndexError, ValueError):
-        return None
+# The processes of a run are found by their environment (rundir/occupants.py: MW_ENV_RUN_ID, MW_ENV_RUN_DIR).
 
 
 def same_process_alive(pid: int, start_ticks: int, *, proc: Path = PROC) -> bool:
@@ -71,26 +55,6 @@ def group_members(pgid: int, *, proc: Path = PROC) -> list[int]:
             if stat and stat[1] == pgid and stat[0] not in ("Z", "X", "x"):
                 members.append(int(entry.name))
     return members
-
-
-def marked_processes(value: str, *, key: str = RUN_ID_ENV, proc: Path = PROC) -> list[int]:
-    """Live processes (of this user: others' environ is unreadable) whose environment holds key=value."""
-    if not value:
-        return []
-    needle = f"{key}={value}".encode()
-    found = []
-    for entry in proc.iterdir() if proc.is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            stat = proc_stat(int(entry.name), proc=proc)
-            if stat and stat[0] not in ("Z", "X", "x"):
-                found.append(int(entry.name))
-    return found
 
 
 def supervise(report_fd: int) -> int:

@@ -168,16 +168,12 @@ def _out_dir(args: argparse.Namespace) -> Path | None:
 
 
 def _fault(exc: OSError) -> int:
-    import errno
-
-    from mw_env.base.errors import os_fault
     from mw_env.base.textsafe import safe_message
+    from mw_env.trainer.lifecycle import fault_error
 
-    writing = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
-    err = os_fault(exc, "write" if writing else "use")
-    hint = f"{err.hint}: it resumes from the newest checkpoint (all are kept)"
+    err = fault_error(exc)
     print(f"error: {safe_message(err.message)}", file=sys.stderr, flush=True)
-    print(f"hint: {safe_message(hint)}", file=sys.stderr, flush=True)
+    print(f"hint: {safe_message(err.hint or '')}", file=sys.stderr, flush=True)
     return EXIT_FAILED  # a fault of the machine during a run: the run failed (exit 1), whatever the errno
 
 

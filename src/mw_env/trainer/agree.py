@@ -28,19 +28,20 @@ from mw_env.base.errors import InputError, MwEnvError
 from mw_env.rundir import runlock
 from mw_env.rundir.contract import sha256_file
 from mw_env.trainer.ckpt import checkpoint as ckpt_mod
+from mw_env.trainer.ckpt.checkpoint import Found
 from mw_env.trainer.distributed import DistInfo, gather_objects
 
 if TYPE_CHECKING:
     from mw_env.trainspec.config import TrainConfig
 
-Found = tuple[Path, dict[str, Any]]
 # Raises (CheckpointError: skip to the previous one; InputError: stop) when a loaded checkpoint cannot serve.
 Check = Callable[[Path, dict[str, Any]], None]
 
 
 @contextlib.contextmanager
-def run_lock(out_dir: Path, dist: DistInfo) -> Iterator[None]:
-    """Hold the run folder's lock on rank 0 for the body; every rank raises the same refusal."""
+def run_lock(out_dir: Path, dist: DistInfo) -> Iterator[runlock.RunLock | None]:
+    """Hold the run folder's lock on rank 0 for the body (yielded there; None on other ranks); every rank
+    raises the same refusal."""
     lock: runlock.RunLock | None = None
     refused: tuple[str, str | None] | None = None
     if dist.main:
@@ -56,10 +57,19 @@ def run_lock(out_dir: Path, dist: DistInfo) -> Iterator[None]:
     refused = gather_objects(refused, dist)[0]
     if refused is not None:
         raise InputError(refused[0], hint=refused[1])
+    from mw_env.trainer import lifecycle
+
+    if lock is not None:
+        lifecycle.own(Path(out_dir).resolve())  # its end (an error) is recorded in state.json by this process
     try:
-        yield
+        yield lock
+    except BaseException as exc:
+        if lock is not None:
+            lifecycle.record_end(exc)  # while the folder is still ours
+        raise
     finally:
         if lock is not None:
+            lifecycle.own(None)
             lock.release()
 
 

@@ -9,6 +9,9 @@ written now would recreate the folder, or land in someone else's. What it wrote 
 (in the moved folder, if it was moved). Checkpoints and the report never create the run folder's parents
 (checkpoint.py, report.py): the window before the thread notices cannot recreate it either.
 
+The same look keeps the folder's lock file (rundir/runlock.py `RunLock.keep`): one deleted under the run is
+made and locked again, and said once as a warning, so a second trainer meets the flock as before.
+
 The end is `os._exit` from the thread: the main thread may be inside a long step or held (the fault harness),
 and a stop that waits for the step's end would then write the stop checkpoint. Data workers end when their
 pipe closes; under torchrun the other ranks are ended by torchrun when rank 0 exits.
@@ -22,8 +25,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mw_env.base.errors import EXIT_FAILED
+
+if TYPE_CHECKING:
+    from mw_env.rundir.runlock import RunLock
 
 INTERVAL_S = 1.0
 
@@ -64,12 +71,18 @@ def end(folder: Path, what: str) -> None:
 
 
 def watch(
-    folder: Path, *, interval: float = INTERVAL_S, on_lost: Callable[[Path, str], None] = end
+    folder: Path,
+    *,
+    interval: float = INTERVAL_S,
+    on_lost: Callable[[Path, str], None] = end,
+    keep: RunLock | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> threading.Event:
     """Start the watcher; set the returned event to end it (the run's end: the report may move files)."""
     folder = Path(folder)
     ident = identity(folder)
     done = threading.Event()
+    said: set[str] = set()
 
     def run() -> None:
         while not done.wait(interval):
@@ -77,15 +90,24 @@ def watch(
             if what is not None:
                 on_lost(folder, what)
                 return
+            news = keep.keep() if keep is not None else None
+            if news is not None and news not in said:
+                said.add(news)
+                (say or _warn)(f"warning: {news}")
 
     threading.Thread(target=run, name="mw-env-folder-watch", daemon=True).start()
     return done
 
 
+def _warn(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 @contextlib.contextmanager
-def watching(folder: Path, *, enabled: bool = True) -> Iterator[None]:
-    """Watch `folder` for the block (rank 0: `enabled`); the watcher ends with it (in-process runs, tests)."""
-    done = watch(folder) if enabled else None
+def watching(folder: Path, *, enabled: bool = True, keep: RunLock | None = None) -> Iterator[None]:
+    """Watch `folder` (and keep its lock file) for the block (rank 0: `enabled`); the watcher ends with it."""
+    done = watch(folder, keep=keep) if enabled else None
     try:
         yield
     finally:

@@ -21,7 +21,8 @@ MW_ENV_TEST_HOLD=POINT:PATH[,POINT:PATH] (tests only) holds the trainer at POINT
 having first created PATH.waiting. POINT is `step-N` (before computing the step after N done steps),
 `report` (state `finishing`, before the report is written), or one of the fault harness's phases
 (tests/faults/test_signals.py): `startup` (config read; before torch, the process group and the corpus),
-`discovery` (before the corpus is opened), `eval`, `checkpoint` (before the write), `manifest`. A test gets a step or a report phase
+`discovery` (before the corpus is opened), `eval`, `checkpoint` (before the write), `manifest`; and
+`predict` (`train predict`/`evaluate`: the first batch tagged, the output's temporary file open). A test gets a step or a report phase
 as long as it needs on the real trainer by waiting for events instead of for time (a slow step on a
 slow machine, without sleeps).
 """
@@ -39,7 +40,14 @@ from types import FrameType
 from typing import Any
 
 from mw_env.base.atomic import open_append
-from mw_env.base.errors import InputError
+from mw_env.base.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    InputError,
+    MwEnvError,
+    os_error_in,
+    os_fault,
+)
 from mw_env.rundir import runstate
 from mw_env.rundir.contract import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
 
@@ -52,7 +60,14 @@ class StopRequested(BaseException):
         self.signum = signum
 
 
-_state: dict[str, Any] = {"phase": "startup", "pending": None, "installed": False, "received": False}
+_state: dict[str, Any] = {
+    "phase": "startup",
+    "pending": None,
+    "installed": False,
+    "received": False,
+    "out_dir": None,  # the run folder this process holds the lock of (rank 0), for its last words
+    "marked": None,  # the state it last moved the run to
+}
 
 
 def note() -> None:
@@ -122,10 +137,57 @@ def mark(out_dir: Path, state: str, *, main: bool = True, **fields: Any) -> None
     stderr; it never costs the run."""
     if not main:
         return
+    _state["marked"] = state
     try:
         runstate.set_state(out_dir, state, pid=os.getpid(), **fields)
     except OSError as exc:
         print(f"warning: could not record the run state {state!r} in {out_dir}: {exc}", file=sys.stderr)
+
+
+def own(out_dir: Path | None) -> None:
+    """This process holds `out_dir`'s run lock (rank 0), from now until `own(None)`: its end is its to record."""
+    _state["out_dir"] = out_dir
+    if out_dir is None:
+        _state["marked"] = None
+
+
+def fault_error(exc: OSError) -> MwEnvError:
+    """A fault of the machine during a run (a full disk at any write) in words: exit 1 whatever the errno."""
+    import errno
+
+    writing = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+    err = os_fault(exc, "write" if writing else "use")
+    return MwEnvError(err.message, hint=f"{err.hint}: it resumes from the newest checkpoint (all are kept)")
+
+
+def record_end(exc: BaseException) -> None:
+    """The run ends on `exc` (rank 0, still holding the folder's lock): state.json `exited` with the words the
+    trainer prints for it, so `train status` tells a foreground run (no train.log) as it tells a detached one.
+    Never in a folder deleted under the run; a stop (StopRequested) writes its own `finished`."""
+    out_dir = _state.get("out_dir")
+    if out_dir is None or not Path(out_dir).is_dir() or isinstance(exc, StopRequested):
+        return
+    if isinstance(exc, MwEnvError):
+        code, message, hint = exc.exit_code, exc.message, exc.hint
+    elif isinstance(exc, KeyboardInterrupt):
+        code, message = EXIT_INTERRUPTED, "interrupted (Ctrl-C)"
+        hint = "run the same command: it resumes from the newest checkpoint"
+    elif isinstance(exc, Exception) and (cause := os_error_in(exc)) is not None:
+        err = fault_error(cause)
+        code, message, hint = EXIT_FAILED, err.message, err.hint
+    else:
+        code, message, hint = EXIT_FAILED, f"the trainer failed: {type(exc).__name__}: {exc}"[:500], None
+    from mw_env.base.textsafe import safe_message
+
+    with contextlib.suppress(OSError, InputError):  # a full disk: the words are on stderr, status says less
+        runstate.record_failure(
+            out_dir,
+            returncode=code,
+            error=safe_message(message),
+            hint=safe_message(hint) if hint else None,
+            during=str(_state.get("marked") or "starting"),
+            pid=os.getpid(),
+        )
 
 
 def hold(point: str) -> None:
@@ -170,11 +232,14 @@ __all__ = [
     "StopFlag",
     "StopRequested",
     "enter",
+    "fault_error",
     "hold",
     "install",
     "mark",
     "note",
+    "own",
     "pending",
     "received",
+    "record_end",
     "stopped_before_start",
 ]

@@ -93,7 +93,7 @@ def train(
     )
     try:
         # multinode: rank 0 holds <run>/.lock (trainer/agree.py) and watches the folder (folderwatch.py)
-        with run_lock(out_dir, dist), watching(out_dir, enabled=dist.main):
+        with run_lock(out_dir, dist) as lock, watching(out_dir, enabled=dist.main, keep=lock):
             return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
     except RuntimeError as exc:  # a node or process that died shows here as a transport error
         lost = lost_peer(exc, dist, checkpoints_dir(out_dir))
