@@ -74,7 +74,9 @@ def test_a_fault_at_each_write(
 
     told = run_status(out_dir=run)
     if phase in ("report", "manifest"):  # the steps had finished: a note, with the error, not an anomaly
-        assert any("ended while writing its report (it reported: " in n and shown in n for n in told.notes), told
+        assert any("ended while writing its report (it reported: " in n and shown in n for n in told.notes), (
+            told
+        )
     else:
         assert told.exit_code == 12 and shown in told.anomalies[0].message, told
         assert "killed with its supervisor" not in told.anomalies[0].message

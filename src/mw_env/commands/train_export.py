@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 
 @click.command(
-    "export", epilog="Exit codes: 0 exported and verified, 1 export or verification failed, 2 bad input."
+    "export",
+    epilog="Exit codes: 0 exported and verified, 1 export or verification failed, 2 bad input, 128+N stopped "
+    "by signal N (nothing of it kept).",
 )
 @click.argument("checkpoint", required=False, type=click.Path(path_type=Path))
 @click.option(

@@ -57,7 +57,11 @@ def _columns(f: F) -> F:
     return f
 
 
-@click.command("predict", epilog="Exit codes: 0 tagged, 1 the model could not be run, 2 bad input.")
+@click.command(
+    "predict",
+    epilog="Exit codes: 0 tagged, 1 the model could not be run or the output not written, 2 bad input, "
+    "128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).",
+)
 @_RUN
 @click.option(
     "--input",
@@ -92,7 +96,7 @@ def predict(
     row each.
 
     Input: .jsonl (a `tokens` list, or a `text`/`address` string, per line), .parquet (the same columns), or
-    plain text, one address a line."""
+    plain text, one address a line; streamed, so any size. A file output appears whole or not at all."""
     args = ["--input", str(_input(input_path, "--input")), *_weights_args(run, weights_dir, export_dir)]
     if output is not None:
         from mw_env.base.atomic import refuse_special
@@ -117,7 +121,11 @@ def predict(
     return 0
 
 
-@click.command("evaluate", epilog="Exit codes: 0 scored, 1 the model could not be run, 2 bad input.")
+@click.command(
+    "evaluate",
+    epilog="Exit codes: 0 scored, 1 the model could not be run, 2 bad input, 128+N stopped by signal N "
+    "(130 Ctrl-C, 143 SIGTERM).",
+)
 @_RUN
 @click.option(
     "--data",

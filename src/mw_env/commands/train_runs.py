@@ -225,6 +225,7 @@ def _render_status(result: RunStatus) -> None:
 @json_option
 def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
     """Ask the run to stop: it finishes its step, checkpoints and writes its report; SIGKILL only after the grace."""
+    from mw_env.runs.liveness import detached_processes
     from mw_env.runs.runs import is_alive, read_run
     from mw_env.runs.runstatus import run_status
     from mw_env.runs.stop import recent_events, stop_grace, stop_run
@@ -232,10 +233,16 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
 
     record = read_run(out_dir.resolve())
     # Announce the wait only when there is a live run to stop (no run: stop_run raises the error).
-    if not as_json and record is not None and is_alive(record):
+    found = detached_processes(out_dir.resolve()) if record is None else []
+    if not as_json and ((record is not None and is_alive(record)) or found):
         planned = stop_grace(recent_events(out_dir.resolve()), override=grace)
+        which = (
+            f"the detached run in {out_dir} (run.json gone; pids {', '.join(map(str, found))})"
+            if found
+            else f"the run in {out_dir}"
+        )
         click.echo(
-            f"stopping the run in {out_dir}: SIGTERM; it finishes its step, checkpoints and writes its report "
+            f"stopping {which}: SIGTERM; it finishes its step, checkpoints and writes its report "
             f"(SIGKILL after {planned.describe()}, more while it is checkpointing and reporting)...",
             err=True,
         )

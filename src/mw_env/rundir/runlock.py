@@ -186,12 +186,16 @@ def _write_info(fd: int, info: dict[str, object]) -> None:
 
 
 def check_free(run_dir: Path, *, processes: bool = True) -> None:
-    """Raise the refusal when a live trainer holds `run_dir`'s lock, or (`processes`) lives there without it
-    (its lock file deleted): probe only, nothing is kept. Before a launch every process of the folder is
-    another's."""
+    """Raise the refusal when a live trainer holds `run_dir`'s lock (naming the holder the lock file names), or
+    (`processes`) lives there without it (its lock file deleted): probe only, nothing is kept. Before a launch
+    every process of the folder is another's."""
+    _check_flock(run_dir)
     found = others(run_dir, mine=None) if processes else {}
     if found:
         raise refusal(Path(run_dir), found)
+
+
+def _check_flock(run_dir: Path) -> None:
     path = lock_path(run_dir)
     if not path.exists():
         return

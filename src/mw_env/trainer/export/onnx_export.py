@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -355,9 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mw_env.base.stopsignals import Stopped, exit_code, signal_words, stop_on_signals
 
     try:
-        with (
-            stop_on_signals()
-        ):  # a stop: every file of the export is still a temporary, removed on the way out
+        # A stop: every file of the export is still a temporary, removed on the way out.
+        with stop_on_signals():
             result = export_onnx(
                 checkpoint=args.checkpoint,
                 out=args.out,
@@ -370,39 +370,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     except Stopped as stop:
         code = exit_code(stop.signum)
-        print(
-            json.dumps(
-                {
-                    "error": f"the export was stopped by {signal_words(stop.signum)}: nothing of it was kept "
-                    "(its files are written under temporary names and committed only once verified)",
-                    "hint": "run the same command again to export",
-                    "exit_code": code,
-                }
-            )
+        why = f"the export was stopped by {signal_words(stop.signum)}: nothing of it was kept"
+        detail = " (its files are written under temporary names and committed only once verified)"
+        return _answer(
+            {"error": why + detail, "hint": "run the same command again to export", "exit_code": code}
         )
-        return code
     except MwEnvError as exc:
-        print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}))
-        return exc.exit_code
+        return _answer({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code})
     except Exception as exc:
         cause = os_error_in(exc)  # a full disk, EIO, EACCES at the ONNX, a variant or the metadata
         if cause is not None:
             err = os_fault(cause, "write the export")
             hint = f"{err.hint}; nothing half-written is kept, the run folder is untouched"
-            print(json.dumps({"error": err.message, "hint": hint, "exit_code": EXIT_FAILED}))
-            return EXIT_FAILED
-        print(
-            json.dumps(
-                {
-                    "error": f"export failed: {type(exc).__name__}: {exc}",
-                    "hint": None,
-                    "exit_code": EXIT_FAILED,
-                }
-            )
+            return _answer({"error": err.message, "hint": hint, "exit_code": EXIT_FAILED})
+        _answer(
+            {"error": f"export failed: {type(exc).__name__}: {exc}", "hint": None, "exit_code": EXIT_FAILED}
         )
         raise
-    print(json.dumps(result.to_dict()))
-    return 0
+    return _answer(result.to_dict(), code=0)
+
+
+def _answer(result: dict[str, object], *, code: int | None = None) -> int:
+    """The one JSON line for `mw-env train export`, and the exit code. A reader that is gone (mw-env killed:
+    this process was told by the kernel and stopped) is not an error of ours: no traceback for it."""
+    try:
+        print(json.dumps(result), flush=True)
+    except OSError:  # fd 1 onto /dev/null: the interpreter's last flush must not fail again at exit
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+    if code is not None:
+        return code
+    value = result.get("exit_code")
+    return value if isinstance(value, int) else EXIT_FAILED
 
 
 if __name__ == "__main__":
