@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.base.textsafe import safe_message
 from mw_env.rundir import runstate
 from mw_env.runs.anomalies import (
@@ -325,7 +326,7 @@ class RunWatcher:
             notes.insert(
                 0,
                 f"run.json is gone, but this is a detached run (`train start`): its processes {', '.join(map(str, detached))} "
-                f"are alive (found by their environment); `mw-env train stop --out-dir {self.out_dir}` stops it",
+                f"are alive (found by their environment); `mw-env train stop --out-dir {sh(self.out_dir)}` stops it",
             )
         return RunStatus(
             run_dir=self.out_dir,
