@@ -239,10 +239,13 @@ def test_the_commands_with_an_output_path_refuse_each_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
     (tmp_path / "run").mkdir()
+    (tmp_path / "in.txt").write_text("12 Oak Street\n")
+    predict = ("train", "predict", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"))
     commands = [
         ("host-commands", "--root", str(MACHINES / "incus-780m-no-kfd"), "--out"),
         ("lock", "--venv", str(tmp_path / "venv"), "--output"),
         ("train", "export", str(tmp_path / "run"), "--venv", str(tmp_path / "venv"), "--out"),
+        (*predict, "--venv", str(tmp_path / "venv"), "--output"),
     ]
     for argv in commands:
         with node(tmp_path, kind, monkeypatch) as path:
