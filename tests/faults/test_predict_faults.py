@@ -483,6 +483,60 @@ def test_sigterm_to_an_export_ends_it_and_keeps_nothing(run: Path, tmp_path: Pat
 
 @pytest.mark.slow
 @pytest.mark.torch
+def test_sigterm_to_a_weights_export_ends_it_and_keeps_nothing(run: Path, tmp_path: Path) -> None:
+    """--format safetensors runs its child as --format onnx does: held with the folder's files written but not
+    committed (weights/folder.py's hold), the SIGTERM to mw-env is passed on: 143, the sentence, no process
+    left, no folder and no temporary."""
+    pytest.importorskip("safetensors")
+    tag, hold, out = new_tag(), tmp_path / "go", tmp_path / "weights" / "step-4"
+    proc = subprocess.Popen(
+        [
+            *MW,
+            "train",
+            "export",
+            str(run),
+            "--format",
+            "safetensors",
+            "--out",
+            str(out),
+            "--venv",
+            str(TEST_VENV),
+        ],
+        env=_env(tag, MW_ENV_TEST_HOLD=f"weights:{hold}"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(
+            lambda: Path(f"{hold}.waiting").exists() or proc.poll() is not None, 180, "the folder written"
+        )
+        assert proc.poll() is None, proc.communicate()
+        assert _no_temporaries(out.parent), "the folder's temporary is there at the hold"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert_none_left(tag, within=60)
+    finally:
+        kill_tagged(tag)
+    assert proc.returncode == 143, err
+    assert (
+        "error: the export was stopped by SIGTERM: nothing of it was kept" in err and "Traceback" not in err
+    )
+    assert not out.exists() and _no_temporaries(out.parent) == []
+
+
+def test_a_weights_export_stopped_after_its_commit_says_the_folder_is_whole(tmp_path: Path) -> None:
+    """A stop in the read-back check (the folder renamed into place): not "nothing kept", the folder named."""
+    from mw_env.trainer.weights.export import _stopped
+
+    folder = tmp_path / "step-4"
+    got = _stopped(signal.SIGINT, [folder])
+    assert got["exit_code"] == 130 and f"after {folder} was written whole" in str(got["error"]), got
+    assert "nothing" in str(_stopped(signal.SIGTERM, [])["error"])
+
+
+@pytest.mark.slow
+@pytest.mark.torch
 def test_standard_output_that_cannot_take_the_rows(run: Path, addresses: Path, tmp_path: Path) -> None:
     """Closed (refused before the venv's python starts) or full (/dev/full): exit 1, the sentence of
     base/streams.py, never a traceback, no process left. (A reader that left: test_rows_to_a_pipe_whose_...)"""

@@ -74,6 +74,28 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+def answer(result: Mapping[str, object], *, code: int | None = None) -> int:
+    """The child's side, for a job that answers mw-env on its stdout (`train export`'s two formats): the one JSON
+    line, and the exit code (`code`, else the result's own). A reader that is gone (mw-env killed: this process,
+    told by the kernel, is stopping) is not an error of ours: no traceback for it."""
+    import json
+    import os
+
+    from mw_env.base.errors import EXIT_FAILED
+
+    try:
+        print(json.dumps(dict(result)), flush=True)
+    except OSError:  # fd 1 onto /dev/null: the interpreter's last flush must not fail again at exit
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+    if code is not None:
+        return code
+    value = result.get("exit_code")
+    return value if isinstance(value, int) else EXIT_FAILED
+
+
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -134,4 +156,13 @@ def run_child(
     return ChildEnd(returncode=proc.returncode, signals=signals), out or ""
 
 
-__all__ = ["STOP_SIGNALS", "ChildEnd", "Stopped", "exit_code", "run_child", "signal_words", "stop_on_signals"]
+__all__ = [
+    "STOP_SIGNALS",
+    "ChildEnd",
+    "Stopped",
+    "answer",
+    "exit_code",
+    "run_child",
+    "signal_words",
+    "stop_on_signals",
+]

@@ -12,10 +12,11 @@ tokens) is tagged "O" and counted (`truncated_words`). The result (or {"error", 
 written as JSON to --result; predictions go to --output or stdout.
 
 Three parts, each replaceable alone: a reader (tagio.iter_rows: the input streamed, a batch of rows at a
-time), a tagger (`make_tagger`: a checkpoint's model or an ONNX export; `tagged` is the one place that calls
-it), and a writer (tagout.TaggedWriter: stdout, or a file through the atomic writer). Memory stays flat
-however long the input. A stop signal (SIGINT, SIGTERM, SIGHUP) ends the job where it is: the output file,
-never committed, is not there; the result says so, with 128 + the signal's number as its exit code.
+time), a tagger (`make_tagger`: a checkpoint's model, a portable weights folder's or an ONNX export; `tagged`
+is the one place that calls it), and a writer (tagout.TaggedWriter: stdout, or a file through the atomic
+writer). Memory stays flat however long the input. A stop signal (SIGINT, SIGTERM, SIGHUP) ends the job where
+it is: the output file, never committed, is not there; the result says so, with 128 + the signal's number as its
+exit code.
 """
 
 from __future__ import annotations
@@ -332,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.run is None and args.weights is None:
         parser.error("name a RUN (a run folder or a step-*.pt), or --weights DIR")
+    if args.weights is not None and args.export is not None:
+        parser.error("--weights and --export name two models: pick one")
     from mw_env.base.stopsignals import Stopped, stop_on_signals
 
     progress = JobProgress()

@@ -21,7 +21,6 @@ import contextlib
 import io
 import json
 import logging
-import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -353,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fp16", action="store_true", help="also write <stem>.fp16.onnx")
     parser.add_argument("--min-agreement", type=float, default=DEFAULT_MIN_AGREEMENT)
     args = parser.parse_args(argv)
-    from mw_env.base.stopsignals import Stopped, exit_code, signal_words, stop_on_signals
+    from mw_env.base.stopsignals import Stopped, answer, exit_code, signal_words, stop_on_signals
 
     try:
         # A stop: every file of the export is still a temporary, removed on the way out.
@@ -372,38 +371,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exit_code(stop.signum)
         why = f"the export was stopped by {signal_words(stop.signum)}: nothing of it was kept"
         detail = " (its files are written under temporary names and committed only once verified)"
-        return _answer(
+        return answer(
             {"error": why + detail, "hint": "run the same command again to export", "exit_code": code}
         )
     except MwEnvError as exc:
-        return _answer({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code})
+        return answer({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code})
     except Exception as exc:
         cause = os_error_in(exc)  # a full disk, EIO, EACCES at the ONNX, a variant or the metadata
         if cause is not None:
             err = os_fault(cause, "write the export")
             hint = f"{err.hint}; nothing half-written is kept, the run folder is untouched"
-            return _answer({"error": err.message, "hint": hint, "exit_code": EXIT_FAILED})
-        _answer(
+            return answer({"error": err.message, "hint": hint, "exit_code": EXIT_FAILED})
+        answer(
             {"error": f"export failed: {type(exc).__name__}: {exc}", "hint": None, "exit_code": EXIT_FAILED}
         )
         raise
-    return _answer(result.to_dict(), code=0)
-
-
-def _answer(result: dict[str, object], *, code: int | None = None) -> int:
-    """The one JSON line for `mw-env train export`, and the exit code. A reader that is gone (mw-env killed:
-    this process was told by the kernel and stopped) is not an error of ours: no traceback for it."""
-    try:
-        print(json.dumps(result), flush=True)
-    except OSError:  # fd 1 onto /dev/null: the interpreter's last flush must not fail again at exit
-        with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.close(devnull)
-    if code is not None:
-        return code
-    value = result.get("exit_code")
-    return value if isinstance(value, int) else EXIT_FAILED
+    return answer(result.to_dict(), code=0)
 
 
 if __name__ == "__main__":

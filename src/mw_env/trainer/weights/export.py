@@ -11,7 +11,6 @@ the way `train predict --weights` reads it and its logits compared with the chec
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,8 +19,11 @@ from mw_env.base.errors import EXIT_FAILED, MwEnvError, os_error_in, os_fault
 from mw_env.rundir.contract import weights_dir
 
 
-def export_weights(*, target: Path, out: Path | None = None) -> dict[str, object]:
-    """Write the portable weights folder of `target`'s checkpoint; return what was written and checked."""
+def export_weights(
+    *, target: Path, out: Path | None = None, wrote: list[Path] | None = None
+) -> dict[str, object]:
+    """Write the portable weights folder of `target`'s checkpoint; return what was written and checked. The
+    folder, once committed whole, is appended to `wrote` (a stop after that point leaves it, complete)."""
     import torch
 
     from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
@@ -50,6 +52,8 @@ def export_weights(*, target: Path, out: Path | None = None) -> dict[str, object
         step=step,
         source=wf.source_of(run_dir, ckpt_path, config),
     )
+    if wrote is not None:
+        wrote.append(out)
     reread = build(read_weights(out))
     worst = 0.0
     with torch.no_grad():
@@ -82,21 +86,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", type=Path, default=None, help="the folder to write (default <run>/weights/step-N)"
     )
     args = parser.parse_args(argv)
+    from mw_env.base.stopsignals import Stopped, answer, stop_on_signals
+
+    wrote: list[Path] = []
     try:
-        result = export_weights(target=args.target, out=args.out)
+        # A stop before the commit: the folder is still its hidden temporary (base/atomic.atomic_dir), removed
+        # on the way out. Entered before torch's import: a stop at any moment is a sentence, never a traceback.
+        with stop_on_signals():
+            result = export_weights(target=args.target, out=args.out, wrote=wrote)
+    except Stopped as stop:
+        return answer(_stopped(stop.signum, wrote))
     except MwEnvError as exc:
-        print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}))
-        return exc.exit_code
+        return answer({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code})
     except (OSError, RuntimeError) as exc:
         cause = os_error_in(exc)  # a full disk, EIO, EACCES while writing the folder
         if cause is None:
             raise
         err = os_fault(cause, "write the weights folder")
         hint = f"{err.hint}; nothing half-written is kept, the run folder is untouched"
-        print(json.dumps({"error": err.message, "hint": hint, "exit_code": EXIT_FAILED}))
-        return EXIT_FAILED
-    print(json.dumps(result))
-    return 0
+        return answer({"error": err.message, "hint": hint, "exit_code": EXIT_FAILED})
+    return answer(result, code=0)
+
+
+def _stopped(signum: int, wrote: list[Path]) -> dict[str, object]:
+    """A stop's answer: nothing kept, or (stopped in the read-back check or the manifest) the folder whole."""
+    from mw_env.base.stopsignals import exit_code, signal_words
+
+    how = f"the export was stopped by {signal_words(signum)}"
+    if not wrote:
+        return {
+            "error": f"{how}: nothing of it was kept (the folder is written under a temporary name and renamed "
+            "into place only whole)",
+            "hint": "run the same command again to export",
+            "exit_code": exit_code(signum),
+        }
+    return {
+        "error": f"{how} after {wrote[0]} was written whole: its read-back check and the run's manifest entry "
+        "were not done",
+        "hint": "run the same command again to check it and record it in the manifest",
+        "exit_code": exit_code(signum),
+    }
 
 
 if __name__ == "__main__":
