@@ -303,22 +303,12 @@ def test_a_full_disk_is_exit_1_and_no_file(
     assert not (tmp_path / name).exists() and _no_temporaries(tmp_path) == []
 
 
-@pytest.mark.torch
-def test_a_checkpoint_being_written_is_passed_over(
-    run: Path,
-    addresses: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    """The run rewrites its newest step's file (a stop at the same step): the new bytes are there, its sidecar
-    is the old one, not yet replaced. Predict uses the previous complete checkpoint (was: refused, exit 2), and
-    with no other one says the checkpoint is being written, without the trainer's `--resume` advice."""
+def _rewritten_newest(run: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A copy of `run` whose newest step's file holds other bytes of the same size, its sidecar the old one and
+    older than it (the state of a stop checkpoint written again at the same step, between the writer's two
+    renames), and the next step's temporary half written: (the copy, the older and the newer checkpoint)."""
     import shutil
 
-    import mw_env.trainer.ckpt.newest as newest
-
-    monkeypatch.setattr(newest, "PAUSE_S", 0.0)
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     ckpts = copy / "checkpoints"
@@ -329,15 +319,57 @@ def test_a_checkpoint_being_written_is_passed_over(
     side = ckpts / "step-000000004.pt.sha256"
     os.utime(side, ns=(newer.stat().st_mtime_ns - 10**9,) * 2)  # the sidecar is older than its checkpoint
     (ckpts / ".step-000000006.pt.tmp-4242-abcdef").write_bytes(data[:100])  # the next one, half written
-    code, got = _job("predict", str(copy), "--input", str(addresses), tmp=tmp_path)
-    assert code == 0 and got["step"] == 2 and got["model"] == str(older), got
-    assert "step-000000004.pt is being written" in capfd.readouterr().err
-    older.unlink()
-    code, got = _job("predict", str(copy), "--input", str(addresses), tmp=tmp_path)
-    assert code == 2 and "the only one, step-000000004.pt, is being written" in got["error"], got
+    return copy, older, newer
+
+
+@pytest.mark.torch
+def test_a_checkpoint_being_written_is_passed_over(
+    run: Path,
+    addresses: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The run rewrites its newest step's file (a stop at the same step) while it holds the folder's lock: the
+    new bytes are there, its sidecar is the old one, not yet replaced. Predict uses the previous complete
+    checkpoint (was: refused, exit 2), and with no other one says the checkpoint is being written, without the
+    trainer's `--resume` advice."""
+    import mw_env.trainer.ckpt.newest as newest
+    from mw_env.rundir.runlock import acquire
+
+    monkeypatch.setattr(newest, "PAUSE_S", 0.0)
+    copy, older, newer = _rewritten_newest(run, tmp_path)
+    lock = acquire(copy)  # as the live trainer does, for its whole run
+    try:
+        code, got = _job("predict", str(copy), "--input", str(addresses), tmp=tmp_path)
+        assert code == 0 and got["step"] == 2 and got["model"] == str(older), got
+        assert "step-000000004.pt is being written" in capfd.readouterr().err
+        older.unlink()
+        code, got = _job("predict", str(copy), "--input", str(addresses), tmp=tmp_path)
+        assert code == 2 and "the only one, step-000000004.pt, is being written" in got["error"], got
+    finally:
+        lock.release()
     # A named checkpoint that does not load: the way out is another file, never the trainer's --resume.
     code, got = _job("predict", str(newer), "--input", str(addresses), tmp=tmp_path)
     assert code == 2 and "--resume" not in got["hint"] and "step-*.pt" in got["hint"], got
+
+
+@pytest.mark.torch
+def test_a_checkpoint_newer_than_its_sidecar_with_no_trainer_is_damaged(
+    run: Path, addresses: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The same files with no trainer in the folder (no lock held, no process of a launch into it): nothing
+    will write that sidecar, so the checkpoint is damaged, named as such, and passed over at once (was: waited
+    on as being written, and with no other one 'being written, run the same command again', exit 2)."""
+    copy, older, newer = _rewritten_newest(run, tmp_path)
+    code, got = _job("predict", str(copy), "--input", str(addresses), tmp=tmp_path)
+    assert code == 0 and got["step"] == 2 and got["model"] == str(older), got
+    err = capfd.readouterr().err
+    assert f"checkpoint {newer} is unreadable (its sha256" in err and "damaged, not being written" in err, err
+    assert "is being written (" not in err, err
+    older.unlink()
+    code, got = _job("predict", str(copy), "--input", str(addresses), tmp=tmp_path)
+    assert code == 2 and "no valid checkpoint in" in got["error"] and "being written" not in got["error"], got
 
 
 def _fake_export(folder: Path, onnx: bytes) -> Path:

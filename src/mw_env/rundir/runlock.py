@@ -195,19 +195,33 @@ def check_free(run_dir: Path, *, processes: bool = True) -> None:
         raise refusal(Path(run_dir), found)
 
 
+def in_use(run_dir: Path) -> bool:
+    """A live trainer is in `run_dir`: its flock is held, or live processes of a launch into it are there (its lock
+    file deleted). Probe only, nothing is kept; for readers of the folder (a checkpoint newer than its sidecar is
+    being written only while a trainer is there)."""
+    return _flock_held(run_dir) or bool(others(run_dir, mine=None))
+
+
 def _check_flock(run_dir: Path) -> None:
+    if _flock_held(run_dir):
+        raise refusal(Path(run_dir))
+
+
+def _flock_held(run_dir: Path) -> bool:
     path = lock_path(run_dir)
     if not path.exists():
-        return
+        return False
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO planted at the lock's name is opened at once, not waited on for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return  # unreadable: the trainer's own attempt will tell
+        return False  # unreadable: the trainer's own attempt will tell
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise refusal(Path(run_dir)) from None
+        return True
     except OSError:
-        return
+        return False
     finally:
         os.close(fd)
+    return False

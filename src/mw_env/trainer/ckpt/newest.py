@@ -7,6 +7,13 @@ second time could meet a file rotated away or replaced in between (a stop checkp
 same step), and refused the whole run folder (exit 2). Here the newest checkpoint that loads is read once;
 one that changed while it was read (gone, or another size or time: being written) is passed over for the
 newest complete one, and when none was complete at that moment the folder is looked at again, a few times.
+
+A checkpoint newer than its sidecar whose hash does not match is the run writing it again (save_checkpoint
+renames the new `.pt` into place, then replaces the sidecar) only while a trainer is in the folder: its lock
+held, or processes of a launch into it alive (rundir/runlock.py `in_use`; `train` holds the lock for the whole
+run, every checkpoint written under it). With none, nothing will ever write that sidecar: the file is damaged
+(junk written over it, or a trainer killed between the two renames), named as such, and passed over for the
+previous one like any other that does not load; the files alone cannot tell the two apart.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pathlib import Path
 
 from mw_env.base.errors import InputError
 from mw_env.rundir.contract import CHECKPOINTS_DIR
+from mw_env.rundir.runlock import in_use
 from mw_env.trainer.ckpt.checkpoint import Found, list_checkpoints, load_checkpoint
 from mw_env.trainer.ckpt.schema import CheckpointError
 
@@ -49,25 +57,36 @@ def newest_checkpoint(
     if not path.is_dir():
         raise InputError(f"checkpoint {path} does not exist", hint="name a step-*.pt file or a run folder")
     folder = path / CHECKPOINTS_DIR if (path / CHECKPOINTS_DIR).is_dir() else path
+    run_dir = folder.parent if folder.name == CHECKPOINTS_DIR else folder
     warned: set[Path] = set()
     writing: Path | None = None
     for look in range(LOOKS):
         writing = None
+        trainer: bool | None = None  # a trainer in the run folder: asked once a look, only when it matters
         for candidate in reversed(list_checkpoints(folder)):
             before = _stamp(candidate)
             try:
                 return candidate, load_checkpoint(candidate)
             except CheckpointError as exc:
-                moving = before is None or _stamp(candidate) != before or _ahead_of_sidecar(candidate)
+                moving = before is None or _stamp(candidate) != before
+                ahead = not moving and _ahead_of_sidecar(candidate)
+                if ahead:
+                    trainer = in_use(run_dir) if trainer is None else trainer
+                    moving = trainer
                 if moving and writing is None:
                     writing = candidate
                 if candidate not in warned and (not moving or _stamp(candidate) is not None):
                     warned.add(candidate)
                     why = "is being written (it changed while read, or its sidecar is older than it)"
+                    damaged = (
+                        f" (newer than its sidecar, with no trainer in {run_dir}: damaged, not being written)"
+                        if ahead
+                        else ""
+                    )
                     warn(
                         f"warning: checkpoint {candidate} {why}; using the previous one"
                         if moving
-                        else f"warning: {exc.message}; falling back to the previous checkpoint"
+                        else f"warning: {exc.message}{damaged}; falling back to the previous checkpoint"
                     )
         if writing is None:
             break
@@ -83,7 +102,8 @@ def newest_checkpoint(
 
 def _ahead_of_sidecar(path: Path) -> bool:
     """The checkpoint is newer than its sidecar: written again (a stop checkpoint at the same step) and its new
-    hash not written yet. (A checkpoint without a sidecar is checked by structure alone: not this.)"""
+    hash not written yet, when a trainer is in the folder; damaged when none is. (A checkpoint without a
+    sidecar is checked by structure alone: not this.)"""
     try:
         return path.stat().st_mtime_ns > path.with_name(path.name + ".sha256").stat().st_mtime_ns
     except OSError:
