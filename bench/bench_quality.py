@@ -40,6 +40,7 @@ sys.path.insert(0, str(HERE))
 QUICK = os.environ.get("MW_ENV_BENCH_QUICK") == "1"
 SEED = 31
 CONFIG = "address-tagger-cpu"
+STEPS = "600"
 
 
 def _reexec_with_torch() -> int | None:
@@ -122,7 +123,7 @@ def train_crf(
 
 # -- the bundled model ----------------------------------------------------------------------------------
 def _write_jsonl(path: Path, rows: list[dict[str, list[str]]]) -> None:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path.write_text("".join(json.dumps({"tokens": r["tokens"], "tags": r["tags"]}) + "\n" for r in rows))
 
 
 def train_model(
@@ -131,17 +132,17 @@ def train_model(
     folder: Path,
     labels: Sequence[str],
     extra: Sequence[str] = (),
-) -> tuple[Callable[[list[list[str]]], list[list[str]]], float, dict[str, Any]]:
+) -> tuple[Any, float, dict[str, Any]]:
+    """Train the config on `rows`; (the run's tagger as `train predict` builds it, CPU-seconds, facts)."""
     import torch
 
-    from mw_env.trainer.ckpt.checkpoint import find_latest, model_from_checkpoint
     from mw_env.trainer.loop import train
+    from mw_env.trainer.predict import CheckpointTagger
     from mw_env.trainspec.config import find_config, resolve_config
 
     _write_jsonl(folder / "train.jsonl", rows)
     _write_jsonl(folder / "val.jsonl", val)
-    # 600 steps: what fits 2x the CRF's CPU-seconds here (the config's own 1,500 take ~2.5x as long).
-    steps = os.environ.get("MW_ENV_BENCH_QUALITY_STEPS") or ("200" if QUICK else "600")
+    steps = os.environ.get("MW_ENV_BENCH_QUALITY_STEPS") or ("200" if QUICK else STEPS)
     resolved = resolve_config(
         path=find_config(CONFIG),
         overrides=(
@@ -153,7 +154,7 @@ def train_model(
             "data.workers=0",
             "runtime.threads=1",
             "runtime.tracking=none",
-            *((f"runtime.max_steps={steps}",) if steps else ()),
+            f"runtime.max_steps={steps}",
             *os.environ.get("MW_ENV_BENCH_QUALITY_SET", "").split(),
             *extra,
         ),
@@ -162,40 +163,15 @@ def train_model(
     start = cpu_seconds()
     train(resolved=resolved, echo=lambda _m: None)
     spent = cpu_seconds() - start
-    found = find_latest(folder / "run" / "checkpoints")
-    assert found is not None
-    model, tokenizer, names = model_from_checkpoint(found[0])
-    max_len = resolved.config.model.max_len
-
-    def predict(batch: list[list[str]]) -> list[list[str]]:
-        encoded = []
-        for words in batch:
-            ids, starts = [1], []  # CLS, then the words joined by a space byte, as the trainer encodes them
-            for i, w in enumerate(words):
-                piece = ([ord(" ") + 4] if i else []) + (tokenizer.encode_word(w) or [3])
-                if len(ids) + len(piece) + 1 > max_len:
-                    break
-                starts.append(len(ids) + (1 if i else 0))
-                ids += piece
-            encoded.append(([*ids, 2], starts))
-        width = max(len(ids) for ids, _ in encoded)
-        x = torch.zeros(len(batch), width, dtype=torch.long)
-        for i, (ids, _) in enumerate(encoded):
-            x[i, : len(ids)] = torch.tensor(ids)
-        with torch.no_grad():
-            best = model(x, x != 0).argmax(-1)
-        out = []
-        for i, (words, (_ids, starts)) in enumerate(zip(batch, encoded, strict=True)):
-            tags = [names[int(best[i, s])] for s in starts]
-            out.append(tags + ["O"] * (len(words) - len(tags)))  # words past max_len: untagged
-        return out
-
-    info = {"steps": resolved.config.runtime.max_steps, "max_len": max_len, "config": CONFIG}
-    return predict, spent, info
+    # The tags `mw-env train predict` would write: the run's encoder, its model.decode.
+    tagger = CheckpointTagger(folder / "run", device="cpu")
+    m = resolved.config.model
+    info = {"steps": resolved.config.runtime.max_steps, "config": CONFIG, "decode": m.decode}
+    return tagger, spent, info
 
 
 # -- scoring --------------------------------------------------------------------------------------------
-def score(pred: list[list[str]], rows: list[dict[str, list[str]]]) -> dict[str, float]:
+def score(pred: list[list[str]], rows: list[dict[str, list[str]]]) -> dict[str, Any]:
     from mw_env.trainer.scoring import Tally
 
     tally = Tally()
@@ -208,7 +184,75 @@ def score(pred: list[list[str]], rows: list[dict[str, list[str]]]) -> dict[str, 
         "exact": float(report["exact_address_rate"]),  # type: ignore[arg-type]
         "f1_strict": entity["strict"]["f1"],
         "f1_conlleval": entity["conlleval"]["f1"],
+        "per_type": {t: (v["f1"], v["support"]) for t, v in entity["strict"]["per_type"].items()},
     }
+
+
+def _tag_all(
+    tag: Callable[[list[list[str]]], list[list[str]]], rows: list[dict[str, list[str]]]
+) -> list[list[str]]:
+    return [t for i in range(0, len(rows), 64) for t in tag([r["tokens"] for r in rows[i : i + 64]])]
+
+
+def _figures(
+    n_train: int, n_test: int, results: dict[str, dict[str, Any]], levers: list[tuple[str, str]]
+) -> str:
+    import quality_data as qd
+    from common import machine_line
+
+    m, c = results["model"], results["crf"]
+
+    def row(name: str, r: dict[str, Any]) -> str:
+        x, y = r["messy"], r["clean"]
+        return (
+            f"| {name} | {x['token_acc']:.3f} / {x['exact']:.3f} / **{x['f1_strict']:.3f}** ({x['f1_conlleval']:.3f}) "
+            f"| {y['f1_strict']:.3f} | {r['cpu_s']:.0f} |"
+        )
+
+    met = m["messy"]["f1_strict"] >= c["messy"]["f1_strict"] and m["cpu_s"] <= 2 * c["cpu_s"]
+    info = m["info"]
+    text = f"""## Quality: the bundled model against a CRF on messy addresses (bench_quality.py)
+
+{machine_line()}; load average {results["load"][0]:.1f} at the end (the machine is shared with other developers'
+builds and tests: CPU-seconds count only this process and its children, but a loaded machine slows both
+systems alike). {n_train:,} training rows (bench/quality_data.py, seed {SEED}; 1 in 10 with a mess),
+{n_test:,} messy held-out rows over names never trained on (2-4 messes each), {n_test:,} clean held-out
+rows; usaddress's label set ({len(qd.TYPES)} kinds); one scorer (mw_env.trainer.scoring), tags read as
+`mw-env train predict` reads them.
+
+| system (same {n_train:,} rows) | messy: token acc / exact address / strict entity F1 (conlleval) | clean: strict F1 | training CPU-s |
+|---|---|---|---|
+{row(f"mw-env `{info['config']}` as shipped ({info['steps']} steps, 1 thread, decode {info['decode']})", m)}
+{row("CRF, plain word features (python-crfsuite, L-BFGS, c1 0.1 / c2 0.01, to convergence)", c)}
+
+Target (issue 37): the model's strict entity F1 on the messy set >= the CRF's at <= 2x its CPU-seconds:
+**{"met" if met else "not met"}** (model/CRF CPU-seconds {m["cpu_s"] / c["cpu_s"]:.2f}x, strict F1 difference
+{m["messy"]["f1_strict"] - c["messy"]["f1_strict"]:+.3f}).
+
+Per kind, messy set (strict IOB2 F1; support = gold entities):
+
+| kind | support | mw-env | CRF |
+|---|---|---|---|
+"""
+    kinds = sorted(c["messy"]["per_type"], key=lambda t: -c["messy"]["per_type"][t][1])
+    for t in kinds:
+        mf = m["messy"]["per_type"].get(t, (0.0, 0))[0]
+        cf, support = c["messy"]["per_type"][t]
+        text += f"| {t} | {support} | {mf:.3f} | {cf:.3f} |\n"
+    if levers:
+        text += """
+The levers (issue 37), each measured in this run on the same rows and scorer; CPU-seconds of training:
+
+| variant | messy strict F1 (exact) | clean strict F1 | training CPU-s |
+|---|---|---|---|
+"""
+        for key, what in levers:
+            r = results[key]
+            text += (
+                f"| {what} | {r['messy']['f1_strict']:.3f} ({r['messy']['exact']:.3f}) "
+                f"| {r['clean']['f1_strict']:.3f} | {r['cpu_s']:.0f} |\n"
+            )
+    return text
 
 
 def main() -> int:
@@ -224,7 +268,9 @@ def main() -> int:
         )
         return 1
     import quality_data as qd
-    from common import machine_line, update_section
+    from common import update_section
+
+    from mw_env.trainer.decoding import Decoder
 
     n_train = 2000 if QUICK else int(os.environ.get("MW_ENV_BENCH_QUALITY_ROWS", "20000"))
     n_test = 300 if QUICK else 1000
@@ -232,71 +278,56 @@ def main() -> int:
     train_rows = qd.rows(SEED, "train", n_train, names)
     val_rows = qd.rows(SEED, "val", 300, names)
     tests = {split: qd.rows(SEED, split, n_test, names) for split in ("messy", "clean")}
-    load = os.getloadavg()
     results: dict[str, dict[str, Any]] = {}
+    only = os.environ.get("MW_ENV_BENCH_QUALITY_ONLY", "")
+    variants = [("model", "as shipped", ())]
+    if os.environ.get("MW_ENV_BENCH_QUALITY_LEVERS") == "1":
+        variants += LEVERS
+    variants = [v for v in variants if not only or v[0] in only.split(",")]
+    levers: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="mw-bench-quality-") as tmp:
         folder = Path(tmp)
-        crf, crf_cpu = train_crf(train_rows, folder)
-        results["crf"] = {
-            "cpu_s": crf_cpu,
-            **{s: score([crf(r["tokens"]) for r in rs], rs) for s, rs in tests.items()},
-        }
-        print(f"crf: {crf_cpu:.1f} CPU-s {results['crf']}", flush=True)
-        # The model twice at the same steps: words as well as bytes (the config), and bytes only.
-        for key, extra in (("model", ()), ("bytes", ("model.words=none",))):
+        if not only or "crf" in only.split(","):
+            crf, crf_cpu = train_crf(train_rows, folder)
+            tag_crf = lambda batch: [crf(t) for t in batch]  # noqa: E731
+            results["crf"] = {
+                "cpu_s": crf_cpu,
+                **{s: score(_tag_all(tag_crf, rs), rs) for s, rs in tests.items()},
+            }
+            print(f"crf: {crf_cpu:.1f} CPU-s {_short(results['crf'])}", flush=True)
+        for key, what, extra in variants:
             sub = folder / key
             sub.mkdir()
-            model, model_cpu, info = train_model(train_rows, val_rows, sub, qd.LABELS, extra)
-            tagged = {
-                s: [t for i in range(0, len(rs), 64) for t in model([r["tokens"] for r in rs[i : i + 64]])]
-                for s, rs in tests.items()
-            }
-            results[key] = {"cpu_s": model_cpu, **{s: score(tagged[s], tests[s]) for s in tests}}
-            print(f"{key} ({info}): {model_cpu:.1f} CPU-s {results[key]}", flush=True)
-    if QUICK:
+            tagger, model_cpu, info = train_model(train_rows, val_rows, sub, qd.LABELS, extra)
+            results[key] = {"cpu_s": model_cpu, "info": info}
+            results[key].update({s: score(_tag_all(tagger.tag, rs), rs) for s, rs in tests.items()})
+            print(f"{key} ({info}): {model_cpu:.1f} CPU-s {_short(results[key])}", flush=True)
+            levers.append((key, what))
+            if (
+                key == "model" and info["decode"] != "argmax"
+            ):  # the same model read by argmax: decoding's lever
+                tagger.decoder = Decoder(tagger.labels, "argmax")
+                results["argmax"] = {"cpu_s": model_cpu, "info": info}
+                results["argmax"].update({s: score(_tag_all(tagger.tag, rs), rs) for s, rs in tests.items()})
+                levers.append(("argmax", "the same model, tags read by argmax (no constrained decoding)"))
+                print(f"argmax: {_short(results['argmax'])}", flush=True)
+    results["load"] = {0: os.getloadavg()[0]}
+    if QUICK or only:
         return 0
-    load_after = os.getloadavg()
-    m, c = results["model"], results["crf"]
-
-    def row(name: str, r: dict[str, Any]) -> str:
-        x, y = r["messy"], r["clean"]
-        return (
-            f"| {name} | {x['token_acc']:.3f} / {x['exact']:.3f} / **{x['f1_strict']:.3f}** ({x['f1_conlleval']:.3f}) "
-            f"| {y['f1_strict']:.3f} | {r['cpu_s']:.0f} |"
-        )
-
-    met = m["messy"]["f1_strict"] >= c["messy"]["f1_strict"] and m["cpu_s"] <= 2 * c["cpu_s"]
-    text = f"""## Quality: the bundled model against a CRF on messy addresses (bench_quality.py)
-
-{machine_line()}; load average {load[0]:.1f} at this bench's start, {load_after[0]:.1f} at its end (the machine is
-shared with other developers' builds and tests: CPU-seconds count only this process and its children, but
-a loaded machine slows both systems alike). {n_train:,} training rows (bench/quality_data.py, seed {SEED}),
-{n_test:,} messy held-out rows over names never trained on, {n_test:,} clean held-out rows; one scorer
-(mw_env.trainer.scoring).
-
-| system (same {n_train:,} rows) | messy: token acc / exact address / strict entity F1 (conlleval) | clean: strict F1 | training CPU-s |
-|---|---|---|---|
-{row(f"mw-env `{info['config']}`, words as well as bytes ({info['steps']} steps, 1 thread)", m)}
-{row(f"mw-env `{info['config']}`, bytes only (`model.words=none`, {info['steps']} steps)", results["bytes"])}
-{row("CRF, plain word features (python-crfsuite, L-BFGS, c1 0.1 / c2 0.01, to convergence)", c)}
-
-Target (issue 31): the model's strict entity F1 on the messy set >= the CRF's at <= 2x its CPU-seconds:
-**{"met" if met else "not met"}** (model/CRF CPU-seconds {m["cpu_s"] / c["cpu_s"]:.2f}x, strict F1 difference
-{m["messy"]["f1_strict"] - c["messy"]["f1_strict"]:+.3f}).
-"""
-    if not met:
-        text += """
-What would close the rest (not done here): the model sees each training row about once in its budget
-(600 steps x 32 rows of 20,000) while L-BFGS passes over every row at each of its iterations, so the
-levers are cheaper steps rather than more of them: attention over words instead of bytes (a word's
-bytes are pooled already; ~6x fewer positions), sparse updates of the n-gram table (its dense AdamW
-update is about a quarter of a CPU step), and a larger share of messy rows in training (both systems
-would gain; the CRF's case-folded word features make it blind to case messes by construction, which the
-model's n-grams match only for the words they cover).
-"""
+    text = _figures(n_train, n_test, results, levers if len(levers) > 1 else [])
     update_section("quality", text)
     print(text)
     return 0
+
+
+def _short(r: dict[str, Any]) -> str:
+    return " ".join(
+        f"{s}: strict {r[s]['f1_strict']:.3f} exact {r[s]['exact']:.3f}" for s in ("messy", "clean") if s in r
+    )
+
+
+# The levers of issue 37 (MW_ENV_BENCH_QUALITY_LEVERS=1): (key, what, --set values over the shipped config).
+LEVERS: list[tuple[str, str, tuple[str, ...]]] = []
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ def test_export_cli_writes_a_verified_onnx_with_dynamic_axes(smoke_run, capfd):
     # Independently of the exporter's own check: a shape it never saw, padding included.
     meta = json.loads(onnx_path.with_suffix(".json").read_text())
     assert meta["labels"][0] == "O" and meta["max_seq_len"] == 96 and meta["sha256"] == result["sha256"]
+    assert meta["decode"] == "viterbi"  # model.decode: the runtime helper reads tags as the trainer does
     model, _, _ = model_from_checkpoint(smoke_run / "checkpoints" / "step-000000004.pt")
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(4, 260, (4, 33), generator=gen)
@@ -291,9 +292,10 @@ def test_the_docs_example_runs_verbatim(smoke_run, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     newest = sorted((smoke_run / "export").glob("model-step-*.json"))[-1]
+    # The example reads each word's argmax; the helper, as trained, the best valid sequence (decode=viterbi).
     expected = (
         _load_helper(smoke_run / "export")
-        .Tagger(newest)
+        .Tagger(newest, decode="argmax")
         .tag(["10", "Downing", "Street", "London", "SW1A", "2AA"])
     )
     assert proc.stdout.splitlines() == [f"{w} {label}" for w, label in expected]

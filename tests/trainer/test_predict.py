@@ -55,6 +55,7 @@ def _reference(run: Path, rows: list[dict], dropped: list[int] | None = None) ->
 
     from mw_env.trainer.ckpt.checkpoint import latest_valid_checkpoint, load_checkpoint, model_from_checkpoint
     from mw_env.trainer.data import IGNORE, encode_row
+    from mw_env.trainer.export.runtime import transitions, viterbi
 
     ckpt = load_checkpoint(latest_valid_checkpoint(run / "checkpoints"))
     model, tok, labels = model_from_checkpoint(ckpt)
@@ -69,7 +70,11 @@ def _reference(run: Path, rows: list[dict], dropped: list[int] | None = None) ->
         )
         with torch.no_grad():
             logits = model(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool))[0]
-        seen = [labels[int(logits[i].argmax())] for i, x in enumerate(lab) if x != IGNORE]
+        words = logits[[i for i, x in enumerate(lab) if x != IGNORE]].numpy()
+        # The run decodes with model.decode (viterbi): the export helper's own copy of it, an implementation
+        # independent of decoding.py (tests/trainer/test_decoding.py holds them equal).
+        assert ckpt["config"]["model"]["decode"] == "viterbi"
+        seen = [labels[k] for k in viterbi(words, *transitions(labels))]
         if dropped is not None:
             dropped.append(n_dropped)
         out.append(seen + ["O"] * (len(r["tokens"]) - len(seen)))

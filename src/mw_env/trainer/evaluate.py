@@ -16,14 +16,18 @@ import torch
 import torch.nn.functional as F
 
 from mw_env.trainer.data import IGNORE, Batch, Corpus, ValSource
+from mw_env.trainer.decoding import Decoder
 from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import sdpa_context
 from mw_env.trainer.runtime import ChosenPrecision, autocast
 from mw_env.trainer.scoring import F1Mode, entity_counts, eval_scope, evaluated_rows, prf
 from mw_env.trainspec.config import OptimConfig, RuntimeConfig, TrainConfig
+from mw_env.trainspec.schema import DecodeChoice
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from mw_env.trainer.state import LoopState
 
 
@@ -125,6 +129,15 @@ def batch_logits(
     return logits.float()
 
 
+def word_scores(logits: torch.Tensor, labels: torch.Tensor) -> list[np.ndarray]:
+    """Each row's logits at its words' first sub-tokens (where `labels` is not IGNORE) as float32 [words,
+    labels] arrays on the host: what decoding.Decoder reads. One copy per batch, of the word positions only."""
+    keep = (labels != IGNORE).to(logits.device)
+    flat = logits[keep].float().cpu().numpy()
+    ends = keep.sum(1).cumsum(0).cpu().tolist()
+    return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
 @torch.no_grad()
 def evaluate_share(
     model: torch.nn.Module,
@@ -137,8 +150,11 @@ def evaluate_share(
     precision: ChosenPrecision,
     sdpa_backend: str,
     n_samples: int,
+    decode: DecodeChoice = "argmax",
 ) -> tuple[EvalSums, tuple[str, ...]]:
-    """This process's share of the validation split (one batch in memory); sums, not means."""
+    """This process's share of the validation split (one batch in memory); sums, not means. Each row's tags
+    are read by `decode` (decoding.py), as `train evaluate` and `train predict` read them."""
+    decoder = Decoder(labels, decode)
     was_training = model.training
     model.eval()
     sums = EvalSums()
@@ -151,15 +167,17 @@ def evaluate_share(
             logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE, reduction="sum"
         )
         loss_sum += loss.double()  # on the device: no host sync per batch for the loss
-        pred = logits.argmax(-1)
-        # One copy of the predictions per batch (the entity spans are counted on the host).
-        pred_cpu, gold_cpu = pred.cpu(), cpu_batch.labels
+        gold_cpu = cpu_batch.labels
         keep = gold_cpu != IGNORE
-        sums.correct += int((pred_cpu[keep] == gold_cpu[keep]).sum())
-        sums.counted += int(keep.sum())
-        for g_row, p_row, k_row, words in zip(gold_cpu, pred_cpu, keep, words_rows, strict=True):
-            gold = [labels[i] for i in g_row[k_row].tolist()]
-            guess = [labels[i] for i in p_row[k_row].tolist()]
+        for g_row, scores, k_row, words in zip(
+            gold_cpu, word_scores(logits, batch.labels), keep, words_rows, strict=True
+        ):
+            gold_ids = g_row[k_row].tolist()
+            guess_ids = decoder.decode(scores)
+            sums.correct += sum(g == p for g, p in zip(gold_ids, guess_ids, strict=True))
+            sums.counted += len(gold_ids)
+            gold = [labels[i] for i in gold_ids]
+            guess = [labels[i] for i in guess_ids]
             tp, n_gold, n_pred = entity_counts(gold, guess, "conlleval")
             sums.tp, sums.gold, sums.pred = sums.tp + tp, sums.gold + n_gold, sums.pred + n_pred
             tp, n_gold, n_pred = entity_counts(gold, guess, "strict")
@@ -194,6 +212,7 @@ def evaluate_and_decide(
     metrics: MetricsWriter,
     say: Callable[[str], None],
     dist: DistInfo,
+    decode: DecodeChoice = "argmax",
 ) -> bool:
     """Every rank evaluates its share of the split; one all-reduce sums them (and carries no decision:
     rank 0 decides early stopping and shares it in a second, tiny reduce)."""
@@ -213,6 +232,7 @@ def evaluate_and_decide(
         precision=precision,
         sdpa_backend=rt.sdpa_backend,
         n_samples=rt.eval_samples,
+        decode=decode,
     )
     if dist.enabled:
         total = torch.tensor(sums.as_list(), dtype=torch.float64, device=device)

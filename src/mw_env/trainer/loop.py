@@ -347,6 +347,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
                         s.metrics,
                         s.say,
                         dist,
+                        decode=config.model.decode,
                     )
                 # Agreed by all ranks inside the step's one synchronisation; a single process also takes a
                 # SIGTERM that came after that point, instead of computing one more (maybe long) step.

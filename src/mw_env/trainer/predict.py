@@ -65,6 +65,7 @@ class CheckpointTagger:
         from mw_env.trainer.ckpt.newest import newest_checkpoint
         from mw_env.trainer.data.corpus import encoder_for
         from mw_env.trainer.data.labels import LabelSet
+        from mw_env.trainer.decoding import Decoder
         from mw_env.trainer.runtime import resolve_precision
         from mw_env.trainspec.config import config_from_dict
 
@@ -93,13 +94,13 @@ class CheckpointTagger:
         self.sdpa_backend = config.runtime.sdpa_backend
         self.batch_size = batch_size
         self.truncated = 0
+        self.decoder = Decoder(labels, config.model.decode)
 
     def tag(self, rows: Sequence[list[str]]) -> list[list[str]]:
         import torch
 
-        from mw_env.trainer.data import IGNORE
         from mw_env.trainer.data.memory import collate, encode_split
-        from mw_env.trainer.evaluate import batch_logits
+        from mw_env.trainer.evaluate import batch_logits, word_scores
 
         # Any label will do as the input's tag: it only marks each word's first sub-token, where the
         # prediction is read (a word cut off by max_len has none).
@@ -113,10 +114,8 @@ class CheckpointTagger:
                 logits = batch_logits(
                     self.model, batch.to(self.device), self.device, self.precision, self.sdpa_backend
                 )
-                best = logits.argmax(-1).cpu()
-                keep = batch.labels != IGNORE
-                for i, r in enumerate(idx):
-                    seen = [self.labels[j] for j in best[i][keep[i]].tolist()]
+                for r, scores in zip(idx, word_scores(logits, batch.labels), strict=True):
+                    seen = self.decoder.tags(scores)
                     self.truncated += len(rows[r]) - len(seen)
                     out.append(seen + [OUTSIDE] * (len(rows[r]) - len(seen)))
         return out

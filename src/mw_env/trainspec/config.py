@@ -225,8 +225,9 @@ def _imply_files(values: dict[str, object], sources: dict[str, str], layer: dict
 # and its data order (which records the window) is then reported as changed by the resume's corpus check.
 RETIRED = (("data", "shuffle_window"),)
 # Keys added since, with the value that describes what an older checkpoint holds: a model written before
-# `model.words` has no word path, whatever today's default is.
-ADDED = ((("model", "words"), "none"),)
+# `model.words` has no word path, whatever today's default is; one written before `model.decode` read its tags
+# by argmax.
+ADDED = ((("model", "words"), "none"), (("model", "decode"), "argmax"))
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:

@@ -21,6 +21,7 @@ UnknownTags = Literal["error", "ignore"]
 DataSource = Literal["synthetic", "files"]
 DistBackend = Literal["auto", "gloo", "nccl"]
 WordFeatureChoice = Literal["auto", "ngrams", "none"]
+DecodeChoice = Literal["viterbi", "argmax"]
 # How entity spans are read from BIO tags for entity F1 (mw_env.trainer.scoring says how each differs).
 F1Mode = Literal["conlleval", "strict"]
 # Which checkpoints also write a portable weights folder (trainer/weights/): the run's last one, every one, none.
@@ -35,6 +36,7 @@ UNKNOWN_TAGS: tuple[str, ...] = get_args(UnknownTags)
 SOURCES: tuple[str, ...] = get_args(DataSource)
 DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
 WORD_FEATURES: tuple[str, ...] = get_args(WordFeatureChoice)
+DECODE_MODES: tuple[DecodeChoice, ...] = get_args(DecodeChoice)
 F1_MODES: tuple[F1Mode, ...] = get_args(F1Mode)
 PORTABLE_WEIGHTS: tuple[str, ...] = get_args(PortableWeights)
 
@@ -55,6 +57,10 @@ class ModelConfig:
     # Start from trained weights instead of random ones (a fine-tune): a portable weights folder or a run folder
     # (trainer/weights/initfrom.py). Read at step 0 only; a resume continues from its checkpoint.
     init_from: str = ""
+    # How tags are read out of the per-word scores (trainer/decoding.py), in evaluation, `train evaluate`,
+    # `train predict` and the export's runtime helper alike: "viterbi" = the best sequence with valid IOB2
+    # transitions, "argmax" = each word's best label alone. Checkpoints written before this key: "argmax".
+    decode: DecodeChoice = "viterbi"
 
 
 @dataclass(frozen=True)

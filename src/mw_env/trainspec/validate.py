@@ -9,6 +9,7 @@ from typing import Any
 
 from mw_env.base.errors import InputError
 from mw_env.trainspec.schema import (
+    DECODE_MODES,
     DIST_BACKENDS,
     PRECISIONS,
     SCHEDULES,
@@ -111,6 +112,7 @@ def validate(config: TrainConfig) -> None:
     _check(d.source in SOURCES, "data.source", d.source, ", ".join(SOURCES))
     _check(d.tokenizer in TOKENIZERS, "data.tokenizer", d.tokenizer, ", ".join(TOKENIZERS))
     _check(m.words in WORD_FEATURES, "model.words", m.words, ", ".join(WORD_FEATURES))
+    _check(m.decode in DECODE_MODES, "model.decode", m.decode, ", ".join(DECODE_MODES))
     if m.words == "ngrams" and d.tokenizer != "byte":
         raise InputError(
             f"config: model.words is 'ngrams' but data.tokenizer is {d.tokenizer!r} (words are read from bytes)",

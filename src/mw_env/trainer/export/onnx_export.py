@@ -273,6 +273,9 @@ def export_onnx(
             "tokenizer": tok,
             "labels": labels,
             "label_scheme": "BIO over words; an entity is a B- label and the I- labels of its type that follow",
+            # How the runtime helper reads tags out of the logits (model.decode): "viterbi" = the best
+            # sequence with valid IOB2 transitions (trainer/decoding.py), "argmax" = each word alone.
+            "decode": model.cfg.decode,
             "variants": {
                 "fp32": {"onnx": out.name, "sha256": digest, "bytes": fp32_bytes},
                 **{k: {n: v[n] for n in ("onnx", "sha256", "bytes")} for k, v in variants.items()},

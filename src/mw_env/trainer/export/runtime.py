@@ -11,6 +11,9 @@ metadata JSON (the id layout, the labels, the tokenizer file), so it works for a
 
 An address longer than the model's max_seq_len raises InputTooLong (a ValueError) instead of
 onnxruntime's shape error; `truncate=True` drops whole words from the end, as training did.
+Tags are read as the model was evaluated (the metadata's "decode"): "viterbi" picks the best sequence whose
+transitions are valid IOB2 (no I-X after O or after another type; `viterbi()` below), "argmax" each word's
+best label alone.
 This file is also the exporter's own check: it verifies every export with it.
 
 `Encoder` alone (words -> ids, nothing imported but the standard library and, for SentencePiece,
@@ -29,6 +32,52 @@ from typing import TYPE_CHECKING, Any, TypedDict
 if TYPE_CHECKING:  # types only: this file runs beside the model with numpy and onnxruntime, nothing else
     import numpy as np
     from onnxruntime import InferenceSession
+
+
+# A large finite penalty for an invalid transition (-inf would give inf - inf = NaN on -inf scores), and
+# a floor for the scores far above it, so a valid path always beats an invalid one.
+FORBIDDEN, FLOOR = -1e12, -1e6
+
+
+def transitions(labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(start [L], step [L, L]): 0 where IOB2 allows a row to begin with a label / one label to follow
+    another, FORBIDDEN where not (I-X only after B-X or I-X; anything else anywhere)."""
+    import numpy as np
+
+    n = len(labels)
+    start, step = np.zeros(n), np.zeros((n, n))
+    for cur, label in enumerate(labels):
+        prefix, _, typ = label.partition("-")
+        if prefix == "I" and typ:
+            start[cur] = FORBIDDEN
+            for prev, other in enumerate(labels):
+                if other not in (f"B-{typ}", f"I-{typ}"):
+                    step[prev, cur] = FORBIDDEN
+    return start, step
+
+
+def viterbi(logits: np.ndarray, start: np.ndarray, step: np.ndarray) -> list[int]:
+    """The label indices of the valid sequence with the highest total log-probability, from one row's
+    per-word logits [words, labels]. The same algorithm as mw-env's trainer/decoding.py (a test holds the
+    two equal): this file ships alone, so it keeps its own copy."""
+    import numpy as np
+
+    x = np.asarray(logits, dtype=np.float64)
+    if x.shape[0] == 0:
+        return []
+    top = x.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    scores = np.maximum(x - top - np.log(np.exp(x - top).sum(axis=-1, keepdims=True)), FLOOR)
+    best = start + scores[0]
+    back = np.zeros(scores.shape, dtype=np.int64)
+    for t in range(1, scores.shape[0]):
+        total = best[:, None] + step
+        back[t] = total.argmax(axis=0)
+        best = total[back[t], np.arange(total.shape[1])] + scores[t]
+    path = [int(best.argmax())]
+    for t in range(scores.shape[0] - 1, 0, -1):
+        path.append(int(back[t, path[-1]]))
+    return path[::-1]
 
 
 class InputTooLong(ValueError):
@@ -115,12 +164,22 @@ class Encoder:
 
 class Tagger(Encoder):
     def __init__(
-        self, metadata: str | Path, *, variant: str = "fp32", providers: Sequence[str] | None = None
+        self,
+        metadata: str | Path,
+        *,
+        variant: str = "fp32",
+        providers: Sequence[str] | None = None,
+        decode: str | None = None,
     ):
         self.meta_path = Path(metadata)
         meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
         super().__init__(meta, self.meta_path.parent, source=str(self.meta_path))
         self.meta: dict[str, Any] = meta
+        # "viterbi": tags with valid IOB2 transitions only; exports made before the key read the argmax.
+        self.decode = decode or self.meta.get("decode", "argmax")
+        if self.decode not in ("viterbi", "argmax"):
+            raise ValueError(f"decode={self.decode!r}: expected 'viterbi' or 'argmax'")
+        self._start, self._step = transitions(self.labels)
         variants = self.meta.get("variants") or {"fp32": {"onnx": self.meta["onnx"]}}
         if variant not in variants:
             raise ValueError(
@@ -156,8 +215,12 @@ class Tagger(Encoder):
     def tag(self, words: Sequence[str], *, truncate: bool = False) -> list[tuple[str, str]]:
         """(word, BIO label) for each word (the kept words, with truncate=True)."""
         ids, starts = self.encode(words, truncate=truncate)
-        best = self.logits([ids])[0].argmax(-1)
-        return [(words[k], self.labels[int(best[pos])]) for k, pos in enumerate(starts)]
+        scores = self.logits([ids])[0][starts]  # each kept word's first sub-token
+        if self.decode == "viterbi":
+            best = viterbi(scores, self._start, self._step)
+        else:
+            best = [int(i) for i in scores.argmax(-1)]
+        return [(words[k], self.labels[best[k]]) for k in range(len(starts))]
 
 
 if __name__ == "__main__":
