@@ -70,6 +70,13 @@ PRE_TYPE_ABBR = {"County Road": "CR", "State Route": "SR", "Highway": "Hwy", "Ro
                  "Farm Road": "FM"}  # fmt: skip
 COMMON_STREETS = ("Main", "Oak", "Maple", "Cedar", "Pine", "Elm", "Washington", "Park", "Church", "Mill",
                   "Spring", "Hill", "Center", "Lincoln", "Jackson", "Walnut", "Cherry", "Highland")  # fmt: skip
+# Words that name places and streets alike (and are street types too, some of them): "Oak Park", "Spring
+# Creek Rd", "Park Ave", "Cedar Rapids": the ambiguity real addresses have.
+PLACE_WORDS = ("Park", "Lake", "Spring", "Mill", "Forest", "Hill", "Ridge", "Creek", "Valley", "Grove", "Oak",
+               "Cedar", "Pine", "Bay", "River", "Falls", "Rapids", "Springs", "Heights", "Meadow", "Harbor",
+               "Village", "Beach", "Point", "Rock", "Green", "Grand", "Palm", "Glen", "Wood", "Brook", "City")  # fmt: skip
+LONG_STREETS = ("Martin Luther King Jr", "Old Mill", "Lake Shore", "Old Post Office", "Avenue of the",
+                "Old Country", "Twin Oaks", "Stony Brook", "Deer Run", "Fox Hollow")  # fmt: skip
 PO_BOX = ("PO Box", "P.O. Box", "POB", "Post Office Box", "PO BOX", "Box", "P O Box", "PO Drawer")
 BOX_GROUPS = ("RR", "Rural Route", "R.R.", "HC", "Star Route", "RR#")
 SEPARATORS = ("&", "and", "at", "@", "/")
@@ -112,7 +119,8 @@ class Names:
 
 # -- the clean forms --------------------------------------------------------------------------------------
 def _street_fields(rng: random.Random, names: Names, unseen: bool, prefix: str = "") -> list[Field]:
-    """A street: [pre-direction] (pre-type + name | name + post-type) [post-direction]."""
+    """A street: [pre-direction] (pre-type + name | name [+ post-type]) [post-direction]. Names of one to
+    three words, some of them words that are street types or place words elsewhere ("Spring Creek" Rd)."""
     pool = names.last[unseen] + names.first[unseen]
     out: list[Field] = []
     if rng.random() < 0.15:
@@ -125,11 +133,20 @@ def _street_fields(rng: random.Random, names: Names, unseen: bool, prefix: str =
     form = rng.random()
     if form < 0.15:
         name = [_ordinal(rng.randint(1, 120))]
-    elif form < 0.3:
+    elif form < 0.27:
         name = [rng.choice(COMMON_STREETS)]
+    elif form < 0.37:  # a place word with a name or another place word: "Spring Creek", "Johnson Mill"
+        name = rng.choice(
+            ([rng.choice(PLACE_WORDS), rng.choice(pool)], [rng.choice(pool), rng.choice(PLACE_WORDS)])
+        )
+        name = name if rng.random() < 0.5 else [rng.choice(PLACE_WORDS), rng.choice(PLACE_WORDS)]
+    elif form < 0.40:
+        name = rng.choice(LONG_STREETS).split()
     else:
         name = [rng.choice(pool)] + ([rng.choice(pool)] if rng.random() < 0.08 else [])
     out.append((f"{prefix}StreetName", name))
+    if rng.random() < 0.07 and not name[0][0].isdigit():  # "45 Broadway", "12 Johnson": no type
+        return out
     suffix = rng.choice(COMMON_SUFFIXES) if rng.random() < 0.6 else rng.choice(names.suffixes)
     if suffix in SUFFIX_ABBR and rng.random() < 0.5:
         suffix = SUFFIX_ABBR[suffix] + ("." if rng.random() < 0.2 else "")
@@ -140,13 +157,20 @@ def _street_fields(rng: random.Random, names: Names, unseen: bool, prefix: str =
 
 
 def _city(rng: random.Random, names: Names, unseen: bool) -> list[str]:
+    """One to three words: "Jamesville", "North Amy", "Oak Park", "Miller Creek", "Saint Kim", "Port Lee Falls"."""
     first, last = names.first[unseen], names.last[unseen]
-    form = rng.randrange(5)
+    form = rng.randrange(8)
     if form == 0:
         return [rng.choice(names.city_prefixes), rng.choice(first) + rng.choice(names.city_suffixes)]
     if form == 1:
         return [rng.choice(names.city_prefixes), rng.choice(first + last)]
-    return [rng.choice(first if form == 2 else last) + rng.choice(names.city_suffixes)]
+    if form == 2:
+        return [rng.choice(PLACE_WORDS), rng.choice(PLACE_WORDS)]
+    if form == 3:
+        return [rng.choice(last), rng.choice(PLACE_WORDS)]
+    if form == 4 and rng.random() < 0.5:
+        return [rng.choice(names.city_prefixes), rng.choice(last), rng.choice(PLACE_WORDS)]
+    return [rng.choice(first if form % 2 else last) + rng.choice(names.city_suffixes)]
 
 
 def unit(rng: random.Random) -> Group:
@@ -223,6 +247,7 @@ def address(rng: random.Random, names: Names, *, unseen: bool) -> list[Group]:
     else:
         house = str(rng.choice([rng.randint(1, 99), rng.randint(100, 9999), rng.randint(10000, 99999)]))
         house += rng.choice("ABC") if rng.random() < 0.03 else ""
+        house += f"-{int(house.rstrip('ABC')) + 2}" if rng.random() < 0.02 else ""  # "12-14"
         groups.append(("street", [("AddressNumber", [house]), *_street_fields(rng, names, unseen)]))
         if rng.random() < 0.03:
             groups.append(subaddress(rng))
