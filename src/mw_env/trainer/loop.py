@@ -71,6 +71,11 @@ def _optimizer(model: torch.nn.Module, resolved: ResolvedConfig) -> torch.optim.
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
     groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": other, "weight_decay": 0.0}]
+    if o.fused:
+        try:
+            return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=True)
+        except RuntimeError:  # no fused kernel for this device or dtype: the loop
+            pass
     return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
 
 

@@ -65,6 +65,8 @@ def parameter_table(model: TaggerNet) -> list[tuple[str, int]]:
     ]
     if model.words is not None:
         rows.append(("word features", sum(p.numel() for p in model.words.parameters())))
+    if model.pool is not None:
+        rows.append(("word pooling", sum(p.numel() for p in model.pool.parameters())))
     rows += [(f"block {i}", sum(p.numel() for p in b.parameters())) for i, b in enumerate(model.blocks)]
     rows.append(("head", sum(p.numel() for p in (*model.ln_f.parameters(), *model.head.parameters()))))
     return rows

@@ -177,6 +177,70 @@ class WordFeatures(nn.Module):
         return self.proj(word) * in_word[..., None].to(word.dtype)
 
 
+# -- attention over words (model.attend: words) -----------------------------------------------------------
+# Each word's bytes pooled into one vector, the transformer blocks over word positions, each word's logits
+# given back to its bytes. An address of ~55 bytes is ~10 words: the blocks' cost (attention and feed-forward
+# alike) falls ~5x, and the words of a street name attend to each other directly instead of through their
+# bytes. Within a word, order still counts: each byte's embedding (with the word path's vector, above) plus
+# its position in the word goes through a GELU layer before the mean.
+#
+# Inputs and outputs stay the byte model's: `input_ids`/`attention_mask` [B, T] in, logits [B, T, labels]
+# out, each byte of a word carrying its word's logits (separators, CLS/SEP and padding 0), so training,
+# predict, evaluate, the export and its runtime helper read them as before (at each word's first byte).
+# Words are the byte tokenizer's: runs of bytes between spaces and special ids (word_layout).
+#
+# The number of word slots: the batch's largest word count when running eagerly on a CPU; while tracing or
+# exporting (no data-dependent shapes there) and on a GPU (reading the count would synchronise with the
+# host), (T + 1) // 2, which no sequence of T ids exceeds. The extra slots are masked out: the same logits.
+MAX_IN_WORD = 16  # positions inside a word with their own embedding (later bytes share the last)
+
+
+def _static_shapes() -> bool:
+    """Whether this forward is being traced (ONNX export, torch.compile): shapes may not depend on values."""
+    return bool(torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling())
+
+
+class WordPool(nn.Module):
+    """Byte vectors [B, T, d] -> word vectors [B, W, d], the word mask [B, W], and a `scatter` that gives
+    per-word outputs [B, W, k] back to the bytes [B, T, k]."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.in_word = nn.Embedding(MAX_IN_WORD, d_model)
+        self.mix = nn.Linear(d_model, d_model)
+
+    def forward(
+        self, x: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(word vectors [B, W, d], word mask [B, W], each byte's word slot [B, T] or -1 outside words)."""
+        same, in_word = word_layout(input_ids, attention_mask)
+        t = input_ids.shape[1]
+        idx = torch.arange(t, device=input_ids.device)
+        before = same & (idx[None, None, :] < idx[None, :, None])
+        pos = before.long().sum(-1)  # the byte's position inside its word
+        first = in_word & (pos == 0)
+        slot = torch.cumsum(first.long(), dim=1) - 1
+        slot = torch.where(in_word, slot, torch.full_like(slot, -1))
+        n_words = first.long().sum(1)
+        # The exact count needs the host to read it: free on a CPU, a synchronisation on a GPU (which the
+        # step loop keeps to one per step), where the bound is used instead.
+        exact = input_ids.device.type == "cpu" and not _static_shapes()
+        width = max(int(n_words.max()), 1) if exact else (t + 1) // 2
+        slots = torch.arange(width, device=input_ids.device)
+        assign = (slot[:, None, :] == slots[None, :, None]).to(x.dtype)  # [B, W, T]
+        h = F.gelu(self.mix(x + self.in_word(pos.clamp(max=MAX_IN_WORD - 1))))
+        words = torch.bmm(assign, h) / assign.sum(-1, keepdim=True).clamp(min=1.0)
+        # Slot 0 is always attendable: a row with no word at all (an empty address) has no NaN softmax.
+        mask = (slots[None, :] < n_words[:, None]) | (slots[None, :] == 0)
+        return words, mask, slot
+
+    @staticmethod
+    def scatter(per_word: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """[B, W, k] -> [B, T, k]: each byte its word's row, 0 outside words."""
+        index = slot.clamp(min=0)[..., None].expand(-1, -1, per_word.shape[-1])
+        return per_word.gather(1, index) * (slot >= 0)[..., None].to(per_word.dtype)
+
+
 class NetConfig(Protocol):
     """What the network reads of its config: trainspec's ModelConfig in training, a namespace built from a
     portable folder's config.json (`from_config`) elsewhere. A model key the network starts to read is
@@ -197,6 +261,8 @@ class NetConfig(Protocol):
     def max_len(self) -> int: ...
     @property
     def word_buckets(self) -> int: ...
+
+    # Read with getattr(cfg, "attend", "bytes"): a portable folder written before the key is a byte model.
 
 
 class TransformerBlock(nn.Module):
@@ -237,6 +303,8 @@ class TaggerNet(nn.Module):
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
         self.words = WordFeatures(cfg.d_model, cfg.word_buckets) if words else None
+        # model.attend: words: the blocks run over word positions (WordPool); pos_emb then counts words.
+        self.pool = WordPool(cfg.d_model) if getattr(cfg, "attend", "bytes") == "words" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout) for _ in range(cfg.n_layers)
@@ -254,16 +322,24 @@ class TaggerNet(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        t = input_ids.shape[1]
-        pos = torch.arange(t, device=input_ids.device)
-        x = self.tok_emb(input_ids) + self.pos_emb(pos)[None]
-        if self.words is not None:
-            x = x + self.words(input_ids, attention_mask)
+        slot = None
+        if self.pool is None:
+            pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+            x = self.tok_emb(input_ids) + self.pos_emb(pos)[None]
+            if self.words is not None:
+                x = x + self.words(input_ids, attention_mask)
+        else:  # the bytes pooled per word; positions are then word positions
+            x = self.tok_emb(input_ids)
+            if self.words is not None:
+                x = x + self.words(input_ids, attention_mask)
+            x, attention_mask, slot = self.pool(x, input_ids, attention_mask)
+            x = x + self.pos_emb(torch.arange(x.shape[1], device=input_ids.device))[None]
         x = self.drop(x)
         mask = attention_mask[:, None, None, :]
         for block in self.blocks:
             x = block(x, mask)
-        return self.head(self.ln_f(x))
+        logits = self.head(self.ln_f(x))
+        return logits if slot is None else WordPool.scatter(logits, slot)
 
 
 def from_config(config: Mapping[str, object]) -> TaggerNet:

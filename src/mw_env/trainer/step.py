@@ -39,6 +39,29 @@ def read_host(t: torch.Tensor) -> list[list[float]]:
     return rows
 
 
+def balance_weights(labels: torch.Tensor, n_labels: int, power: float) -> torch.Tensor:
+    """optim.label_balance: a weight per position [N] (0 where IGNORE), (label count in `labels`)^-power,
+    rescaled to sum to the labelled positions. No data-dependent shapes: no host sync on a GPU."""
+    keep = (labels != IGNORE).float()
+    safe = labels.clamp(min=0)
+    counts = (F.one_hot(safe, n_labels).float() * keep[:, None]).sum(0)
+    weights = counts[safe].clamp(min=1.0).pow(-power) * keep
+    return weights * keep.sum() / weights.sum().clamp(min=1e-12)
+
+
+def word_loss(logits: torch.Tensor, labels: torch.Tensor, o: OptimConfig) -> torch.Tensor:
+    """The summed cross-entropy of a micro-batch over its labelled positions (weighted by label_balance)."""
+    flat, target = logits.float().flatten(0, 1), labels.flatten()
+    if o.label_balance <= 0:
+        return F.cross_entropy(
+            flat, target, ignore_index=IGNORE, reduction="sum", label_smoothing=o.label_smoothing
+        )
+    per_word = F.cross_entropy(
+        flat, target, ignore_index=IGNORE, reduction="none", label_smoothing=o.label_smoothing
+    )
+    return (per_word * balance_weights(target, flat.shape[-1], o.label_balance)).sum()
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     finite: bool  # all ranks' loss and gradient norm were finite: the update was applied
@@ -96,13 +119,7 @@ class Trainer:
             with sync:
                 with autocast(device, self.precision), sdpa_context(self.sdpa_backend):
                     logits = self.train_model(batch.input_ids, batch.attention_mask)
-                loss = F.cross_entropy(
-                    logits.float().flatten(0, 1),
-                    batch.labels.flatten(),
-                    ignore_index=IGNORE,
-                    reduction="sum",
-                    label_smoothing=o.label_smoothing,
-                )
+                loss = word_loss(logits, batch.labels, o)
                 self.scaler.scale(loss * scale).backward()
             loss_sum += loss.detach()
         self.scaler.unscale_(self.optimizer)

@@ -22,6 +22,7 @@ DataSource = Literal["synthetic", "files"]
 DistBackend = Literal["auto", "gloo", "nccl"]
 WordFeatureChoice = Literal["auto", "ngrams", "none"]
 DecodeChoice = Literal["viterbi", "argmax"]
+AttendChoice = Literal["bytes", "words"]
 # How entity spans are read from BIO tags for entity F1 (mw_env.trainer.scoring says how each differs).
 F1Mode = Literal["conlleval", "strict"]
 # Which checkpoints also write a portable weights folder (trainer/weights/): the run's last one, every one, none.
@@ -37,6 +38,7 @@ SOURCES: tuple[str, ...] = get_args(DataSource)
 DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
 WORD_FEATURES: tuple[str, ...] = get_args(WordFeatureChoice)
 DECODE_MODES: tuple[DecodeChoice, ...] = get_args(DecodeChoice)
+ATTEND_CHOICES: tuple[str, ...] = get_args(AttendChoice)
 F1_MODES: tuple[F1Mode, ...] = get_args(F1Mode)
 PORTABLE_WEIGHTS: tuple[str, ...] = get_args(PortableWeights)
 
@@ -61,6 +63,10 @@ class ModelConfig:
     # `train predict` and the export's runtime helper alike: "viterbi" = the best sequence with valid IOB2
     # transitions, "argmax" = each word's best label alone. Checkpoints written before this key: "argmax".
     decode: DecodeChoice = "viterbi"
+    # What the transformer blocks attend over (trainer/model.py): "bytes" = every byte position; "words" =
+    # each word's bytes pooled into one vector first, then the blocks over word positions (~6x fewer for
+    # addresses). Checkpoints written before this key are byte models ("bytes", the default).
+    attend: AttendChoice = "bytes"
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,14 @@ class OptimConfig:
     schedule: Schedule = "cosine"  # after warmup
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1  # floor of the decay, as a fraction of lr
+    # AdamW's fused kernel (one pass over every parameter, where torch has one for the device: CPU and CUDA)
+    # instead of its loop over the parameters: on a CPU the loop's update of the hashed n-gram table
+    # (model.words) was a quarter of a step. A resumed run keeps the implementation its checkpoint used.
+    fused: bool = True
+    # More weight for rare labels: each labelled word's loss times (its label's count in the micro-batch) to
+    # the power -label_balance, rescaled so the weights sum to the batch's labelled words (the loss keeps
+    # its scale). 0 = off; 0.5 = inverse square root of the frequency; 1 = inverse frequency.
+    label_balance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -204,6 +218,7 @@ ARCHITECTURE_KEYS = (
     "model.max_len",
     "model.words",
     "model.word_buckets",
+    "model.attend",
     "data.source",
     "data.tokenizer",
     "data.seed",

@@ -41,6 +41,8 @@ def parameter_counts(
         config.word_features
     ):  # trainer/network.py WordFeatures: n-gram, shape (12^3), length (17), first-class (12) rows + proj
         rows.append(("word features", (m.word_buckets + 12**3 + 17 + 12) * d + d * d + d))
+    if m.attend == "words":  # trainer/network.py WordPool: in-word position (16 rows) + the mix layer
+        rows.append(("word pooling", 16 * d + d * d + d))
     rows += [(f"block {i}", block) for i in range(m.n_layers)]
     rows.append(("head", 2 * d + d * n_labels + n_labels))
     return rows

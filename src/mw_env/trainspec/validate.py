@@ -9,6 +9,7 @@ from typing import Any
 
 from mw_env.base.errors import InputError
 from mw_env.trainspec.schema import (
+    ATTEND_CHOICES,
     DECODE_MODES,
     DIST_BACKENDS,
     PRECISIONS,
@@ -75,6 +76,7 @@ FLOAT_RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "optim.grad_clip": (0.0, 1e9, False, False),  # 0 = off
     "optim.label_smoothing": (0.0, 1.0, False, True),
     "optim.min_lr_ratio": (0.0, 1.0, False, False),
+    "optim.label_balance": (0.0, 1.0, False, False),  # 0 = off, 1 = inverse frequency
     # F1 is in [0, 1], so a delta above 1 means "never good enough": stop after the patience (tests use it).
     "runtime.early_stop_min_delta": (0.0, 1e9, False, False),
 }
@@ -113,6 +115,7 @@ def validate(config: TrainConfig) -> None:
     _check(d.tokenizer in TOKENIZERS, "data.tokenizer", d.tokenizer, ", ".join(TOKENIZERS))
     _check(m.words in WORD_FEATURES, "model.words", m.words, ", ".join(WORD_FEATURES))
     _check(m.decode in DECODE_MODES, "model.decode", m.decode, ", ".join(DECODE_MODES))
+    _check(m.attend in ATTEND_CHOICES, "model.attend", m.attend, ", ".join(ATTEND_CHOICES))
     if m.words == "ngrams" and d.tokenizer != "byte":
         raise InputError(
             f"config: model.words is 'ngrams' but data.tokenizer is {d.tokenizer!r} (words are read from bytes)",
