@@ -135,20 +135,22 @@ def summarize(config: TrainConfig, *, base: Path | None = None, venv: Path | Non
     checkpoints = [s for s in (250, 500, 1000) if s < r.max_steps]
     return {
         "model": {
-            "architecture": f"{m.n_layers}-layer pre-LN transformer encoder, d_model {m.d_model}, "
+            "architecture": f"{m.n_layers}-layer pre-LN transformer encoder over {m.attend}, d_model {m.d_model}, "
             f"{m.n_heads} heads, ff {m.d_ff}, vocab {vocab:,} ({d.tokenizer}), "
             + (
                 f"{n_labels} BIO labels"
                 if counted
                 else f"BIO labels of the corpus (unreadable here: the head is counted for {n_labels})"
-            ),
+            )
+            + f", tags by {m.decode}",
             "vocab_size": vocab,
             "parameters": [{"part": name, "parameters": n} for name, n in rows],
             "total_parameters": total,
         },
         "data": data,
         "schedule": {
-            "optimizer": f"AdamW (betas {o.beta1}, {o.beta2}; weight decay {o.weight_decay})",
+            "optimizer": f"AdamW{', fused' if o.fused else ''} (betas {o.beta1}, {o.beta2}; weight decay "
+            f"{o.weight_decay}{f'; label balance {o.label_balance:g}' if o.label_balance else ''})",
             "lr": o.lr,
             "schedule": o.schedule,
             "warmup_steps": o.warmup_steps,
