@@ -96,9 +96,13 @@ class TaggerModel:
         import torch
 
         from mw_env.trainer.ckpt.checkpoint import model_from_checkpoint
+        from mw_env.trainer.decoding import Decoder
+        from mw_env.trainspec.config import config_from_dict
 
         state = torch.load(Path(data_path) / WEIGHTS, map_location="cpu", weights_only=True)
         self.model, self.tokenizer, self.labels = model_from_checkpoint(state)
+        # Tags read as the run's evaluation read them (model.decode; argmax for a model from before the key).
+        self.decoder = Decoder(self.labels, config_from_dict(state["config"]).model.decode)
         self.meta = json.loads((Path(data_path) / META).read_text(encoding="utf-8"))
         self.max_len = int(self.meta["max_seq_len"])
 
@@ -124,7 +128,7 @@ class TaggerModel:
             pos += len(self.tokenizer.encode_word(word))
         with torch.no_grad():
             logits = self.model(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool))[0]
-        return [self.labels[int(logits[p].argmax())] for p in starts]
+        return self.decoder.tags(logits[starts].numpy())
 
 
 def _load_pyfunc(data_path: str) -> TaggerModel:
