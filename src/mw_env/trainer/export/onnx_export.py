@@ -199,6 +199,7 @@ def export_onnx(
     from mw_env.trainer.data import SentencePieceTokenizer
     from mw_env.trainer.export import bundle
     from mw_env.trainer.export.verify import check_runtime_helper, held_out_inputs, verify
+    from mw_env.trainspec.config import config_from_dict
 
     # Loaded once: a run still training beside the export may rotate or rewrite its checkpoints.
     ckpt_path, ckpt = newest_checkpoint(checkpoint, warn=lambda msg: print(msg, file=sys.stderr))
@@ -275,7 +276,7 @@ def export_onnx(
             "label_scheme": "BIO over words; an entity is a B- label and the I- labels of its type that follow",
             # How the runtime helper reads tags out of the logits (model.decode): "viterbi" = the best
             # sequence with valid IOB2 transitions (trainer/decoding.py), "argmax" = each word alone.
-            "decode": model.cfg.decode,
+            "decode": config_from_dict(ckpt["config"]).model.decode,
             "variants": {
                 "fp32": {"onnx": out.name, "sha256": digest, "bytes": fp32_bytes},
                 **{k: {n: v[n] for n in ("onnx", "sha256", "bytes")} for k, v in variants.items()},
