@@ -153,9 +153,15 @@ def test_an_oom_killed_runs_hint_says_what_it_needed_and_what_to_lower(tmp_path:
 
     err = foreground.killed(9, tmp_path, sent=False, oom=True, need=5 * GIB, lower="lower optim.batch_size")
     hint = err.hint or ""
-    assert (
-        "about 5.0 GiB" in hint and "--fresh and optim.batch_size lowered" in hint and "same command" in hint
+    # A lower batch size goes to the resume itself (the global batch is kept); no --fresh for it.
+    assert "about 5.0 GiB" in hint and "same command" in hint and "--fresh" not in hint, hint
+    assert "or resume with a lower --set optim.batch_size=N (a resume keeps the run's global batch" in hint
+    # The model's sizes cannot change on a resume: they take --fresh.
+    model = foreground.killed(9, tmp_path, sent=False, oom=True, lower="lower model.d_model, model.n_layers")
+    assert "--fresh and model.d_model, model.n_layers lowered (they cannot change on a resume)" in (
+        model.hint or ""
     )
+    assert "optim.batch_size" not in (model.hint or "")
     alive = Liveness(alive=False, pid=7, signal=9, oom_kills=1, exit_recorded=True, memory_need=3 * GIB)
     (oom,) = check_liveness([], alive, "train.log")
     assert oom.kind == "oom" and "about 3.0 GiB" in oom.hint and "optim.batch_size" in oom.hint

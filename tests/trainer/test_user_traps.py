@@ -98,7 +98,10 @@ def test_a_second_dataset_into_a_finished_folder_is_refused_before_anything_trai
     err = capsys.readouterr().err
     assert f"error: the run in {out} finished at step 8 on other data" in err
     assert "the earlier run trained on the synthetic corpus, this config reads files" in err
-    assert f"hint: train it as a new run in a new folder: --set runtime.out_dir={out}-2; or start over" in err
+    assert f"hint: train it as a new run in a new folder: --set runtime.out_dir={out}-2 (add --set " in err
+    # The same model on other data: the new folder may start from the earlier run's weights (a fine-tune).
+    assert f"--set model.init_from={out} to start from the earlier run's weights" in err
+    assert "; or start over" in err
     assert "--fresh" in err and "max_steps" not in err.split("hint:")[1]
     assert (out / "metrics.jsonl").read_text() == before
 

@@ -86,14 +86,28 @@ def check_fits(config: TrainConfig, *, hardware: Hardware | None, build: str, np
 
 
 def oom_hint(need: int | None, lower: str, resume: str) -> str:
-    """What an OOM-killed run needed and what to change: the same command on the same machine is killed again,
-    and the settings that shrink a run cannot change on a resume (schema.ARCHITECTURE_KEYS)."""
+    """What an OOM-killed run needed and what to change: the same command on the same machine is killed again.
+    A lower optim.batch_size may be given to the resume (the run's global batch is kept, cut into more
+    micro-batches: data-order's lanes); the model's sizes and max_len cannot change on a resume
+    (schema.ARCHITECTURE_KEYS), so they take --fresh."""
     needed = f"it was estimated to need about {gib(need)} at its widest batch; " if need else ""
-    what = lower or "lower optim.batch_size or the model's size"
-    return (
-        f"{needed}free memory (other processes, a larger container limit) and {resume}; or start again "
-        f"with --fresh and {what.removeprefix('lower ')} lowered (they cannot change on a resume)"
-    )
+    what = (lower or "lower optim.batch_size or the model's size").removeprefix("lower ")
+    batch = "optim.batch_size" in what
+    ways = [f"{needed}free memory (other processes, a larger container limit) and {resume}"]
+    if batch:
+        ways.append(
+            "or resume with a lower --set optim.batch_size=N (a resume keeps the run's global batch, in more "
+            "micro-batches: each step trains on the same rows)"
+        )
+    # The batch's part may name model.max_len beside optim.batch_size: max_len takes --fresh like the model's.
+    model = [w.strip() for w in what.replace("; then ", ";").split(";") if "optim.batch_size" not in w]
+    if not model and "model.max_len" in what:
+        model = ["model.max_len"]
+    if model:
+        ways.append(f"or start again with --fresh and {model[0]} lowered (they cannot change on a resume)")
+    elif not batch:
+        ways.append(f"or start again with --fresh and {what} lowered")
+    return "; ".join(ways)
 
 
 __all__ = ["Fit", "check_fits", "judge", "on_gpu", "oom_hint"]

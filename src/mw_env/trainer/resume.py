@@ -176,14 +176,14 @@ def check_compatible(
         raise InputError(
             f"cannot resume from {path}: the label set changed ({what}; now from {corpus.labels.origin})",
             hint=f"set data.labels to the checkpoint's labels {old} to continue it; or "
-            f"{elsewhere_hint(config.runtime.out_dir)}",
+            f"{elsewhere_hint(config.runtime.out_dir, fine_tune=not removed)}",
         )
     changes = corpus_changes(ckpt.get("data"), corpus)
     if changes and not config.data.allow_changed_corpus:
         shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
         raise InputError(
             f"cannot resume from {path}: the corpus changed since it was written ({shown})",
-            hint=f"{elsewhere_hint(config.runtime.out_dir)}; or restore the shards to continue it, or "
+            hint=f"{elsewhere_hint(config.runtime.out_dir, fine_tune=True)}; or restore the shards to continue it, or "
             "--set data.allow_changed_corpus=true to continue that model on this corpus (the data order from "
             "here on is this corpus's, not a continuation)",
         )

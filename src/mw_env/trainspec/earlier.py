@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.trainspec.config import TrainConfig, architecture_diff, config_from_dict
 from mw_env.trainspec.files import expand_files
 
@@ -25,17 +26,24 @@ from mw_env.trainspec.files import expand_files
 NOT_IDENTITY = ("runtime.out_dir", "runtime.max_steps")
 
 
-def elsewhere_hint(out_dir: Path | str) -> str:
-    """The two ways on when a run folder holds another run: a new folder, or --fresh here."""
+def elsewhere_hint(out_dir: Path | str, *, fine_tune: bool = False) -> str:
+    """The ways on when a run folder holds another run: a new folder (with `fine_tune`, where the model is
+    unchanged and so loads, starting from the earlier run's weights: model.init_from), or --fresh here."""
     out = Path(out_dir)
     new = out.with_name(out.name + "-2")
     n = 2
     while new.exists() and n < 100:
         n += 1
         new = out.with_name(f"{out.name}-{n}")
+    tune = (
+        f" (add --set model.init_from={sh(out)} to start from the earlier run's weights, a fine-tune, where "
+        "the new data's labels include its own)"
+        if fine_tune
+        else ""
+    )
     return (
-        f"train it as a new run in a new folder: --set runtime.out_dir={new}; or start over in {out} with "
-        "--fresh (the earlier run's checkpoints and metrics are kept there, renamed)"
+        f"train it as a new run in a new folder: --set runtime.out_dir={sh(new)}{tune}; or start over in "
+        f"{sh(out)} with --fresh (the earlier run's checkpoints and metrics are kept there, renamed)"
     )
 
 
@@ -140,7 +148,7 @@ def check_earlier_run(
             f"the run in {out_dir} finished at step {step} on {kind} ({'; '.join(what)}): training here would "
             + ("continue that model on this data" if data else "not train this config")
             + ", so nothing starts",
-            hint=elsewhere_hint(out_dir),
+            hint=elsewhere_hint(out_dir, fine_tune=bool(data) and not model),
         )
     return not left
 
