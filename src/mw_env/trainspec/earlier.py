@@ -47,6 +47,12 @@ def elsewhere_hint(out_dir: Path | str, *, fine_tune: bool = False) -> str:
     )
 
 
+def _network(change: str) -> bool:
+    """An architecture change (`key: old -> new`) that the weights cannot cross: the network's or its
+    tokenizer's."""
+    return change.startswith(("model.", "data.tokenizer", "data.spm_model"))
+
+
 def config_changes(old: Mapping[str, object], new: TrainConfig) -> list[str]:
     """`key: old -> new` for every setting that differs, but where the run is written and how far it goes."""
     out = []
@@ -148,7 +154,9 @@ def check_earlier_run(
             f"the run in {out_dir} finished at step {step} on {kind} ({'; '.join(what)}): training here would "
             + ("continue that model on this data" if data else "not train this config")
             + ", so nothing starts",
-            hint=elsewhere_hint(out_dir, fine_tune=bool(data) and not model),
+            # init_from loads the weights when the network and its tokenizer are the same (data.source and
+            # the seeds are architecture keys for a resume's row order, not for the weights).
+            hint=elsewhere_hint(out_dir, fine_tune=bool(data) and not [m for m in model if _network(m)]),
         )
     return not left
 
