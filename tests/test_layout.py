@@ -396,3 +396,75 @@ def test_commands_get_a_plan_only_from_plan_for() -> None:
         and any(a.name not in ("plan_for",) for a in node.names)
     )
     assert not direct, f"commands that plan by themselves: {direct}; ask provision.plan.plan_for"
+
+
+# -- the run folder's names (issue 39) -------------------------------------------------------------------
+
+# Where a literal is a path: an operand of `/`, or an argument of these calls (Path(...), p.glob(...)...).
+_PATH_CALLS = {"Path", "PurePath", "joinpath", "glob", "rglob", "with_name", "with_suffix", "join"}
+
+
+def _contract_names() -> dict[str, str]:
+    """Every string of rundir/contract.py (value -> its constant): the run folder's names and the words one
+    process prints and another matches, spelled there only."""
+    from mw_env.rundir import contract
+
+    return {v: k for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)}
+
+
+def _in_a_path(node: ast.AST, parent: ast.AST | None) -> bool:
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Div):
+        return True
+    if isinstance(parent, ast.Call) and node in parent.args:
+        f = parent.func
+        return (
+            f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        ) in _PATH_CALLS
+    return False
+
+
+def _spelled_names(source: str, names: dict[str, str]) -> list[tuple[int, str, str]]:
+    """(line, literal, constant) for each literal of `source` that spells a run-folder name. A name with a dot or
+    a dash ("train.log", "step-*.pt", ".lock") is refused anywhere; a plain word ("report", "weights",
+    "export", "checkpoints") only where it is a path, for the same word is also a command (`train export`),
+    an event (`weights`), a JSON key (`{"report": ...}`), a fault-harness hold point (`hold("report")`) and a
+    tracker kind (`tensorboard`). A literal with a `/` and no space is a path spelled as text: each part counts."""
+    tree = ast.parse(source)
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        value, parent = node.value, parents.get(id(node))
+        parts = value.strip("/").split("/") if "/" in value and not any(c.isspace() for c in value) else []
+        for part in (value, *parts):
+            if part in names and (not part.isalpha() or parts or _in_a_path(node, parent)):
+                found.append((node.lineno, value, names[part]))
+                break
+    return sorted(found)
+
+
+def test_the_spelled_name_check_is_live() -> None:
+    names = {"report": "REPORT_DIR", "train.log": "LOG_FILE", ".pt": "CHECKPOINT_SUFFIX"}
+    source = (
+        'a = run / "report"\nb = Path("report")\nc = f"{run}/train.log"\nd = "report/stop.md"\n'
+        'e = f"step-{n:09d}.pt"\nf = "train.log"\n'
+        # not names: a command, a JSON key, a hold point, prose
+        'click.command("report")\ng = {"report": 1}\nhold("report")\nh = "see train.log for more"\n'
+    )
+    assert [line for line, _, _ in _spelled_names(source, names)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_run_folders_names_are_spelled_in_rundir_only() -> None:
+    """rundir/contract.py names every file and folder of a run (and the words between the processes that share
+    it); elsewhere in src a module imports the name, so a rename is one edit and no reader of the folder
+    keeps an old spelling."""
+    names = _contract_names()
+    assert {"metrics.jsonl", "report", "export", "weights", "train.log", "MANIFEST.sha256"} <= set(names)
+    bad = [
+        f"{MODULES[name].relative_to(SRC.parent)}:{line}: {value!r} spells rundir.contract.{const}: import it"
+        for name in sorted(MODULES)
+        if not name.startswith("mw_env.rundir")
+        for line, value, const in _spelled_names(MODULES[name].read_text(encoding="utf-8"), names)
+    ]
+    assert not bad, "run-folder names spelled outside rundir/:\n  " + "\n  ".join(bad)

@@ -232,11 +232,12 @@ def test_the_hosts_preflight_and_summary_on_rows_python_refuses(tmp_path: Path, 
 def test_a_hostile_corpus_cache_in_the_run_folder_is_read_again(tmp_path: Path, content: str) -> None:
     """The run folder's caches (corpus-index.json, shard-sha256.json) are run-folder data: anything there that
     is not what mw-env wrote is ignored and rebuilt, never a RecursionError or AttributeError."""
+    from mw_env.rundir.contract import CORPUS_INDEX, SHARD_DIGESTS
     from mw_env.trainer.data import index
-    from mw_env.trainer.data.digest import CACHE, ShardHasher
+    from mw_env.trainer.data.digest import ShardHasher
 
-    (tmp_path / index.CACHE).write_text(content)
-    (tmp_path / CACHE).write_text(content)
+    (tmp_path / CORPUS_INDEX).write_text(content)
+    (tmp_path / SHARD_DIGESTS).write_text(content)
     assert index.load_cache(tmp_path) == {}
     ShardHasher([], tmp_path).close()
 

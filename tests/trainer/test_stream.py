@@ -373,7 +373,8 @@ def test_full_file_sha256_once_in_the_background(tmp_path: Path) -> None:
     import hashlib
     import time
 
-    from mw_env.trainer.data.digest import CACHE, ShardHasher
+    from mw_env.rundir.contract import SHARD_DIGESTS as CACHE
+    from mw_env.trainer.data.digest import ShardHasher
 
     corpus = _open(tmp_path)
     hasher = ShardHasher(corpus.sources, tmp_path)

@@ -13,6 +13,7 @@ import click
 
 from mw_env.base.errors import InputError, MwEnvError
 from mw_env.commands.common import echo_json, json_option, venv_option
+from mw_env.rundir.contract import ONNX_SUFFIX
 
 if TYPE_CHECKING:
     from mw_env.base.stopsignals import ChildEnd
@@ -158,7 +159,7 @@ def export(
             f"{v['max_abs_diff']:.2e}, mean |diff| {v['mean_abs_diff']:.2e}"
         )
     click.echo(f"  metadata {result['metadata']} (id layout, labels, tokenizer, shapes)")
-    others = [Path(f).name for f in result.get("files", []) if Path(f).suffix not in (".onnx", ".json")]
+    others = [Path(f).name for f in result.get("files", []) if Path(f).suffix not in (ONNX_SUFFIX, ".json")]
     if others:
         click.echo(f"  beside it: {', '.join(others)}")
     check = result.get("runtime_check") or {}

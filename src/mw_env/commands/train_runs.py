@@ -87,6 +87,7 @@ def _thresholds(silence: float, first: float, checkpoint: float, factor: float) 
 @json_option
 def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOptions]) -> int:
     """Start training detached from the terminal; print where to look."""
+    from mw_env.rundir.contract import node_folder
     from mw_env.runs.runs import start_run
 
     launch = prepare_launch(config_name=config_name, **options)
@@ -96,7 +97,7 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
     record = start_run(
         argv=launch.argv,
         env=launch.env,
-        out_dir=launch.out_dir / f"node-{rank}" if rank else launch.out_dir,
+        out_dir=launch.out_dir / node_folder(rank) if rank else launch.out_dir,
         cwd=launch.cwd,
         max_steps=launch.max_steps,
         memory_need=launch.memory_need,
@@ -228,7 +229,7 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
     from mw_env.runs.liveness import detached_processes
     from mw_env.runs.runs import is_alive, read_run
     from mw_env.runs.runstatus import run_status
-    from mw_env.runs.stop import recent_events, stop_grace, stop_run
+    from mw_env.runs.stop import STOP_REPORT, recent_events, stop_grace, stop_run
     from mw_env.runs.supervise import RUN_DIR_ENV
 
     record = read_run(out_dir.resolve())
@@ -290,7 +291,7 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
     if result.escalated:
         click.echo(
             f"killed with SIGKILL after {duration(result.waited_s)} (pids {', '.join(map(str, result.killed_pids))}): "
-            f"no report for this attempt; {result.run_dir / 'report' / 'stop.md'} says what happened"
+            f"no report for this attempt; {result.run_dir / STOP_REPORT} says what happened"
         )
         good = result.last_good_checkpoint
         click.echo(

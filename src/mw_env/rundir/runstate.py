@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.base.atomic import open_append, write_json_atomic
-from mw_env.rundir.contract import STATE_FILE
+from mw_env.rundir.contract import STATE_FILE, STATE_LOCK
 
-LOCK_FILE = ".state.lock"
 STATES = ("running", "stopping", "finishing", "finished", "exited", "killed")
 TERMINAL = ("finished", "exited", "killed")
 READ_LIMIT = 1 << 20  # a state record is small; anything bigger is not one
@@ -62,7 +61,7 @@ def read_state(run_dir: Path) -> dict[str, object] | None:
 
 @contextlib.contextmanager
 def _locked(run_dir: Path) -> Iterator[None]:
-    with open_append(Path(run_dir) / LOCK_FILE) as fh:
+    with open_append(Path(run_dir) / STATE_LOCK) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

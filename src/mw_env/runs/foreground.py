@@ -24,7 +24,7 @@ from typing import Protocol
 
 from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.base.lifeline import preexec
-from mw_env.rundir.contract import MANIFEST, metrics_path
+from mw_env.rundir.contract import MANIFEST, checkpoints_dir, metrics_path
 from mw_env.runs import rendezvous
 from mw_env.runs.fit import oom_hint
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
@@ -158,7 +158,7 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
         proc.wait()
         if torchrun:  # the workers' own "interrupted" went to torchrun's stderr, drained above
             write(
-                f"interrupted: the checkpoints in {launch.out_dir / 'checkpoints'} stay; the same command resumes"
+                f"interrupted: the checkpoints in {checkpoints_dir(launch.out_dir)} stay; the same command resumes"
             )
         return EXIT_INTERRUPTED
     if interrupted and (torchrun or code in (0, EXIT_INTERRUPTED, -signal.SIGINT)):
@@ -166,7 +166,7 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
         # makes 1 of its workers' 130).
         if code != 0 and torchrun:  # the workers' own "interrupted" went to torchrun's stderr
             write(
-                f"interrupted: the checkpoints in {launch.out_dir / 'checkpoints'} stay; the same command resumes"
+                f"interrupted: the checkpoints in {checkpoints_dir(launch.out_dir)} stay; the same command resumes"
             )
         return 0 if code == 0 else EXIT_INTERRUPTED
     if filt is not None:
@@ -192,7 +192,7 @@ def run_foreground(launch: Launched, *, write: Callable[[str], None], early: lis
             # No worker said why (killed mid-write, torchrun's own failure): never an exit 1 without a word.
             raise StepFailed(
                 f"the trainer's processes ended with exit 1 without an error of their own; torchrun's output is in {log}",
-                hint=f"resume with the same command (the newest checkpoint in {launch.out_dir / 'checkpoints'} is used)",
+                hint=f"resume with the same command (the newest checkpoint in {checkpoints_dir(launch.out_dir)} is used)",
             )
     if code < 0 and forwarded and -code in (signal.SIGTERM, signal.SIGHUP):
         # Our SIGTERM reached the trainer before it could take it (its first instants): a stop before the
@@ -227,7 +227,7 @@ def killed(
     """The error for a trainer killed by a signal: the OOM killer only when the kernel's cgroup counter
     says it killed (memory.events oom_kill went up during the run); a signal the user sent, never."""
     name = signal_name(signum, number=True)
-    resume = f"resume with the same command (the newest checkpoint in {out_dir / 'checkpoints'} is used)"
+    resume = f"resume with the same command (the newest checkpoint in {checkpoints_dir(out_dir)} is used)"
     if oom and not sent:
         return StepFailed(
             f"the trainer was killed by the kernel's out-of-memory killer ({name}; memory.events oom_kill rose)",

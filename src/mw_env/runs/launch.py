@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.base.errors import InputError, MwEnvError
-from mw_env.rundir.contract import ALLOW_ENV_MISMATCH
+from mw_env.rundir.contract import ALLOW_ENV_MISMATCH, doctor_pending_file
 from mw_env.runs.fit import check_fits
 from mw_env.runs.rendezvous import (  # noqa: F401  (re-exported)
     DEFAULT_RDZV_TIMEOUT,
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
     from mw_env.profiles.model import Selection
     from mw_env.trainspec.config import TrainConfig
 
-# The launcher's doctor report waits here (a dotfile: outside the manifest) until the run writes its
-# report, which moves it to DOCTOR_FILE; a launch that fails before that leaves a finished run's
-# doctor.json, and so its manifest, untouched.
-DOCTOR_PENDING = ".doctor-pending.json"
 NODE_RANK_ENV = "MW_ENV_NODE_RANK"  # the node as the user numbered it, for the trainer's messages
 
 
@@ -121,7 +117,7 @@ def _write_doctor(out_dir: Path, report: dict[str, object], node_rank: int = 0) 
     from mw_env.base.atomic import write_text_atomic as write_atomic
 
     # Nodes sharing a run folder each keep their own report (rank 0's goes into the run report).
-    path = out_dir / (DOCTOR_PENDING if not node_rank else f".doctor-pending-node{node_rank}.json")
+    path = out_dir / doctor_pending_file(node_rank)
     write_atomic(path, json.dumps(report, indent=2, default=str) + "\n")
     return path
 
@@ -143,7 +139,7 @@ def _refuse_finished(out_dir: Path, config: TrainConfig, base: Path) -> None:
     model or config) is refused, naming the difference and the ways on (trainspec/earlier.py); the same run with
     nothing left to train is said as such, instead of resuming at the last step and training nothing."""
     from mw_env.base.errors import NothingToDo
-    from mw_env.rundir.contract import REPORT_DIR
+    from mw_env.rundir.contract import DATA_CARD_FILE, HYPERPARAMETERS_FILE, REPORT_DIR
     from mw_env.rundir.runstate import read_state
     from mw_env.trainspec.earlier import check_earlier_run
 
@@ -158,8 +154,8 @@ def _refuse_finished(out_dir: Path, config: TrainConfig, base: Path) -> None:
         out_dir=out_dir,
         step=step,
         reason=reason,
-        hyperparameters=_report_json(out_dir / REPORT_DIR / "hyperparameters.json"),
-        card=_report_json(out_dir / REPORT_DIR / "data_card.json"),
+        hyperparameters=_report_json(out_dir / REPORT_DIR / HYPERPARAMETERS_FILE),
+        card=_report_json(out_dir / REPORT_DIR / DATA_CARD_FILE),
         config=config,
         base=base,
     )
@@ -168,7 +164,7 @@ def _refuse_finished(out_dir: Path, config: TrainConfig, base: Path) -> None:
     max_steps = config.runtime.max_steps
     raise NothingToDo(
         f"the run in {out_dir} already finished at step {step} (runtime.max_steps {max_steps}; "
-        f"{reason}) on this data and config: its report is {life.get('report') or out_dir / 'report'}",
+        f"{reason}) on this data and config: its report is {life.get('report') or out_dir / REPORT_DIR}",
         hint="to start again: add --fresh (the old checkpoints and metrics are kept, renamed) or "
         "--set runtime.out_dir=ANOTHER; to train on from it: --set runtime.max_steps=N (larger)",
     )

@@ -23,7 +23,7 @@ from mw_env.base.atomic import open_append, open_regular, write_json_atomic
 from mw_env.base.errors import InputError, StepFailed, os_fault
 from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
-from mw_env.rundir.contract import LOG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE
+from mw_env.rundir.contract import LOG_FILE, METRICS_FILE, RUN_FILE, RUN_LOCK, STATE_FILE
 from mw_env.runs.logscan import RUN_HEADER
 from mw_env.runs.supervise import (
     DETACHED_ENV,
@@ -36,7 +36,6 @@ from mw_env.runs.supervise import (
 )
 
 EXIT_FILE = STATE_FILE
-LOCK_FILE = ".run.lock"
 SPAWN_TIMEOUT_S = 30.0
 
 
@@ -180,7 +179,7 @@ def read_exit(out_dir: Path) -> ExitRecord | None:
 @contextlib.contextmanager
 def _run_lock(out_dir: Path) -> Iterator[None]:
     """Serialise start/stop on one folder, so two `start`s cannot both see "no live run"."""
-    with open_append(out_dir / LOCK_FILE) as fh:
+    with open_append(out_dir / RUN_LOCK) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +23,14 @@ from typing import Any
 from mw_env.base.atomic import write_json_atomic, write_text_atomic
 from mw_env.base.errors import InputError
 from mw_env.rundir import runstate
-from mw_env.rundir.contract import checkpoints_dir, metrics_path
+from mw_env.rundir.contract import (
+    CHECKPOINT_RE,
+    REPORT_DIR,
+    SIDECAR_SUFFIX,
+    STOP_NOTE,
+    checkpoints_dir,
+    metrics_path,
+)
 from mw_env.rundir.occupants import cmdline
 from mw_env.runs.liveness import SUPERVISOR, detached_processes
 from mw_env.runs.runs import RUN_FILE, RunRecord, _run_lock, is_alive, read_run
@@ -32,8 +38,7 @@ from mw_env.runs.supervise import group_members, marked_processes, processes_of_
 
 GRACE_FLOOR_S = 90.0  # never less than the old fixed grace: imports and a first step are not measured yet
 REPORT_S = 60.0  # the report (figures) and the manifest (hashing every checkpoint) after the last checkpoint
-STOP_REPORT = Path("report") / "stop.md"
-_CKPT_RE = re.compile(r"step-(\d{9})\.pt")
+STOP_REPORT = Path(REPORT_DIR) / STOP_NOTE
 
 
 @dataclass(frozen=True)
@@ -313,10 +318,10 @@ def last_good_checkpoint(run_dir: Path) -> Path | None:
     from mw_env.rundir.contract import sha256_file
 
     folder = checkpoints_dir(run_dir)
-    found = sorted(p for p in folder.iterdir() if _CKPT_RE.fullmatch(p.name)) if folder.is_dir() else []
+    found = sorted(p for p in folder.iterdir() if CHECKPOINT_RE.fullmatch(p.name)) if folder.is_dir() else []
     for path in reversed(found):
         with contextlib.suppress(OSError, IndexError):
-            recorded = path.with_name(path.name + ".sha256").read_text().split()[0].lower()
+            recorded = path.with_name(path.name + SIDECAR_SUFFIX).read_text().split()[0].lower()
             if recorded == sha256_file(path):
                 return path
     return None

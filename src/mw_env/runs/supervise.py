@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from mw_env.rundir.contract import LOG_FILE
 from mw_env.rundir.occupants import (  # noqa: F401  (re-exported: the host side's one import of them)
     DETACHED_ENV,
     PROC,
@@ -128,7 +129,7 @@ def supervise(report_fd: int) -> int:
             returncode = 0
     ours = sent and returncode != 0
     if ours and torchrun:
-        ours = signal_ended(returncode, torchrun_output(run_dir / "train.log", log_start))
+        ours = signal_ended(returncode, torchrun_output(run_dir / LOG_FILE, log_start))
     elif ours:
         ours = returncode < 0  # the trainer itself, killed by the signal before it could take it
     said = stopped_at_start_up(run_dir, since=started) if ours else None

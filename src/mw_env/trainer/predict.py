@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mw_env.base.errors import EXIT_FAILED, InputError, MwEnvError, os_error_in, os_fault
+from mw_env.rundir.contract import EXPORT_META_GLOB, ONNX_SUFFIX
 from mw_env.trainer.scoring import Tally
 from mw_env.trainer.tagio import Row, iter_rows
 from mw_env.trainer.tagout import StdoutFailed, TaggedWriter
@@ -160,7 +161,7 @@ def _newest_metadata(export: Path) -> Path:
     if export.is_file() and export.suffix == ".json":
         return export
     if export.is_dir():
-        found = [p for p in export.glob("model-step-*.json") if p.with_suffix(".onnx").exists()]
+        found = [p for p in export.glob(EXPORT_META_GLOB) if p.with_suffix(ONNX_SUFFIX).exists()]
         if found:
             return max(found, key=lambda p: (p.stem, p.stat().st_mtime))
     raise InputError(

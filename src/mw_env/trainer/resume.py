@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.base.errors import InputError
-from mw_env.rundir.contract import CHECKPOINTS_DIR, METRICS_FILE
+from mw_env.rundir.contract import CHECKPOINTS_DIR, METRICS_FILE, kept_aside
 from mw_env.trainer.agree import agree_on_checkpoint
 from mw_env.trainer.data import Corpus, identity_diff
 from mw_env.trainer.data.lanes import plural
@@ -53,7 +53,7 @@ def move_aside(out_dir: Path, echo: Echo) -> None:
     for name in (CHECKPOINTS_DIR, METRICS_FILE):
         path = out_dir / name
         if path.exists():
-            target = out_dir / f"{name}.old-{stamp}"
+            target = out_dir / kept_aside(name, stamp)
             path.rename(target)
             echo(f"--fresh: kept the previous {name} as {target}")
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from mw_env.base.atomic import atomic_open, write_text_atomic
 from mw_env.base.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault, os_words
+from mw_env.rundir.contract import CHECKPOINT_RE, CHECKPOINT_SUFFIX, SIDECAR_SUFFIX, checkpoint_name
 from mw_env.rundir.contract import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
 from mw_env.trainer.ckpt.parts import CHECKS, FORMAT_VERSION, PARTS, REQUIRED_KEYS
 from mw_env.trainer.ckpt.schema import (
-    CKPT_RE,
     CheckpointError,
     check_for_run,
     first_line,
@@ -38,12 +38,11 @@ if TYPE_CHECKING:
     from mw_env.trainer.data import Tokenizer
     from mw_env.trainer.network import TaggerNet
 
-SIDECAR_SUFFIX = ".sha256"
 Found = tuple[Path, dict[str, Any]]  # a checkpoint's path and its loaded, validated contents
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
-    return directory / f"step-{step:09d}.pt"
+    return directory / checkpoint_name(step)
 
 
 def sidecar_path(path: Path) -> Path:
@@ -55,7 +54,7 @@ def list_checkpoints(directory: Path) -> list[Path]:
     try:
         if not directory.is_dir():
             return []
-        found = [p for p in directory.iterdir() if CKPT_RE.fullmatch(p.name)]
+        found = [p for p in directory.iterdir() if CHECKPOINT_RE.fullmatch(p.name)]
     except OSError as exc:  # mode 000, EIO: a sentence naming the folder, never a traceback
         raise _unreadable_folder(directory, exc) from None
     return sorted(found, key=lambda p: p.name)
@@ -74,7 +73,7 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
         if directory.is_dir():
             for p in directory.iterdir():
                 orphan = (
-                    p.name.endswith(".pt" + SIDECAR_SUFFIX)
+                    p.name.endswith(CHECKPOINT_SUFFIX + SIDECAR_SUFFIX)
                     and not p.with_name(p.name[: -len(SIDECAR_SUFFIX)]).exists()
                 )
                 if ".pt.tmp-" in p.name or ".pt.sha256.tmp-" in p.name or orphan:
@@ -247,7 +246,6 @@ def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[TaggerN
 
 __all__ = [
     "CHECKS",
-    "CKPT_RE",
     "FORMAT_VERSION",
     "PARTS",
     "REQUIRED_KEYS",

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mw_env.base.errors import InputError
-from mw_env.rundir.contract import CHECKPOINTS_DIR
+from mw_env.rundir.contract import CHECKPOINTS_DIR, SIDECAR_SUFFIX
 from mw_env.rundir.runlock import in_use
 from mw_env.trainer.ckpt.checkpoint import Found, list_checkpoints, load_checkpoint
 from mw_env.trainer.ckpt.schema import CheckpointError
@@ -105,7 +105,7 @@ def _ahead_of_sidecar(path: Path) -> bool:
     hash not written yet, when a trainer is in the folder; damaged when none is. (A checkpoint without a
     sidecar is checked by structure alone: not this.)"""
     try:
-        return path.stat().st_mtime_ns > path.with_name(path.name + ".sha256").stat().st_mtime_ns
+        return path.stat().st_mtime_ns > path.with_name(path.name + SIDECAR_SUFFIX).stat().st_mtime_ns
     except OSError:
         return False
 

@@ -6,13 +6,13 @@ CheckpointError ("unreadable ...").
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mw_env.base.errors import InputError
+from mw_env.rundir.contract import CHECKPOINT_RE
 from mw_env.trainer.ckpt.parts import (
     CHECKS,
     FORMAT_VERSION,
@@ -24,8 +24,6 @@ from mw_env.trainspec.extras import bootstrap_hint
 
 if TYPE_CHECKING:
     import torch
-
-CKPT_RE = re.compile(r"step-(\d{9})\.pt")
 
 
 class CheckpointError(InputError):
@@ -69,7 +67,7 @@ def validate_checkpoint(ckpt: Any, *, source: Path | str) -> None:
             raise unreadable(path, f"{key} is not {what}")
     if ckpt["loop"]["step"] != ckpt["step"]:
         raise unreadable(path, f"loop.step {ckpt['loop']['step']} differs from step {ckpt['step']}")
-    m = CKPT_RE.fullmatch(path.name)
+    m = CHECKPOINT_RE.fullmatch(path.name)
     if m and int(m.group(1)) != ckpt["step"]:
         raise CheckpointError(
             f"checkpoint {path} says step {ckpt['step']}, its name says {int(m.group(1))}",

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mw_env.base.atomic import write_json_atomic
-
-CACHE = "shard-sha256.json"
+from mw_env.rundir.contract import SHARD_DIGESTS
 
 
 def _key(identity: dict[str, Any]) -> str:
@@ -28,7 +27,7 @@ class ShardHasher:
     """Hashes shards one after the other in a daemon thread; `done()` is what has finished so far."""
 
     def __init__(self, identities: Sequence[dict[str, Any]], run_dir: Path) -> None:
-        self._path = Path(run_dir) / CACHE
+        self._path = Path(run_dir) / SHARD_DIGESTS
         try:
             cached = json.loads(self._path.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError):  # a cache: anything unreadable is hashed again

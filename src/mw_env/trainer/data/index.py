@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mw_env.base.errors import InputError, MwEnvError
+from mw_env.rundir.contract import CORPUS_INDEX
 from mw_env.trainer.data import shards as shards_mod
 from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainspec.columns import as_string_lists
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
 LABEL_SAMPLE_ROWS = 4096  # per shard
-CACHE = "corpus-index.json"
 VERSION = 2  # 2: every row group's dictionary (1 read the first only), `tags_sampled`
 Cache = dict[str, Any]  # the run folder's index cache: shard key -> its footer facts (JSON)
 Tags = tuple[list[str], bool] | None  # a shard's distinct tags and whether they were only sampled
@@ -184,7 +184,7 @@ def _tags(entry: dict[str, Any]) -> Tags:
 
 def load_cache(run_dir: Path) -> Cache:
     try:
-        data = json.loads((run_dir / CACHE).read_text(encoding="utf-8"))
+        data = json.loads((run_dir / CORPUS_INDEX).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # a cache: anything unreadable is read again
         return {}
     if (
@@ -201,7 +201,7 @@ def save_cache(run_dir: Path, entries: Cache) -> None:
 
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run_dir / CACHE, {"version": VERSION, "shards": entries}, indent=None)
+        write_json_atomic(run_dir / CORPUS_INDEX, {"version": VERSION, "shards": entries}, indent=None)
     except OSError:
         pass  # a cache: a read-only run folder costs the next start the footer reads, nothing else
 

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from mw_env.rundir.contract import ROW_TRACE_DIR
+from mw_env.rundir.contract import ROW_TRACE_DIR, ROW_TRACE_GLOB, row_trace_name
 from mw_env.trainer.data.reader import SYNTHETIC
 from mw_env.trainer.data.shards import Shard
 
@@ -62,7 +62,7 @@ class TraceWriter:
     def __init__(self, run_dir: Path, rank: int) -> None:
         folder = Path(run_dir) / ROW_TRACE_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] = (folder / f"rank-{rank}.jsonl").open("a", encoding="utf-8")
+        self._fh: IO[str] = (folder / row_trace_name(rank)).open("a", encoding="utf-8")
 
     def write(self, step: int, ids: list[list[int]] | None) -> None:
         self._fh.write(json.dumps({"step": step, "rows": ids or []}) + "\n")
@@ -75,7 +75,7 @@ class TraceWriter:
 def read_trace(run_dir: Path) -> dict[int, dict[int, list[list[int]]]]:
     """rank -> step -> the rows it read (the last line of each step)."""
     out: dict[int, dict[int, list[list[int]]]] = {}
-    for path in sorted((Path(run_dir) / ROW_TRACE_DIR).glob("rank-*.jsonl")):
+    for path in sorted((Path(run_dir) / ROW_TRACE_DIR).glob(ROW_TRACE_GLOB)):
         rank = int(path.stem.split("-")[1])
         steps = out.setdefault(rank, {})
         for line in path.read_text(encoding="utf-8").splitlines():

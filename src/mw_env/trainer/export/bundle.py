@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mw_env.base.errors import MwEnvError, StepFailed
+from mw_env.rundir.contract import ENCODER_FILE as RUNTIME_HELPER  # the weights folder ships it too
 
 if TYPE_CHECKING:
     from mw_env.trainer.data import Tokenizer
 
-RUNTIME_HELPER = "mw_tagger.py"
 FORMAT = "mw-env-onnx-tagger/1"
 VARIANTS = ("int8", "fp16")
 FP16_MAX_DIFF = 5e-2  # fp16 weights/activations: logits move by ~1e-3 on the shipped models

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from mw_env.base.atomic import atomic_path, check_faults
 from mw_env.base.errors import EXIT_FAILED, InputError, MwEnvError, StepFailed, os_error_in, os_fault
-from mw_env.rundir.contract import CHECKPOINTS_DIR, sha256_file
+from mw_env.rundir.contract import CHECKPOINTS_DIR, EXPORT_DIR, ONNX_SUFFIX, onnx_name, sha256_file
 from mw_env.trainer.export.bundle import DEFAULT_MIN_AGREEMENT, FP16_MAX_DIFF
 from mw_env.trainer.export.verify import OUTPUT_NAME
 from mw_env.trainspec.extras import bootstrap_hint
@@ -208,8 +208,7 @@ def export_onnx(
     max_len = int(model.cfg.max_len)
     run_dir = run_dir_of(ckpt_path)
     if out is None:
-        base = run_dir / "export" if run_dir else ckpt_path.parent
-        out = base / f"model-step-{step:09d}.onnx"
+        out = (run_dir / EXPORT_DIR if run_dir else ckpt_path.parent) / onnx_name(step)
     out = Path(out).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     stem = out.stem
@@ -219,7 +218,7 @@ def export_onnx(
     variants: dict[str, dict[str, Any]] = {}
     # Everything under temporary names first: a disagreeing model or variant leaves nothing behind.
     with contextlib.ExitStack() as stack:
-        tmp = stack.enter_context(atomic_path(out, suffix=".onnx", _faults=False))
+        tmp = stack.enter_context(atomic_path(out, suffix=ONNX_SUFFIX, _faults=False))
         used = _export(model, example, tmp, opset=opset, max_len=max_len, exporter=exporter)
         onnx.checker.check_model(str(tmp))
         fp32 = verify(tmp, model, cases)
@@ -233,8 +232,8 @@ def export_onnx(
             )
         digest = sha256_file(tmp)
         for kind in wanted:
-            path = out.with_name(f"{stem}.{kind}.onnx")
-            vtmp = stack.enter_context(atomic_path(path, suffix=".onnx", _faults=False))
+            path = out.with_name(f"{stem}.{kind}{ONNX_SUFFIX}")
+            vtmp = stack.enter_context(atomic_path(path, suffix=ONNX_SUFFIX, _faults=False))
             bundle.make_variant(kind, tmp, vtmp)
             figures = verify(vtmp, model, cases)
             bundle.judge_variant(kind, figures, min_agreement=min_agreement)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mw_env.base.errors import StepFailed
+from mw_env.rundir.contract import ENCODER_FILE
 
 if TYPE_CHECKING:
     import torch
@@ -109,7 +110,7 @@ def check_runtime_helper(meta_path: Path, tokenizer: Tokenizer, *, max_len: int)
 
     from mw_env.trainer.data import encode_row
 
-    spec = importlib.util.spec_from_file_location("mw_tagger_check", meta_path.parent / "mw_tagger.py")
+    spec = importlib.util.spec_from_file_location("mw_tagger_check", meta_path.parent / ENCODER_FILE)
     if spec is None or spec.loader is None:
         raise StepFailed(f"cannot load the runtime helper beside {meta_path}")
     module = importlib.util.module_from_spec(spec)

@@ -22,7 +22,7 @@ from typing import Any
 from mw_env.base.atomic import write_json_atomic, write_text_atomic
 from mw_env.base.errors import os_error_in
 from mw_env.base.textsafe import duration
-from mw_env.rundir.contract import CHECKPOINTS_DIR, DOCTOR_FILE, MANIFEST, METRICS_FILE, weights_dir
+from mw_env.rundir import contract as rd
 from mw_env.rundir.manifest import read_manifest, write_manifest
 from mw_env.trainer import figure_pool
 from mw_env.trainer.figure_pool import FigurePool
@@ -96,7 +96,7 @@ def _num(value: object, spec: str = ".4f") -> str:
 def final_checkpoint(run_dir: Path) -> Path | None:
     from mw_env.trainer.ckpt.checkpoint import list_checkpoints
 
-    found = list_checkpoints(Path(run_dir) / CHECKPOINTS_DIR)
+    found = list_checkpoints(Path(run_dir) / rd.CHECKPOINTS_DIR)
     return found[-1] if found else None
 
 
@@ -196,7 +196,7 @@ def summary_pairs(
         )
     ckpt = final_checkpoint(run_dir)
     pairs.append(("Final checkpoint", Code(ckpt.relative_to(run_dir).as_posix()) if ckpt else "none"))
-    weights = sorted(weights_dir(run_dir).glob("step-*/config.json"))
+    weights = sorted(rd.weights_dir(run_dir).glob(f"{rd.STEP_FOLDER_GLOB}/{rd.CONFIG_FILE}"))
     if weights:  # the portable folder beside it (runtime.portable_weights; docs/training.md)
         pairs.append(("Portable weights", Code(weights[-1].parent.relative_to(run_dir).as_posix())))
     return pairs
@@ -265,7 +265,7 @@ def submit_figures(
     labels = card.get("labels") if isinstance(card, dict) else None
     o = resolved.config.optim
     reqs = figure_pool.run_requests(
-        Path(run_dir) / METRICS_FILE,
+        Path(run_dir) / rd.METRICS_FILE,
         out,
         grad_clip=o.grad_clip,
         smoothing=o.label_smoothing,
@@ -337,7 +337,7 @@ def build_blocks(
                 "pylock.mw-env.toml (run folder, when the venv has a lock): every package's file and sha256, "
                 "for this hardware; `mw-env bootstrap --lock RUN/pylock.mw-env.toml` rebuilds the venv",
                 "hyperparameters.json, data_card.json: the tables above as data",
-                f"{MANIFEST} (run folder): sha256 of every artifact; `mw-env train verify RUN` checks it",
+                f"{rd.MANIFEST} (run folder): sha256 of every artifact; `mw-env train verify RUN` checks it",
             )
         ),
     ]
@@ -348,7 +348,7 @@ def _read_doctor(run_dir: Path, doctor_json: Path | None) -> dict[str, object] |
     if not (doctor_json and Path(doctor_json).is_file()):
         return None
     doctor = json.loads(Path(doctor_json).read_text(encoding="utf-8"))
-    kept = Path(run_dir) / DOCTOR_FILE
+    kept = Path(run_dir) / rd.DOCTOR_FILE
     if Path(doctor_json).resolve() != kept.resolve():
         # The launcher's pending report becomes this run's doctor.json only now, with the report.
         write_json_atomic(kept, doctor, default=str)
@@ -371,33 +371,33 @@ def write_report(
 ) -> Path:
     """Write report/ and MANIFEST.sha256 (then the MLflow artifacts, if tracked); return report.md's path."""
     run_dir = Path(run_dir)
-    out = run_dir / "report"
+    out = run_dir / rd.REPORT_DIR
     out.mkdir(exist_ok=True)  # never the run folder itself: a deleted one is not recreated
     events = read_metrics(run_dir)
     # The figures first, to the pool's processes (drawn while this one writes the files below).
     drawn = submit_figures(pool, run_dir, out, resolved, card) if pool is not None else None
-    write_json_atomic(out / "hyperparameters.json", resolved.to_dict(), default=str)
-    write_json_atomic(out / "data_card.json", card, default=str)
+    write_json_atomic(out / rd.HYPERPARAMETERS_FILE, resolved.to_dict(), default=str)
+    write_json_atomic(out / rd.DATA_CARD_FILE, card, default=str)
     doctor = _read_doctor(run_dir, doctor_json)
     packages = package_list()
-    write_text_atomic(out / "packages.txt", "\n".join(packages) + "\n")
+    write_text_atomic(out / rd.PACKAGES_FILE, "\n".join(packages) + "\n")
     write_json_atomic(
-        out / "environment.json", {"facts": facts, "doctor": doctor, "packages": packages}, default=str
+        out / rd.ENVIRONMENT_FILE, {"facts": facts, "doctor": doctor, "packages": packages}, default=str
     )
 
     blocks = build_blocks(
         run_dir, resolved=resolved, card=card, facts=facts, doctor=doctor, events=events, out=out, drawn=drawn
     )
     title = f"Training run report: {run_dir.name}"
-    write_text_atomic(out / "report.md", to_markdown(title, blocks, base=out))
-    write_text_atomic(out / "report.html", to_html(title, blocks))
+    write_text_atomic(out / rd.REPORT_MD, to_markdown(title, blocks, base=out))
+    write_text_atomic(out / rd.REPORT_HTML, to_html(title, blocks))
     # A forced stop's note (runs/stop.py) was about an attempt this complete report supersedes.
-    (out / "stop.md").unlink(missing_ok=True)
+    (out / rd.STOP_NOTE).unlink(missing_ok=True)
     hold("manifest")  # the fault harness's manifest phase (trainer/lifecycle.py)
     write_manifest(run_dir)
     if resolved.config.runtime.tracking == "mlflow":
         _log_to_mlflow(run_dir)
-    return out / "report.md"
+    return out / rd.REPORT_MD
 
 
 def _log_to_mlflow(run_dir: Path) -> None:

@@ -27,7 +27,14 @@ from urllib.parse import urlparse
 
 from mw_env.base.atomic import write_json_atomic
 from mw_env.base.errors import MwEnvError
-from mw_env.rundir.contract import MANIFEST, METRICS_FILE, sha256_file
+from mw_env.rundir.contract import (
+    MANIFEST,
+    METRICS_FILE,
+    MLFLOW_RUN_FILE,
+    MLRUNS_DIR,
+    REPORT_DIR,
+    sha256_file,
+)
 from mw_env.trainer.tracking.values import flatten, metric_values
 from mw_env.trainspec.extras import bootstrap_hint
 
@@ -36,7 +43,6 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 EXPERIMENT = "mw-env"
-RUN_FILE = "mlflow-run.json"
 FLUSH_EVERY_S = 15.0
 BATCH_LIMIT = 1000  # MLflow takes at most 1000 metrics (and 100 params) per log_batch
 
@@ -48,7 +54,7 @@ def resolve_tracking_uri(run_dir: Path, configured: str = "") -> tuple[str, str]
     env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
     if env:
         return env, "MLFLOW_TRACKING_URI"
-    return (Path(run_dir).resolve() / "mlruns").as_uri(), "run folder"
+    return (Path(run_dir).resolve() / MLRUNS_DIR).as_uri(), "run folder"
 
 
 def _is_file_store(uri: str) -> bool:
@@ -89,7 +95,7 @@ class MLflowTracker:
             # folder beside metrics.jsonl is exactly what a run without a server wants.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             if self.origin == "run folder":
-                (self.run_dir / "mlruns").mkdir(parents=True, exist_ok=True)
+                (self.run_dir / MLRUNS_DIR).mkdir(parents=True, exist_ok=True)
         # A tracking server that is down must not hold the start of training for minutes of retries.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
@@ -117,7 +123,7 @@ class MLflowTracker:
                 for i in range(0, len(params), 100):
                     self.client.log_batch(self.run_id, params=params[i : i + 100])
                 write_json_atomic(
-                    self.run_dir / RUN_FILE,
+                    self.run_dir / MLFLOW_RUN_FILE,
                     {"tracking_uri": self.uri, "experiment_id": self.experiment_id, "run_id": self.run_id},
                 )
         except MwEnvError:
@@ -135,7 +141,7 @@ class MLflowTracker:
         if not (metrics.is_file() and metrics.stat().st_size > 0):
             return None  # nothing logged in this folder yet (a new run, or --fresh moved it aside)
         try:
-            saved = json.loads((self.run_dir / RUN_FILE).read_text(encoding="utf-8"))
+            saved = json.loads((self.run_dir / MLFLOW_RUN_FILE).read_text(encoding="utf-8"))
             if saved.get("tracking_uri") != self.uri:
                 return None  # tracked elsewhere before: a new run in this store
             run_id = str(saved["run_id"])
@@ -196,11 +202,11 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
     """
     run_dir = Path(run_dir).resolve()
     try:
-        saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        saved = json.loads((run_dir / MLFLOW_RUN_FILE).read_text(encoding="utf-8"))
         if not isinstance(saved, dict):
-            raise ValueError(RUN_FILE)
+            raise ValueError(MLFLOW_RUN_FILE)
     except (OSError, ValueError, RecursionError):
-        return f"mw-env: no {RUN_FILE} in {run_dir}: the report was not logged to MLflow"
+        return f"mw-env: no {MLFLOW_RUN_FILE} in {run_dir}: the report was not logged to MLflow"
     try:
         from mlflow.tracking import MlflowClient
 
@@ -208,8 +214,8 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         client = MlflowClient(tracking_uri=saved["tracking_uri"])
         run_id = saved["run_id"]
-        if (run_dir / "report").is_dir():
-            client.log_artifacts(run_id, str(run_dir / "report"), artifact_path="report")
+        if (run_dir / REPORT_DIR).is_dir():
+            client.log_artifacts(run_id, str(run_dir / REPORT_DIR), artifact_path=REPORT_DIR)
         if (run_dir / MANIFEST).is_file():
             client.log_artifact(run_id, str(run_dir / MANIFEST))
         manifest = run_dir / MANIFEST

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mw_env.base.errors import InputError, MwEnvError
+from mw_env.rundir.contract import TENSORBOARD_DIR
 from mw_env.trainer.tracking.values import flatten, metric_values
 from mw_env.trainspec.extras import bootstrap_hint
 
@@ -77,7 +78,7 @@ class TensorBoardTracker(_Guarded):
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
             raise _missing_tensorboard(exc) from exc
-        self.log_dir = Path(run_dir) / "tensorboard"
+        self.log_dir = Path(run_dir) / TENSORBOARD_DIR
         self.writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=30)
         self.writer.add_text(
             "config", "```json\n" + json.dumps(dict(hparams), indent=2, default=str) + "\n```"

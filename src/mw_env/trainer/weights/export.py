@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mw_env.base.errors import EXIT_FAILED, MwEnvError, os_error_in, os_fault
-from mw_env.rundir.contract import weights_dir
+from mw_env.rundir.contract import WEIGHTS_DIR, step_folder_name, weights_dir
 
 
 def export_weights(
@@ -41,7 +41,7 @@ def export_weights(
     step = int(ckpt["step"])
     run_dir = run_dir_of(ckpt_path)
     if out is None:
-        out = (weights_dir(run_dir) if run_dir else ckpt_path.parent / "weights") / wf.folder_name(step)
+        out = (weights_dir(run_dir) if run_dir else ckpt_path.parent / WEIGHTS_DIR) / step_folder_name(step)
     out = Path(out).expanduser().resolve()
     wf.write_weights(
         out,

@@ -20,7 +20,18 @@ from typing import TYPE_CHECKING
 from mw_env.base.atomic import atomic_dir, sweep_stale_dirs
 from mw_env.base.errors import StepFailed, os_error_in, os_words
 from mw_env.base.shellquote import sh
-from mw_env.rundir.contract import sha256_file, weights_dir
+from mw_env.rundir.contract import (
+    CHECKPOINT_SUFFIX,
+    CONFIG_FILE,
+    ENCODER_FILE,
+    MODEL_FILE,
+    MODELING_FILE,
+    STEP_FOLDER_GLOB,
+    TOKENIZER_FILE,
+    sha256_file,
+    step_folder_name,
+    weights_dir,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -29,17 +40,8 @@ if TYPE_CHECKING:
     from mw_env.trainspec.config import TrainConfig
 
 FORMAT = "mw-env-tagger-weights/1"
-MODEL_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-MODELING_FILE = "modeling_mw_tagger.py"  # trainer/network.py, verbatim
-ENCODER_FILE = "mw_tagger.py"  # trainer/export/runtime.py, verbatim (the ONNX export ships the same file)
-TOKENIZER_FILE = "tokenizer.model"
 # Model keys that say where training started, not what the network is: left out of config.json (a local path).
 NOT_ARCHITECTURE = ("init_from",)
-
-
-def folder_name(step: int) -> str:
-    return f"step-{step:09d}"
 
 
 def describe(
@@ -147,7 +149,7 @@ def write_run_weights(
     from mw_env.trainer.ckpt.checkpoint import list_checkpoints
 
     source = source_of(run_dir, checkpoint, config)
-    folder = weights_dir(run_dir) / folder_name(step)
+    folder = weights_dir(run_dir) / step_folder_name(step)
     try:
         write_weights(
             folder,
@@ -159,8 +161,8 @@ def write_run_weights(
             source=source,
         )
         if every:
-            kept = {p.name.removesuffix(".pt") for p in list_checkpoints(checkpoint.parent)}
-            for old in weights_dir(run_dir).glob("step-*"):
+            kept = {p.name.removesuffix(CHECKPOINT_SUFFIX) for p in list_checkpoints(checkpoint.parent)}
+            for old in weights_dir(run_dir).glob(STEP_FOLDER_GLOB):
                 if old.is_dir() and old.name not in kept:
                     shutil.rmtree(old, ignore_errors=True)
     except (OSError, RuntimeError) as exc:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mw_env.base.errors import InputError
-from mw_env.rundir.contract import CHECKPOINTS_DIR, WEIGHTS_DIR
-from mw_env.trainer.weights.folder import CONFIG_FILE, NOT_ARCHITECTURE
+from mw_env.rundir.contract import CHECKPOINTS_DIR, CONFIG_FILE, STEP_FOLDER_GLOB, WEIGHTS_DIR
+from mw_env.trainer.weights.folder import NOT_ARCHITECTURE
 
 if TYPE_CHECKING:
     import torch
@@ -53,7 +53,9 @@ def read_source(path: str | Path) -> Source:
     from mw_env.trainer.weights.load import read_weights
 
     path = Path(path).expanduser().resolve()
-    has_weights = (path / CONFIG_FILE).is_file() or any((path / WEIGHTS_DIR).glob(f"step-*/{CONFIG_FILE}"))
+    has_weights = (path / CONFIG_FILE).is_file() or any(
+        (path / WEIGHTS_DIR).glob(f"{STEP_FOLDER_GLOB}/{CONFIG_FILE}")
+    )
     if has_weights or not (path / CHECKPOINTS_DIR).is_dir():
         w = read_weights(path, what=KEY)
         model = w.meta.get("model")

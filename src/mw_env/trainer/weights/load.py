@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mw_env.base.errors import InputError
-from mw_env.rundir.contract import sha256_file, weights_dir
-from mw_env.trainer.weights.folder import CONFIG_FILE, FORMAT, MODEL_FILE
+from mw_env.rundir.contract import CONFIG_FILE, MODEL_FILE, STEP_FOLDER_GLOB, sha256_file, weights_dir
+from mw_env.trainer.weights.folder import FORMAT
 
 if TYPE_CHECKING:
     import torch
@@ -50,14 +50,14 @@ def resolve_weights(path: Path, *, what: str) -> Path:
     path = Path(path).expanduser().resolve()
     if (path / CONFIG_FILE).is_file():
         return path
-    folders = sorted(p for p in weights_dir(path).glob("step-*") if (p / CONFIG_FILE).is_file())
+    folders = sorted(p for p in weights_dir(path).glob(STEP_FOLDER_GLOB) if (p / CONFIG_FILE).is_file())
     if folders:
         return folders[-1]
     if not path.exists():
         raise InputError(f"{what} {path} does not exist", hint="name a weights folder or a run folder")
     raise InputError(
         f"{what} {path} is neither a weights folder (no {CONFIG_FILE}) nor a run folder with weights "
-        f"(no {weights_dir(path).name}/step-*/{CONFIG_FILE})",
+        f"(no {weights_dir(path).name}/{STEP_FOLDER_GLOB}/{CONFIG_FILE})",
         hint=f"write them with `mw-env train export --format safetensors RUN`, or name a folder holding {CONFIG_FILE} "
         f"and {MODEL_FILE}",
     )
