@@ -5,8 +5,9 @@ The trainer (inside the venv) and mw-env's run management (on the host) both rea
 different interpreters and often at the same time; this leaf module, stdlib only and torch-free, is what they
 agree on, beside the manifest, the state record and the lock in rundir/.
 
-To add a file to the run folder: name it here, say below whether MANIFEST.sha256 covers it (files that change
-after the manifest is written cannot be in it: `EXCLUDED_NAMES`), and document it in docs/runs.md.
+To add a file to the run folder: name it here (tests/test_layout.py refuses its name spelled elsewhere in
+src), say below whether MANIFEST.sha256 covers it (files that change after the manifest is written cannot be
+in it: `EXCLUDED_NAMES`), and document it in docs/runs.md.
 """
 
 from __future__ import annotations

@@ -21,13 +21,8 @@ from pathlib import Path
 
 from mw_env.base.atomic import open_append
 from mw_env.base.errors import InputError, StepFailed
-from mw_env.rundir.contract import (
-    CHECKPOINT_GLOB,
-    PEER_LOST,
-    TORCHRUN_LOG,
-    checkpoints_dir,
-    node_started_file,
-)
+from mw_env.rundir import contract as rd
+from mw_env.rundir.contract import CHECKPOINT_GLOB, PEER_LOST, TORCHRUN_LOG, checkpoints_dir
 
 STARTED_ENV = "MW_ENV_STARTED_FILE"  # the trainer touches it when it starts: the rendezvous completed
 # The first line comes at once, then one every REPEAT_S: often enough to see it is alive, rarely enough
@@ -135,7 +130,7 @@ def default_rdzv_id(endpoint: str) -> str:
 
 
 def started_file(out_dir: Path, node_rank: int) -> Path:
-    return Path(out_dir) / node_started_file(node_rank)
+    return Path(out_dir) / rd.node_started_file(node_rank)
 
 
 def waiting_line(nodes: Nodes, left_s: float) -> str:

@@ -22,15 +22,9 @@ from typing import Any
 
 from mw_env.base.atomic import write_json_atomic, write_text_atomic
 from mw_env.base.errors import InputError
+from mw_env.rundir import contract as rd
 from mw_env.rundir import runstate
-from mw_env.rundir.contract import (
-    CHECKPOINT_RE,
-    REPORT_DIR,
-    SIDECAR_SUFFIX,
-    STOP_NOTE,
-    checkpoints_dir,
-    metrics_path,
-)
+from mw_env.rundir.contract import checkpoints_dir, metrics_path
 from mw_env.rundir.occupants import cmdline
 from mw_env.runs.liveness import SUPERVISOR, detached_processes
 from mw_env.runs.runs import RUN_FILE, RunRecord, _run_lock, is_alive, read_run
@@ -38,7 +32,7 @@ from mw_env.runs.supervise import group_members, marked_processes, processes_of_
 
 GRACE_FLOOR_S = 90.0  # never less than the old fixed grace: imports and a first step are not measured yet
 REPORT_S = 60.0  # the report (figures) and the manifest (hashing every checkpoint) after the last checkpoint
-STOP_REPORT = Path(REPORT_DIR) / STOP_NOTE
+STOP_REPORT = Path(rd.REPORT_DIR) / rd.STOP_NOTE
 
 
 @dataclass(frozen=True)
@@ -318,10 +312,12 @@ def last_good_checkpoint(run_dir: Path) -> Path | None:
     from mw_env.rundir.contract import sha256_file
 
     folder = checkpoints_dir(run_dir)
-    found = sorted(p for p in folder.iterdir() if CHECKPOINT_RE.fullmatch(p.name)) if folder.is_dir() else []
+    found = (
+        sorted(p for p in folder.iterdir() if rd.CHECKPOINT_RE.fullmatch(p.name)) if folder.is_dir() else []
+    )
     for path in reversed(found):
         with contextlib.suppress(OSError, IndexError):
-            recorded = path.with_name(path.name + SIDECAR_SUFFIX).read_text().split()[0].lower()
+            recorded = path.with_name(path.name + rd.SIDECAR_SUFFIX).read_text().split()[0].lower()
             if recorded == sha256_file(path):
                 return path
     return None

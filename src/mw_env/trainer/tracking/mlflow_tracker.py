@@ -27,14 +27,8 @@ from urllib.parse import urlparse
 
 from mw_env.base.atomic import write_json_atomic
 from mw_env.base.errors import MwEnvError
-from mw_env.rundir.contract import (
-    MANIFEST,
-    METRICS_FILE,
-    MLFLOW_RUN_FILE,
-    MLRUNS_DIR,
-    REPORT_DIR,
-    sha256_file,
-)
+from mw_env.rundir.contract import MANIFEST, METRICS_FILE, MLRUNS_DIR, REPORT_DIR, sha256_file
+from mw_env.rundir.contract import MLFLOW_RUN_FILE as RUN_FILE
 from mw_env.trainer.tracking.values import flatten, metric_values
 from mw_env.trainspec.extras import bootstrap_hint
 
@@ -123,7 +117,7 @@ class MLflowTracker:
                 for i in range(0, len(params), 100):
                     self.client.log_batch(self.run_id, params=params[i : i + 100])
                 write_json_atomic(
-                    self.run_dir / MLFLOW_RUN_FILE,
+                    self.run_dir / RUN_FILE,
                     {"tracking_uri": self.uri, "experiment_id": self.experiment_id, "run_id": self.run_id},
                 )
         except MwEnvError:
@@ -141,7 +135,7 @@ class MLflowTracker:
         if not (metrics.is_file() and metrics.stat().st_size > 0):
             return None  # nothing logged in this folder yet (a new run, or --fresh moved it aside)
         try:
-            saved = json.loads((self.run_dir / MLFLOW_RUN_FILE).read_text(encoding="utf-8"))
+            saved = json.loads((self.run_dir / RUN_FILE).read_text(encoding="utf-8"))
             if saved.get("tracking_uri") != self.uri:
                 return None  # tracked elsewhere before: a new run in this store
             run_id = str(saved["run_id"])
@@ -202,11 +196,11 @@ def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha2
     """
     run_dir = Path(run_dir).resolve()
     try:
-        saved = json.loads((run_dir / MLFLOW_RUN_FILE).read_text(encoding="utf-8"))
+        saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
         if not isinstance(saved, dict):
-            raise ValueError(MLFLOW_RUN_FILE)
+            raise ValueError(RUN_FILE)
     except (OSError, ValueError, RecursionError):
-        return f"mw-env: no {MLFLOW_RUN_FILE} in {run_dir}: the report was not logged to MLflow"
+        return f"mw-env: no {RUN_FILE} in {run_dir}: the report was not logged to MLflow"
     try:
         from mlflow.tracking import MlflowClient
 

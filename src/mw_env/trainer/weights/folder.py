@@ -20,18 +20,8 @@ from typing import TYPE_CHECKING
 from mw_env.base.atomic import atomic_dir, sweep_stale_dirs
 from mw_env.base.errors import StepFailed, os_error_in, os_words
 from mw_env.base.shellquote import sh
-from mw_env.rundir.contract import (
-    CHECKPOINT_SUFFIX,
-    CONFIG_FILE,
-    ENCODER_FILE,
-    MODEL_FILE,
-    MODELING_FILE,
-    STEP_FOLDER_GLOB,
-    TOKENIZER_FILE,
-    sha256_file,
-    step_folder_name,
-    weights_dir,
-)
+from mw_env.rundir import contract as rd
+from mw_env.rundir.contract import CONFIG_FILE, ENCODER_FILE, MODEL_FILE, MODELING_FILE, TOKENIZER_FILE
 
 if TYPE_CHECKING:
     import torch
@@ -110,7 +100,7 @@ def write_weights(
             (tmp / TOKENIZER_FILE).write_bytes(bytes(tokenizer.proto))
             files.append(TOKENIZER_FILE)
         meta = describe(config=config, tokenizer=tokenizer, labels=labels, step=step, source=source)
-        meta["sha256"] = {name: sha256_file(tmp / name) for name in files}
+        meta["sha256"] = {name: rd.sha256_file(tmp / name) for name in files}
         (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         hold("weights")  # the fault harness: a kill here leaves every file written but the folder uncommitted
     return folder
@@ -121,7 +111,7 @@ def source_of(run_dir: Path | None, checkpoint: Path, config: TrainConfig) -> di
     from mw_env.trainer.ckpt.checkpoint import sidecar_path
 
     side = sidecar_path(checkpoint)
-    digest = side.read_text(encoding="utf-8").split()[0] if side.is_file() else sha256_file(checkpoint)
+    digest = side.read_text(encoding="utf-8").split()[0] if side.is_file() else rd.sha256_file(checkpoint)
     return {
         "run": str(run_dir) if run_dir else None,
         "checkpoint": str(checkpoint),
@@ -149,7 +139,7 @@ def write_run_weights(
     from mw_env.trainer.ckpt.checkpoint import list_checkpoints
 
     source = source_of(run_dir, checkpoint, config)
-    folder = weights_dir(run_dir) / step_folder_name(step)
+    folder = rd.weights_dir(run_dir) / rd.step_folder_name(step)
     try:
         write_weights(
             folder,
@@ -161,8 +151,8 @@ def write_run_weights(
             source=source,
         )
         if every:
-            kept = {p.name.removesuffix(CHECKPOINT_SUFFIX) for p in list_checkpoints(checkpoint.parent)}
-            for old in weights_dir(run_dir).glob(STEP_FOLDER_GLOB):
+            kept = {p.name.removesuffix(rd.CHECKPOINT_SUFFIX) for p in list_checkpoints(checkpoint.parent)}
+            for old in rd.weights_dir(run_dir).glob(rd.STEP_FOLDER_GLOB):
                 if old.is_dir() and old.name not in kept:
                     shutil.rmtree(old, ignore_errors=True)
     except (OSError, RuntimeError) as exc:
