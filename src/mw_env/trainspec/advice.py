@@ -10,8 +10,8 @@ from typing import Any
 
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.schedule import lr_factor
+from mw_env.trainspec.schema import SETTINGS, keys_that, value_of
 
-SCHEDULE_KEYS = ("lr", "schedule", "warmup_steps", "min_lr_ratio")
 BIG_ON_CPU = 10_000_000  # parameters: the 30M address tagger takes minutes a step on a CPU
 CPU_ETA_WARN_S = 6 * 3600.0
 
@@ -40,18 +40,15 @@ def resume_warnings(old: dict[str, Any], config: TrainConfig, step: int) -> list
         before = config_from_dict(old)
     except Exception:  # an older checkpoint's config: nothing to compare against
         return []
-    o_old, o_new = before.optim, config.optim
     changed = [
-        f"optim.{k} {getattr(o_old, k)} -> {getattr(o_new, k)}"
-        for k in SCHEDULE_KEYS
-        if getattr(o_old, k) != getattr(o_new, k)
+        f"{k} {value_of(before, k)} -> {value_of(config, k)}"
+        for k in keys_that("schedule")
+        if value_of(before, k) != value_of(config, k)
     ]
-    if before.runtime.max_steps != config.runtime.max_steps:
-        changed.append(f"runtime.max_steps {before.runtime.max_steps} -> {config.runtime.max_steps}")
     if not changed:
         return []
-    lr_then = o_old.lr * lr_factor(step, o_old, before.runtime.max_steps)
-    lr_now = o_new.lr * lr_factor(step, o_new, config.runtime.max_steps)
+    lr_then = before.optim.lr * lr_factor(step, before.optim, before.runtime.max_steps)
+    lr_now = config.optim.lr * lr_factor(step, config.optim, config.runtime.max_steps)
     return [
         f"the schedule changed since the checkpoint at step {step} ({'; '.join(changed)}): the learning rate "
         f"for step {step + 1} is {lr_now:.3g} where the old schedule had {lr_then:.3g}; to keep the old "
@@ -74,27 +71,11 @@ def cpu_warning(*, device: str, parameters: int, step_s: float, steps_left: int)
     )
 
 
-SYNTHETIC_ONLY = ("synthetic_rows", "synthetic_val_rows", "countries", "noise")
-FILES_ONLY = (
-    "train_files",
-    "sources",
-    "val_files",
-    "val_fraction",
-    "tokens_column",
-    "tags_column",
-    "labels",
-    "unknown_tags",
-    "allow_changed_corpus",
-    "hash_shards",
-)
-
-
 def inapplicable(config: TrainConfig) -> set[str]:
     """Keys (`data.noise`) that do nothing for this config: a files corpus's report does not list the
     synthetic generator's settings, nor a synthetic run the shard settings."""
     d = config.data
-    keys = SYNTHETIC_ONLY if d.source == "files" else FILES_ONLY
-    out = {f"data.{k}" for k in keys}
+    out = {s.key for s in SETTINGS if s.applies not in (None, d.source)}
     if d.tokenizer != "sentencepiece":
         out.add("data.spm_model")
     return out

@@ -17,15 +17,8 @@ from mw_env.base.errors import InputError
 from mw_env.trainspec.configfile import CONFIGS_DIR, config_chain, shipped_configs
 from mw_env.trainspec.schema import (  # re-exported: the config's types are part of this module's API
     ARCHITECTURE_KEYS,
-    DIST_BACKENDS,
-    PRECISIONS,
     PROFILE_KEYS,
-    SCHEDULES,
-    SDPA_BACKENDS,
     SECTIONS,
-    SOURCES,
-    TOKENIZERS,
-    TRACKING,
     DataConfig,
     DistConfig,
     ModelConfig,
@@ -34,21 +27,15 @@ from mw_env.trainspec.schema import (  # re-exported: the config's types are par
     RuntimeConfig,
     TrainConfig,
     all_keys,
+    value_of,
 )
 from mw_env.trainspec.validate import validate
 
 __all__ = [
     "ARCHITECTURE_KEYS",
     "CONFIGS_DIR",
-    "DIST_BACKENDS",
-    "PRECISIONS",
     "PROFILE_KEYS",
-    "SCHEDULES",
-    "SDPA_BACKENDS",
     "SECTIONS",
-    "SOURCES",
-    "TOKENIZERS",
-    "TRACKING",
     "DataConfig",
     "DistConfig",
     "ModelConfig",
@@ -247,14 +234,10 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
 
 def architecture_diff(old: TrainConfig, new: TrainConfig) -> list[str]:
     """Keys in ARCHITECTURE_KEYS whose values differ: `key: old -> new`."""
-    a, b = old.to_dict(), new.to_dict()
     out = []
     for key in ARCHITECTURE_KEYS:
-        section, _, name = key.partition(".")
-        if key == "model.words":  # "auto" and what it resolves to build the same model
-            if old.word_features != new.word_features:
-                out.append(f"{key}: {a[section][name]!r} -> {b[section][name]!r}")
-            continue
-        if a[section][name] != b[section][name]:
-            out.append(f"{key}: {a[section][name]!r} -> {b[section][name]!r}")
+        before, after = value_of(old, key), value_of(new, key)
+        # model.words: "auto" and what it resolves to build the same model
+        if old.word_features != new.word_features if key == "model.words" else before != after:
+            out.append(f"{key}: {before!r} -> {after!r}")
     return out

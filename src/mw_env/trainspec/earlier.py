@@ -72,18 +72,6 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _synthetic_now(config: TrainConfig) -> dict[str, object]:
-    """The synthetic corpus's settings as the data card's source records them."""
-    d = config.data
-    return {
-        "seed": d.seed,
-        "rows": d.synthetic_rows,
-        "val_rows": d.synthetic_val_rows,
-        "countries": list(d.countries),
-        "noise": d.noise,
-    }
-
-
 def data_changes(card: Mapping[str, object], config: TrainConfig, base: Path) -> list[str]:
     """How this config's training data differs from what the run of `card` (its data_card.json) read: the
     synthetic corpus's settings, or each shard by path and size (the files the globs match now)."""
@@ -95,7 +83,7 @@ def data_changes(card: Mapping[str, object], config: TrainConfig, base: Path) ->
     if config.data.source == "synthetic":
         if was_synthetic is None:
             return ["the earlier run read files, this config generates the synthetic corpus"]
-        now = _synthetic_now(config)
+        now = config.data.generator()
         return [
             f"synthetic {k}: {was_synthetic.get(k)!r} -> {v!r}"
             for k, v in now.items()

@@ -1,5 +1,12 @@
 """The trainer config's types: frozen dataclasses, one per section, and the allowed values (torch-free, a leaf:
-config resolution and validation both import it)."""
+config resolution and validation both import it).
+
+Each setting is declared once, on its field (`setting(...)`): its range, the corpus kind it applies to, what
+a change of it changes, its name in the corpus's order record and the profile key that sets it. validate's
+ranges, advice's lists, ARCHITECTURE_KEYS, PROFILE_KEYS and the corpus's order record are derived from these
+declarations (docs/training.md "To add a setting"; tests/trainer/test_settings_declared.py proves the order
+and architecture declarations by changing each setting and reading the rows).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +15,11 @@ import hashlib
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
-# The allowed values live in the types; the tuples are derived from them (one source for the reader,
-# validate() and the docs).
+T = TypeVar("T")
+
+# The allowed values live in the types (validate derives its checks from them; tuples with get_args).
 Schedule = Literal["cosine", "linear", "noam", "constant"]
 PrecisionChoice = Literal["auto", "fp32", "bf16", "fp16"]
 SdpaChoice = Literal["auto", "math", "flash", "efficient"]
@@ -28,34 +36,56 @@ F1Mode = Literal["conlleval", "strict"]
 # Which checkpoints also write a portable weights folder (trainer/weights/): the run's last one, every one, none.
 PortableWeights = Literal["final", "every", "none"]
 
-SCHEDULES: tuple[str, ...] = get_args(Schedule)
-PRECISIONS: tuple[str, ...] = get_args(PrecisionChoice)
-SDPA_BACKENDS: tuple[str, ...] = get_args(SdpaChoice)
-TRACKING: tuple[str, ...] = get_args(Tracking)
-TOKENIZERS: tuple[str, ...] = get_args(TokenizerKind)
-UNKNOWN_TAGS: tuple[str, ...] = get_args(UnknownTags)
-SOURCES: tuple[str, ...] = get_args(DataSource)
-DIST_BACKENDS: tuple[str, ...] = get_args(DistBackend)
-WORD_FEATURES: tuple[str, ...] = get_args(WordFeatureChoice)
 DECODE_MODES: tuple[DecodeChoice, ...] = get_args(DecodeChoice)
-ATTEND_CHOICES: tuple[str, ...] = get_args(AttendChoice)
 F1_MODES: tuple[F1Mode, ...] = get_args(F1Mode)
-PORTABLE_WEIGHTS: tuple[str, ...] = get_args(PortableWeights)
+
+# Checkpoint files are named step-XXXXXXXXX.pt (nine digits): a longer run could not be listed or resumed.
+MAX_STEPS = 999_999_999
+# Seeds: the dropout seed of a step is seed * 1_000_003 + step * world + rank (runtime.step_seed), and
+# torch.manual_seed takes at most 2**64 - 1; 2**40 leaves room for any step and world size.
+MAX_SEED = 2**40
+INT32_MAX = 2**31 - 1
+
+# What changing a setting changes. "architecture": what the checkpoint's tensors mean, or which rows a step
+# sees (the seeds): a resume with another value is refused (ARCHITECTURE_KEYS). "schedule": the learning rate
+# of a step; a resume with another value is warned about (advice.resume_warnings).
+Changes = Literal["architecture", "schedule"]
+
+
+def setting(
+    default: T,
+    *,
+    bounds: tuple[int, int] | str | None = None,
+    applies: DataSource | None = None,
+    changes: Changes | None = None,
+    order: str | None = None,
+    profile: str | None = None,
+) -> T:
+    """A config field and its declaration. `bounds`: an int's (lowest, highest), or a float's interval
+    ("[0, 1)": a bracket includes its end, a parenthesis excludes it; NaN and infinities never pass), checked
+    by validate. `applies`: the one corpus kind the setting does anything for (reports leave it out for the
+    other). `order`: its name in the corpus's order record (part of every checkpoint, so a name once given
+    stays): a resume with another value is a changed corpus. `profile`: the key of a profile's trainer
+    defaults that sets it."""
+    meta = {"bounds": bounds, "applies": applies, "changes": changes, "order": order, "profile": profile}
+    return field(default=default, metadata={k: v for k, v in meta.items() if v is not None})
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    d_ff: int = 1024
-    dropout: float = 0.1
-    max_len: int = 128  # tokens per sequence (bytes for the byte tokenizer); longer rows are truncated
+    d_model: int = setting(256, bounds=(1, 65_536), changes="architecture")
+    n_layers: int = setting(4, bounds=(1, 1_024), changes="architecture")
+    n_heads: int = setting(4, bounds=(1, 1_024), changes="architecture")
+    d_ff: int = setting(1024, bounds=(1, 1_048_576), changes="architecture")
+    dropout: float = setting(0.1, bounds="[0, 1)")
+    # tokens per sequence (bytes for the byte tokenizer); longer rows are truncated
+    max_len: int = setting(128, bounds=(8, 1_048_576), changes="architecture")
     # Words as well as bytes (trainer/network.py WordFeatures): "ngrams" adds a vector per word (hashed character n-grams,
     # shape, length) to its bytes; "auto" = ngrams with the byte tokenizer, none with SentencePiece (its
     # pieces are already word pieces). Checkpoints written before this key are models without it ("none").
-    words: WordFeatureChoice = "auto"
-    word_buckets: int = 16384  # rows of the hashed n-gram table (x d_model parameters)
+    words: WordFeatureChoice = setting("auto", changes="architecture")
+    # rows of the hashed n-gram table (x d_model parameters)
+    word_buckets: int = setting(16384, bounds=(1, 16_777_216), changes="architecture")
     # Start from trained weights instead of random ones (a fine-tune): a portable weights folder or a run folder
     # (trainer/weights/initfrom.py). Read at step 0 only; a resume continues from its checkpoint.
     init_from: str = ""
@@ -66,7 +96,7 @@ class ModelConfig:
     # What the transformer blocks attend over (trainer/model.py): "bytes" = every byte position; "words" =
     # each word's bytes pooled into one vector first, then the blocks over word positions (~6x fewer for
     # addresses). Checkpoints written before this key are byte models ("bytes", the default).
-    attend: AttendChoice = "bytes"
+    attend: AttendChoice = setting("bytes", changes="architecture")
 
 
 @dataclass(frozen=True)
@@ -80,32 +110,41 @@ class WeightedSource:
 
 @dataclass(frozen=True)
 class DataConfig:
-    source: DataSource = "synthetic"
-    train_files: tuple[str, ...] = ()  # JSONL / Parquet shards (globs allowed) with tokens + tags
+    source: DataSource = setting("synthetic", changes="architecture")
+    # JSONL / Parquet shards (globs allowed) with tokens + tags
+    train_files: tuple[str, ...] = setting((), applies="files")
     # Instead of train_files: several globs, each with a weight (mixed row by row in those proportions).
-    sources: tuple[WeightedSource, ...] = ()
-    val_files: tuple[str, ...] = ()  # explicit validation shards; else val_fraction of train rows
-    val_fraction: float = 0.05
-    synthetic_rows: int = 20000
-    synthetic_val_rows: int = 500
-    countries: tuple[str, ...] = ("US", "GB", "DE", "FR", "NL", "AU", "CA")
-    noise: float = 0.15  # probability of each noise kind per synthetic row
-    seed: int = 1234  # data generation and split seed (order is runtime.seed's)
-    tokenizer: TokenizerKind = "byte"
+    sources: tuple[WeightedSource, ...] = setting((), applies="files")
+    # explicit validation shards; else val_fraction of train rows
+    val_files: tuple[str, ...] = setting((), applies="files")
+    val_fraction: float = setting(0.05, bounds="[0, 1)", applies="files", order="val_fraction")
+    synthetic_rows: int = setting(20000, bounds=(1, 100_000_000), applies="synthetic")
+    synthetic_val_rows: int = setting(500, bounds=(1, 10_000_000), applies="synthetic")
+    countries: tuple[str, ...] = setting(("US", "GB", "DE", "FR", "NL", "AU", "CA"), applies="synthetic")
+    # probability of each noise kind per synthetic row
+    noise: float = setting(0.15, bounds="[0, 1]", applies="synthetic")
+    # data generation and split seed (order is runtime.seed's)
+    seed: int = setting(1234, bounds=(0, MAX_SEED), changes="architecture", order="data_seed")
+    tokenizer: TokenizerKind = setting("byte", changes="architecture")
     spm_model: str | None = None  # SentencePiece .model file for tokenizer: sentencepiece
-    tokens_column: str = "tokens"  # files: the list<string> column (JSONL: key) of words
-    tags_column: str = "tags"  # files: the list<string> column (JSONL: key) of BIO tags, one per word
-    labels: tuple[
-        str, ...
-    ] = ()  # files: the label set; empty = discovered from each shard's first 4,096 rows
-    unknown_tags: UnknownTags = (
-        "error"  # a tag outside the label set: "error" | "ignore" (word kept, not a target)
-    )
-    shuffle_rows: int = 65536  # files: rows shuffled together (a window); memory ~2 windows encoded per rank
-    prefetch_steps: int = 4  # steps of batches the background reader prepares ahead
-    workers: int = -1  # files: encoder processes per rank; -1 = cores per rank - 1 (LOCAL_WORLD_SIZE)
-    allow_changed_corpus: bool = False  # resume even though the shards or the data order changed
-    hash_shards: bool = False  # files: full-file sha256 of each shard, once, in the background (data card)
+    # files: the list<string> column (JSONL: key) of words
+    tokens_column: str = setting("tokens", applies="files", order="tokens_column")
+    # files: the list<string> column (JSONL: key) of BIO tags, one per word
+    tags_column: str = setting("tags", applies="files", order="tags_column")
+    # files: the label set; empty = discovered from each shard's first 4,096 rows
+    labels: tuple[str, ...] = setting((), applies="files")
+    # a tag outside the label set: "error" | "ignore" (word kept, not a target)
+    unknown_tags: UnknownTags = setting("error", applies="files")
+    # files: rows shuffled together (a window); memory ~2 windows encoded per rank
+    shuffle_rows: int = setting(65536, bounds=(1, 1 << 28), order="shuffle_rows")
+    # steps of batches the background reader prepares ahead
+    prefetch_steps: int = setting(4, bounds=(1, 1_024))
+    # files: encoder processes per rank; -1 = cores per rank - 1 (LOCAL_WORLD_SIZE)
+    workers: int = setting(-1, bounds=(-1, 256))
+    # resume even though the shards or the data order changed
+    allow_changed_corpus: bool = setting(False, applies="files")
+    # files: full-file sha256 of each shard, once, in the background (data card)
+    hash_shards: bool = setting(False, applies="files")
 
     def train_globs(self) -> list[tuple[str, tuple[str, ...]]]:
         """(the key that names them, the globs) of each training source: data.sources[i].files, or
@@ -114,21 +153,32 @@ class DataConfig:
             return [(f"data.sources[{i}].files", s.files) for i, s in enumerate(self.sources)]
         return [("data.train_files", self.train_files)]
 
+    def generator(self) -> dict[str, object]:
+        """The synthetic corpus's settings as its identity records them (the data card, a resume's check)."""
+        return {
+            "seed": self.seed,
+            "rows": self.synthetic_rows,
+            "val_rows": self.synthetic_val_rows,
+            "countries": list(self.countries),
+            "noise": self.noise,
+        }
+
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = 3e-4
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.98
-    eps: float = 1e-8
-    batch_size: int = 32  # rows per micro-batch per process
-    accumulation_steps: int = 1
-    grad_clip: float = 1.0  # 0 = off
-    label_smoothing: float = 0.1
-    schedule: Schedule = "cosine"  # after warmup
-    warmup_steps: int = 100
-    min_lr_ratio: float = 0.1  # floor of the decay, as a fraction of lr
+    lr: float = setting(3e-4, bounds="(0, 10]", changes="schedule")
+    weight_decay: float = setting(0.01, bounds="[0, 100]")
+    beta1: float = setting(0.9, bounds="[0, 1)")
+    beta2: float = setting(0.98, bounds="[0, 1)")
+    eps: float = setting(1e-8, bounds="(0, 1]")
+    batch_size: int = setting(32, bounds=(1, 1_048_576))  # rows per micro-batch per process
+    accumulation_steps: int = setting(1, bounds=(1, 65_536))
+    grad_clip: float = setting(1.0, bounds="[0, 1e9]")  # 0 = off
+    label_smoothing: float = setting(0.1, bounds="[0, 1)")
+    schedule: Schedule = setting("cosine", changes="schedule")  # after warmup
+    warmup_steps: int = setting(100, bounds=(0, MAX_STEPS), changes="schedule")
+    # floor of the decay, as a fraction of lr
+    min_lr_ratio: float = setting(0.1, bounds="[0, 1]", changes="schedule")
     # AdamW's fused kernel (one pass over every parameter, where torch has one for the device: CPU and CUDA)
     # instead of its loop over the parameters: on a CPU the loop's update of the hashed n-gram table
     # (model.words) was a quarter of a step. A resumed run keeps the implementation its checkpoint used.
@@ -136,35 +186,40 @@ class OptimConfig:
     # More weight for rare labels: each labelled word's loss times (its label's count in the micro-batch) to
     # the power -label_balance, rescaled so the weights sum to the batch's labelled words (the loss keeps
     # its scale). 0 = off; 0.5 = inverse square root of the frequency; 1 = inverse frequency.
-    label_balance: float = 0.0
+    label_balance: float = setting(0.0, bounds="[0, 1]")
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
     out_dir: str = "runs/train"
-    max_steps: int = 1000
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: PrecisionChoice = "auto"  # auto = bf16 where the device has native bf16, else fp32
-    sdpa_backend: SdpaChoice = "auto"
-    compile: bool = False
+    max_steps: int = setting(1000, bounds=(1, MAX_STEPS), changes="schedule")
+    seed: int = setting(0, bounds=(0, MAX_SEED), changes="architecture", order="runtime_seed")
+    device: str = setting("auto", profile="device")  # auto | cpu | cuda | cuda:N
+    # auto = bf16 where the device has native bf16, else fp32
+    precision: PrecisionChoice = setting("auto", profile="precision")
+    sdpa_backend: SdpaChoice = setting("auto", profile="sdpa_backend")
+    compile: bool = setting(False, profile="compile")
     deterministic: bool = True
-    threads: int = 0  # torch intra-op threads; 0 = torch's default
-    log_every: int = 10
-    eval_every: int = 100
-    eval_batches: int = 200  # per process, each evaluating its share of the split; 0 = the whole split
-    eval_samples: int = 3  # held-out addresses printed as tagged at each eval
-    checkpoint_every: int = 100
-    keep_last: int = 3
+    threads: int = setting(0, bounds=(0, 4_096))  # torch intra-op threads; 0 = torch's default (an int32)
+    log_every: int = setting(10, bounds=(1, MAX_STEPS))
+    eval_every: int = setting(100, bounds=(1, MAX_STEPS))
+    # per process, each evaluating its share of the split; 0 = the whole split
+    eval_batches: int = setting(200, bounds=(0, INT32_MAX))
+    eval_samples: int = setting(3, bounds=(0, 10_000))  # held-out addresses printed as tagged at each eval
+    checkpoint_every: int = setting(100, bounds=(1, MAX_STEPS))
+    keep_last: int = setting(3, bounds=(2, 100_000))  # >= 2: the newest may be mid-write
     # Portable weights (model.safetensors + config.json + tokenizer, loadable without mw-env) beside the run's
     # final checkpoint (the one at max_steps, an early stop or a stop), or beside every checkpoint, or none.
     portable_weights: PortableWeights = "final"
-    early_stop_patience: int = 0  # evaluations without improvement of entity F1; 0 = off
+    # evaluations without improvement of entity F1; 0 = off
+    early_stop_patience: int = setting(0, bounds=(0, INT32_MAX))
     # Which entity F1 the eval event's entity_f1, early stopping and the report use (both are logged):
     # "conlleval" (an I- that starts an entity counts as one) or "strict" (IOB2: only B- starts one).
     f1_mode: F1Mode = "conlleval"
-    early_stop_min_delta: float = 0.0
-    max_nonfinite: int = 5  # consecutive skipped (non-finite) steps before the run stops
+    # F1 is in [0, 1], so a delta above 1 means "never good enough": stop after the patience (tests use it).
+    early_stop_min_delta: float = setting(0.0, bounds="[0, 1e9]")
+    # consecutive skipped (non-finite) steps before the run stops
+    max_nonfinite: int = setting(5, bounds=(1, INT32_MAX))
     tracking: Tracking = "none"
     # MLflow only: a tracking URI (sqlite:///path/mlflow.db, http://server:5000, a folder). "" = the
     # MLFLOW_TRACKING_URI environment variable, else the run folder's own file store (<run>/mlruns).
@@ -174,7 +229,7 @@ class RuntimeConfig:
 @dataclass(frozen=True)
 class DistConfig:
     backend: DistBackend = "auto"  # auto = nccl (RCCL on ROCm) on GPUs, gloo on CPU
-    timeout_s: int = 1800
+    timeout_s: int = setting(1800, bounds=(1, 30 * 86_400))  # the process group's; a month is already absurd
 
 
 @dataclass(frozen=True)
@@ -206,32 +261,44 @@ SECTIONS: dict[str, type] = {
     "dist": DistConfig,
 }
 
-# Keys that change what the checkpoint's tensors mean or which rows a step sees; a resume with a
-# different value would silently train something else, so it is refused (other knobs may change).
-# optim.batch_size and optim.accumulation_steps may change: a resume keeps the run's global batch (its lanes and
-# their rows a step, recorded in the checkpoint: trainer/data/lanes.py) and only re-cuts it into micro-batches.
-ARCHITECTURE_KEYS = (
-    "model.d_model",
-    "model.n_layers",
-    "model.n_heads",
-    "model.d_ff",
-    "model.max_len",
-    "model.words",
-    "model.word_buckets",
-    "model.attend",
-    "data.source",
-    "data.tokenizer",
-    "data.seed",
-    "runtime.seed",
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting's declaration, as `setting(...)` gave it on its field."""
+
+    key: str  # "optim.lr"
+    bounds: tuple[int, int] | str | None = None
+    applies: DataSource | None = None
+    changes: Changes | None = None
+    order: str | None = None
+    profile: str | None = None
+
+
+SETTINGS: tuple[Setting, ...] = tuple(
+    Setting(f"{s}.{f.name}", **f.metadata) for s, cls in SECTIONS.items() for f in fields(cls)
 )
 
+
+def keys_that(changes: Changes) -> tuple[str, ...]:
+    return tuple(s.key for s in SETTINGS if s.changes == changes)
+
+
+# A resume with another value would silently train something else, so it is refused (other settings may
+# change). optim.batch_size and optim.accumulation_steps may change: a resume keeps the run's global batch (its
+# lanes and their rows a step, recorded in the checkpoint: trainer/data/lanes.py) and only re-cuts it.
+ARCHITECTURE_KEYS = keys_that("architecture")
 # Profile trainer defaults -> config keys.
-PROFILE_KEYS = {
-    "device": "runtime.device",
-    "precision": "runtime.precision",
-    "sdpa_backend": "runtime.sdpa_backend",
-    "compile": "runtime.compile",
-}
+PROFILE_KEYS = {s.profile: s.key for s in SETTINGS if s.profile}
+
+
+def value_of(config: TrainConfig, key: str) -> Any:
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name)
+
+
+def order_record(config: TrainConfig, kind: DataSource) -> dict[str, Any]:
+    """The settings that decide which rows a step reads, by their order-record names (the corpus adds its layout)."""
+    return {s.order: value_of(config, s.key) for s in SETTINGS if s.order and s.applies in (None, kind)}
 
 
 @dataclass(frozen=True)
@@ -263,4 +330,4 @@ def _plain(value: Any) -> Any:
 
 
 def all_keys() -> list[str]:
-    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)]
+    return [s.key for s in SETTINGS]

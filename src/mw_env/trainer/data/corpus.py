@@ -34,6 +34,7 @@ from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
 from mw_env.trainer.data.valsource import ValSource, val_batches
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.files import expand_files
+from mw_env.trainspec.schema import order_record
 from mw_env.trainspec.splitscan import UnitsRecord
 from mw_env.trainspec.synthetic import check_countries
 
@@ -233,25 +234,19 @@ def _assemble(o: _Opened, lanes: int, lane_rows: int) -> Corpus:
     config, data = o.config, o.config.data
     layout = Layout(lanes, lane_rows, o.world, config.optim.batch_size)
     layout.check()
-    order_key: dict[str, Any] = {
-        "runtime_seed": config.runtime.seed,
-        "data_seed": data.seed,
-        "lanes": lanes,
-        "lane_rows": lane_rows,
-        "shuffle_rows": data.shuffle_rows,
-    }
+    # The declared order settings (schema.setting's `order`) and the layout: a resume compares this record.
+    order_key = {**order_record(config, data.source), "lanes": lanes, "lane_rows": lane_rows}
     columns = _columns(config)
     if o.described is not None:
         return _assemble_synthetic(o, layout, order_key)
     split = split_files(config, o.train, o.val, o.source_of, lanes)
     plan, mixed = split.plan, split.weighted
-    if not o.val:
-        order_key["val_fraction"] = data.val_fraction
+    if o.val:  # named validation shards: no share is held out, whatever data.val_fraction says
+        del order_key["val_fraction"]
     if plan.ranges or plan.val:  # the units themselves (a whole-block corpus: the footers say them)
         order_key["units"] = plan.key()
     if mixed is not None:
         order_key["sources"] = mixed.order_key()
-    order_key.update({"tokens_column": columns[0], "tags_column": columns[1]})
     val_encoding = Encoding(
         PieceReader(split.val_from, split.val, columns), _encoder(o.tokenizer, o.labels, config), o.labels
     )

@@ -60,15 +60,7 @@ def synthetic_shards(config: TrainConfig, lanes: int) -> tuple[Shard, Shard, dic
     """The train and validation shards, and the train shard's description (its identity: the generator's
     settings)."""
     data = config.data
-    source: dict[str, object] = {
-        "kind": "synthetic",
-        "generator": "mw_env.trainspec.synthetic",
-        "seed": data.seed,
-        "rows": data.synthetic_rows,
-        "val_rows": data.synthetic_val_rows,
-        "countries": list(data.countries),
-        "noise": data.noise,
-    }
+    source = {"kind": "synthetic", "generator": "mw_env.trainspec.synthetic", **data.generator()}
     block_rows = synthetic_block_rows(data.synthetic_rows, lanes)
     train, val = (
         memory_shard(
