@@ -30,36 +30,33 @@ from .helpers import files_config, tiny_config, write_parquet_corpus
 STEPS = 3
 SMALL = ("data.synthetic_rows=48", "data.synthetic_val_rows=8", "optim.batch_size=4", "data.shuffle_rows=24")
 
-# Values the generic perturbation cannot find (lists, paths, pairs of keys); `corpus` is the files corpus folder.
-Change = Callable[[TrainConfig, Path], TrainConfig]
-
-
-def _data(**kw: Any) -> Change:
-    return lambda c, _corpus: dataclasses.replace(c, data=dataclasses.replace(c.data, **kw))
-
-
-EXPLICIT: dict[str, Change] = {
-    "data.train_files": lambda c, corpus: _data(train_files=(str(corpus / "shard-00.parquet"),))(c, corpus),
-    "data.sources": lambda c, corpus: _data(
-        train_files=(),
-        sources=(
-            WeightedSource(files=(str(corpus / "shard-00.parquet"),), weight=1.0, name="a"),
-            WeightedSource(files=(str(corpus / "shard-01.parquet"),), weight=3.0, name="b"),
+# Values the generic perturbation cannot find (lists, paths, pairs of keys), from the files corpus's folder.
+EXPLICIT: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "data.train_files": lambda corpus: {"data.train_files": (str(corpus / "shard-00.parquet"),)},
+    "data.sources": lambda corpus: {
+        "data.train_files": (),
+        "data.sources": tuple(
+            WeightedSource(files=(str(corpus / f"shard-0{k}.parquet"),), weight=1.0 + 2 * k, name=f"s{k}")
+            for k in (0, 1)
         ),
-    )(c, corpus),
-    "data.val_files": lambda c, corpus: _data(val_files=(str(corpus.parent / "val" / "shard-00.parquet"),))(
-        c, corpus
-    ),
-    "data.labels": _data(labels=tuple(reversed(BUNDLED.names))),
-    "data.countries": _data(countries=("US",)),
-    "data.spm_model": _data(spm_model="tokenizer.model"),
-    "runtime.device": lambda c, _corpus: dataclasses.replace(
-        c, runtime=dataclasses.replace(c.runtime, device="cpu")
-    ),
-    "model.words": lambda c, _corpus: dataclasses.replace(
-        c, model=dataclasses.replace(c.model, words="none")
-    ),
+    },
+    "data.val_files": lambda corpus: {"data.val_files": (str(corpus.parent / "val" / "shard-00.parquet"),)},
+    "data.labels": lambda _: {"data.labels": tuple(reversed(BUNDLED.names))},
+    "data.countries": lambda _: {"data.countries": ("US",)},
+    "data.spm_model": lambda _: {"data.spm_model": "tokenizer.model"},
+    "runtime.device": lambda _: {"runtime.device": "cpu"},
+    "model.words": lambda _: {"model.words": "none"},  # "ngrams" is what "auto" builds with bytes
 }
+
+
+def _replace(config: TrainConfig, values: dict[str, Any]) -> TrainConfig:
+    for key, value in values.items():
+        section, _, name = key.partition(".")
+        part = dataclasses.replace(getattr(config, section), **{name: value})
+        config = dataclasses.replace(config, **{section: part})
+    return config
+
+
 # Settings no change of which opens a corpus here, and why that is fine.
 UNCHANGEABLE = {
     "data.tokenizer": "sentencepiece needs a trained model file; declared architecture (refused on a resume)",
@@ -86,14 +83,9 @@ def _candidates(key: str, value: Any) -> list[Any]:
 
 def _changed(config: TrainConfig, key: str, corpus: Path) -> TrainConfig | None:
     if key in EXPLICIT:
-        options = [EXPLICIT[key](config, corpus)]
+        options = [_replace(config, EXPLICIT[key](corpus))]
     else:
-        section, _, name = key.partition(".")
-        part = getattr(config, section)
-        options = [
-            dataclasses.replace(config, **{section: dataclasses.replace(part, **{name: v})})
-            for v in _candidates(key, value_of(config, key))
-        ]
+        options = [_replace(config, {key: v}) for v in _candidates(key, value_of(config, key))]
     for option in options:
         try:
             validate(option)
