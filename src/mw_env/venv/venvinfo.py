@@ -7,8 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
-from mw_env.base.shellquote import sh
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.sources.pythons import read_project_meta
 from mw_env.venv import damage
 
