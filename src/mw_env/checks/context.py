@@ -80,6 +80,7 @@ class DoctorContext:
     record: VenvRecord | None = None
     record_error: str | None = None
     run_env: dict[str, str] | None = None  # the environment training runs with, when the caller knows it
+    hash_files: bool = False  # every installed file's sha256 against its RECORD (`doctor -v`), not only sizes
     _static: Background[ProbeResult] | None = field(default=None, repr=False)
     _probe: Background[ProbeResult] | None = field(default=None, repr=False)
     # The full probe's stages as it reports them, and when it started (how far it got, if it never returns).

@@ -21,6 +21,7 @@ from mw_env.checks import (
     device,
     devices,
     disk,
+    files,
     ipc,
     messages,
     network,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from mw_env.venv.record import VenvRecord
 
 AreaFn = Callable[[DoctorContext], list[CheckResult]]
+FILES_TIMEOUT = 180.0  # the installed files read (and with -v hashed): a ROCm torch is 5.7 GB
 Needs = Literal["", "static", "probe"]
 
 
@@ -56,6 +58,7 @@ class Area:
     title: str
     check: AreaFn
     needs: Needs = ""
+    limit_s: float | None = None  # its own deadline, where its work is neither a probe's nor a quick read
 
 
 # The doctor's areas, in report order: the first failure explains the later ones (no device node -> no GPU
@@ -63,6 +66,8 @@ class Area:
 AREAS: tuple[Area, ...] = (
     Area(devices.AREA, "Device nodes", devices.check_devices),
     Area(venv.AREA, "Training venv", venv.check_venv, "static"),
+    # Hashing every file of a ROCm torch (`-v`) is ~15 s of CPU on an idle machine (bench/bench_integrity.py).
+    Area(files.AREA, "Installed files", files.check_files, limit_s=FILES_TIMEOUT),
     Area(torch_build.AREA, "PyTorch build", torch_build.check_torch, "probe"),
     Area(versions.AREA, "Runtime versions", versions.check_versions, "probe"),
     Area(arch.AREA, "GPU architecture", arch.check_arch, "probe"),
@@ -100,6 +105,7 @@ def run_doctor(
     check_timeout: float = CHECK_TIMEOUT,
     run_env: Mapping[str, str] | None = None,
     record: RecordRead | None = None,
+    hash_files: bool = False,
 ) -> DoctorReport:
     """Check the machine, the venv and its torch against the selection; never raises for a finding.
 
@@ -107,7 +113,8 @@ def run_doctor(
     process's environment with the venv's env file (mw-env.env) on top, as `source bin/activate` gives.
     `network` None checks the torch index host only in a full run on the real machine (a quick pre-flight
     must not wait on a broken DNS; a fake root has no network of its own). `record` is the venv record as
-    the caller already read it (`read_venv_record`), so a command reads it once.
+    the caller already read it (`read_venv_record`), so a command reads it once. `hash_files` hashes every
+    installed file against its RECORD (seconds for a torch: `doctor -v`), not only those changed since unpacked.
     """
     start = time.monotonic()
     venv = Path(venv).expanduser().absolute()
@@ -135,6 +142,7 @@ def run_doctor(
         record=venv_record,
         record_error=record_error,
         run_env=dict(run_env) if run_env is not None else None,
+        hash_files=hash_files,
     )
     try:
         return _run(ctx, start=start, quick=quick, probe_timeout=probe_timeout, check_timeout=check_timeout)
@@ -157,7 +165,9 @@ def _run(
         needs = area.needs
         # Every area started at `start`; deadlines count from there, so timeouts do not add up.
         # The static inspection and the probe run side by side, so waiting on the probe covers both.
-        if needs == "probe" and not quick:
+        if area.limit_s is not None:
+            limit = area.limit_s
+        elif needs == "probe" and not quick:
             limit = max(probe_timeout + 5, STATIC_TIMEOUT) + 2
         elif needs:
             limit = STATIC_TIMEOUT + 2

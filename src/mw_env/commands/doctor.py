@@ -272,7 +272,10 @@ def _explain(
 )
 @json_option
 @click.option(
-    "-v", "--verbose", is_flag=True, help="Details of passing checks, harmless messages, per-check timings."
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Details of passing checks, harmless messages, per-check timings; every installed file's sha256 checked.",
 )
 @click.option(
     "--quick",
@@ -347,6 +350,7 @@ def doctor(
             hardware=resolved.hardware,
             network=False if offline else None,
             record=record,
+            hash_files=verbose,
         )
     except MwEnvError as exc:
         exc.exit_code = EXIT_USAGE  # the doctor itself could not run
