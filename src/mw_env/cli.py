@@ -16,7 +16,15 @@ import sys
 import click
 
 from mw_env import __version__
-from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, MwEnvError, os_error_in, os_fault
+from mw_env.base.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    MwEnvError,
+    cwd_gone,
+    os_error_in,
+    os_fault,
+)
 from mw_env.base.textsafe import safe_message
 
 # name -> (module, attribute, one-line help). Order is the order of `mw-env --help`.
@@ -182,7 +190,7 @@ def _run(argv: list[str] | None) -> int:
             raise
         # The net under every command: a fault of the machine or of a path (a full disk, EIO, a name too
         # long) that no narrower handler caught is still one sentence with the documented exit code.
-        err = os_fault(cause, "use")
+        err = cwd_gone(cause) or os_fault(cause, "use")
         click.echo(f"error: {safe_message(err.message)}", err=True)
         click.echo(f"hint: {safe_message(err.hint)}", err=True)
         return err.exit_code

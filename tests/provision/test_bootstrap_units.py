@@ -406,6 +406,6 @@ def test_a_full_disk_while_writing_is_a_clear_step_failure(tmp_path, hermetic_en
     monkeypatch.setitem(table.BY_ID, "env", replace(table.ENV, action=no_space))
     result = ex.execute(_demo_plan(tmp_path, hermetic_env, indexes))
     assert not result.ok and result.failed_step == "env"
-    assert "No space left on device" in result.error.message and "mw-env.env" in result.error.message
-    assert "disk is full" in result.error.hint
+    assert "cannot write" in result.error.message and "mw-env.env: the disk is full" in result.error.message
+    assert "free space" in result.error.hint
     assert (tmp_path / "venv" / "bin" / "python").exists()  # everything before the failure is kept

@@ -87,7 +87,7 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, uv_bin, uv_cache, indexes) -> World:
+def world(tmp_path_factory, uv_bin, indexes) -> World:
     base = tmp_path_factory.mktemp("converge")
     # The "PyPI": the trap CUDA torch 2.9.1, a torch 2.11.0, `addon` 2.0 (needs torch>=2.11) and 1.0 (any
     # torch>=2.0), and the demo project's helper.
@@ -107,7 +107,7 @@ def world(tmp_path_factory, uv_bin, uv_cache, indexes) -> World:
         "HOME": str(home),
         "XDG_CONFIG_DIRS": str(base / "xdg"),
         "UV": uv_bin,
-        "UV_CACHE_DIR": str(uv_cache),
+        "UV_CACHE_DIR": str(base / "uv-cache"),  # its own: a case edits a file of the cache
         "UV_NO_CONFIG": "1",
         "UV_PYTHON_DOWNLOADS": "never",
         "UV_DEFAULT_INDEX": pypi,
@@ -132,6 +132,16 @@ def _drift(w: World) -> None:
     w.uv("pip", "uninstall", "demo-helper")  # ...a package gone since the lock is
 
 
+def _site_file(w: World, rel: str) -> Path:
+    (site,) = (w.venv / "lib").glob("python3*/site-packages")
+    return site / rel
+
+
+def _edit_torch_in_place(w: World) -> None:
+    with open(_site_file(w, "torch/version.py"), "a") as fh:  # the world's own uv cache holds this inode too
+        fh.write("hip = '6.4'  # edited in place\n")
+
+
 # fix (catalogue id, or the check's own text) -> (the check that reports it, how to break the venv, which
 # of the fix's backticked mw-env commands to run: its position among them).
 CASES: dict[str, tuple[str, object, int]] = {
@@ -147,6 +157,12 @@ CASES: dict[str, tuple[str, object, int]] = {
     "venv.lock (none)": ("venv.lock", lambda w: (w.venv / "pylock.mw-env.toml").unlink(), 0),
     "torch.missing": ("torch.build", lambda w: w.uv("pip", "uninstall", "torch"), 0),
     "torch.swapped": ("torch.installed", lambda w: w.uv("pip", "install", "--no-deps", "torch==2.9.1"), 0),
+    "files.damaged (a file deleted)": (
+        "files.record",
+        lambda w: _site_file(w, "demo_helper/__init__.py").unlink(),
+        0,
+    ),
+    "files.damaged (torch edited in place, in uv's cache too)": ("files.record", _edit_torch_in_place, 0),
 }
 
 

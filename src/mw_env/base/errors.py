@@ -119,3 +119,26 @@ def os_words(exc: OSError) -> str:
     """What an OSError means, in words ("the disk is full", "an I/O error (…)")."""
     words = _os_words().get(exc.errno or 0)
     return words[0] if words else (exc.strerror or type(exc).__name__)
+
+
+def cwd_gone(exc: OSError | None = None) -> MwEnvError | None:
+    """The working folder deleted under the shell, as one sentence with its path (the shell's PWD still holds
+    it), or None where it exists. `exc`: an OSError to judge (a file-less ENOENT is what os.getcwd raises).
+    Issue 40: "cannot use: no such file or folder" named nothing; uv, started there, failed as well."""
+    import errno
+    import os
+
+    if exc is not None and (exc.errno != errno.ENOENT or exc.filename is not None):
+        return None
+    try:
+        os.getcwd()
+        return None
+    except OSError:
+        pass
+    where = os.environ.get("PWD")
+    return MwEnvError(
+        f"the current folder{' ' + where if where else ''} no longer exists (deleted or moved while this shell "
+        "was in it): relative paths, and the tools mw-env runs, start there",
+        hint="cd to a folder that exists (`cd ~`), then run the same command again",
+        exit_code=EXIT_USAGE,
+    )

@@ -13,7 +13,10 @@ Two places no shell quoting can help, and what is done about them:
 - a path no venv can live at (`venv_path_problem`): a control character (pyvenv.cfg, which uv and python read
   line by line, and every line-based file mw-env writes; a newline would start a new `key = value` line),
   a `:` (PATH, which activate prepends the venv's bin folder to, is split on it: `/a:b/bin` would put the
-  relative folder `b/bin` on PATH), or text that is not valid UTF-8 (every file above is UTF-8).
+  relative folder `b/bin` on PATH), or text that is not valid UTF-8 (every file above is UTF-8). A UTF-8 path
+  read under a non-UTF-8 locale with Python's UTF-8 mode off (`LC_ALL=C PYTHONUTF8=0`: `ü` arrives as two
+  undecodable bytes) is refused up front naming the locale (issue 40: a traceback once torch was installed);
+  uv reads paths as bytes and would manage, but every file mw-env writes is text.
 """
 
 from __future__ import annotations
@@ -44,13 +47,32 @@ def list_item(path: str | os.PathLike[str]) -> str:
     return Path(os.path.abspath(text)).as_uri()
 
 
+def _locale_words() -> str:
+    """`LC_ALL=C: ASCII` for the locale variable in force and its encoding."""
+    import locale
+    import sys
+
+    name = next(
+        (f"{v}={os.environ[v]}" for v in ("LC_ALL", "LC_CTYPE", "LANG") if os.environ.get(v)), "no LANG"
+    )
+    return f"{name}: {sys.getfilesystemencoding() or locale.getpreferredencoding(False)}"
+
+
 def venv_path_problem(path: str | os.PathLike[str]) -> str | None:
     """Why a venv cannot live at `path` (a sentence naming the character), or None where it can."""
     text = os.fspath(path)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return "it is not valid UTF-8 (pyvenv.cfg, the activate script and mw-env.env are UTF-8 text)"
+        try:  # the bytes as they are on disk: UTF-8 that this process's locale could not read?
+            os.fsencode(text).decode("utf-8")
+        except UnicodeError:
+            return "it is not valid UTF-8 (pyvenv.cfg, the activate script and mw-env.env are UTF-8 text)"
+        return (
+            f"its non-ASCII characters cannot be read as text under this locale ({_locale_words()}, and "
+            "Python's UTF-8 mode off): pyvenv.cfg, the activate script and mw-env.env could not be written with "
+            "it (run with LC_ALL=C.UTF-8 or PYTHONUTF8=1, or pass an ASCII path)"
+        )
     for ch in text:
         if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in "\u0085":
             name = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab"}.get(

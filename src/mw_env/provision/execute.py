@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mw_env.base.errors import MwEnvError, StepFailed
+from mw_env.base.errors import MwEnvError, StepFailed, os_words
 from mw_env.base.textsafe import redact
 from mw_env.provision import keys
 from mw_env.provision.events import DoctorHook, Events, NoEvents, Status, StepResult, StepWarning
@@ -220,6 +220,16 @@ def _final(plan: Plan) -> Plan:
 
 
 def _os_failure(step: Step, exc: OSError) -> StepFailed:
+    if exc.errno in (
+        errno.ENOSPC,
+        errno.EDQUOT,
+    ):  # a full disk mid-step: the file and the fault, one sentence
+        where = f" {exc.filename}" if exc.filename else ""
+        return StepFailed(
+            f"step {step.id}: cannot write{where}: {os_words(exc)}",
+            hint="free space (or use --venv / UV_CACHE_DIR on a bigger disk), then run the same command again: "
+            "finished steps are kept",
+        )
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.errno == errno.ENOSPC:
         hint = "the disk is full: free space (or use --venv / UV_CACHE_DIR on a bigger disk) and re-run"

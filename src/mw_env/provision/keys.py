@@ -34,6 +34,24 @@ def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: 
         return installed == rec.torch_version
 
 
+def project_whole(p: Plan) -> bool:
+    """Every package the project's extras need is installed (torch aside: its own steps'): a package
+    removed since (`uv pip uninstall numpy`) is installed again by the extras step, which the doctor's
+    fix for it names (issue 40: the step said done, and the doctor asked for the same bootstrap)."""
+    if p.lock is not None:
+        return True  # --no-deps from the lock: the lock's completeness is checked when it is read
+    from mw_env.venv.lock.requires import read_requirements
+    from mw_env.venv.venvinfo import adopted_site, site_packages, venv_python_version
+
+    site = site_packages(p.build_venv)
+    if site is None:
+        return False
+    extras = p.options.extras if p.options else ()
+    visible = [Path(line) for line in (adopted_site(p.build_venv) or "").splitlines() if line.strip()]
+    reqs = read_requirements(site, venv_python_version(p.build_venv) or "3", extras, visible)
+    return not [u for u in reqs.project_unmet() if u.name != "torch"]
+
+
 def torch_hash(build: str, version_spec: str, local_tag: str, extras: tuple[str, ...] = ()) -> str:
     # The extras (which GPUs' kernels) are part of the install: another GPU's kernels redo the torch step.
     return short_hash(build, version_spec, local_tag, *((",".join(extras),) if extras else ()))
@@ -65,10 +83,13 @@ def lock_key(p: Plan, torch_version: str | None) -> str:
     return short_hash(extras_key(p, torch_version or ""), sorted(p.lock_target.items()), p.profile)
 
 
-def verify_key(p: Plan, torch_version: str | None) -> str:
+def verify_key(p: Plan, torch_version: str | None, *, fingerprint: str | None = None) -> str:
     # The installed files' fingerprint: a file lost since the verify (a full disk during an install, an
-    # `rm`) makes the next bootstrap verify again rather than call a broken venv complete.
-    return short_hash(torch_version, p.build, p.local_tag, installed_fingerprint(p.build_venv))
+    # `rm`) makes the next bootstrap verify again rather than call a broken venv complete. `fingerprint`: the
+    # digest as the plan's scan of the files read it (venv/integrity.py: one pass over the files per plan).
+    if fingerprint is None:
+        fingerprint = installed_fingerprint(p.build_venv)
+    return short_hash(torch_version, p.build, p.local_tag, fingerprint)
 
 
 def env_text(p: Plan) -> str:

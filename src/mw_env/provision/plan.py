@@ -23,6 +23,7 @@ from mw_env.profiles.disk import disk_need
 from mw_env.provision.archtruth import NO_KERNELS, GpuKernels, WheelVerdict, env_with, judge, policy_for
 from mw_env.provision.choose import Choice, ChoiceRequest, Problem, TorchChoice, supported
 from mw_env.provision.model import BootstrapOptions, Plan, TorchSourceLike
+from mw_env.provision.repair import family_names
 from mw_env.provision.state import State
 from mw_env.provision.table import build_steps
 from mw_env.provision.torchindex import config_notes, step_config
@@ -30,6 +31,7 @@ from mw_env.provision.torchpick import IndexPick, pick_from_index
 from mw_env.provision.venvchoice import checked_venv, start_from
 from mw_env.sources import uv as uvmod
 from mw_env.sources.wheelhouse import Sources, discover, local_dir
+from mw_env.venv.integrity import scan_venv
 from mw_env.venv.venvinfo import build_path, installed_version, project_args
 
 if TYPE_CHECKING:
@@ -104,11 +106,13 @@ def plan(
     """The ordered steps for this bootstrap; nothing is changed on disk. Bad input raises InputError; any
     other problem found while planning is the plan's typed `problem` (the preflight step stops on it)."""
     env = dict(os.environ if env is None else env)
-    venv = checked_venv(options.venv)
+    venv = checked_venv(options.venv, recreate=options.recreate)
     build_venv = build_path(venv) if options.recreate else venv
     request, proj_args, proj_key = _request(options, torch, env)
     state = State.load(build_venv)
-    picked = start_from(build_venv, profile, torch, request, state, options, kernels.extras)
+    scan = scan_venv(build_venv)  # the installed files, read once per plan (venv/integrity.py)
+    damaged = bool(scan.of(family_names(companions, kernels.packages)))
+    picked = start_from(build_venv, profile, torch, request, state, options, kernels.extras, damaged)
     choice = _for_lock(picked.choice, options)
     if choice.problem and choice.problem.input:
         raise choice.problem.error()
@@ -159,7 +163,7 @@ def plan(
         proj_key=proj_key,
         env=env,
     )
-    return replace(plan_, steps=tuple(build_steps(plan_, state)))
+    return replace(plan_, steps=tuple(build_steps(plan_, state, scan)))
 
 
 def _for_lock(choice: Choice, options: BootstrapOptions) -> Choice:

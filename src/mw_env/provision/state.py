@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -14,10 +15,12 @@ from pathlib import Path
 
 from mw_env.base import userfile
 from mw_env.base.atomic import write_text_atomic as write_atomic
-from mw_env.base.errors import InputError, MwEnvError
+from mw_env.base.errors import InputError, MwEnvError, StepFailed, os_words
 from mw_env.base.textsafe import redact
+from mw_env.venv.record import STATE_FILE
+from mw_env.venv.venvinfo import real_venv
 
-STATE_FILE = ".mw-env-state.json"
+__all__ = ["STATE_FILE", "State", "lock_path", "venv_lock"]
 
 
 @dataclass
@@ -60,13 +63,20 @@ class State:
         # (load() takes a missing or torn file as "nothing done"), and each of bootstrap's dozen marks would
         # otherwise wait for the writeback of the gigabytes uv has just written.
         text = json.dumps({"steps": self.steps}, indent=2, sort_keys=True) + "\n"
-        write_atomic(self.path, text, durable=False)
+        try:
+            write_atomic(self.path, text, durable=False)
+        except OSError as exc:  # a full disk between the steps is a sentence too, naming the file
+            raise StepFailed(
+                f"cannot record bootstrap's progress in {self.path}: {os_words(exc)}",
+                hint="free space on that filesystem, then run the same command again: finished steps are kept",
+            ) from exc
 
 
 def lock_path(venv: Path) -> Path:
-    """Beside the venv, not inside it: it must exist before the venv does and survive a swap."""
-    venv = Path(venv)
-    return venv.parent / f".{venv.name}.mw-env.lock"
+    """Beside the venv's own folder (a link's target), not inside it: it must exist before the venv does and
+    survive a swap, and one venv has one lock whatever path leads to it (a symbolic link alias included)."""
+    real = real_venv(venv)
+    return real.parent / f".{real.name}.mw-env.lock"
 
 
 @contextlib.contextmanager
@@ -86,6 +96,11 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
             os.close(fd)
             raise IsADirectoryError(21, "not a regular file")
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is said as the preflight would say it
+            raise MwEnvError(
+                f"cannot create the bootstrap lock {path}: {os_words(exc)}, so nothing can be installed there",
+                hint=f"free space on the filesystem of {path.parent}, or pass --venv on a bigger disk",
+            ) from None
         raise MwEnvError(
             f"cannot create the bootstrap lock {path}: {exc.strerror or exc}",
             hint=f"remove {path} if it is not a regular file, or check the permissions of {path.parent}",
@@ -98,8 +113,10 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _read_holder(path)
+            real = real_venv(venv)
+            same = f" (the venv at {real}, which {venv} leads to)" if real != Path(venv).absolute() else ""
             raise MwEnvError(
-                f"another bootstrap of {venv} is running ({holder})",
+                f"another bootstrap of {venv}{same} is running ({holder})",
                 hint="wait for it to finish, or stop that process; the lock is released when it exits",
             ) from None
         locked = True
@@ -109,8 +126,12 @@ def venv_lock(venv: Path, *, argv: list[str] | None = None) -> Iterator[Path]:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "argv": [redact(str(a)) for a in argv or []],
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        # Who holds it, for a second bootstrap's refusal; the flock is the lock. On a full disk (issue 40: a 2 MB
+        # filesystem ended in "cannot use: the disk is full" naming nothing) the text is left out and the
+        # preflight's disk check says what is wrong, with the figures.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         yield path
     finally:
         if locked:

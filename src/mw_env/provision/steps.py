@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from mw_env.base.atomic import write_text_atomic as write_atomic
 from mw_env.base.errors import MwEnvError, StepFailed
 from mw_env.base.textsafe import redact
-from mw_env.provision import keys, torchindex
+from mw_env.provision import keys, repair, torchindex
 from mw_env.provision import pin as pinmod
 from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
-from mw_env.provision.state import State
+from mw_env.provision.state import STATE_FILE, State
 from mw_env.sources import uv as uvmod
-from mw_env.venv import venvinfo
+from mw_env.venv import integrity, venvinfo
 from mw_env.venv.record import VenvRecord, now, read_record, write_record
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ def preflight(run: Run, step: Step) -> str:
         raise p.problem.error()
     if run.uv:
         uvmod.check_version(run.uv, p.env)
+    if p.torch and p.torch.origin == "wheelhouse" and p.torch.location:
+        _check_wheel(p.torch.location)
     free = venvinfo.free_bytes(p.build_venv)
     if free is not None and free < p.disk_need:
         # The source's figure (profiles/disk.py), worded as the doctor's disk check words it.
@@ -82,6 +84,19 @@ def preflight(run: Run, step: Step) -> str:
             hint="free space or set UV_CACHE_DIR to a bigger disk",
         )
     return f"{free / GiB:.1f} GiB free" if free is not None else ""
+
+
+def _check_wheel(path: str) -> None:
+    """The wheelhouse's torch is a whole wheel before anything is installed from it."""
+    from mw_env.sources.wheelhouse import wheel_problem
+
+    why = wheel_problem(path)
+    if why is not None:
+        raise StepFailed(
+            f"the wheelhouse's torch {path} is damaged: {why}",
+            hint="copy the wheel again from where it came (compare its size or sha256 with the original), or "
+            "move it out of the wheelhouse to install torch from the profile's index",
+        )
 
 
 def install_uv(run: Run, step: Step) -> str:
@@ -126,6 +141,11 @@ def install_torch(run: Run, step: Step) -> str:
         p.build_venv / torchindex.CONFIG_FILE, torchindex.config_text(p.torch_indexes, p.torch_uv), mode=0o600
     )
     env = torchindex.step_env(uvmod.uv_env(p.env))
+    # A re-run's repair: what is damaged now; a file changed in place is changed in uv's cache too (repair.py).
+    family = repair.torch_family(p)
+    before = integrity.scan_venv(p.build_venv, only=family).damaged
+    if any(d.shared for d in before):
+        repair.clean_cache(lambda argv: run.command(step, argv, timeout=600), p, [d.name for d in before])
     res = run.command(step, step.command or (), timeout=3600, env=env)
     if not res.ok:
         from mw_env.provision import uvfail  # only when the install failed
@@ -139,6 +159,19 @@ def install_torch(run: Run, step: Step) -> str:
             f"installing torch failed (exit {res.returncode}): {_last_error(res.output)}",
             hint=_hint_for(res.output),
         )
+    # What was installed is what its RECORD says: a NEW venv linked to a torch file edited in uv's cache is
+    # found here, the cache entry cleaned and torch installed again (repair.after_install).
+    repaired = repair.after_install(
+        step,
+        p,
+        family,
+        run_command=lambda argv: run.command(step, argv, timeout=600),
+        reinstall=lambda names: run.command(
+            step, repair.with_reinstall(step.command or (), names), timeout=3600, env=env
+        ),
+        before=before,
+        cleaned=any(d.shared for d in before),
+    )
     # Where torch came from is kept with the step: a run killed before the env step writes the record
     # resumes with torch "installed" and must still record the wheelhouse or index it came from.
     run.state.mark(
@@ -147,7 +180,10 @@ def install_torch(run: Run, step: Step) -> str:
         keys.torch_key(p),
         location=redact(p.torch.location or "") if p.torch else "",
     )
-    return venvinfo.installed_version(p.build_venv, "torch") or ""
+    installed = venvinfo.installed_version(p.build_venv, "torch") or ""
+    said = [f"{'; '.join(d.words() for d in before)}: reinstalled"] if before else []
+    said += [repaired] if repaired else []
+    return f"{installed} ({'; '.join(said)})" if said else installed
 
 
 def hash_for_the_lock(plan: Plan) -> None:
@@ -211,8 +247,33 @@ def install_extras(run: Run, step: Step) -> str:
             f"installing the extras changed torch from {before} to {after}",
             hint="a constraint file was ignored; report this with the uv output above",
         )
+    repaired = _check_installed(run, step)  # a package linked from a damaged cache entry: repaired here
     run.state.mark(step.id, "done", keys.extras_key(p, after or ""))
-    return ""
+    return repaired
+
+
+def repair_files(run: Run, step: Step) -> str:
+    """The packages (torch's aside: its own step's) whose installed files differ from their RECORD, reinstalled
+    exactly (provision/repair.py)."""
+    return _check_installed(run, step) or "nothing damaged"
+
+
+def _check_installed(run: Run, step: Step) -> str:
+    p = run.plan
+    family = repair.torch_family(p)
+    damaged = repair.other_damage(integrity.scan_venv(p.build_venv), p)
+    if not damaged:
+        return ""
+    known = {integrity.canonical(d.name): d for d in damaged}
+    return repair.after_install(
+        step,
+        p,
+        [d.name for d in damaged if integrity.canonical(d.name) not in family],
+        run_command=lambda argv: run.command(step, argv, timeout=600),
+        reinstall=lambda names: run.command(
+            step, repair.repair_command(p, tuple(known[integrity.canonical(n)] for n in names)), timeout=3600
+        ),
+    )
 
 
 def write_env(run: Run, step: Step) -> str:
@@ -269,17 +330,27 @@ def _torch_origin(run: Run, old: VenvRecord | None) -> str | None:
 
 
 def swap_venv(run: Run, step: Step) -> str:
+    """Two renames in the venv's own folder (a symbolic link's target: the link is left as it is and leads to
+    the new venv), then the old copy removed."""
     p = run.plan
-    old = p.venv.parent / f".{p.venv.name}.mw-env-old"
-    if old.exists():
-        shutil.rmtree(old)
-    if p.venv.exists():
-        os.rename(p.venv, old)
-    os.rename(p.build_venv, p.venv)  # same folder: atomic
-    shutil.rmtree(old, ignore_errors=True)
+    real, old = venvinfo.real_venv(p.venv), venvinfo.old_path(p.venv)
+    _remove(old)
+    if os.path.lexists(real):
+        os.rename(real, old)
+    os.rename(p.build_venv, real)  # same folder: atomic
+    _remove(old)
     run.plan = dataclasses.replace(p, build_venv=p.venv)
     run.state = State.load(p.venv)
-    return f"{p.venv} replaced"
+    return f"{p.venv} replaced" + (f" (its folder {real})" if real != p.venv.absolute() else "")
+
+
+def _remove(path: Path) -> None:
+    """A folder removed, or a symbolic link in its place unlinked (rmtree refuses a link: issue 40's second
+    --recreate of a symlinked venv failed forever with "Cannot call rmtree on a symbolic link")."""
+    if os.path.islink(path):
+        os.unlink(path)
+    elif os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def run_doctor(run: Run, step: Step) -> str | StepWarning:
@@ -298,17 +369,26 @@ def run_doctor(run: Run, step: Step) -> str | StepWarning:
 
 
 def recover_swap(venv: Path) -> None:
-    """Finish or undo a swap that was killed between its two renames (the old venv is never lost)."""
-    old = venv.parent / f".{venv.name}.mw-env-old"
-    if old.exists() and not venv.exists():
+    """Finish or undo a swap that was killed between its two renames (the old venv is never lost), and clear
+    what an earlier mw-env's swap of a symlinked venv left beside the link (it renamed the link itself)."""
+    real, old = venvinfo.real_venv(venv), venvinfo.old_path(venv)
+    if os.path.lexists(old) and not os.path.lexists(real):
         new = venvinfo.build_path(venv)
         if new.exists() and (new / "mw-env.json").exists():
-            os.rename(new, venv)
-            shutil.rmtree(old, ignore_errors=True)
+            os.rename(new, real)
+            _remove(old)
         else:
-            os.rename(old, venv)
-    elif old.exists():
-        shutil.rmtree(old, ignore_errors=True)
+            os.rename(old, real)
+    elif os.path.lexists(old):
+        _remove(old)
+    link = Path(venv).expanduser().absolute()
+    if link != real:  # the names an older swap used beside the link: a link to the old venv, a 1 GB build
+        stale_old = link.parent / f".{link.name}.mw-env-old"
+        if os.path.islink(stale_old):
+            os.unlink(stale_old)
+        stale_new = link.parent / f".{link.name}.mw-env-new"
+        if stale_new.is_dir() and not stale_new.is_symlink() and (stale_new / STATE_FILE).exists():
+            shutil.rmtree(stale_new, ignore_errors=True)
 
 
 def _last_error(output: str) -> str:
@@ -321,6 +401,11 @@ def _last_error(output: str) -> str:
 
 def _hint_for(output: str, *, extras: bool = False) -> str:
     low = output.lower()
+    if "invalid package format" in low or "failed to read from zip file" in low:
+        return (
+            "a wheel file is damaged (truncated, or not a zip): uv's lines above name it; copy it again from "
+            "where it came, or remove it from the wheelhouse"
+        )
     if "no space left" in low:
         return "the disk is full: free space or use --venv / UV_CACHE_DIR on a bigger disk; re-run to resume"
     if "dns error" in low or "failed to lookup address" in low or "name or service not known" in low:

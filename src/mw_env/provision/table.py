@@ -1,7 +1,7 @@
 """The bootstrap's steps, one object each, in the order they run:
 
-    preflight -> uv -> venv -> torch -> [wheel-archs] -> verify-torch -> pin-torch -> extras -> env -> lock
-    -> [swap] -> doctor
+    preflight -> uv -> venv -> torch -> [wheel-archs] -> [repair] -> verify-torch -> pin-torch -> extras -> env
+    -> lock -> [swap] -> doctor
 
 A `StepSpec` holds everything about a step: its title, the exact command it would run, its "already done"
 check, the state key that records which inputs it was done for, its action (steps.py), whether part of it
@@ -16,6 +16,7 @@ the dry run shows it, the executor runs it, the JSON output and the state file c
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mw_env.provision import keys
+from mw_env.provision import keys, repair
 from mw_env.provision import pin as pinmod
 from mw_env.provision import steps as act
 from mw_env.provision.choose import exact_requirement
@@ -33,8 +34,10 @@ from mw_env.provision.state import State
 from mw_env.provision.torchindex import CONFIG_FILE
 from mw_env.provision.verifystep import BackgroundVerify, verify_after_extras, verify_torch
 from mw_env.sources import uv as uvmod
+from mw_env.venv.integrity import Damaged, Scan, scan_venv
 from mw_env.venv.lock import LOCK_FILE
-from mw_env.venv.venvinfo import adopted_site, installed_version
+from mw_env.venv.record import record_reads
+from mw_env.venv.venvinfo import adopted_site, installed_version, real_venv
 
 if TYPE_CHECKING:
     from mw_env.provision.archtruth import ArchPolicy
@@ -61,6 +64,8 @@ class StepSpec:
     state_key: Callable[[Plan, str | None], str] | None = None
     detail: Callable[[Facts], str] = lambda f: ""
     applies: Callable[[Plan], bool] = lambda p: True
+    # Planned only when the venv as found needs it (the repair of damaged files): a step of every plan else.
+    needed: Callable[[Facts], bool] = lambda f: True
     overlap: Overlap | None = None
     beside: bool = False  # may run while an overlapping step's background part runs
     changes: bool = True  # running it counts as a change (a no-op re-run runs only the checks)
@@ -76,14 +81,25 @@ class StepSpec:
 class Facts:
     """What the done-checks and commands share, computed once per plan (lazily)."""
 
-    def __init__(self, p: Plan, state: State) -> None:
+    def __init__(self, p: Plan, state: State, scan: Scan | None = None) -> None:
         self.p, self.state = p, state
+        # The installed files against their RECORDs (every size; the hash of a file changed since its package
+        # was unpacked: venv/integrity.py) and the verify key's fingerprint, from the plan's one read of them.
+        self.scan = scan_venv(p.build_venv) if scan is None else scan
         self.bv, self.py, self.uv = p.build_venv, str(p.venv_python), p.uv or "uv"
         self.offline = ["--offline"] if p.options and p.options.offline else []
 
     @cached_property
     def installed(self) -> str | None:
         return self.p.adopted.version if self.p.adopted else installed_version(self.bv, "torch")
+
+    @cached_property
+    def torch_damage(self) -> tuple[Damaged, ...]:
+        return repair.torch_damage(self.scan, self.p)
+
+    @cached_property
+    def other_damage(self) -> tuple[Damaged, ...]:
+        return repair.other_damage(self.scan, self.p)
 
     @cached_property
     def venv_ok(self) -> bool:
@@ -105,33 +121,20 @@ class Facts:
         bv = self.bv
         return (
             pinmod.files_match({bv / "mw-env.env": keys.env_text(self.p)})
-            and _record_reads(bv)
+            and record_reads(bv)
             and pinmod.activate_is_patched(bv, self.p.venv)
             and ENV.is_done(self, self.installed)
         )
 
     @cached_property
     def project_whole(self) -> bool:
-        """Every package the project's extras need is installed (torch aside: its own steps'): a package
-        removed since (`uv pip uninstall numpy`) is installed again by the extras step, which the doctor's
-        fix for it names (issue 40: the step said done, and the doctor asked for the same bootstrap)."""
-        if self.p.lock is not None:
-            return True  # --no-deps from the lock: the lock's completeness is checked when it is read
-        from mw_env.venv.lock.requires import read_requirements
-        from mw_env.venv.venvinfo import site_packages, venv_python_version
-
-        site = site_packages(self.bv)
-        if site is None:
-            return False
-        extras = self.p.options.extras if self.p.options else ()
-        visible = [Path(line) for line in (adopted_site(self.bv) or "").splitlines() if line.strip()]
-        reqs = read_requirements(site, venv_python_version(self.bv) or "3", extras, visible)
-        return not [u for u in reqs.project_unmet() if u.name != "torch"]
+        return keys.project_whole(self.p)
 
     @cached_property
     def all_done(self) -> bool:
         extras = EXTRAS.is_done(self, self.installed or "") and self.project_whole
-        return self.venv_ok and _torch_done(self) and self.pin_done and extras and self.env_done
+        whole = self.venv_ok and _torch_done(self) and self.pin_done and extras and self.env_done
+        return whole and not self.scan.damaged
 
 
 # -- the steps' commands and done-checks ----------------------------------------------------------------
@@ -157,7 +160,9 @@ def _uv_command(f: Facts) -> Command:
 def _venv_command(f: Facts) -> Command:
     p = f.p
     python = p.python.path if p.python else (p.options.python if p.options else "3.12")
-    return (f.uv, "venv", "--python", python, "--relocatable", str(f.bv))
+    # A --venv that is a symbolic link is made at its target: uv refuses to create a folder through a link.
+    where = real_venv(f.bv) if os.path.islink(f.bv) else f.bv
+    return (f.uv, "venv", "--python", python, "--relocatable", str(where))
 
 
 def _torch_title(f: Facts) -> str:
@@ -168,11 +173,14 @@ def _torch_title(f: Facts) -> str:
 
 def _torch_command(f: Facts) -> Command:
     p = f.p
+    damaged = [d.name for d in f.torch_damage]  # reinstalled from torch's own source (repair.py)
     if p.lock is not None:
         from mw_env.venv.lock.rebuild import install_command
 
         # The whole lock in one uv transaction: every file's sha256 is checked before any is installed.
-        return install_command(f.uv, f.py, f.bv / LOCK_FILE, offline=bool(f.offline))
+        return repair.with_reinstall(
+            install_command(f.uv, f.py, f.bv / LOCK_FILE, offline=bool(f.offline)), damaged
+        )
     if p.adopted:
         return None
     # Without a usable source (preflight will stop on the problem) the plan still shows the command that
@@ -190,8 +198,8 @@ def _torch_command(f: Facts) -> Command:
     if f.state.was_started("torch") or (f.installed and not f.torch_fits):
         # A killed install may have left torch half-written; a swapped one may still satisfy a range
         # requirement, which uv would then leave in place.
-        args += ["--reinstall-package", "torch"]
-    return (*args, keys.with_extras(req, p.torch_extras), *p.companions)
+        damaged = sorted({"torch", *damaged})
+    return repair.with_reinstall((*args, keys.with_extras(req, p.torch_extras), *p.companions), damaged)
 
 
 def _torch_done(f: Facts) -> bool:
@@ -199,8 +207,9 @@ def _torch_done(f: Facts) -> bool:
         return f.installed == f.p.lock.meta.torch and TORCH.is_done(f, f.installed)
     if f.p.adopted:
         return f.venv_ok and adopted_site(f.bv) == f.p.adopted.site
-    # The state says the step finished; the dist-info says the build is still the profile's.
-    return f.torch_fits and TORCH.is_done(f, f.installed)
+    # The state says the step finished; the dist-info says the build is still the profile's; its files are
+    # what its RECORD says.
+    return f.torch_fits and TORCH.is_done(f, f.installed) and not f.torch_damage
 
 
 def _policy(f: Facts) -> ArchPolicy:
@@ -217,7 +226,8 @@ def _torch_detail(f: Facts) -> str:
     if p.adopted:
         return f"reuse the image's torch {p.adopted.version} from {p.adopted.site}"
     req = p.torch.requirement if p.torch else exact_requirement(p.version_spec, p.local_tag)
-    return f"{req} from {p.torch.origin} {p.torch.location}" if p.torch else req
+    shown = f"{req} from {p.torch.origin} {p.torch.location}" if p.torch else req
+    return shown + repair.damage_detail(f.torch_damage)
 
 
 def _verify_command(f: Facts) -> Command:
@@ -288,11 +298,30 @@ WHEEL_ARCHS: StepSpec = StepSpec(
     detail=lambda f: _policy(f).reason,
     applies=lambda p: p.arch_policy is not None,
 )
+REPAIR: StepSpec = StepSpec(
+    "repair",
+    title=lambda f: "Reinstall the packages whose installed files are damaged",
+    command=lambda f: repair.repair_command(f.p, f.other_damage),
+    done=lambda f: not f.other_damage,
+    action=act.repair_files,
+    detail=lambda f: repair.damage_detail(f.other_damage).removeprefix("; "),
+    needed=lambda f: bool(f.other_damage),
+)
+
+
+def _verified(f: Facts) -> bool:
+    """Verified for this torch and these files (the key's fingerprint from the plan's one read of the files),
+    and nothing damaged since: a repair is verified again."""
+    if not f.installed or f.scan.damaged:
+        return False
+    return f.state.is_done(VERIFY.id, keys.verify_key(f.p, f.installed, fingerprint=f.scan.fingerprint))
+
+
 VERIFY: StepSpec = StepSpec(
     "verify-torch",
     title=lambda f: f"Verify torch reports the {f.p.build} build",
     command=_verify_command,
-    done=lambda f: bool(f.installed) and VERIFY.is_done(f, f.installed),
+    done=_verified,
     action=verify_torch,
     state_key=keys.verify_key,
     # Its build check reads torch/version.py in a child while the pin and the extras run (BackgroundVerify).
@@ -383,6 +412,7 @@ STEPS: tuple[StepSpec, ...] = (
     VENV,
     TORCH,
     WHEEL_ARCHS,
+    REPAIR,
     VERIFY,
     PIN,
     EXTRAS,
@@ -394,10 +424,15 @@ STEPS: tuple[StepSpec, ...] = (
 BY_ID: dict[str, StepSpec] = {s.id: s for s in STEPS}
 
 
-def build_steps(p: Plan, state: State) -> list[Step]:
-    """The plan's steps: each spec that applies, with its command and whether it is already done."""
-    f = Facts(p, state)
-    return [Step(s.id, s.title(f), s.command(f), s.done(f), s.detail(f)) for s in STEPS if s.applies(p)]
+def build_steps(p: Plan, state: State, scan: Scan | None = None) -> list[Step]:
+    """The plan's steps: each spec that applies, with its command and whether it is already done. `scan`: the
+    venv's installed files as the planner read them (read here when not given)."""
+    f = Facts(p, state, scan)
+    return [
+        Step(s.id, s.title(f), s.command(f), s.done(f), s.detail(f))
+        for s in STEPS
+        if s.applies(p) and s.needed(f)
+    ]
 
 
 def spec_of(step: Step) -> StepSpec:

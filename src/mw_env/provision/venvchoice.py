@@ -44,13 +44,17 @@ def start_from(
     state: State,
     options: BootstrapOptions,
     torch_extras: tuple[str, ...],
+    damaged: bool = False,
 ) -> Picked:
-    """The interpreter and torch this bootstrap starts from, for the venv at `build_venv` (there or not)."""
+    """The interpreter and torch this bootstrap starts from, for the venv at `build_venv` (there or not).
+    `damaged`: the files of torch (or of what comes with it) differ from their RECORD (venv/integrity.py): such a
+    torch is reinstalled from the profile's source, never kept as "installed"."""
     installed = installed_version(build_venv, "torch")
     torch_ok = torch_fits(build_venv, installed, request.local_tag, torch.version)
     if venv_python_version(build_venv) and (build_venv / "bin" / "python").exists():
         _refuse_other_profile(build_venv, profile, torch, installed, torch_ok)
-        picked = _choose_in_venv(build_venv, request, state, installed, torch_ok, options, torch_extras)
+        kept = (torch_ok, not damaged)
+        picked = _choose_in_venv(build_venv, request, state, installed, kept, options, torch_extras)
     else:
         picked = _choose_fresh(request, options)
     return replace(picked, torch_ok=torch_ok)
@@ -67,9 +71,12 @@ def _link_loop(path: Path) -> bool:
     return False
 
 
-def checked_venv(path: Path) -> Path:
+def checked_venv(path: Path, *, recreate: bool = False) -> Path:
+    from mw_env.base.errors import cwd_gone
     from mw_env.base.shellquote import venv_path_problem
 
+    if (gone := cwd_gone()) is not None:  # uv and the venv's python would start in it
+        raise gone
     venv = Path(path).expanduser().absolute()
     if (problem := venv_path_problem(venv)) is not None:
         raise InputError(f"--venv {str(venv)!r}: {problem}", hint="pass a --venv path without it")
@@ -80,10 +87,11 @@ def checked_venv(path: Path) -> Path:
     if venv.exists() and not venv.is_dir():
         raise InputError(f"--venv {venv} exists and is not a folder", hint="pass another --venv path")
     if venv.is_dir() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
-        raise InputError(
-            f"--venv {venv} is a non-empty folder that is not a virtual environment",
-            hint="pass another --venv path; bootstrap never deletes a folder it did not make",
-        )
+        from mw_env.venv.record import not_a_venv
+
+        refused = not_a_venv(venv, recreate=recreate)
+        if refused is not None:
+            raise refused
     return venv
 
 
@@ -92,12 +100,13 @@ def _choose_in_venv(
     request: ChoiceRequest,
     state: State,
     installed: str | None,
-    torch_ok: bool,
+    kept: tuple[bool, bool],
     options: BootstrapOptions,
     torch_extras: tuple[str, ...],
 ) -> Picked:
     """An existing venv: its own interpreter (no discovery, so a no-op re-run stays fast), and its torch when
-    that is still the profile's."""
+    that is still the profile's and whole (`kept`: the two)."""
+    torch_ok, whole = kept
     adopted_from = adopted_site(build_venv)
     foreign = not state.steps and not (build_venv / "mw-env.json").exists() and not adopted_from
     if installed and not torch_ok and foreign:
@@ -119,7 +128,7 @@ def _choose_in_venv(
             "(--recreate builds a new venv with the requested one)",
         )
     key = torch_hash(request.build, request.version_spec, request.local_tag, torch_extras)
-    if torch_ok and state.is_done("torch", key):
+    if torch_ok and whole and state.is_done("torch", key):
         return Picked(Choice(py, TorchChoice(f"torch=={installed}", "installed", str(build_venv))), warnings)
     if adopted_from:
         adopted = _adopted_from_venv(build_venv, installed)

@@ -11,6 +11,7 @@ import sys
 import time
 
 from mw_env.base.errors import StepFailed
+from mw_env.base.shellquote import sh
 from mw_env.provision import keys, verify
 from mw_env.provision.model import GiB, Step
 from mw_env.provision.steps import Run
@@ -82,6 +83,17 @@ def verify_after_extras(run: Run, step: Step, static_output: str) -> str:
 LOW_DISK = 1 << 30
 
 
+def _damage(run: Run) -> tuple[bool, str]:
+    """(torch's own packages are damaged, the packages whose files differ from their RECORD in words)."""
+    from mw_env.provision import repair
+    from mw_env.venv.integrity import scan_venv
+
+    p = run.plan
+    scan = scan_venv(p.build_venv)
+    torch = repair.torch_damage(scan, p)
+    return bool(torch), "; ".join(d.words() for d in (*torch, *repair.other_damage(scan, p)))
+
+
 def verify_finish(run: Run, step: Step, output: str, *, record: bool = True) -> str:
     """Judge the verify command's output (raises StepFailed for a wrong build) and, with `record`, record
     the step done."""
@@ -92,10 +104,23 @@ def verify_finish(run: Run, step: Step, output: str, *, record: bool = True) -> 
         verify.check(found, build=p.build, local_tag=p.local_tag, adopted=bool(p.adopted))
     except StepFailed as exc:
         run.state.mark(step.id, "started")  # never "done" over a failed check, whatever came before
-        if not p.adopted:
-            run.state.mark("torch", "started")  # the next run reinstalls torch instead of trusting it
+        torch_damage, damaged = _damage(run)
+        if not p.adopted and (torch_damage or not damaged):
+            # The next run reinstalls torch instead of trusting it (not where only other packages' files are
+            # damaged: the repair step reinstalls exactly those).
+            run.state.mark("torch", "started")
         free = venvinfo.free_bytes(p.build_venv)
-        if free is not None and free < LOW_DISK:
+        if damaged:
+            # Files that differ from their RECORD explain the failure; the re-run reinstalls exactly them (a
+            # verify that failed over them used to say "the torch step is redone", which could not help).
+            exc.message += f"; installed files differ from their RECORD: {damaged}"
+            exc.hint = (
+                f"re-run `mw-env bootstrap --venv {sh(p.venv)}`: it reinstalls these packages (cleaning uv's cache "
+                "entry of one whose changed file is linked from it)"
+            )
+            if free is not None and free < LOW_DISK:
+                exc.hint = f"the disk of {p.build_venv} has only {free / GiB:.2f} GiB free: free space, then {exc.hint}"
+        elif free is not None and free < LOW_DISK:
             # uv can report success over a disk that filled mid-install (a package left without a file):
             # the import then fails for a reason that only the free space explains.
             exc.hint = (

@@ -236,6 +236,29 @@ def wheels_in(find_links: Sequence[str], name: str) -> list[WheelFile]:
     return sorted(out, key=key, reverse=True)
 
 
+def wheel_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a wheel file cannot be installed, in words (None: it reads as a whole zip). Its central directory is
+    read, not its members (a torch wheel's 12,000 entries: a few MB at its end, not the 200 MB to inflate): a
+    download or a copy that stopped early ends without one (issue 40: a truncated torch in --find-links was
+    told as "no torch of this build matches")."""
+    import zipfile
+
+    try:
+        size = os.stat(path).st_size
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+        return (
+            f"it is not a whole zip file ({size / 1e6:,.1f} MB; {exc}): a download or a copy that stopped early "
+            "leaves it so"
+        )
+    if not any(n.endswith(".dist-info/RECORD") for n in names):
+        return "it holds no .dist-info/RECORD: not a wheel"
+    return None
+
+
 def matching_torch(
     wheels: Sequence[WheelFile], *, local_tag: str | None, specifier: str | None
 ) -> tuple[list[WheelFile], list[WheelFile]]:

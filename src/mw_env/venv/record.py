@@ -19,6 +19,7 @@ from mw_env.base.shellquote import sh
 from mw_env.base.textsafe import redact
 
 RECORD_FILE = "mw-env.json"
+STATE_FILE = ".mw-env-state.json"  # bootstrap's step state (provision/state.py), in the venv beside the record
 ENV_FILE = "mw-env.env"
 RECORD_VERSION = 1
 
@@ -86,6 +87,31 @@ def venv_note(env: Mapping[str, str] | None = None) -> str | None:
     return f"using {venv}, {why}"
 
 
+def made_by_mw_env(venv: Path) -> bool:
+    """Whether bootstrap made this folder: its record or its step state is there (a venv whose pyvenv.cfg was
+    lost is still ours to rebuild with --recreate)."""
+    return any(os.path.lexists(Path(venv) / name) for name in (RECORD_FILE, STATE_FILE))
+
+
+def not_a_venv(venv: Path, *, recreate: bool) -> InputError | None:
+    """Why bootstrap refuses a non-empty folder without a pyvenv.cfg (None: it rebuilds it). A folder it did not
+    make is never its to delete; one it made (its record is there) is rebuilt with --recreate (issue 40: that
+    was refused too, with no way forward)."""
+    if not made_by_mw_env(venv):
+        return InputError(
+            f"--venv {venv} is a non-empty folder that is not a virtual environment",
+            hint="pass another --venv path; bootstrap never deletes a folder it did not make",
+        )
+    if recreate:
+        return None
+    return InputError(
+        f"--venv {venv} was made by mw-env (its record is there) but is no longer a virtual environment: its "
+        "pyvenv.cfg is gone",
+        hint=f"rebuild it: `mw-env bootstrap --recreate --venv {sh(venv)}` (the new venv replaces it only when "
+        "complete)",
+    )
+
+
 def create_command(venv: Path) -> str:
     """`mw-env bootstrap --venv P`, as a hint: a command bootstrap then accepts.
 
@@ -100,6 +126,8 @@ def create_command(venv: Path) -> str:
             taken = False  # an empty folder: bootstrap builds in it
     except OSError:
         taken = True
+    if taken and path.is_dir() and made_by_mw_env(path):
+        return f"`mw-env bootstrap --recreate --venv {sh(path)}` (bootstrap made it: its record is there)"
     if taken:
         base = path / "venv" if path.is_dir() else path.with_name(path.name + "-venv")
         target = base
@@ -158,6 +186,15 @@ def record_path(venv: Path) -> Path:
 
 def env_path(venv: Path) -> Path:
     return Path(venv) / ENV_FILE
+
+
+def record_reads(venv: Path) -> bool:
+    """mw-env.json is there and whole: a torn one is rewritten by bootstrap's env step (the doctor's fix for it
+    is that bootstrap; issue 40 found it refused with "re-run bootstrap" once every step was done)."""
+    try:
+        return read_record(venv) is not None
+    except InputError:
+        return False
 
 
 def read_record(venv: Path) -> VenvRecord | None:

@@ -89,9 +89,25 @@ def adopted_site(venv: Path) -> str | None:
         return None
 
 
+def real_venv(venv: Path) -> Path:
+    """The venv's own folder: a --venv given as a symbolic link (or through one) is the folder it leads to.
+
+    The venv's identity for the bootstrap lock and the swap (issue 40: locked by the path as typed, an alias
+    ran a second bootstrap beside the first; a --recreate renamed the link instead of the venv)."""
+    return Path(os.path.realpath(Path(venv).expanduser().absolute()))
+
+
 def build_path(venv: Path) -> Path:
-    """Where --recreate builds the successor: beside the venv, on the same filesystem (rename is atomic)."""
-    return venv.parent / f".{venv.name}.mw-env-new"
+    """Where --recreate builds the successor: beside the venv's own folder (a link's target), on the same
+    filesystem, so that the swap's renames are atomic and a link to the venv leads to the new one."""
+    real = real_venv(venv)
+    return real.parent / f".{real.name}.mw-env-new"
+
+
+def old_path(venv: Path) -> Path:
+    """Where the swap moves the old venv while the new one takes its place (removed at the end)."""
+    real = real_venv(venv)
+    return real.parent / f".{real.name}.mw-env-old"
 
 
 def short_hash(*parts: object) -> str:
