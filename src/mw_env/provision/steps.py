@@ -131,21 +131,22 @@ def install_torch(run: Run, step: Step) -> str:
         run.state.mark(step.id, "done", keys.torch_key(p))
         return f"reusing torch {p.adopted.version} from {p.adopted.site}"
     run.state.mark(step.id, "started")
+    # A re-run's repair: what is damaged now; a file changed in place is changed in uv's cache too (repair.py).
+    family = repair.torch_family(p)
+    before = integrity.scan_venv(p.build_venv, only=family).damaged
+    if any(d.shared for d in before):
+        repair.clean_cache(lambda argv: run.command(step, argv, timeout=600), p, [d.name for d in before])
     if p.lock is not None:
         from mw_env.provision.lockstep import install_lock
 
-        return install_lock(run, step)
+        installed = install_lock(run, step)
+        return _torch_checked(run, step, installed, before, uvmod.uv_env(p.env))
     # The step's own uv configuration: each index the way it answers (torchindex.py); written 0600, as an
     # index URL may carry credentials.
     write_atomic(
         p.build_venv / torchindex.CONFIG_FILE, torchindex.config_text(p.torch_indexes, p.torch_uv), mode=0o600
     )
     env = torchindex.step_env(uvmod.uv_env(p.env))
-    # A re-run's repair: what is damaged now; a file changed in place is changed in uv's cache too (repair.py).
-    family = repair.torch_family(p)
-    before = integrity.scan_venv(p.build_venv, only=family).damaged
-    if any(d.shared for d in before):
-        repair.clean_cache(lambda argv: run.command(step, argv, timeout=600), p, [d.name for d in before])
     res = run.command(step, step.command or (), timeout=3600, env=env)
     if not res.ok:
         from mw_env.provision import uvfail  # only when the install failed
@@ -159,19 +160,6 @@ def install_torch(run: Run, step: Step) -> str:
             f"installing torch failed (exit {res.returncode}): {_last_error(res.output)}",
             hint=_hint_for(res.output),
         )
-    # What was installed is what its RECORD says: a NEW venv linked to a torch file edited in uv's cache is
-    # found here, the cache entry cleaned and torch installed again (repair.after_install).
-    repaired = repair.after_install(
-        step,
-        p,
-        family,
-        run_command=lambda argv: run.command(step, argv, timeout=600),
-        reinstall=lambda names: run.command(
-            step, repair.with_reinstall(step.command or (), names), timeout=3600, env=env
-        ),
-        before=before,
-        cleaned=any(d.shared for d in before),
-    )
     # Where torch came from is kept with the step: a run killed before the env step writes the record
     # resumes with torch "installed" and must still record the wheelhouse or index it came from.
     run.state.mark(
@@ -180,7 +168,26 @@ def install_torch(run: Run, step: Step) -> str:
         keys.torch_key(p),
         location=redact(p.torch.location or "") if p.torch else "",
     )
-    installed = venvinfo.installed_version(p.build_venv, "torch") or ""
+    return _torch_checked(run, step, venvinfo.installed_version(p.build_venv, "torch") or "", before, env)
+
+
+def _torch_checked(
+    run: Run, step: Step, installed: str, before: tuple[integrity.Damaged, ...], env: Mapping[str, str]
+) -> str:
+    """What the torch step installed is what its RECORD says: a NEW venv linked to a torch file edited in uv's
+    cache is found here, the cache entry cleaned and torch installed again (repair.after_install). Its detail."""
+    p = run.plan
+    repaired = repair.after_install(
+        step,
+        p,
+        repair.torch_family(p),
+        run_command=lambda argv: run.command(step, argv, timeout=600),
+        reinstall=lambda names: run.command(
+            step, repair.with_reinstall(step.command or (), names), timeout=3600, env=env
+        ),
+        before=before,
+        cleaned=any(d.shared for d in before),
+    )
     said = [f"{'; '.join(d.words() for d in before)}: reinstalled"] if before else []
     said += [repaired] if repaired else []
     return f"{installed} ({'; '.join(said)})" if said else installed
