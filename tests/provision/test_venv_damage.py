@@ -88,6 +88,14 @@ def test_a_packages_lost_files_are_found_and_exactly_that_package_reinstalled(tm
     assert _doctor(venv, env, root)["files.record"]["status"] == "pass"
     assert "already complete, nothing changed" in _bootstrap(venv, env, indexes, root).stdout
 
+    # Bytes appended to a file (as a CA bundle is extended for a proxy): a change made on purpose, said and kept.
+    with open(lost, "a") as fh:
+        fh.write("EXTRA = 1\n")
+    kept = _doctor(venv, env, root)["files.record"]
+    assert kept["status"] == "pass" and "kept as changed on purpose" in kept["detail"], kept
+    assert "already complete, nothing changed" in _bootstrap(venv, env, indexes, root).stdout
+    assert lost.read_text().endswith("EXTRA = 1\n")
+
 
 @pytest.mark.slow
 def test_a_torch_file_edited_in_place_is_found_in_the_cache_and_in_each_venv(tmp_path, world, indexes):

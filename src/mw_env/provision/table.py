@@ -134,7 +134,7 @@ class Facts:
     def all_done(self) -> bool:
         extras = EXTRAS.is_done(self, self.installed or "") and self.project_whole
         whole = self.venv_ok and _torch_done(self) and self.pin_done and extras and self.env_done
-        return whole and not self.scan.damaged
+        return whole and not self.torch_damage and not self.other_damage
 
 
 # -- the steps' commands and done-checks ----------------------------------------------------------------
@@ -312,7 +312,7 @@ REPAIR: StepSpec = StepSpec(
 def _verified(f: Facts) -> bool:
     """Verified for this torch and these files (the key's fingerprint from the plan's one read of the files),
     and nothing damaged since: a repair is verified again."""
-    if not f.installed or f.scan.damaged:
+    if not f.installed or f.torch_damage or f.other_damage:
         return False
     return f.state.is_done(VERIFY.id, keys.verify_key(f.p, f.installed, fingerprint=f.scan.fingerprint))
 
