@@ -58,6 +58,28 @@ def test_damage_shows_and_a_repair_clears_it(venv):
     assert installed_fingerprint(venv) not in (healthy, repaired)
 
 
+def test_a_file_with_bytes_appended_is_no_damage(tmp_path):
+    # A file that is its installed bytes with more appended (a CA bundle extended for a proxy) is kept on
+    # purpose: the verify key does not change with it (a re-run stays a no-op); any other size does.
+    import base64
+    import hashlib
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    data = b"-----BEGIN CERTIFICATE-----\n"
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    (site / "certifi").mkdir(parents=True)
+    (site / "certifi" / "cacert.pem").write_bytes(data)
+    (site / "certifi-1.0.dist-info").mkdir()
+    (site / "certifi-1.0.dist-info" / "RECORD").write_text(
+        f"certifi/cacert.pem,sha256={digest},{len(data)}\n"
+    )
+    healthy = installed_fingerprint(tmp_path / "venv")
+    (site / "certifi" / "cacert.pem").write_bytes(data + b"corp proxy\n")
+    assert installed_fingerprint(tmp_path / "venv") == healthy
+    (site / "certifi" / "cacert.pem").write_bytes(b"X" + data)
+    assert installed_fingerprint(tmp_path / "venv") != healthy
+
+
 def test_an_unreadable_record_counts_as_damage(venv):
     # A RECORD that cannot be read (here a folder in its place: unreadable for root too) is itself damage.
     record = site_packages(venv) / "beta-2.0.dist-info" / "RECORD"

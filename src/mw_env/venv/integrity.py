@@ -24,13 +24,14 @@ Plain strings and os.stat over the RECORD's rows, as venv/damage.py reads them: 
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import os
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+
+from mw_env.venv.damage import appended, file_hash
 
 # What a fault is, in the words a finding uses. EXTENDED: the file is its installed bytes with more appended
 # (a CA bundle extended for a company's proxy: `cat corp.pem >> certifi/cacert.pem`, as this project's own
@@ -108,24 +109,6 @@ class Scan:
 def canonical(name: str) -> str:
     """PEP 503's name normalisation (`Torch_Audio` -> `torch-audio`), without importing packaging."""
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def file_hash(path: str, algo: str, limit: int | None = None) -> str | None:
-    """The file's digest (of its first `limit` bytes) as a RECORD writes it (urlsafe base64 without padding);
-    None when unreadable."""
-    try:
-        h = hashlib.new(algo)
-    except ValueError:
-        return None
-    left = -1 if limit is None else limit
-    try:
-        with open(path, "rb") as fh:
-            while left and (chunk := fh.read(1 << 20 if left < 0 else min(left, 1 << 20))):
-                h.update(chunk)
-                left = left - len(chunk) if left > 0 else left
-    except OSError:
-        return None
-    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
 
 
 def scan(
@@ -218,9 +201,10 @@ def _check_package(
         shared = st.st_nlink > 1
         algo, _, want = digest.partition("=")
         if st.st_size != size:
-            grown = st.st_size > size and want and file_hash(path, algo, size) == want
+            grown = appended(path, digest, size, st.st_size)
             out.faults.append(FileFault(rel, EXTENDED if grown else SIZE, shared))
-            out.size_lines.append(f"{rel}\0{st.st_size}\n".encode())
+            if not grown:  # an appended file is no damage to the fingerprint either (venv/damage.py)
+                out.size_lines.append(f"{rel}\0{st.st_size}\n".encode())
             continue
         later = st.st_mtime_ns > unpacked and not rel.startswith(own)
         if not want or not (full or later or rel in recheck):
