@@ -9,7 +9,8 @@ the page cache warm (each read once, untimed, first), median of REPEATS interlea
   full    integrity.scan_venv(full=True): every file hashed (`mw-env doctor -v`; what hashing on every re-run
           would cost)
 The venv: MW_ENV_BENCH_VENV, else a new one bootstrapped from the wheelhouse (`--profile cpu --no-doctor`,
-uv's shared cache: nothing in it is changed). Writes the `integrity` section of docs/benchmarks.md. Skips
+uv's shared cache: nothing in it is changed; bootstrap's state, MW_ENV_STATE_DIR, in the bench's own temporary
+folder). Writes the `integrity` section of docs/benchmarks.md. Skips
 (exit 0) where no wheelhouse holds a CPU torch and no venv is given.
 """
 
@@ -46,7 +47,11 @@ def _venv() -> tuple[Path | None, str]:
     if uv is None or not os.path.isfile(uv) or not good:
         return None, ""
     venv = Path(tempfile.mkdtemp(prefix="mw-env-bench-integrity-")) / "venv"
+    # bootstrap remembers the venv it built last (venv/record.py): in the bench's own folder, never the user's
+    # ~/.local/state/mw-env, which would point at a venv this bench removes.
+    state = str(venv.parent / "state")
     env = {**os.environ, "UV": uv, "PYTHONPATH": str(REPO / "src")}
+    env.update(MW_ENV_STATE_DIR=state, XDG_STATE_HOME=state)
     env.pop("VIRTUAL_ENV", None)
     argv = [sys.executable, "-m", "mw_env", "bootstrap", "--profile", "cpu", "--venv", str(venv)]
     res = subprocess.run(
