@@ -1,9 +1,10 @@
 """Issue 40 with the real torch: torch/version.py edited in place in one venv. uv links installed files from its
 cache, so the edit is in the cache too, and every NEW venv failed its verify with the same file ("re-run: the
 torch step is redone", which linked it again). Now the new venv's torch step finds the file against torch's
-RECORD, cleans uv's cache entry and installs torch again; the doctor of the first venv names the file; its
-re-run repairs it. A private uv cache (this test damages it); the wheel from this machine's wheelhouse.
-The same with fake wheels, and a package's lost files: tests/provision/test_venv_damage.py."""
+RECORD, cleans uv's cache entry and installs torch again; the doctor of the first venv names the file. A
+private uv cache (this test damages it); the wheel from this machine's wheelhouse. Two bootstraps of the real
+torch (~20 s each under load): the first venv's own re-run, which repairs it, and a package's lost files are
+tests/provision/test_venv_damage.py's, with fake wheels and the same uv."""
 
 from __future__ import annotations
 
@@ -77,7 +78,4 @@ def test_a_real_torch_file_edited_in_place_is_found_in_uvs_cache_and_repaired(tm
     checks = {c["id"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert doctor.returncode == 1 and checks["files.record"]["status"] == "fail", checks["files.record"]
     assert "torch/version.py" in checks["files.record"]["detail"]
-
-    res = bootstrap(first)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "edited in place" not in edited.read_text() and scan_venv(first).damaged == ()
+    assert [d.name for d in scan_venv(first).damaged] == ["torch"] and scan_venv(second).damaged == ()

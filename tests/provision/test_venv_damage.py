@@ -84,8 +84,7 @@ def test_a_packages_lost_files_are_found_and_exactly_that_package_reinstalled(tm
     assert "Reinstall the packages whose installed files are damaged" in out and "already complete" not in out
     assert "demo_helper/__init__.py missing: reinstalled demo_helper==1.0" in out, out
     assert "· Install torch" in out  # torch untouched: already done
-    assert lost.is_file() and scan_venv(venv).damaged == ()
-    assert _doctor(venv, env, root)["files.record"]["status"] == "pass"
+    assert lost.is_file() and scan_venv(venv, full=True).damaged == ()  # what the doctor's check reads
     assert "already complete, nothing changed" in _bootstrap(venv, env, indexes, root).stdout
 
     # Bytes appended to a file (as a CA bundle is extended for a proxy): a change made on purpose, said and kept.
@@ -120,7 +119,7 @@ def test_a_torch_file_edited_in_place_is_found_in_the_cache_and_in_each_venv(tmp
     again = _bootstrap(first, env, indexes, root)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "torch/version.py" in again.stdout and "edited" not in edited.read_text()
-    assert _doctor(first, env, root)["files.record"]["status"] == "pass"
+    assert scan_venv(first, full=True).damaged == ()  # what the doctor's check reads, every file hashed
 
 
 # -- the pieces, without uv ---------------------------------------------------------------------------------

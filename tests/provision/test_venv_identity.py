@@ -167,17 +167,22 @@ def test_recreate_of_a_symlinked_venv_twice_and_of_one_without_pyvenv_cfg(tmp_pa
             [sys.executable, "-m", "mw_env", *args], env=env, capture_output=True, text=True
         )
 
-    for extra in ((), ("--recreate",), ("--recreate",)):
+    def built() -> None:
+        assert alias.is_symlink() and (real / "pyvenv.cfg").is_file() and (real / "mw-env.json").is_file()
+        assert sorted(p.name for p in real.parent.iterdir()) == [".venv.mw-env.lock", "venv"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["alias", "disk", "home", "root"]
+
+    for extra in ((), ("--recreate",)):
         res = bootstrap(*extra)
         assert res.returncode == 0, (extra, res.stdout[-2000:], res.stderr[-2000:])
-        assert alias.is_symlink() and (real / "pyvenv.cfg").is_file() and (real / "mw-env.json").is_file()
-    assert sorted(p.name for p in real.parent.iterdir()) == [".venv.mw-env.lock", "venv"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["alias", "disk", "home", "root"]
+        built()
 
+    # The second --recreate through the link (was "Cannot call rmtree on a symbolic link", for ever), of a venv
+    # whose pyvenv.cfg is gone (refused without --recreate, with the way forward).
     (real / "pyvenv.cfg").unlink()
     refused = bootstrap()
     assert refused.returncode == 2 and "pyvenv.cfg is gone" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr and "--recreate" in refused.stderr
     rebuilt = bootstrap("--recreate")
     assert rebuilt.returncode == 0, rebuilt.stdout[-2000:] + rebuilt.stderr[-2000:]
-    assert (real / "pyvenv.cfg").is_file() and alias.is_symlink()
+    built()
