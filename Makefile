@@ -65,9 +65,11 @@ test-env: install
 	fi
 
 # Two pytest-xdist workers (the CI machine has 2 cores); a test file stays on one worker, so its module
-# fixtures (trained checkpoints, built indexes) are built once. TEST_WORKERS=0 runs in one process.
+# fixtures (trained checkpoints, built indexes) are built once. Files are handed out in collection order,
+# longest first (tests/conftest.py, tests/durations.json), not by test count (xdist's default reorder, which
+# put a file of 2,900 sub-second cases first and the minute-long ones last). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: test-env
 	$(TEST_VENV)/bin/python -m pytest $(XDIST) $(PYTEST_ARGS)
 

@@ -136,7 +136,29 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
+def _longest_files_first(items: list[pytest.Item]) -> None:
+    """Collect the test files longest first (tests/durations.json, scripts/test_durations.py): `--dist
+    loadfile` hands out whole files in collection order, and a long file handed out last ran alone while the
+    other worker idled. A file the table does not know is placed by its test count (the table's median
+    seconds a test). The sort is stable, so a file's tests keep their order and stay together; every worker
+    sorts the same collection the same way, as xdist requires."""
+    import json
+
+    try:
+        table: dict[str, float] = json.loads((REPO / "tests" / "durations.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.location[0]] = counts.get(item.location[0], 0) + 1
+    known = sorted(table[f] / counts[f] for f in counts if f in table and counts[f])
+    each = known[len(known) // 2] if known else 0.1
+    weight = {f: table.get(f, n * each) for f, n in counts.items()}
+    items.sort(key=lambda item: -weight[item.location[0]])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _longest_files_first(items)
     if HAVE_TORCH:
         return
     skip = pytest.mark.skip(reason="no torch in this venv (no wheelhouse held one)")
