@@ -20,7 +20,6 @@ Needs torch: when this python lacks it, it re-runs itself with the test venv's.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -62,16 +61,6 @@ with open(sys.argv[1], "wb") as out:
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(code, r.ru_maxrss, r.ru_utime + r.ru_stime)
 """
-
-
-def _reexec_with_torch() -> int | None:
-    if importlib.util.find_spec("torch") is not None:
-        return None
-    for candidate in (os.environ.get("MW_ENV_BENCH_PYTHON"), str(REPO / ".cache/test-venv/bin/python")):
-        if candidate and Path(candidate).exists():
-            return subprocess.run([candidate, __file__, *sys.argv[1:]], check=False).returncode
-    print("bench_predict: no python with torch (set MW_ENV_BENCH_PYTHON)", file=sys.stderr)
-    return 1
 
 
 def _train(run: Path) -> None:
@@ -130,7 +119,9 @@ def _measure(run: Path, source: Path, log: Path) -> tuple[int, float, float]:
 
 
 def main() -> int:
-    again = _reexec_with_torch()
+    from common import reexec_with_torch
+
+    again = reexec_with_torch(__file__)
     if again is not None:
         return again
     from common import machine_line, update_section

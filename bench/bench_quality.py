@@ -32,7 +32,6 @@ import importlib.util
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -46,16 +45,6 @@ QUICK = os.environ.get("MW_ENV_BENCH_QUICK") == "1"
 SEED = 31
 CONFIG = "address-tagger-cpu"
 CRF_CAP = 150  # L-BFGS iterations of the capped CRF (issue 37: the same F1 as converged, at ~30% of its CPU)
-
-
-def _reexec_with_torch() -> int | None:
-    if importlib.util.find_spec("torch") is not None:
-        return None
-    for candidate in (os.environ.get("MW_ENV_BENCH_PYTHON"), str(REPO / ".cache/test-venv/bin/python")):
-        if candidate and Path(candidate).exists():
-            return subprocess.run([candidate, __file__, *sys.argv[1:]], check=False).returncode
-    print("bench_quality: no python with torch (set MW_ENV_BENCH_PYTHON)", file=sys.stderr)
-    return 1
 
 
 def cpu_seconds() -> float:
@@ -268,7 +257,9 @@ The levers (issue 37), each measured in this run on the same rows and scorer; CP
 
 
 def main() -> int:
-    reexec = _reexec_with_torch()
+    from common import reexec_with_torch
+
+    reexec = reexec_with_torch(__file__)
     if reexec is not None:
         return reexec
     missing = [m for m in ("pycrfsuite", "faker") if importlib.util.find_spec(m) is None]

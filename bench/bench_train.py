@@ -14,7 +14,6 @@ Knobs: MW_ENV_BENCH_TAGGER_STEPS (default 300), MW_ENV_BENCH_QUICK=1 (fewer step
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
@@ -27,16 +26,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 QUICK = os.environ.get("MW_ENV_BENCH_QUICK") == "1"
-
-
-def _reexec_with_torch() -> int | None:
-    if importlib.util.find_spec("torch") is not None:
-        return None
-    for candidate in (os.environ.get("MW_ENV_BENCH_PYTHON"), str(REPO / ".cache/test-venv/bin/python")):
-        if candidate and Path(candidate).exists():
-            return subprocess.run([candidate, __file__, *sys.argv[1:]], check=False).returncode
-    print("bench_train: no python with torch (set MW_ENV_BENCH_PYTHON)", file=sys.stderr)
-    return 1
 
 
 def _config(out_dir: Path, *extra: str):
@@ -295,11 +284,12 @@ def bench_learning(tmp: Path) -> str:
 
 
 def main() -> int:
-    code = _reexec_with_torch()
+    sys.path.insert(0, str(HERE))
+    from common import machine_line, reexec_with_torch, update_section
+
+    code = reexec_with_torch(__file__)
     if code is not None:
         return code
-    sys.path.insert(0, str(HERE))
-    from common import machine_line, update_section
 
     sections = {
         "Throughput": bench_throughput,

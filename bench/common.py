@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import platform
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,3 +45,15 @@ def update_section(name: str, markdown: str) -> None:
     )
     BENCHMARKS.parent.mkdir(parents=True, exist_ok=True)
     BENCHMARKS.write_text(text)
+
+
+def reexec_with_torch(script: str) -> int | None:
+    """None when this python has torch; else the exit code of `script` re-run under one that has
+    (MW_ENV_BENCH_PYTHON, or the test venv `make test-env` builds), or 1 saying there is none."""
+    if importlib.util.find_spec("torch") is not None:
+        return None
+    for candidate in (os.environ.get("MW_ENV_BENCH_PYTHON"), str(REPO / ".cache/test-venv/bin/python")):
+        if candidate and Path(candidate).exists():
+            return subprocess.run([candidate, script, *sys.argv[1:]], check=False).returncode
+    print(f"{Path(script).stem}: no python with torch (set MW_ENV_BENCH_PYTHON)", file=sys.stderr)
+    return 1
