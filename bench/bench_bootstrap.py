@@ -124,6 +124,8 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="mw-env-bench-"))
     env = {**os.environ, "UV": uv, "PYTHONPATH": str(REPO / "src")}
+    # Bootstrap records the user's last venv in its state folder: the bench's own, never the user's.
+    env.update(MW_ENV_STATE_DIR=str(work / "state"), XDG_STATE_HOME=str(work / "state"))
     env.pop("VIRTUAL_ENV", None)
     same_sources = (
         sources.uv_args()

@@ -55,6 +55,8 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="mw-env-bench-lock-"))
     env = {**os.environ, "UV": uv, "PYTHONPATH": str(REPO / "src")}
+    # Bootstrap records the user's last venv in its state folder: the bench's own, never the user's.
+    env.update(MW_ENV_STATE_DIR=str(work / "state"), XDG_STATE_HOME=str(work / "state"))
     env.pop("VIRTUAL_ENV", None)
     mw = [sys.executable, "-m", "mw_env"]
     boot = [*mw, "bootstrap", "--profile", "cpu", "--no-adopt-torch", "--no-doctor", "--json"]
