@@ -1,5 +1,5 @@
 """What a run's end costs: the time after the last step of a 400-step CPU smoke run, with the report's figures
-drawn as before (one after another, matplotlib imported at the end) and as now (trainer/figure_pool.py:
+drawn as before (one after another, matplotlib imported at the end) and as now (trainer/report/figure_pool.py:
 processes started with the run, matplotlib imported beside the steps, the curves drawn in parallel while the
 rest of the report is written), against the run's own length (issue 30 #6: 6.3 s, 12%, wanted <= 2%).
 
@@ -38,7 +38,7 @@ card = json.loads((run / "report" / "data_card.json").read_text())
 facts = json.loads((run / "report" / "environment.json").read_text())["facts"]
 pool = None
 if mode == "now":
-    from mw_env.trainer.figure_pool import FigurePool
+    from mw_env.trainer.report.figure_pool import FigurePool
     pool = FigurePool.start()
     for p in pool.procs:  # warm, as after the run's steps: a request for a figure that has no data
         p.stdin.write(json.dumps({"name": "eval", "metrics": "/nonexistent/metrics.jsonl", "out": str(run), "grad_clip": 1.0, "smoothing": 0.0, "n_labels": 0}) + "\n"); p.stdin.flush()
@@ -155,7 +155,7 @@ def main() -> int:
 {machine}. A {len(steps)}-step CPU smoke run ({steps_s:.1f} s from its first event to its last step; the
 final eval and checkpoint then took {tail:.2f} s). The report written {REPEATS} times each way, interleaved,
 each in a fresh process on a copy of the run folder (medians). `before`: every figure drawn in the report's
-process in turn (matplotlib imported at the end); `now`: the figure pool (trainer/figure_pool.py), started
+process in turn (matplotlib imported at the end); `now`: the figure pool (trainer/report/figure_pool.py), started
 and warmed as with the run, draws the curves and the data card's histograms in parallel while the report's
 process writes the rest. End = the final eval and checkpoint + the report (manifest included); share = end /
 (steps + end).

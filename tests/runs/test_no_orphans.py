@@ -49,8 +49,8 @@ def _stepping(run: Path) -> bool:
 
 
 def _trainers(tag: str) -> list[int]:
-    # `-m mw_env.trainer` itself: not torchrun, and not the report's figure pool (`-m mw_env.trainer.figure_pool`),
-    # which a run of 100 steps or more starts beside its trainer.
+    # `-m mw_env.trainer` itself: not torchrun, and not the report's figure pool
+    # (`-m mw_env.trainer.report.figure_pool`), which a run of 100 steps or more starts beside its trainer.
     return [p for p in tagged(tag) if "mw_env.trainer" in cmdline(p).split() and "torchrun" not in cmdline(p)]
 
 

@@ -219,7 +219,7 @@ def test_without_matplotlib_the_report_is_still_written(tmp_path: Path, monkeypa
 
 def test_a_plotting_failure_costs_only_the_figures(tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("matplotlib")
-    from mw_env.trainer import figure_pool
+    from mw_env.trainer.report import figure_pool
     from mw_env.trainer.report import figures as report_figures
 
     def broken(*_args, **_kwargs):

@@ -34,8 +34,8 @@ def test_the_figure_pool_draws_the_curves_and_a_dead_worker_costs_nothing(tmp_pa
     steps), in parallel; a worker that died leaves its figures to the report, which draws them itself."""
     import json
 
-    from mw_env.trainer import figure_pool
-    from mw_env.trainer.figure_pool import FigurePool
+    from mw_env.trainer.report import figure_pool
+    from mw_env.trainer.report.figure_pool import FigurePool
 
     events = [
         {"event": "step", "step": s, "loss": 2.0 / s + 0.55, "lr": 1e-3, "grad_norm": 1.0}
@@ -67,7 +67,7 @@ def test_the_figure_pool_draws_the_curves_and_a_dead_worker_costs_nothing(tmp_pa
 
 
 def test_only_a_run_long_enough_starts_the_figure_pool() -> None:
-    from mw_env.trainer.figure_pool import MIN_STEPS, FigurePool
+    from mw_env.trainer.report.figure_pool import MIN_STEPS, FigurePool
 
     assert FigurePool.for_run(main=False, max_steps=400, step=0) is None  # other ranks draw nothing
     assert FigurePool.for_run(main=True, max_steps=20, step=0) is None  # a smoke run draws its own

@@ -31,13 +31,13 @@ from mw_env.trainer.distributed import (
     shutdown,
 )
 from mw_env.trainer.evaluate import evaluate_and_decide
-from mw_env.trainer.figure_pool import FigurePool
 from mw_env.trainer.finish import RunResult, finish
 from mw_env.trainer.folderwatch import watching
 from mw_env.trainer.lifecycle import StopFlag, hold, mark
 from mw_env.trainer.metrics import MetricsWriter
 from mw_env.trainer.model import build_model
 from mw_env.trainer.peers import lost_peer
+from mw_env.trainer.report.figure_pool import FigurePool
 from mw_env.trainer.resume import (
     batch_note,
     check_compatible,

@@ -25,7 +25,7 @@ from mw_env.trainspec.config import ResolvedConfig
 
 if TYPE_CHECKING:
     from mw_env.trainer.data.digest import ShardHasher
-    from mw_env.trainer.figure_pool import FigurePool
+    from mw_env.trainer.report.figure_pool import FigurePool
 
 Echo = Callable[[str], None]
 
@@ -46,7 +46,7 @@ class Session:
     counts: Counts | None = None
     accepted_changes: list[str] = field(default_factory=list)
     hasher: ShardHasher | None = None  # on rank 0 with data.hash_shards
-    figures: FigurePool | None = None  # on rank 0: the report's figure processes (trainer/figure_pool.py)
+    figures: FigurePool | None = None  # on rank 0: the report's figure processes (report/figure_pool.py)
 
     @property
     def ckpt_dir(self) -> Path:

@@ -24,10 +24,9 @@ from mw_env.base.errors import os_error_in
 from mw_env.base.textsafe import duration
 from mw_env.rundir import contract as rd
 from mw_env.rundir.manifest import read_manifest, write_manifest
-from mw_env.trainer import figure_pool
-from mw_env.trainer.figure_pool import FigurePool
 from mw_env.trainer.lifecycle import hold
 from mw_env.trainer.metrics import latest_by_step, read_metrics
+from mw_env.trainer.report import figure_pool
 from mw_env.trainer.report.card import HistogramDrawer, card_blocks
 from mw_env.trainer.report.doc import (
     Bullets,
@@ -42,6 +41,7 @@ from mw_env.trainer.report.doc import (
     to_html,
     to_markdown,
 )
+from mw_env.trainer.report.figure_pool import FigurePool
 from mw_env.trainer.report.figures import Figure
 from mw_env.trainer.scoring import eval_scope
 from mw_env.trainspec.advice import inapplicable
@@ -221,7 +221,7 @@ def _draw_figures(
     have: dict[str, Figure | None] | None = None,
 ) -> tuple[tuple[list[Figure], str | None], HistogramDrawer]:
     """((the run figures, a note), the histogram drawer): figures need matplotlib; without it, a note
-    instead. `have`: the figures a FigurePool drew (trainer/figure_pool.py); any it lacks are drawn here."""
+    instead. `have`: the figures a FigurePool drew (trainer/report/figure_pool.py); any it lacks are drawn here."""
     import importlib.util
 
     have = have or {}

@@ -9,7 +9,7 @@ drawn in parallel, with the data card's histograms, while the trainer writes the
 report then waits only for the slowest figure. Each figure has fixed margins (figures.MARGINS_IN): no layout
 pass, about 80 ms a figure instead of 130.
 
-A worker is `python -m mw_env.trainer.figure_pool` with JSON lines on stdin/stdout. It dies with the
+A worker is `python -m mw_env.trainer.report.figure_pool` with JSON lines on stdin/stdout. It dies with the
 trainer (PR_SET_PDEATHSIG), ignores SIGINT (a terminal's Ctrl-C reaches the whole group: the trainer is the
 one that answers it), and anything that fails (a worker that died, a reply that is not JSON) makes the
 report draw that figure itself, as before: the pool only ever saves time.
@@ -83,7 +83,7 @@ class FigurePool:
             for _ in range(workers):
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "mw_env.trainer.figure_pool"],
+                        [sys.executable, "-m", "mw_env.trainer.report.figure_pool"],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL,
