@@ -30,7 +30,9 @@ def test_held_steps_are_read_on_log_steps_and_after_a_minute(
     monkeypatch.setattr(steplog, "read_host", lambda t: reads.append(t.shape[0]) or real(t))
     said: list[str] = []
     metrics = MetricsWriter(tmp_path)
-    log = steplog.StepLog(metrics, said.append, 10, 100, "cpu", lambda: 1000)
+    log = steplog.StepLog(
+        metrics=metrics, say=said.append, log_every=10, max_steps=100, device="cpu", parameters=lambda: 1000
+    )
 
     def step(n: int, seconds: float) -> None:
         now[0] += seconds
@@ -70,12 +72,12 @@ def test_a_terminal_gets_step_total_rate_and_eta_between_log_steps(
     monkeypatch.setattr(steplog, "time", lambda: now[0])
     said: list[str] = []
     log = steplog.StepLog(
-        MetricsWriter(tmp_path),
-        said.append,
-        50,
-        1500,
-        "cpu",
-        lambda: 1000,
+        metrics=MetricsWriter(tmp_path),
+        say=said.append,
+        log_every=50,
+        max_steps=1500,
+        device="cpu",
+        parameters=lambda: 1000,
         rows_per_step=32,
         progress_every=10.0,
     )

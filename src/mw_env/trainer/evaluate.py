@@ -8,27 +8,26 @@ modes and names the one it shows (`f1_mode`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from mw_env.trainer.data import IGNORE, Batch, Corpus, ValSource
+from mw_env.trainer.data import IGNORE, Batch, ValSource
 from mw_env.trainer.decoding import Decoder
-from mw_env.trainer.distributed import DistInfo, all_reduce
-from mw_env.trainer.metrics import MetricsWriter
+from mw_env.trainer.distributed import all_reduce
 from mw_env.trainer.model import sdpa_context
 from mw_env.trainer.runtime import ChosenPrecision, autocast
 from mw_env.trainer.scoring import F1Mode, entity_counts, eval_scope, evaluated_rows, prf
-from mw_env.trainspec.config import OptimConfig, RuntimeConfig, TrainConfig
+from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.schema import DecodeChoice
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from mw_env.trainer.state import LoopState
+    from mw_env.trainer.session import Session
 
 
 @dataclass(frozen=True)
@@ -201,38 +200,29 @@ def evaluate(
     return sums.result(samples, f1_mode)
 
 
-def evaluate_and_decide(
-    model: torch.nn.Module,
-    corpus: Corpus,
-    state: LoopState,  # updated in place: best F1, evaluations without a gain
-    rt: RuntimeConfig,
-    o: OptimConfig,
-    device: torch.device,
-    precision: ChosenPrecision,
-    metrics: MetricsWriter,
-    say: Callable[[str], None],
-    dist: DistInfo,
-    decode: DecodeChoice = "argmax",
-) -> bool:
+def evaluate_and_decide(s: Session) -> bool:
     """Every rank evaluates its share of the split; one all-reduce sums them (and carries no decision:
-    rank 0 decides early stopping and shares it in a second, tiny reduce)."""
+    rank 0 decides early stopping and shares it in a second, tiny reduce). s.state is updated in place:
+    the best F1, the evaluations without a gain."""
     from mw_env.trainer.lifecycle import hold
 
+    corpus, state, dist, device, say = s.corpus, s.state, s.dist, s.trainer.device, s.say
+    rt, o = s.resolved.config.runtime, s.resolved.config.optim
     if not corpus.val.rows:  # no validation split (data.val_fraction 0): said at start, skipped here
         return False
     hold("eval")  # the fault harness's eval phase
     stop = 0.0
     sums, samples = evaluate_share(
-        model,
+        s.trainer.model,
         corpus.val,
         corpus.labels.names,
         batch_size=o.batch_size,
         max_batches=rt.eval_batches,
         device=device,
-        precision=precision,
+        precision=s.trainer.precision,
         sdpa_backend=rt.sdpa_backend,
         n_samples=rt.eval_samples,
-        decode=decode,
+        decode=s.resolved.config.model.decode,
     )
     if dist.enabled:
         total = torch.tensor(sums.as_list(), dtype=torch.float64, device=device)
@@ -241,7 +231,7 @@ def evaluate_and_decide(
         sums = EvalSums(vals[0], *(round(v) for v in vals[1:]))
     if dist.main:
         result = sums.result(samples, rt.f1_mode)
-        metrics.log(
+        s.metrics.log(
             "eval",
             step=state.step,
             loss=result.loss,

@@ -34,7 +34,7 @@ class RunResult:
 
 
 def finish(
-    s: Session, reason: str, last_ckpt: Path | None, losses: list[float], doctor_json: Path | None
+    s: Session, *, reason: str, last_ckpt: Path | None, losses: list[float], doctor_json: Path | None
 ) -> RunResult:
     """End the run on every rank: the `finished` event, then (rank 0) the data card and the report."""
     rt, state = s.resolved.config.runtime, s.state

@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from mw_env.rundir.contract import checkpoints_dir
 from mw_env.trainer.agree import run_lock
 from mw_env.trainer.ckpt import checkpoint as ckpt_mod
 from mw_env.trainer.ckpt.parts import restore as restore_parts
-from mw_env.trainer.data import Corpus, Counts, Prefetcher, open_corpus, trace
+from mw_env.trainer.data import Corpus, Counts, Prefetcher, StepData, open_corpus, trace
 from mw_env.trainer.distributed import (
     DistInfo,
     barrier,
@@ -55,14 +56,12 @@ from mw_env.trainer.runtime import (
     set_determinism,
     step_seed,
 )
-from mw_env.trainer.session import Session
-from mw_env.trainer.step import Trainer
+from mw_env.trainer.session import Echo, Session
+from mw_env.trainer.step import StepOutcome, Trainer
 from mw_env.trainer.steplog import PROGRESS_S, StepLog
 from mw_env.trainspec.advice import config_warnings, resume_warnings
 from mw_env.trainspec.config import ResolvedConfig
 from mw_env.trainspec.schedule import lr_factor
-
-Echo = Callable[[str], None]
 
 
 def _optimizer(model: torch.nn.Module, resolved: ResolvedConfig) -> torch.optim.AdamW:
@@ -99,7 +98,15 @@ def train(
     try:
         # multinode: rank 0 holds <run>/.lock (trainer/agree.py) and watches the folder (folderwatch.py)
         with run_lock(out_dir, dist) as lock, watching(out_dir, enabled=dist.main, keep=lock):
-            return _run(resolved, dist, out_dir, resume, fresh, echo, doctor_json)
+            return _run(
+                resolved=resolved,
+                dist=dist,
+                out_dir=out_dir,
+                resume=resume,
+                fresh=fresh,
+                echo=echo,
+                doctor_json=doctor_json,
+            )
     except RuntimeError as exc:  # a node or process that died shows here as a transport error
         lost = lost_peer(exc, dist, checkpoints_dir(out_dir))
         if lost is None:
@@ -109,7 +116,7 @@ def train(
         shutdown(dist)
 
 
-def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus, Trainer]:
+def _build(*, resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus, Trainer]:
     config = resolved.config
     rt, o = config.runtime, config.optim
     device = pick_device(rt, dist.local_rank)
@@ -131,27 +138,33 @@ def _build(resolved: ResolvedConfig, dist: DistInfo, say: Echo) -> tuple[Corpus,
         say(f"sources (share of the rows drawn): {corpus.weighted.describe()}")
     if corpus.labels.note:
         say(f"warning: {corpus.labels.note}")
-    model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels)).to(
-        device
-    )
+    model = build_model(config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(corpus.labels))
+    model = model.to(device)
     optimizer = _optimizer(model, resolved)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, o, rt.max_steps))
-    scaler = torch.amp.GradScaler(device.type, enabled=precision.name == "fp16")
-    trainer = Trainer(model, model, optimizer, scheduler, scaler, o, rt.sdpa_backend, device, precision, dist)
+    trainer = Trainer(
+        model=model,
+        train_model=model,  # wrapped (DDP, torch.compile) once the checkpoint is restored: _wrap
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=torch.amp.GradScaler(device.type, enabled=precision.name == "fp16"),
+        optim=o,
+        sdpa_backend=rt.sdpa_backend,
+        device=device,
+        precision=precision,
+        dist=dist,
+    )
     return corpus, trainer
 
 
-def _restore(session: Session, path: Path, ckpt: dict[str, Any], accepted_changes: list[str]) -> None:
+def _restore(s: Session, *, path: Path, ckpt: dict[str, Any], accepted_changes: list[str]) -> None:
     """Load a checkpoint that passed the resume checks into the session (`accepted_changes`: the corpus
     changes data.allow_changed_corpus let through, said once here)."""
-    s = session
     s.accepted_changes = accepted_changes
     for line in accepted_changes:
         s.say(f"warning: corpus changed ({line}); continuing because data.allow_changed_corpus is true")
     try:  # validated when it was picked; a failure here is still a clean error, never a traceback
-        restore_parts(
-            s, ckpt
-        )  # model, optimizer, scheduler, scaler, loop counters, this rank's RNG and counts
+        restore_parts(s, ckpt)  # model, optimizer, scheduler, scaler, loop counters, this rank's RNG, counts
     except Exception as exc:
         raise ckpt_mod.CheckpointError(
             f"checkpoint {path} could not be restored ({type(exc).__name__}: {str(exc)[:200]})",
@@ -164,7 +177,7 @@ def _restore(session: Session, path: Path, ckpt: dict[str, Any], accepted_change
         s.say(f"warning: {line}")
 
 
-def _wrap(trainer: Trainer, compile_model: bool) -> None:
+def _wrap(trainer: Trainer, *, compile_model: bool) -> None:
     if trainer.dist.enabled:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -175,6 +188,7 @@ def _wrap(trainer: Trainer, compile_model: bool) -> None:
 
 
 def _run(
+    *,
     resolved: ResolvedConfig,
     dist: DistInfo,
     out_dir: Path,
@@ -192,7 +206,7 @@ def _run(
             move_aside(out_dir, say)
         ckpt_mod.remove_stale_temporaries(ckpt_dir)
     barrier(dist)
-    corpus, trainer = _build(resolved, dist, say)
+    corpus, trainer = _build(resolved=resolved, dist=dist, say=say)
     for line in config_warnings(resolved.config):
         say(f"warning: {line}")
 
@@ -237,14 +251,21 @@ def _run(
         facts["venv_drift"] = drift_fact(Path(sys.prefix), carried[1] if carried else None)
     metrics = MetricsWriter(out_dir, tracking=rt.tracking, hparams=hparams, enabled=dist.main)
     corpus = in_checkpoint_lanes(found[1], corpus) if found is not None else corpus
-    for line in corpus_lines(
-        corpus
-    ):  # the split, the units and the lanes this run reads (a resume: the run's)
+    for line in corpus_lines(corpus):  # the split, the units, the lanes it reads (a resume: the run's)
         say(line)
-    session = Session(resolved, dist, out_dir, say, corpus, trainer, metrics, facts)
+    session = Session(
+        resolved=resolved,
+        dist=dist,
+        out_dir=out_dir,
+        say=say,
+        corpus=corpus,
+        trainer=trainer,
+        metrics=metrics,
+        facts=facts,
+    )
     if found is not None:
         resumed_from = found[0]
-        _restore(session, *found, accepted_changes=accepted.get(resumed_from, []))
+        _restore(session, path=resumed_from, ckpt=found[1], accepted_changes=accepted.get(resumed_from, []))
         del found  # do not keep a second copy of the weights alive (nanoGPT #158)
         metrics.log("resumed", step=session.state.step, path=str(resumed_from))
         if session.accepted_changes:
@@ -257,7 +278,7 @@ def _run(
 
         session.hasher = ShardHasher(corpus.sources, out_dir)
     session.figures = FigurePool.for_run(main=dist.main, max_steps=rt.max_steps, step=session.state.step)
-    _wrap(trainer, rt.compile)
+    _wrap(trainer, compile_model=rt.compile)
     mark(out_dir, "running", main=dist.main, step=session.state.step)
     if 0 < rt.max_steps <= session.state.step:
         say(
@@ -267,109 +288,94 @@ def _run(
         )
     try:
         reason, last_ckpt, losses = _train_loop(session)
-        return finish(session, reason, last_ckpt, losses, doctor_json)
+        return finish(session, reason=reason, last_ckpt=last_ckpt, losses=losses, doctor_json=doctor_json)
     finally:
         for closing in (session.hasher, session.figures):
             if closing is not None:
                 closing.close()
 
 
+@dataclass
+class _Steps:
+    """What the loop carries from step to step besides session.state (the counters a checkpoint keeps)."""
+
+    reader: Prefetcher  # the steps' rows, read and encoded in the background from state.step on
+    tracer: trace.TraceWriter | None  # MW_ENV_TRACE_ROWS: each step's rows, by rank
+    log: StepLog  # the steps' events, held on the device until a log step (trainer/steplog.py)
+    last_ckpt: Path | None = None
+    # Data wait in two figures: the first fill (the first window read and encoded before step 1 can run)
+    # and the steady state (every later step), so a slow start does not hide in, or inflate, the share.
+    first_fill: float | None = None
+    waited: float = 0.0
+    t_first: float = field(default_factory=time.perf_counter)  # where the steady state starts
+    t_last: float = field(default_factory=time.perf_counter)  # the last step's end
+
+    def next_data(self, step: int) -> tuple[StepData, float]:
+        """Step `step`'s rows and the seconds spent waiting for them."""
+        data, waited = self.reader.get(step)
+        if self.first_fill is None:
+            self.first_fill, self.t_first = waited, time.perf_counter()
+        else:
+            self.waited += waited
+        return data, waited
+
+
 def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
-    config = s.resolved.config
-    rt, dist, state = config.runtime, s.dist, s.state
+    """The steps up to runtime.max_steps; returns why the loop ended (max_steps, nonfinite, early_stop or
+    stopped), the last checkpoint it wrote and every step's loss."""
+    rt, dist, state = s.resolved.config.runtime, s.dist, s.state
+    ended: str | None = None  # why the loop ends before max_steps
+    s.trainer.train_model.train()
+    with _opened(s) as run, StopFlag() as stop:
+        while state.step < rt.max_steps:
+            data, waited = run.next_data(state.step)
+            hold(f"step-{state.step}")  # the fault harness's step phase (trainer/lifecycle.py)
+            torch.manual_seed(
+                step_seed(rt.seed, state.step, dist.world, dist.rank)
+            )  # dropout per (step, rank)
+            out = s.trainer.step(data.micro, lambda: stop.requested)
+            if ended := _after_step(s, run=run, out=out, data=data, waited=waited):
+                break
+            early_stop = _maybe_evaluate(s, run=run, out=out)
+            if ended := _maybe_save_or_stop(s, run=run, out=out, early_stop=early_stop, stop=stop):
+                break
+    steady_s = time.perf_counter() - run.t_first
+    s.metrics.log(
+        "data_wait",
+        step=state.step,
+        first_fill_s=run.first_fill or 0.0,
+        seconds=run.waited,  # steady state: every step after the first
+        share=run.waited / max(steady_s, 1e-9),
+    )
+    return ended or "max_steps", run.last_ckpt, run.log.losses
+
+
+@contextlib.contextmanager
+def _opened(s: Session) -> Iterator[_Steps]:
+    """The loop's reader (and row trace) open while it runs; its held step events flushed when it ends."""
+    rt = s.resolved.config.runtime
     producer = s.corpus.producer(stop=rt.max_steps)
     reader = Prefetcher(
         producer,
-        start=state.step,
+        start=s.state.step,
         stop=rt.max_steps,
-        depth=config.data.prefetch_steps,
+        depth=s.resolved.config.data.prefetch_steps,
         pin=s.trainer.device.type == "cuda",
     )
-    reason, last_ckpt = "max_steps", None
-    tracer = trace.TraceWriter(s.out_dir, dist.rank) if trace.enabled() else None
     log = StepLog(
-        s.metrics,
-        s.say,
-        rt.log_every,
-        rt.max_steps,
-        s.trainer.device.type,
-        lambda: sum(p.numel() for p in s.trainer.model.parameters()),
+        metrics=s.metrics,
+        say=s.say,
+        log_every=rt.log_every,
+        max_steps=rt.max_steps,
+        device=s.trainer.device.type,
+        parameters=lambda: sum(p.numel() for p in s.trainer.model.parameters()),
         rows_per_step=s.corpus.layout.global_rows,  # the global batch: the run's lanes x their rows a step
-        progress_every=PROGRESS_S if dist.main and sys.stdout.isatty() else None,
+        progress_every=PROGRESS_S if s.dist.main and sys.stdout.isatty() else None,
     )
-    # Data wait in two figures: the first fill (the first window read and encoded before step 1 can run)
-    # and the steady state (every later step), so a slow start does not hide in, or inflate, the share.
-    waited_total, first_fill, t_start = 0.0, None, time.perf_counter()
-    t_first = t_start
-    t_last = t_start
-    s.trainer.train_model.train()
-    assert s.counts is not None  # set (fresh, or from the checkpoint) before the first step
+    tracer = trace.TraceWriter(s.out_dir, s.dist.rank) if trace.enabled() else None
+    run = _Steps(reader=reader, tracer=tracer, log=log)
     try:
-        with StopFlag() as stop:
-            while state.step < rt.max_steps:
-                step = state.step
-                data, waited = reader.get(step)
-                if first_fill is None:
-                    first_fill, t_first = waited, time.perf_counter()
-                else:
-                    waited_total += waited
-                hold(f"step-{step}")
-                torch.manual_seed(step_seed(rt.seed, step, dist.world, dist.rank))
-                out = s.trainer.step(data.micro, lambda: stop.requested)
-                s.counts.merge(data.counts)
-                if tracer is not None:
-                    tracer.write(step, data.ids)
-                state.step = step + 1
-                now = time.perf_counter()
-                log.add(state.step, out, waited, now - t_last)  # its metrics are read on log steps only
-                t_last = now
-                if not out.finite:
-                    state.skipped_steps += 1
-                    state.consecutive_nonfinite += 1
-                    why = log.nonfinite_reason()
-                    s.metrics.log("skipped_step", step=state.step, reason=why)
-                    s.say(
-                        f"step {state.step}: {why}; update skipped ({state.consecutive_nonfinite} in a row)"
-                    )
-                    if state.consecutive_nonfinite >= rt.max_nonfinite:
-                        reason = "nonfinite"
-                        break
-                else:
-                    state.consecutive_nonfinite = 0
-                # A skipped step left the weights as they were, so checkpointing after it is still sound.
-                early_stop = False
-                if out.finite and (state.step % rt.eval_every == 0 or state.step == rt.max_steps):
-                    log.flush()  # the steps' events before the evaluation's
-                    t = s.trainer
-                    early_stop = evaluate_and_decide(
-                        t.model,
-                        s.corpus,
-                        state,
-                        rt,
-                        config.optim,
-                        t.device,
-                        t.precision,
-                        s.metrics,
-                        s.say,
-                        dist,
-                        decode=config.model.decode,
-                    )
-                # Agreed by all ranks inside the step's one synchronisation; a single process also takes a
-                # SIGTERM that came after that point, instead of computing one more (maybe long) step.
-                stop_now = out.stop or (not dist.enabled and stop.requested)
-                if stop_now:
-                    mark(s.out_dir, "stopping", main=dist.main, step=state.step)
-                if (
-                    early_stop
-                    or stop_now
-                    or state.step % rt.checkpoint_every == 0
-                    or state.step == rt.max_steps
-                ):
-                    log.flush()  # the steps' events before the checkpoint's
-                    last_ckpt = s.save(final=early_stop or stop_now or state.step == rt.max_steps)
-                if early_stop or stop_now:
-                    reason = "early_stop" if early_stop else "stopped"
-                    break
+        yield run
         log.flush()
     except BaseException:
         with contextlib.suppress(Exception):  # the steps done before the error keep their events; the
@@ -378,14 +384,56 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
     finally:
         reader.close()
         producer.close()
-        if tracer is not None:
-            tracer.close()
-    steady_s = time.perf_counter() - t_first
-    s.metrics.log(
-        "data_wait",
-        step=state.step,
-        first_fill_s=first_fill or 0.0,
-        seconds=waited_total,  # steady state: every step after the first
-        share=waited_total / max(steady_s, 1e-9),
-    )
-    return reason, last_ckpt, log.losses
+        if run.tracer is not None:
+            run.tracer.close()
+
+
+def _after_step(s: Session, *, run: _Steps, out: StepOutcome, data: StepData, waited: float) -> str | None:
+    """The step's bookkeeping: its label counts, its rows traced, its event held, a skipped (non-finite) step
+    counted and said; "nonfinite" when runtime.max_nonfinite came in a row."""
+    state = s.state
+    assert s.counts is not None  # set (fresh, or from the checkpoint) before the first step
+    s.counts.merge(data.counts)
+    if run.tracer is not None:
+        run.tracer.write(state.step, data.ids)
+    state.step += 1
+    now = time.perf_counter()
+    run.log.add(state.step, out, waited, now - run.t_last)  # its metrics are read on log steps only
+    run.t_last = now
+    if out.finite:
+        state.consecutive_nonfinite = 0
+        return None
+    state.skipped_steps += 1
+    state.consecutive_nonfinite += 1
+    why = run.log.nonfinite_reason()
+    s.metrics.log("skipped_step", step=state.step, reason=why)
+    s.say(f"step {state.step}: {why}; update skipped ({state.consecutive_nonfinite} in a row)")
+    return "nonfinite" if state.consecutive_nonfinite >= s.resolved.config.runtime.max_nonfinite else None
+
+
+def _maybe_evaluate(s: Session, *, run: _Steps, out: StepOutcome) -> bool:
+    """Every runtime.eval_every steps and at the last (not after a skipped step): evaluate; True when early
+    stopping says stop."""
+    rt, step = s.resolved.config.runtime, s.state.step
+    if not out.finite or (step % rt.eval_every and step != rt.max_steps):
+        return False
+    run.log.flush()  # the steps' events before the evaluation's
+    return evaluate_and_decide(s)
+
+
+def _maybe_save_or_stop(
+    s: Session, *, run: _Steps, out: StepOutcome, early_stop: bool, stop: StopFlag
+) -> str | None:
+    """Every runtime.checkpoint_every steps, at the last and before the loop stops: a checkpoint (a skipped step
+    left the weights as they were, so one after it is still sound); "early_stop" or "stopped" to stop now."""
+    rt, dist, step = s.resolved.config.runtime, s.dist, s.state.step
+    # Agreed by all ranks inside the step's one synchronisation; a single process also takes a SIGTERM that
+    # came after that point, instead of computing one more (maybe long) step.
+    stopped = out.stop or (not dist.enabled and stop.requested)
+    if stopped:
+        mark(s.out_dir, "stopping", main=dist.main, step=step)
+    final = early_stop or stopped or step == rt.max_steps
+    if final or step % rt.checkpoint_every == 0:
+        run.log.flush()  # the steps' events before the checkpoint's
+        run.last_ckpt = s.save(final=final)
+    return "early_stop" if early_stop else "stopped" if stopped else None

@@ -70,7 +70,7 @@ class StepOutcome:
     stop: bool = False  # some rank was asked to stop (SIGTERM): all ranks stop after this step
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Trainer:
     """What a step needs; built once by the loop."""
 

@@ -42,7 +42,7 @@ class _Pending:
     time: float  # unix seconds at the step's end
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepLog:
     metrics: MetricsWriter
     say: Callable[[str], None]
