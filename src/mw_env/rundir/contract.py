@@ -57,7 +57,6 @@ LOCK_NAME = ".lock"  # one trainer per run folder (runlock.py); a dotfile, so th
 ROW_TRACE_DIR = (
     "row-trace"  # rank-<r>.jsonl: the rows each step read, with MW_ENV_TRACE_ROWS=1 (trainer/data/trace.py)
 )
-ROW_TRACE_GLOB = "rank-*.jsonl"
 CORPUS_INDEX = "corpus-index.json"  # each shard's blocks and identity, cached (trainer/data/index.py)
 SHARD_DIGESTS = "shard-sha256.json"  # the shards' sha256, cached (trainer/data/digest.py)
 TENSORBOARD_DIR = "tensorboard"  # runtime.tracking=tensorboard (trainer/tracking/tracking.py)

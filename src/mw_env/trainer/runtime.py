@@ -7,7 +7,6 @@ import os
 import platform
 import random
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -193,11 +192,3 @@ def environment_facts(device: torch.device, precision: ChosenPrecision, world: i
     if device.type == "cuda" and torch.version.hip:
         facts["gcn_arch"] = getattr(torch.cuda.get_device_properties(device), "gcnArchName", None)
     return facts
-
-
-@contextlib.contextmanager
-def fresh_rng(seed: int) -> Iterator[None]:
-    """Run a block under a fixed torch seed without disturbing the caller's RNG stream."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield

@@ -87,10 +87,6 @@ class Corpus:
         """A lane's rows per epoch."""
         return sum(self.blocks[b].rows for b in self.owned[lane])
 
-    def rank_rows(self, rank: int) -> int:
-        """The rows of the lanes rank `rank` reads."""
-        return sum(self.lane_rows(k) for k in self.layout.lanes_of(rank))
-
     def with_lanes(self, lanes: int, lane_rows: int) -> Corpus:
         """The same corpus laid out for `lanes` lanes of `lane_rows` rows a step (a checkpoint's)."""
         if (lanes, lane_rows) == (self.lanes, self.layout.lane_rows) or self.opened is None:

@@ -317,19 +317,6 @@ def _open_jsonl(path: Path, index: int) -> Shard:
     return Shard(path, "jsonl", size, h.hexdigest(), [b for b in blocks if b.rows])
 
 
-def open_shards(paths: Sequence[Path], columns: tuple[str, str], *, key: str) -> list[Shard]:
-    """Footers (or the JSONL line scan) of every shard; an empty or unreadable one is an error."""
-    shards, schemas = [], Schemas()
-    for i, path in enumerate(paths):
-        shard = (
-            _open_parquet(path, i, columns, schemas)[0] if path.suffix == ".parquet" else _open_jsonl(path, i)
-        )
-        if shard.rows == 0:
-            raise InputError(f"{key}: {path} has no rows", hint="drop the empty shard from the file list")
-        shards.append(shard)
-    return shards
-
-
 def identity_diff(old: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) -> list[str]:
     """What changed between two shard lists, shard by shard (empty: the same corpus)."""
     name = lambda s: s.get("path") or s.get("kind", "?")  # noqa: E731 - synthetic sources have no path

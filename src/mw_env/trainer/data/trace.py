@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from mw_env.rundir.contract import ROW_TRACE_DIR, ROW_TRACE_GLOB, row_trace_name
+from mw_env.rundir.contract import ROW_TRACE_DIR, row_trace_name
 from mw_env.trainer.data.reader import SYNTHETIC
 from mw_env.trainer.data.shards import Shard
 
@@ -70,16 +70,3 @@ class TraceWriter:
 
     def close(self) -> None:
         self._fh.close()
-
-
-def read_trace(run_dir: Path) -> dict[int, dict[int, list[list[int]]]]:
-    """rank -> step -> the rows it read (the last line of each step)."""
-    out: dict[int, dict[int, list[list[int]]]] = {}
-    for path in sorted((Path(run_dir) / ROW_TRACE_DIR).glob(ROW_TRACE_GLOB)):
-        rank = int(path.stem.split("-")[1])
-        steps = out.setdefault(rank, {})
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                steps[int(entry["step"])] = entry["rows"]
-    return out
