@@ -330,9 +330,7 @@ def _train_loop(s: Session) -> tuple[str, Path | None, list[float]]:
         while state.step < rt.max_steps:
             data, waited = run.next_data(state.step)
             hold(f"step-{state.step}")  # the fault harness's step phase (trainer/lifecycle.py)
-            torch.manual_seed(
-                step_seed(rt.seed, state.step, dist.world, dist.rank)
-            )  # dropout per (step, rank)
+            torch.manual_seed(step_seed(rt.seed, state.step, dist.world, dist.rank))  # dropout's, per rank
             out = s.trainer.step(data.micro, lambda: stop.requested)
             if ended := _after_step(s, run=run, out=out, data=data, waited=waited):
                 break
