@@ -441,7 +441,9 @@ def test_a_signal_to_mw_env_ends_its_child_with_it(
     tag, hold = new_tag(), tmp_path / "go"
     out = tmp_path / "tagged.parquet"
     extra = ("--output", str(out)) if command == "predict" else ()
-    env = _env(tag, MW_ENV_TEST_HOLD=f"predict:{hold}")
+    scratch = tmp_path / "scratch"  # mw-env's TMPDIR: its result folder for the child is made here
+    scratch.mkdir()
+    env = _env(tag, MW_ENV_TEST_HOLD=f"predict:{hold}", TMPDIR=str(scratch))
     proc = subprocess.Popen(
         _command(run, command, addresses, *extra),
         env=env,
@@ -469,6 +471,8 @@ def test_a_signal_to_mw_env_ends_its_child_with_it(
         name = signal.Signals(signum).name
         assert f"error: train {command} was stopped by {name}" in err and "hint: " in err, err
     assert not out.exists() and _no_temporaries(tmp_path) == []
+    # The folder mw-env made for the child's result is gone too (SIGKILL: the child removed it, was left).
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.mark.slow

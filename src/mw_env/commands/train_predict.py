@@ -247,8 +247,9 @@ def _run_in_venv(
             args += [flag, value]
     from mw_env.base.stopsignals import run_child
     from mw_env.commands.train_export import no_result
+    from mw_env.rundir.contract import RESULT_FOLDER_PREFIX
 
-    with tempfile.TemporaryDirectory(prefix="mw-env-predict-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=RESULT_FOLDER_PREFIX) as tmp:
         result_file = Path(tmp) / "result.json"
         target = [str(run.expanduser().resolve())] if run is not None else []
         argv = [str(python), "-m", "mw_env.trainer.predict", command, *target, *args]

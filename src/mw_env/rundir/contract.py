@@ -108,6 +108,9 @@ WORKER_EXIT = "mw-env worker exit status: "
 ALLOW_ENV_MISMATCH = "MW_ENV_ALLOW_ENV_MISMATCH"
 # The one sentence of a lost peer (trainer/peers.py, runs/rendezvous.py); torchrun_output.py matches it.
 PEER_LOST = "a peer of the run stopped answering"
+# The temporary folder `train predict/evaluate` makes for its child's result (commands/train_predict.py): the
+# child removes it when mw-env was killed before reading it (trainer/predict.py).
+RESULT_FOLDER_PREFIX = "mw-env-predict-"
 
 
 def metrics_path(run_dir: Path) -> Path:

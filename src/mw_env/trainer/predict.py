@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mw_env.base.errors import EXIT_FAILED, InputError, MwEnvError, os_error_in, os_fault
-from mw_env.rundir.contract import EXPORT_META_GLOB, ONNX_SUFFIX
+from mw_env.rundir.contract import EXPORT_META_GLOB, ONNX_SUFFIX, RESULT_FOLDER_PREFIX
 from mw_env.trainer.scoring import Tally
 from mw_env.trainer.tagio import Row, iter_rows
 from mw_env.trainer.tagout import StdoutFailed, TaggedWriter
@@ -337,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--weights and --export name two models: pick one")
     from mw_env.base.stopsignals import Stopped, stop_on_signals
 
+    parent = os.getppid()
     progress = JobProgress()
     result: dict[str, object]
     try:
@@ -363,7 +365,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         err = os_fault(cause, "write the predictions" if args.command == "predict" else "read the data")
         hint = (err.hint or "") + ("; no partial output is left" if args.command == "predict" else "")
         result = {"error": err.message, "hint": hint, "exit_code": EXIT_FAILED}
-    args.result.write_text(json.dumps(result), encoding="utf-8")
+    if os.getppid() != parent and args.result.parent.name.startswith(RESULT_FOLDER_PREFIX):
+        # mw-env was killed (SIGKILL: the kernel told us, PR_SET_PDEATHSIG) and we were given to another
+        # parent: no one will read the result, and the folder mw-env made for it would stay behind in /tmp.
+        import shutil
+
+        shutil.rmtree(args.result.parent, ignore_errors=True)
+    else:
+        args.result.write_text(json.dumps(result), encoding="utf-8")
     code = result.get("exit_code", 0)
     return code if isinstance(code, int) else EXIT_FAILED
 
