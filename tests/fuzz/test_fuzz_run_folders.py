@@ -6,7 +6,8 @@ documented exit code, `error:`/`hint:` and never a traceback, never a hang (SIGA
 reads (the newest valid checkpoint, its load, the model built from it) may raise only mw_env's own errors.
 
 Generated cases are seeded and replayable by index (MW_FUZZ_ROUND draws another set); the named regressions
-run the real `mw-env train export` command on the worst folders.
+run the export's venv entry point on the worst folders in this process, and the real `mw-env train export`
+command on one of them.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def test_each_file_each_hostile_kind(
     read_everything(run, capsys)
 
 
-# -- named regressions: the real `mw-env train export` command, exit 2 with a sentence ----------------------
+# -- named regressions: `mw-env train export`'s venv side, then the real command: exit 2 with a sentence ------
 
 
 def _no_valid_checkpoint(run: Path) -> None:
@@ -180,18 +181,38 @@ def _empty(run: Path) -> None:
     (run / "checkpoints" / "step-000000002.pt").write_bytes(b"")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "make",
     [_no_valid_checkpoint, _fifo_newest_only, _links_out, _empty],
     ids=["garbage", "fifo", "link", "empty"],
 )
 def test_export_on_a_run_folder_without_a_valid_checkpoint(
-    make: object, finished_run: Path, tmp_path: Path
+    make: object, finished_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Each folder through the entry point `train export` runs in the venv (onnx_export.main), in this process:
+    its one JSON line is the refusal mw-env prints. One child per folder cost an ONNX-stack import each; the
+    command itself, across the process boundary, is the case below."""
+    from mw_env.trainer.export.onnx_export import main as export_main
+
     run = tmp_path / "run"
     shutil.copytree(finished_run, run, symlinks=True)
     make(run)  # type: ignore[operator]
+    capsys.readouterr()
+    with deadline():
+        code = export_main([str(run)])
+    answer = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert code == answer["exit_code"] == 2, answer
+    assert answer["error"] == f"no valid checkpoint in {run / 'checkpoints'}" and answer["hint"], answer
+    assert not (run / "export").exists()
+
+
+@pytest.mark.slow
+def test_the_export_command_on_a_run_folder_without_a_valid_checkpoint(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run, symlinks=True)
+    _fifo_newest_only(run)  # the worst of the four: a reader that opened it would wait forever
     rc, _, err = mw(["train", "export", "--out-dir", str(run), "--venv", sys.prefix])
     assert rc == 2 and "error: no valid checkpoint in" in err and "hint:" in err, err
     assert not (run / "export").exists()
