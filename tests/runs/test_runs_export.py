@@ -35,28 +35,14 @@ def _load_helper(folder: Path):
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
+    """The smoke model trained 4 steps in this process (what `python -m mw_env.trainer run` calls): the tests
+    read its checkpoint; a trainer child would only add a torch import."""
+    from mw_env.trainer.loop import train
+    from mw_env.trainspec.config import find_config, resolve_config
+
     run = tmp_path_factory.mktemp("export") / "smoke"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mw_env.trainer",
-            "run",
-            "--config",
-            "smoke",
-            "--set",
-            f"runtime.out_dir={run}",
-            "--set",
-            "runtime.max_steps=4",
-            "--set",
-            "runtime.eval_every=4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sets = (f"runtime.out_dir={run}", "runtime.max_steps=4", "runtime.eval_every=4")
+    train(resolved=resolve_config(path=find_config("smoke"), overrides=sets), echo=lambda _m: None)
     return run
 
 
@@ -145,25 +131,19 @@ def test_predict_from_the_export_tags_as_the_checkpoint_does(smoke_run, tmp_path
 
 
 def test_a_bound_that_is_not_met_keeps_nothing_and_loses_nothing(smoke_run, tmp_path, capsys):
+    """Through the entry point `train export` runs in the venv (onnx_export.main), in this process: its JSON
+    line is what mw-env prints as `error:`/`hint:` (the command across the process boundary: the tests above
+    and test_bad_inputs_are_clear)."""
+    from mw_env.trainer.export.onnx_export import main as export_main
+
     out = tmp_path / "model.onnx"
     out.write_bytes(b"the previous, working export")
-    code = main(
-        [
-            "train",
-            "export",
-            "--venv",
-            str(VENV),
-            str(smoke_run),
-            "--out",
-            str(out),
-            "--exporter",
-            "torchscript",
-            "--max-diff",
-            "1e-30",
-        ]
-    )
-    err = capsys.readouterr().err
-    assert code == 1
+    argv = [str(smoke_run), "--out", str(out), "--exporter", "torchscript", "--max-diff", "1e-30"]
+    capsys.readouterr()
+    code = export_main(argv)
+    answer = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert code == answer["exit_code"] == 1, answer
+    err = f"{answer['error']} {answer['hint']}"
     assert "disagrees with PyTorch" in err and "bound 1e-30" in err and "nothing was kept" in err
     assert out.read_bytes() == b"the previous, working export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no temporaries left
@@ -205,9 +185,10 @@ def test_bad_inputs_are_clear(tmp_path, capsys, monkeypatch):
 
     assert main(["train", "export", "--venv", str(VENV), str(tmp_path / "nope.pt")]) == 2
     assert "does not exist" in capsys.readouterr().err
-    (tmp_path / "empty").mkdir()
-    assert main(["train", "export", "--venv", str(VENV), str(tmp_path / "empty")]) == 2
-    assert "no valid checkpoint" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()  # the same refusal, in this process: one export child is enough
+    with pytest.raises(MwEnvError, match="no valid checkpoint") as empty:
+        export_onnx(checkpoint=tmp_path / "empty")
+    assert empty.value.exit_code == 2
     assert main(["train", "export", "--venv", str(tmp_path / "no-venv"), str(tmp_path)]) == 2  # bad input
     assert "no training venv" in capsys.readouterr().err
     assert main(["train", "export"]) == 2
@@ -325,11 +306,10 @@ def test_a_sentencepiece_export_ships_its_model(tmp_path):
         "data.tokenizer=sentencepiece",
         f"data.spm_model={model_file}",
     ]
-    argv = [sys.executable, "-m", "mw_env.trainer", "run", "--config", "smoke"]
-    for item in sets:
-        argv += ["--set", item]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from mw_env.trainer.loop import train
+    from mw_env.trainspec.config import find_config, resolve_config
+
+    train(resolved=resolve_config(path=find_config("smoke"), overrides=sets), echo=lambda _m: None)
     result = export_onnx(checkpoint=run, quantize="int8", min_agreement=0.5)
     folder = result.onnx_path.parent
     meta = json.loads(result.metadata_path.read_text())
