@@ -6,7 +6,6 @@ import hashlib
 import importlib.util
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -240,32 +239,36 @@ def test_an_unreachable_tracking_uri_is_a_clear_error(tmp_path, monkeypatch, no_
     assert "runtime.tracking=none" in err.value.hint
 
 
-def _train_smoke(run: Path, tracking: str, timeout: int) -> subprocess.CompletedProcess[str]:
-    """The real trainer on the smoke config, 3 steps with one eval at the last, feeding `tracking`; it must
-    succeed (its output is in the assertion message when it does not)."""
-    argv = [sys.executable, "-m", "mw_env.trainer", "run", "--config", "smoke"]
-    for item in (
+def _train_smoke(run: Path, tracking: str, capsys, monkeypatch) -> str:
+    """The trainer on the smoke config, 3 steps with one eval at the last, feeding `tracking`: train() in this
+    process (what `python -m mw_env.trainer run` calls; a child only added a torch import). Returns what it
+    wrote to stderr. The MLflow variables the tracker sets by default are put back after the test."""
+    from mw_env.trainer.loop import train
+    from mw_env.trainspec.config import find_config, resolve_config
+
+    for name in ("MLFLOW_ALLOW_FILE_STORE", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    sets = (
         f"runtime.out_dir={run}",
         "runtime.max_steps=3",
         "runtime.eval_every=3",
         f"runtime.tracking={tracking}",
-    ):
-        argv += ["--set", item]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
+    )
+    capsys.readouterr()
+    train(resolved=resolve_config(path=find_config("smoke"), overrides=sets), echo=lambda _m: None)
+    return capsys.readouterr().err
 
 
 @pytest.mark.torch
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_TB, reason="tensorboard is not installed (the `tracking` extra)")
-def test_the_trainer_feeds_tensorboard_when_enabled(tmp_path):
+def test_the_trainer_feeds_tensorboard_when_enabled(tmp_path, capsys, monkeypatch):
     import json
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "smoke"
-    _train_smoke(run, "tensorboard", timeout=300)
+    _train_smoke(run, "tensorboard", capsys, monkeypatch)
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -278,7 +281,9 @@ def test_the_trainer_feeds_tensorboard_when_enabled(tmp_path):
 @pytest.mark.torch
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_MLFLOW, reason="mlflow is not installed (the `mlflow` extra)")
-def test_mlflow_gets_the_model_loadable_by_pyfunc_and_registrable(tmp_path, no_mlflow_env, monkeypatch):
+def test_mlflow_gets_the_model_loadable_by_pyfunc_and_registrable(
+    tmp_path, no_mlflow_env, monkeypatch, capsys
+):
     """Issue 20 #14: params, metrics, the report and a checkpoint path, but no model: the registry (a promotion
     gate) had nothing to promote. Now `model/` is an MLflow pyfunc model (weights, id layout, labels) and the
     run is tagged with its MANIFEST.sha256."""
@@ -290,8 +295,8 @@ def test_mlflow_gets_the_model_loadable_by_pyfunc_and_registrable(tmp_path, no_m
     from mw_env.rundir.manifest import sha256_file
 
     run = tmp_path / "smoke"
-    proc = _train_smoke(run, "mlflow", timeout=600)
-    assert "logging the model to MLflow failed" not in proc.stderr, proc.stderr
+    err = _train_smoke(run, "mlflow", capsys, monkeypatch)
+    assert "logging the model to MLflow failed" not in err, err
     saved = json.loads((run / "mlflow-run.json").read_text())
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     mlflow.set_tracking_uri(saved["tracking_uri"])
