@@ -87,8 +87,10 @@ def test_the_documented_snippet_loads_it_without_mw_env(run: Path, tmp_path: Pat
     prelude = f"import sys\nsys.path[:0] = [{site!r}]\n"
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
     isolated = [sys.executable, "-I", "-S"]  # no PYTHONPATH, no user site, no site-packages' .pth files
+    # torch and safetensors found (not imported: the snippet's run below imports both), mw_env not found.
+    found = "import importlib.util as u\nassert u.find_spec('torch') and u.find_spec('safetensors')\nimport mw_env"
     probe = subprocess.run(
-        [*isolated, "-c", prelude + "import torch, safetensors\nimport mw_env"],
+        [*isolated, "-c", prelude + found],
         cwd=tmp_path,
         env=env,
         capture_output=True,
