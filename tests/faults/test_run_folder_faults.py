@@ -145,9 +145,13 @@ def test_a_live_trainer_without_its_lock_file_still_holds_the_folder(
 def test_the_holder_makes_its_deleted_lock_file_again(tmp_path: Path) -> None:
     run = tmp_path / "run"
     lock = runlock.acquire(run, argv=["trainer", "A"])
+    for name in ("metrics.jsonl", "checkpoints"):  # what a run has written by then
+        (run / name).touch()
     try:
         assert lock.keep() is None
         runlock.lock_path(run).unlink()
+        # Missing at one look: the next decides (a whole folder being deleted loses its other files too).
+        assert lock.keep() is None and not runlock.lock_path(run).exists()
         said = lock.keep()
         assert said is not None and "was deleted; this trainer made it again" in said
         assert (runlock.holder(run) or {}).get("argv") == ["trainer", "A"]
@@ -163,6 +167,26 @@ def test_the_holder_makes_its_deleted_lock_file_again(tmp_path: Path) -> None:
         )
         assert probe.returncode != 0 and b"BlockingIOError" in probe.stderr
         assert lock.keep() is None
+    finally:
+        lock.release()
+
+
+def test_a_lock_file_is_not_made_again_inside_a_folder_being_deleted(tmp_path: Path) -> None:
+    """`rm -rf RUN` under a live trainer: the watcher made the deleted lock file again before rm's last rmdir,
+    which failed with 'Directory not empty' (the folder then stayed, holding only the new lock file)."""
+    run = tmp_path / "run"
+    lock = runlock.acquire(run, argv=["trainer", "A"])
+    for name in ("metrics.jsonl", "train.log", "checkpoints"):
+        (run / name).touch()
+    try:
+        runlock.lock_path(run).unlink()
+        assert lock.keep() is None
+        (run / "metrics.jsonl").unlink()  # the deletion goes on between two looks
+        assert lock.keep() is None and not runlock.lock_path(run).exists()
+        for name in ("train.log", "checkpoints"):
+            (run / name).unlink()
+        assert lock.keep() is None and lock.keep() is None  # nothing left: never made again
+        run.rmdir()  # rm's last step succeeds
     finally:
         lock.release()
 
@@ -221,7 +245,7 @@ def test_a_detached_run_whose_lock_files_and_run_json_are_deleted(tmp_path: Path
         for name in (".lock", ".run.lock", ".state.lock"):
             (run / name).unlink(missing_ok=True)
         # A second `mw-env train` into the live folder: refused at once (was: it trained beside the first), by
-        # the first one's processes or, once the first made its lock file again (within a second), by its flock.
+        # the first one's processes or, once the first made its lock file again (within two looks of its watcher), by its flock.
         second = subprocess.run([*TRAIN, *args], env=_env(tag), capture_output=True, text=True, timeout=300)
         assert second.returncode == 2 and "in use by another trainer" in second.stderr, second.stderr
         # The holder made its lock file again: a trainer started by other means (no MW_ENV_RUN_DIR) meets it.

@@ -13,8 +13,8 @@ file nobody can open any more, and a second trainer made a new one, took it and 
 So the lock is two facts, each enough: the flock, and the live processes of another launch into the folder
 (rundir/occupants.py, by MW_ENV_RUN_DIR in their environment; not across the nodes of one multi-node run,
 which share the folder by design). And the holder makes its lock file again when it finds it gone
-(`RunLock.keep`, every second from the trainer's folder watcher), so a trainer started by other means meets
-the flock too.
+(`RunLock.keep`, from the trainer's folder watcher, once it stayed missing for a whole look while the folder's
+other files stayed: not inside a folder being deleted), so a trainer started by other means meets the flock too.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ class RunLock:
     info: dict[str, object] | None = None  # what the lock file says of its holder
     # keep() runs in the folder watcher's thread, release() in the trainer's: one at a time on the fd.
     _mutex: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # The folder's entry count at the last look that found the lock file missing (keep()).
+    _missing: int | None = field(default=None, repr=False, compare=False)
 
     def keep(self) -> str | None:
         """The lock file is still the one held; one deleted or replaced is made (and locked) again. What
@@ -63,9 +65,16 @@ class RunLock:
             held = os.fstat(self.fd)
             now = os.stat(self.path)
             if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                self._missing = None
                 return None
         except FileNotFoundError:
-            pass
+            # Made again only once it stayed missing for a whole look while the folder's other entries stayed:
+            # `rm -rf RUN` removes them too, and a lock file made again inside a folder being deleted made its
+            # last rmdir fail (ENOTEMPTY) while the watcher then ends the run on the folder being gone.
+            entries = _entry_count(self.path.parent)
+            before, self._missing = self._missing, entries
+            if before is None or not entries or entries < before:
+                return None  # the next look decides
         except OSError:
             return None  # unreadable for a moment: the next look decides
         try:
@@ -82,7 +91,7 @@ class RunLock:
             )
         _write_info(fd, self.info or {})
         os.close(self.fd)  # its lock was on a file nobody can open any more
-        self.fd = fd
+        self.fd, self._missing = fd, None
         return f"the run folder's lock file {self.path} was deleted; this trainer made it again and holds it"
 
     def release(self) -> None:
@@ -200,6 +209,14 @@ def in_use(run_dir: Path) -> bool:
     file deleted). Probe only, nothing is kept; for readers of the folder (a checkpoint newer than its sidecar is
     being written only while a trainer is there)."""
     return _flock_held(run_dir) or bool(others(run_dir, mine=None))
+
+
+def _entry_count(folder: Path) -> int | None:
+    try:
+        with os.scandir(folder) as entries:
+            return sum(1 for _ in entries)
+    except OSError:
+        return None
 
 
 def _check_flock(run_dir: Path) -> None:
