@@ -31,6 +31,7 @@ def _read_all(*train: str, val: str | None = None) -> None:
 
     overrides = ["data.source=files", f"data.train_files=[{', '.join(train)}]", LABELS, "optim.batch_size=4"]
     overrides.append(f"data.val_files={val or train[0]}")
+    overrides.append(f"runtime.out_dir={Path(train[0]).parent / 'run'}")  # its corpus index: not in the repo
     cfg = resolve_config(overrides=overrides).config
     with deadline():
         corpus = open_corpus(cfg)

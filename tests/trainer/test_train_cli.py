@@ -244,13 +244,16 @@ def test_a_cpu_venv_on_a_gpu_machine_is_refused_not_trained_on_the_cpu(tmp_path:
 
     root = REPO / "tests" / "fixtures" / "machines" / "incus-780m"
     env = {**os.environ, "PATH": f"{root / '.mw-env-bin'}:/usr/bin:/bin"}
+    run = [f"runtime.out_dir={tmp_path / 'run'}"]  # the doctor's pending report goes there, not into the repo
     with pytest.raises(MwEnvError) as err:
-        prepare(LaunchRequest(venv=TEST_VENV, config="smoke", root=str(root), base_env=env))
+        prepare(LaunchRequest(venv=TEST_VENV, config="smoke", root=str(root), base_env=env, overrides=run))
     assert "torch" in err.value.message and "quick checks failed" in err.value.message
     assert "--skip-doctor" in (err.value.hint or "")
     # Said explicitly, the CPU profile is what the user asked for: it prepares.
     launch = prepare(
-        LaunchRequest(venv=TEST_VENV, config="smoke", root=str(root), base_env=env, profile="cpu")
+        LaunchRequest(
+            venv=TEST_VENV, config="smoke", root=str(root), base_env=env, profile="cpu", overrides=run
+        )
     )
     assert launch.profile == "cpu"
 

@@ -100,7 +100,12 @@ def test_the_trainer_reads_each_variant_as_the_plain_strings(tmp_path: Path, nam
 
     def batches(path: Path) -> list[object]:
         cfg = resolve_config(
-            overrides=["data.source=files", f"data.train_files=[{path}]", f"data.val_files=[{path}]"]
+            overrides=[
+                "data.source=files",
+                f"data.train_files=[{path}]",
+                f"data.val_files=[{path}]",
+                f"runtime.out_dir={path.parent / 'run'}",  # the corpus index is cached there, not in the repo
+            ]
         ).config
         corpus = open_corpus(cfg)
         out = []
@@ -126,7 +131,7 @@ def test_a_column_that_is_not_a_list_of_strings_is_refused_alike(tmp_path: Path,
     assert host.startswith(words) and host != STRING_LIST and trainer != STRING_LIST
     pattern = r"bad.parquet: column 'tokens' is .*, not a list of strings"
     # The host's preflight (before the doctor), `train summary`, and the trainer's corpus open.
-    overrides = ["data.source=files", f"data.train_files=[{path}]"]
+    overrides = ["data.source=files", f"data.train_files=[{path}]", f"runtime.out_dir={tmp_path / 'run'}"]
     with pytest.raises(InputError, match=pattern):
         check_on_host(resolve_config(overrides=overrides).config, venv=None, base=tmp_path)
     with pytest.raises(InputError, match=pattern):
@@ -182,6 +187,11 @@ def test_label_discovery_reads_dictionary_tags_without_a_dictionary_page(tmp_pat
     )
     assert shard_tags(path, "tags", 4096) == ({t for row in TAGS for t in row}, False)
     cfg = resolve_config(
-        overrides=["data.source=files", f"data.train_files=[{path}]", f"data.val_files=[{path}]"]
+        overrides=[
+            "data.source=files",
+            f"data.train_files=[{path}]",
+            f"data.val_files=[{path}]",
+            f"runtime.out_dir={tmp_path / 'run'}",
+        ]
     ).config
     assert {t for row in TAGS for t in row} <= set(open_corpus(cfg).labels.names)
