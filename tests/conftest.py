@@ -34,37 +34,22 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     config = session.config
     if not _worker(config):
-        config.stash[_USER_STATE] = {**userstate.snapshot(USER_ENV), "repo": _repo_names()}
+        config.stash[_USER_STATE] = userstate.snapshot(USER_ENV)
     if not _controller(config):
         home = config._tmp_path_factory.getbasetemp() / "home"  # type: ignore[attr-defined]
         os.environ.update(userstate.redirected_env(USER_ENV, home))
 
 
-def _repo_names() -> dict[str, object]:
-    """The names at the checkout's top and in its runs/ folder; pytest's own cache left out."""
-    out: dict[str, object] = {}
-    for folder in (REPO, REPO / "runs"):
-        try:
-            out[f"{folder}/"] = sorted(n for n in os.listdir(folder) if n != ".pytest_cache")
-        except OSError:
-            out[f"{folder}/"] = None
-    return out
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The session fails if the user's mw-env state changed, or a run folder was left in the checkout, while
-    it ran; new names in HOME's folders are said."""
+    """The session fails if the user's mw-env state or HOME's folders changed while it ran."""
     import userstate
 
     config = session.config
     if _worker(config) or _USER_STATE not in config.stash:
         return
-    before, after = config.stash[_USER_STATE], {**userstate.snapshot(USER_ENV), "repo": _repo_names()}
+    before, after = config.stash[_USER_STATE], userstate.snapshot(USER_ENV)
     changed = userstate.changes(before["mw-env"], after["mw-env"])
-    # A run folder left in the checkout (the default runtime.out_dir is relative: runs/<name>): a test that
-    # opened a corpus or prepared a launch without a runtime.out_dir under its tmp_path.
-    changed += userstate.changes(before["repo"], after["repo"])
     elsewhere = userstate.changes(before["home"], after["home"])
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if elsewhere and reporter is not None:
@@ -80,8 +65,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not changed:
         return
     lines = [
-        "the suite changed the user's mw-env state or the checkout (tests must write only under their temp "
-        "folders):",
+        "the suite changed the user's mw-env state (tests must write only under their temp folders):",
         *changed,
     ]
     if reporter is not None:
