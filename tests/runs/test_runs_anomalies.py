@@ -15,8 +15,8 @@ from mw_env.runs.anomalies import (
     check_numerics,
     check_silence,
     exit_code_for,
-    scan_log,
 )
+from mw_env.runs.logscan import scan_log
 
 HIP_OOM = (
     "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "

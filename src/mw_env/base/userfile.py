@@ -18,7 +18,6 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from pathlib import Path
 from typing import IO, Any
 
 from mw_env.base.errors import InputError
@@ -335,8 +334,3 @@ def check_size(data: Any, *, source: str) -> None:
                     "surrogate pair: not text",
                     hint="write the character itself (or, in YAML, its code point: \\U0001F600, not a \\uD83D\\uDE00 pair)",
                 ) from None
-
-
-def load_yaml_file(path: str | os.PathLike[str] | Path, *, what: str = "file", shipped: bool = False) -> Any:
-    """`load_yaml(read_text(path))`: a bounded read of a regular UTF-8 file, then the YAML entry point."""
-    return load_yaml(read_text(path, what=what), source=f"{what} {os.fspath(path)}", shipped=shipped)

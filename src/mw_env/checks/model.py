@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 CheckStatus = Literal["pass", "warn", "fail", "skip"]
-STATUSES: tuple[CheckStatus, ...] = ("pass", "warn", "fail", "skip")
 
 
 @dataclass(frozen=True)

@@ -234,7 +234,7 @@ def _constraints_file(ctx: DoctorContext) -> Path | None:
 def _pinned(ctx: DoctorContext) -> dict[str, str]:
     """name -> the version the venv's pin file holds it at."""
     from mw_env.base import userfile
-    from mw_env.venv.lock.requires import normalize
+    from mw_env.venv.lock.lockfile import normalize
 
     path = _constraints_file(ctx)
     if path is None:

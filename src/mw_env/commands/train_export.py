@@ -130,16 +130,9 @@ def export(
         click.echo(f"exporting {target} to ONNX with {python} (verifying with onnxruntime)...", err=True)
     from mw_env.base.stopsignals import run_child
 
-    end, stdout = run_child(argv, env=env, stdout=subprocess.PIPE)  # dies with us; our stop signals reach it
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    try:
-        result = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise no_result("export", end) from None
-    if "error" in result:
-        raise MwEnvError(
-            result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
-        )
+    result: dict = _result(
+        *run_child(argv, env=env, stdout=subprocess.PIPE)
+    )  # dies with us; signals reach it
     if as_json:
         echo_json(result)
         return 0
@@ -191,9 +184,7 @@ def _export_weights(target: Path, out: Path | None, venv: Path | None, as_json: 
         click.echo(f"writing the portable weights of {target} with {python}...", err=True)
     from mw_env.base.stopsignals import run_child
 
-    raw = _result(
-        *run_child(argv, env=env, stdout=subprocess.PIPE)
-    )  # dies with us; our stop signals reach it
+    raw = _result(*run_child(argv, env=env, stdout=subprocess.PIPE))  # dies with us; signals reach it
     if as_json:
         echo_json(raw)
         return 0
@@ -228,9 +219,14 @@ def _result(end: ChildEnd, stdout: str) -> dict[str, object]:
         result = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
         raise no_result("export", end) from None
+    return child_result(result)
+
+
+def child_result(result: dict) -> dict[str, object]:
+    """A venv-side command's result, its error raised as mw-env's own."""
     if "error" in result:
         raise MwEnvError(
-            result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
+            str(result["error"]), hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
         )
     return dict(result)
 
@@ -261,18 +257,11 @@ def no_result(command: str, end: ChildEnd) -> MwEnvError:
 
 def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
     """The training venv's python and an env in which it imports this mw-env."""
-    from mw_env.venv.record import create_command, default_venv, read_record
+    from mw_env.runs.launch import training_python
+    from mw_env.venv.record import default_venv, read_record
 
     venv_path = Path(venv).expanduser() if venv else default_venv(os.environ)
-    python = venv_path / "bin" / "python"
-    if not python.exists():
-        raise InputError(
-            f"no training venv at {venv_path} (no {python})",
-            hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
-        )
-    from mw_env.venv.venvinfo import read_pyvenv_cfg
-
-    read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
+    python = training_python(venv_path)
     env = dict(os.environ)
     record = read_record(venv_path)
     if record:

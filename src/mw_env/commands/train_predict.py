@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import click
 
-from mw_env.base.errors import InputError, MwEnvError
+from mw_env.base.errors import InputError
 from mw_env.commands.common import echo_json, json_option, venv_option
 
 _RUN = click.argument("run", required=False, type=click.Path(path_type=Path))
@@ -246,7 +246,7 @@ def _run_in_venv(
         if value:
             args += [flag, value]
     from mw_env.base.stopsignals import run_child
-    from mw_env.commands.train_export import no_result
+    from mw_env.commands.train_export import child_result, no_result
     from mw_env.rundir.contract import RESULT_FOLDER_PREFIX
 
     with tempfile.TemporaryDirectory(prefix=RESULT_FOLDER_PREFIX) as tmp:
@@ -267,8 +267,4 @@ def _run_in_venv(
 
         # The child's rows met a closed, full or broken stdout: the CLI's rule for stdout says it (exit 1).
         raise StdoutLost(OSError(result["stdout_errno"], os.strerror(result["stdout_errno"])))
-    if "error" in result:
-        raise MwEnvError(
-            result["error"], hint=result.get("hint"), exit_code=int(result.get("exit_code") or 1)
-        )
-    return dict(result)
+    return child_result(result)

@@ -21,7 +21,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mw_env.provision import keys, repair
@@ -349,18 +348,6 @@ EXTRAS: StepSpec = StepSpec(
     state_key=keys.extras_key,
     beside=True,
 )
-
-
-def _record_reads(venv: Path) -> bool:
-    """mw-env.json is there and whole: a torn one is rewritten by the env step (the doctor's fix for it is
-    this bootstrap; issue 40 found it refused with "re-run bootstrap" once every step was done)."""
-    from mw_env.base.errors import InputError
-    from mw_env.venv.record import read_record
-
-    try:
-        return read_record(venv) is not None
-    except InputError:
-        return False
 
 
 ENV: StepSpec = StepSpec(

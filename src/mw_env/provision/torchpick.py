@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from mw_env.profiles.model import has_local_tag
+from mw_env.sources.freshness import public_version
 
 if TYPE_CHECKING:  # the listing itself is imported where an index is asked (not for a wheelhouse's torch)
     from mw_env.sources.indexlist import IndexFile, Listing
@@ -39,13 +40,6 @@ def machine_platform() -> str:
     return _platform.machine().lower()
 
 
-def _public(v: str) -> Version | None:
-    try:
-        return Version(Version(v).public)
-    except InvalidVersion:
-        return None
-
-
 def _nearest(candidates: Sequence[str], spec: SpecifierSet) -> list[str]:
     """Listed versions closest to what `spec` asks for (by release distance), best first."""
     want = [Version(s.version.rstrip(".*")) for s in spec if s.operator in ("==", ">=", "~=", "<=")]
@@ -53,7 +47,7 @@ def _nearest(candidates: Sequence[str], spec: SpecifierSet) -> list[str]:
         return list(candidates[:3])
 
     def distance(v: str) -> tuple[int, ...]:
-        p = _public(v)
+        p = public_version(v)
         if p is None:
             return (1 << 30,)
         return tuple(
@@ -80,7 +74,9 @@ def pick_from_listing(
         spec = SpecifierSet(version_spec or "")
     except InvalidSpecifier:
         spec = SpecifierSet()
-    fitting = [v for v in listed if (p := _public(v)) is not None and spec.contains(p, prereleases=True)]
+    fitting = [
+        v for v in listed if (p := public_version(v)) is not None and spec.contains(p, prereleases=True)
+    ]
     where = f"{listing.index} for Python {python or '?'} on {platform}"
     if fitting:
         chosen = fitting[0]

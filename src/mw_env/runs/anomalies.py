@@ -17,28 +17,8 @@ from typing import Any
 from mw_env.base.textsafe import safe, safe_message
 from mw_env.rundir.contract import LOG_FILE
 from mw_env.runs.fit import oom_hint
-from mw_env.runs.logscan import RUN_HEADER, LogFinding, LogScanner, classify_line, scan_log
+from mw_env.runs.logscan import LogFinding
 from mw_env.runs.procinfo import signal_name
-
-# Re-exported: callers read log findings and anomalies from one place.
-__all__ = [
-    "KINDS",
-    "RUN_HEADER",
-    "Anomaly",
-    "Liveness",
-    "LogFinding",
-    "LogScanner",
-    "Thresholds",
-    "analyze",
-    "check_divergence",
-    "check_liveness",
-    "check_log",
-    "check_numerics",
-    "check_silence",
-    "classify_line",
-    "exit_code_for",
-    "scan_log",
-]
 
 INTERRUPTED = 130  # the trainer's exit code after a Ctrl-C (it records it in state.json)
 

@@ -92,6 +92,22 @@ def _python_path(env: Mapping[str, str]) -> str | None:
     return f"{pkg_parent}{os.pathsep}{existing}" if existing else str(pkg_parent)
 
 
+def training_python(venv: Path) -> Path:
+    """The training venv's python, refused in a sentence when the venv is not there or its pyvenv.cfg cannot be
+    read (site.py would print a traceback)."""
+    from mw_env.venv.record import create_command
+    from mw_env.venv.venvinfo import read_pyvenv_cfg
+
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise InputError(
+            f"no training venv at {venv} (no {python})",
+            hint=f"create it with {create_command(venv)}, or point --venv at the venv bootstrap made",
+        )
+    read_pyvenv_cfg(venv)
+    return python
+
+
 def _check_lock(venv: Path, env: Mapping[str, str]) -> None:
     """A manifest made with `host-commands --lock` names the environment every pod must train in."""
     from mw_env.host.k8s import LOCK_ENV
@@ -227,7 +243,7 @@ def prepare(request: LaunchRequest) -> Launch:
     """Everything needed to start the trainer; raises MwEnvError when it must not start."""
     r = request
     from mw_env.profiles import resolve_for_venv
-    from mw_env.venv.record import create_command, default_venv, read_record
+    from mw_env.venv.record import default_venv, read_record
 
     env_in = dict(os.environ if r.base_env is None else r.base_env)
     if r.nproc_per_node < 1:
@@ -242,15 +258,7 @@ def prepare(request: LaunchRequest) -> Launch:
         rdzv_timeout=r.rdzv_timeout,
     )
     venv_path = Path(r.venv).expanduser() if r.venv else default_venv(env_in)
-    python = venv_path / "bin" / "python"
-    if not python.exists():
-        raise InputError(
-            f"no training venv at {venv_path} (no {python})",
-            hint=f"create it with {create_command(venv_path)}, or point --venv at the venv bootstrap made",
-        )
-    from mw_env.venv.venvinfo import read_pyvenv_cfg
-
-    read_pyvenv_cfg(venv_path)  # a pyvenv.cfg its python cannot read: a sentence, not site.py's traceback
+    python = training_python(venv_path)
     # No --config: the profile's default (trainer.config), known once the profile is.
     config_path = find_config(r.config) if r.config else None
     _check_lock(venv_path, env_in)

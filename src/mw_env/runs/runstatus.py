@@ -24,13 +24,13 @@ from mw_env.runs.anomalies import (
     INTERRUPTED,
     Anomaly,
     Liveness,
-    LogScanner,
     Thresholds,
     analyze,
     exit_code_for,
 )
 from mw_env.runs.liveness import detached_processes, life_alive, orphan_run
 from mw_env.runs.liveness import liveness as read_liveness
+from mw_env.runs.logscan import LogScanner
 from mw_env.runs.runs import LOG_FILE, METRICS_FILE, RunRecord, read_run
 from mw_env.runs.tail import MetricsTail, Tail
 

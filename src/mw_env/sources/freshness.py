@@ -58,7 +58,8 @@ class _Listing:
     )  # (version, url) of each torch wheel, newest first
 
 
-def _public(v: str) -> Version | None:
+def public_version(v: str) -> Version | None:
+    """ "2.6.0+rocm6.2" as Version("2.6.0"); None for what is no version."""
     try:
         return Version(Version(v).public)
     except InvalidVersion:
@@ -82,12 +83,14 @@ def compare(
         spec = SpecifierSet(src.version)
     except InvalidSpecifier:
         spec = SpecifierSet()
-    in_range = [v for v in tagged if (p := _public(v)) is not None and spec.contains(p, prereleases=True)]
+    in_range = [
+        v for v in tagged if (p := public_version(v)) is not None and spec.contains(p, prereleases=True)
+    ]
     if not in_range:
         out.append(f"no torch in the row's range {src.version} (the index has {', '.join(tagged[:4])})")
-    newest = max((p for v in tagged if (p := _public(v)) is not None), default=None)
+    newest = max((p for v in tagged if (p := public_version(v)) is not None), default=None)
     if newest is not None and src.newest_torch:
-        known = _public(src.newest_torch)
+        known = public_version(src.newest_torch)
         if known is not None and (newest.major, newest.minor) > (known.major, known.minor):
             where = "inside" if spec.contains(newest, prereleases=True) else "outside"
             out.append(

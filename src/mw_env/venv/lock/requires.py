@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from mw_env.venv.lock.lockfile import normalize
+
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
 
@@ -56,10 +58,6 @@ class Unmet:
         if self.have is None:
             return f"{self.name} is missing ({self.need.by} needs {shown})"
         return f"{self.name} {self.have} does not satisfy {shown} ({self.need.by})"
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def marker_env(python: str, platform: str = "linux-x86_64") -> dict[str, str]:
