@@ -19,12 +19,15 @@ def smoke_args(
     venv: Path = TEST_VENV,
     skip_doctor: bool = True,
 ) -> list[str]:
-    """`--config smoke --venv V [--skip-doctor] --profile cpu --set runtime.out_dir=RUN
-    [--set runtime.max_steps=N] [--set ITEM]...`, the arguments after `train` / `train start`."""
+    """`--config smoke --venv V [--skip-doctor] --profile cpu --set runtime.out_dir=RUN --set
+    runtime.report_figures=false [--set runtime.max_steps=N] [--set ITEM]...`, the arguments after `train` / `train
+    start`. No figures: a matplotlib import and six figures were a CPU second or two of each child run's end,
+    and no test of these reads them (tests/trainer/test_report*.py and the docs' smoke run do; an ITEM
+    `runtime.report_figures=true` turns them on)."""
     argv = ["--config", "smoke", "--venv", str(venv)]
     if skip_doctor:
         argv.append("--skip-doctor")
-    argv += ["--profile", "cpu", "--set", f"runtime.out_dir={run}"]
+    argv += ["--profile", "cpu", "--set", f"runtime.out_dir={run}", "--set", "runtime.report_figures=false"]
     if max_steps is not None:
         argv += ["--set", f"runtime.max_steps={max_steps}"]
     for item in sets:

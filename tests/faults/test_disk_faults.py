@@ -39,11 +39,11 @@ CASES = [("ENOSPC", *w) for w in WRITES] + [
 ]
 
 
-def _train(run: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+def _train(run: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
     from mw_env.trainer.__main__ import main
 
     capsys.readouterr()
-    rc = main(["run", *run_args(run)])
+    rc = main(["run", *run_args(run, *extra)])
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -63,7 +63,8 @@ def test_a_fault_at_each_write(
 ) -> None:
     run = tmp_path / "run"
     monkeypatch.setenv("MW_ENV_FAULTS", f"{code}:{pattern}")
-    rc, _out, err = _train(run, capsys)
+    extra = ("--set", "runtime.report_figures=true") if write == "figure" else ()
+    rc, _out, err = _train(run, capsys, *extra)
     assert rc == 1, err
     assert "Traceback" not in err and err.count("error: ") == 1 and "hint: " in err, err
     assert WORDS[code] in err.lower() or WORDS[code] in err, err

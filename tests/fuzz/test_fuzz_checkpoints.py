@@ -25,6 +25,7 @@ TINY = (
     "runtime.checkpoint_every=1",
     "runtime.eval_samples=0",
     "runtime.threads=1",
+    "runtime.report_figures=false",  # no assertion here reads a figure (tests/trainer/helpers.py TINY)
 )
 
 

@@ -41,7 +41,12 @@ def smoke_run(tmp_path_factory) -> Path:
     from mw_env.trainspec.config import find_config, resolve_config
 
     run = tmp_path_factory.mktemp("export") / "smoke"
-    sets = (f"runtime.out_dir={run}", "runtime.max_steps=4", "runtime.eval_every=4")
+    sets = (
+        f"runtime.out_dir={run}",
+        "runtime.max_steps=4",
+        "runtime.eval_every=4",
+        "runtime.report_figures=false",
+    )
     train(resolved=resolve_config(path=find_config("smoke"), overrides=sets), echo=lambda _m: None)
     return run
 
@@ -308,12 +313,15 @@ def test_a_sentencepiece_export_ships_its_model(tmp_path):
         "data.synthetic_val_rows=8",
         "data.tokenizer=sentencepiece",
         f"data.spm_model={model_file}",
+        "runtime.report_figures=false",
     ]
     from mw_env.trainer.loop import train
     from mw_env.trainspec.config import find_config, resolve_config
 
     train(resolved=resolve_config(path=find_config("smoke"), overrides=sets), echo=lambda _m: None)
-    result = export_onnx(checkpoint=run, quantize="int8", min_agreement=0.5)
+    # The TorchScript exporter: the tokenizer shipped is the question here; the dynamo exporter (11 CPU seconds
+    # more) and its int8 and fp16 variants are the tests above.
+    result = export_onnx(checkpoint=run, quantize="int8", min_agreement=0.5, exporter="torchscript")
     folder = result.onnx_path.parent
     meta = json.loads(result.metadata_path.read_text())
     shipped = folder / meta["tokenizer"]["model"]

@@ -193,7 +193,7 @@ def test_mlflow_sqlite_store_gets_the_run_its_metrics_and_the_report(tmp_path, m
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     (tmp_path / "store").mkdir()
-    overrides = ["runtime.tracking=mlflow", f"runtime.tracking_uri={uri}"]
+    overrides = ["runtime.tracking=mlflow", f"runtime.tracking_uri={uri}", "runtime.report_figures=false"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9/not-this-one")
     monkeypatch.chdir(tmp_path)  # nothing may land in the working directory
     resolved = resolve_config(path=find_config("smoke"), overrides=overrides)
@@ -253,6 +253,7 @@ def _train_smoke(run: Path, tracking: str, capsys, monkeypatch) -> str:
         "runtime.max_steps=3",
         "runtime.eval_every=3",
         f"runtime.tracking={tracking}",
+        "runtime.report_figures=false",  # what is tracked is the question here, not the report's figures
     )
     capsys.readouterr()
     train(resolved=resolve_config(path=find_config("smoke"), overrides=sets), echo=lambda _m: None)

@@ -19,6 +19,9 @@ TINY = (
     "runtime.log_every=4",
     "runtime.eval_samples=1",
     "runtime.threads=1",
+    # No figures (about a CPU second a run, most of a tiny run's end): the report's tests draw them, and
+    # test_loop's smoke run and the docs' smoke run check a real run's figures.
+    "runtime.report_figures=false",
 )
 
 

@@ -217,6 +217,17 @@ def test_without_matplotlib_the_report_is_still_written(tmp_path: Path, monkeypa
     assert verify_manifest(tmp_path).ok
 
 
+def test_runtime_report_figures_false_writes_the_report_without_figures(tmp_path: Path, monkeypatch) -> None:
+    """Not drawn, not attempted: matplotlib is never imported, the histograms are tables."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it would raise
+    md = _fake_run(tmp_path, STREAM_CARD, overrides=["runtime.report_figures=false"]).read_text()
+    assert "Figures not drawn: runtime.report_figures is false" in md
+    assert not list((tmp_path / "report").glob("*.png"))
+    assert "| 16 to 24 | 900 |" in md and "| runtime.report_figures | `false` |" in md
+    assert "<svg" not in (tmp_path / "report" / "report.html").read_text()
+    assert verify_manifest(tmp_path).ok
+
+
 def test_a_plotting_failure_costs_only_the_figures(tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("matplotlib")
     from mw_env.trainer.report import figure_pool

@@ -74,6 +74,9 @@ def test_only_a_run_long_enough_starts_the_figure_pool() -> None:
     assert (
         FigurePool.for_run(main=True, max_steps=400, step=400 - MIN_STEPS + 1) is None
     )  # resumed near its end
+    assert (
+        FigurePool.for_run(main=True, max_steps=400, step=0, figures=False) is None
+    )  # runtime.report_figures
 
 
 def test_no_text_of_a_figure_leaves_the_canvas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -277,7 +277,9 @@ def _run(
         from mw_env.trainer.data.digest import ShardHasher
 
         session.hasher = ShardHasher(corpus.sources, out_dir)
-    session.figures = FigurePool.for_run(main=dist.main, max_steps=rt.max_steps, step=session.state.step)
+    session.figures = FigurePool.for_run(
+        main=dist.main, max_steps=rt.max_steps, step=session.state.step, figures=rt.report_figures
+    )
     _wrap(trainer, compile_model=rt.compile)
     mark(out_dir, "running", main=dist.main, step=session.state.step)
     if 0 < rt.max_steps <= session.state.step:

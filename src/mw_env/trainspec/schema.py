@@ -211,6 +211,9 @@ class RuntimeConfig:
     # Portable weights (model.safetensors + config.json + tokenizer, loadable without mw-env) beside the run's
     # final checkpoint (the one at max_steps, an early stop or a stop), or beside every checkpoint, or none.
     portable_weights: PortableWeights = "final"
+    # The report's figures (matplotlib PNGs and inline SVGs): false writes the report without them - its
+    # tables, the histograms as tables - for sweeps and CI of many short runs, about a CPU second each.
+    report_figures: bool = True
     # evaluations without improvement of entity F1; 0 = off
     early_stop_patience: int = setting(0, bounds=(0, INT32_MAX))
     # Which entity F1 the eval event's entity_f1, early stopping and the report use (both are logged):

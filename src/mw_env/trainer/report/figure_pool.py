@@ -61,11 +61,11 @@ class FigurePool:
         self.procs = procs
 
     @classmethod
-    def for_run(cls, *, main: bool, max_steps: int, step: int) -> FigurePool | None:
-        """A pool for rank 0 of a run with at least MIN_STEPS steps to go (max_steps 0: no limit): three
-        imports of matplotlib cost a few CPU seconds, which a run of a few steps (a smoke run, the test
-        suite's hundreds of runs) would pay for a second saved at its end."""
-        if not main or 0 < max_steps < step + MIN_STEPS:
+    def for_run(cls, *, main: bool, max_steps: int, step: int, figures: bool = True) -> FigurePool | None:
+        """A pool for rank 0 of a run with at least MIN_STEPS steps to go (max_steps 0: no limit) that draws
+        figures (runtime.report_figures): three imports of matplotlib cost a few CPU seconds, which a run of a few
+        steps (a smoke run) would pay for a second saved at its end."""
+        if not main or not figures or 0 < max_steps < step + MIN_STEPS:
             return None
         return cls.start()
 

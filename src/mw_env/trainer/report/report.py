@@ -225,6 +225,10 @@ def _draw_figures(
     import importlib.util
 
     have = have or {}
+    if not resolved.config.runtime.report_figures:
+        return ([], "Figures not drawn: runtime.report_figures is false (metrics.jsonl has every value)."), (
+            lambda *_a: None
+        )
     if importlib.util.find_spec("matplotlib") is None and not have:
         note = (
             "Figures skipped: matplotlib is not installed in this venv; add the `train` extra "
