@@ -102,3 +102,41 @@ def test_the_hint_names_a_folder_that_is_not_there_yet(tmp_path: Path) -> None:
     run = tmp_path / "run"
     (tmp_path / "run-2").mkdir()
     assert f"runtime.out_dir={tmp_path / 'run-3'}" in elsewhere_hint(run)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_relabelled_file_of_the_same_size_is_other_data(tmp_path: Path, fmt: str) -> None:
+    """B- and I- swapped keeps a file's size: the run's recorded identity (the trainer's own footer_sha256,
+    as the data card holds it) tells the files apart."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mw_env.trainer.data.shards import _open_jsonl, _open_parquet
+
+    path = tmp_path / f"rows.{fmt}"
+    tokens = [["12", "Main", "St"], ["9", "Elm", "Ave"]] * 50
+
+    def write(first_tag: str) -> None:
+        tags = [[first_tag, "B-street", "I-street"]] * len(tokens)
+        if fmt == "jsonl":
+            path.write_text(
+                "".join(
+                    f'{{"tokens": {t!r}, "tags": {g!r}}}\n' for t, g in zip(tokens, tags, strict=True)
+                ).replace("'", '"')
+            )
+        else:
+            table = pa.table({"tokens": tokens, "tags": tags})
+            pq.write_table(table, path, compression="none", use_dictionary=False)
+
+    write("B-number")
+    shard = _open_jsonl(path, 0) if fmt == "jsonl" else _open_parquet(path, 0, ("tokens", "tags"))[0]
+    config = resolve_config(
+        path=find_config("smoke"), overrides=[f"data.train_files=[{path}]", "runtime.max_steps=200"]
+    ).config
+    before = _finished(config, [{"kind": "train", **shard.identity()}])
+    assert _check(tmp_path, before, config) is True  # unchanged: the same run, nothing left to train
+    size = path.stat().st_size
+    write("I-number")
+    assert path.stat().st_size == size
+    with pytest.raises(InputError, match=r"changed \(the same size, other content"):
+        _check(tmp_path, before, config)

@@ -3,7 +3,7 @@
 A second dataset trained into the default run folder used to find the first run finished, train nothing and
 exit 0 ("already finished at step 200"), with a hint (raise max_steps) that would have continued the old
 model on the new data. `mw-env train` now compares before the doctor: the finished run's config
-(report/hyperparameters.json) and data (report/data_card.json, its shards by path and size) against this
+(report/hyperparameters.json) and data (report/data_card.json, its shards by path, size and the identity the trainer recorded) against this
 config and the files its globs match now. Other data, or another model, is refused (exit 2) with the two
 ways on: a new run folder, or --fresh. The same config again is "nothing to do" (exit 0), as before; the same
 config with a larger runtime.max_steps trains on, as before.
@@ -95,16 +95,43 @@ def data_changes(card: Mapping[str, object], config: TrainConfig, base: Path) ->
         paths = [p for key, globs in config.data.train_globs() for p in expand_files(globs, key, base)]
     except InputError:
         return []  # the preflight says what is wrong with the globs
-    sizes = {str(s.get("path")): s.get("size") for s in then if s.get("kind") == "train"}
+    recorded_train = {str(s.get("path")): s for s in then if s.get("kind") == "train"}
     out = []
     for path in paths:
-        size, was = path.stat().st_size, sizes.get(str(path))
-        if str(path) not in sizes:
+        size, entry = path.stat().st_size, recorded_train.get(str(path))
+        was = entry.get("size") if entry else None
+        if entry is None:
             out.append(f"{path} is new")
         elif isinstance(was, int) and was != size:
             out.append(f"{path} changed size ({was:,} -> {size:,} bytes)")
+        elif _rewritten(path, entry):
+            out.append(f"{path} changed (the same size, other content: {_what_differs(entry)} differ)")
     listed = {str(p) for p in paths}
-    return out + [f"{p} is no longer listed" for p in sizes if p not in listed]
+    return out + [f"{p} is no longer listed" for p in recorded_train if p not in listed]
+
+
+def _rewritten(path: Path, entry: Mapping[str, object]) -> bool:
+    """Whether a shard of the same size is not the one the run read, by the identity the trainer recorded
+    for it (`footer_sha256`): a relabelled file (B- and I- swapped, a tag fixed) keeps its size. Parquet:
+    its footer's hash (page sizes and statistics change with the values), read from the footer alone;
+    JSONL: the line scan the trainer makes at every start. Unreadable now: the preflight says so."""
+    from mw_env.trainspec.formats.footer import FooterError, parquet_footer_sha256
+    from mw_env.trainspec.formats.jsonlblocks import scan_identity
+
+    digest, kind = entry.get("footer_sha256"), entry.get("format")
+    if not isinstance(digest, str) or kind not in ("parquet", "jsonl"):
+        return False  # a card of an mw-env that recorded no identity: size is all there is to compare
+    try:
+        if kind == "parquet":
+            return parquet_footer_sha256(path) != digest
+        with path.open("rb") as fh:
+            return scan_identity(fh)[2] != digest
+    except (FooterError, OSError):
+        return False
+
+
+def _what_differs(entry: Mapping[str, object]) -> str:
+    return "its Parquet footers" if entry.get("format") == "parquet" else "its lines"
 
 
 def check_earlier_run(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import socket
 import struct
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from mw_env.base.errors import InputError, StepFailed
 from mw_env.trainspec.columns import arrow_kind, require_string_lists
 from mw_env.trainspec.extras import bootstrap_hint
-from mw_env.trainspec.formats.jsonlblocks import BLOCK_BYTES, scan_blocks
+from mw_env.trainspec.formats.jsonlblocks import BLOCK_BYTES, scan_identity
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -305,16 +304,10 @@ def _open_jsonl(path: Path, index: int) -> Shard:
         fh = path.open("rb")
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror}", hint="name a readable JSONL or Parquet file") from None
-    h = hashlib.sha256()
     with fh:
-        spans, size = scan_blocks(fh, JSONL_BLOCK_BYTES)
-        fh.seek(0)
-        h.update(fh.read(65536))
-        fh.seek(max(size - 65536, 0))
-        h.update(fh.read(65536))
+        spans, size, digest = scan_identity(fh, JSONL_BLOCK_BYTES)
     blocks = [Block(index, k, rows, start, stop, first) for k, (start, stop, rows, first) in enumerate(spans)]
-    h.update(json.dumps([(b.start, b.stop, b.rows) for b in blocks]).encode())
-    return Shard(path, "jsonl", size, h.hexdigest(), [b for b in blocks if b.rows])
+    return Shard(path, "jsonl", size, digest, [b for b in blocks if b.rows])
 
 
 def identity_diff(old: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) -> list[str]:

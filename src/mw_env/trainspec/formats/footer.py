@@ -12,6 +12,7 @@ pyarrow's schema conversion does; trainspec/columns.py holds the rule both sides
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from pathlib import Path
@@ -187,6 +188,11 @@ def parquet_row_counts(path: Path) -> list[int]:
             return out
         reader.skip(kind)
     return []
+
+
+def parquet_footer_sha256(path: Path) -> str:
+    """The sha256 of the file's footer: a shard's `footer_sha256`, as the trainer's shards record it."""
+    return hashlib.sha256(_footer(path)).hexdigest()
 
 
 def _footer(path: Path) -> bytes:

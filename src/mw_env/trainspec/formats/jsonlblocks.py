@@ -6,6 +6,8 @@ shards (trainer/data/shards.py) and `train summary` (trainspec/splitscan.py) cut
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import BinaryIO
 
 BLOCK_BYTES = 4 << 20
@@ -29,3 +31,17 @@ def scan_blocks(fh: BinaryIO, block_bytes: int = BLOCK_BYTES) -> tuple[list[Line
     if pos > start:
         blocks.append((start, pos, rows, first))
     return blocks, pos
+
+
+def scan_identity(fh: BinaryIO, block_bytes: int = BLOCK_BYTES) -> tuple[list[LineBlock], int, str]:
+    """scan_blocks, and the file's identity digest: sha256 over its first and last 64 KiB and its blocks'
+    byte ranges and row counts (a shard's `footer_sha256`, JSONL having no footer): cheap beside a hash of
+    30 GB, and any change of a line count, a line's length or the file's ends changes it."""
+    spans, size = scan_blocks(fh, block_bytes)
+    h = hashlib.sha256()
+    fh.seek(0)
+    h.update(fh.read(65536))
+    fh.seek(max(size - 65536, 0))
+    h.update(fh.read(65536))
+    h.update(json.dumps([(start, stop, rows) for start, stop, rows, _first in spans]).encode())
+    return spans, size, h.hexdigest()
