@@ -75,7 +75,8 @@ def test_the_static_width_an_export_traces_gives_the_same_logits(tmp_path: Path,
 
 
 def test_the_parameter_formula_and_the_config_key(tmp_path: Path) -> None:
-    from mw_env.trainer.model import parameter_table
+    from tests.trainer.helpers import parameter_table
+
     from mw_env.trainspec.summary import parameter_counts
 
     model = _model(tmp_path)
