@@ -66,6 +66,7 @@ def _resume_like_the_loop(ckpts: Path, run: Path) -> str | None:
     import torch
 
     from mw_env.trainer.ckpt import checkpoint as ckpt_mod
+    from mw_env.trainer.ckpt.schema import check_for_run
     from mw_env.trainer.runtime import restore_rng_states
     from mw_env.trainer.state import LoopState
     from mw_env.trainspec.synthetic import LABELS
@@ -74,7 +75,7 @@ def _resume_like_the_loop(ckpts: Path, run: Path) -> str | None:
     warnings: list[str] = []
 
     def usable(path: Path, ckpt: dict[str, Any]) -> None:
-        ckpt_mod.check_for_run(path, ckpt, model=model, optimizer=opt, labels=list(LABELS), scheduler=sched)
+        check_for_run(path, ckpt, model=model, optimizer=opt, labels=list(LABELS), scheduler=sched)
 
     found = ckpt_mod.find_latest(ckpts, warn=warnings.append, check=usable)
     if found is None:

@@ -225,21 +225,3 @@ class StopFlag:
         enter("finishing")  # a SIGTERM from here on waits for the report (the phases above)
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
-
-
-__all__ = [
-    "HOLD_ENV",
-    "StopFlag",
-    "StopRequested",
-    "enter",
-    "fault_error",
-    "hold",
-    "install",
-    "mark",
-    "note",
-    "own",
-    "pending",
-    "received",
-    "record_end",
-    "stopped_before_start",
-]

@@ -14,6 +14,7 @@ from mw_env.rundir.contract import checkpoints_dir
 from mw_env.trainer.agree import agree_on_checkpoint
 from mw_env.trainer.ckpt import checkpoint as ckpt_mod
 from mw_env.trainer.ckpt.parts import restore as restore_parts
+from mw_env.trainer.ckpt.schema import check_for_run
 from mw_env.trainer.data import Corpus, open_corpus
 from mw_env.trainer.distributed import DistInfo, barrier
 from mw_env.trainer.lifecycle import hold
@@ -155,7 +156,7 @@ def find_checkpoint(
         # previous one is tried.
         in_lanes = in_checkpoint_lanes(ckpt, corpus)  # a resume keeps the run's lanes and global batch
         accepted[path] = check_compatible(path, ckpt, config=resolved.config, dist=dist, corpus=in_lanes)
-        ckpt_mod.check_for_run(
+        check_for_run(
             path,
             ckpt,
             model=trainer.model,

@@ -25,10 +25,8 @@ from mw_env.base.atomic import atomic_open, write_text_atomic
 from mw_env.base.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault, os_words
 from mw_env.rundir.contract import CHECKPOINT_RE, CHECKPOINT_SUFFIX, SIDECAR_SUFFIX, checkpoint_name
 from mw_env.rundir.contract import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
-from mw_env.trainer.ckpt.parts import CHECKS, FORMAT_VERSION, PARTS, REQUIRED_KEYS
 from mw_env.trainer.ckpt.schema import (
     CheckpointError,
-    check_for_run,
     first_line,
     unreadable,
     validate_checkpoint,
@@ -242,23 +240,3 @@ def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[TaggerN
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, tokenizer, labels
-
-
-__all__ = [
-    "CHECKS",
-    "FORMAT_VERSION",
-    "PARTS",
-    "REQUIRED_KEYS",
-    "CheckpointError",
-    "check_for_run",
-    "checkpoint_path",
-    "find_latest",
-    "latest_valid_checkpoint",
-    "list_checkpoints",
-    "load_checkpoint",
-    "model_from_checkpoint",
-    "remove_stale_temporaries",
-    "save_checkpoint",
-    "sidecar_path",
-    "validate_checkpoint",
-]
