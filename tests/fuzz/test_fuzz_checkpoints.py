@@ -47,15 +47,15 @@ def _trainer_objects(run: Path) -> tuple[Any, Any, Any, Any]:
     import torch
 
     from mw_env.trainer.data import open_corpus
-    from mw_env.trainer.loop import _optimizer
     from mw_env.trainer.model import build_model
+    from mw_env.trainer.setup import optimizer_for
     from mw_env.trainspec.schedule import lr_factor
     from mw_env.trainspec.synthetic import LABELS
 
     resolved = tiny_config(run)
     corpus = open_corpus(resolved.config, rank=0, world=1)
     model = build_model(resolved.config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(LABELS))
-    opt = _optimizer(model, resolved)
+    opt = optimizer_for(model, resolved)
     o, rt = resolved.config.optim, resolved.config.runtime
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, o, rt.max_steps))
     return resolved, model, opt, sched

@@ -147,7 +147,7 @@ def check_compatible(
     diff = architecture_diff(saved, config)
     if diff:
         raise InputError(
-            f"cannot resume from {path}: the config changed where it must not ({'; '.join(diff)})",
+            f"cannot resume from {path}: the config changed where it must not ({'; '.join(diff.values())})",
             hint=f"restore those settings to continue it; or {elsewhere_hint(config.runtime.out_dir)}",
         )
     old, new = list(ckpt["labels"]), list(corpus.labels.names)
