@@ -4,8 +4,6 @@ Exactness: the rows of step s are a pure function of (seed, s) (data/order.py), 
 per (step, rank), Python's and numpy's generators are seeded per rank and restored, and
 model/optimizer/scheduler/early-stopping/data-card state round-trip through the checkpoint, so on
 the CPU a run interrupted at step k and resumed ends bitwise equal to one that never stopped.
-
-The checkpoint's payload is written by session.py (its docstring lists the keys).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The run already in a run folder, against the config about to start there (torch-free).
 
-A second dataset trained into the default run folder used to find the first run finished, train nothing and
-exit 0 ("already finished at step 200"), with a hint (raise max_steps) that would have continued the old
-model on the new data. `mw-env train` now compares before the doctor: the finished run's config
-(report/hyperparameters.json) and data (report/data_card.json, its shards by path and size) against this
-config and the files its globs match now. Other data, or another model, is refused (exit 2) with the two
-ways on: a new run folder, or --fresh. The same config again is "nothing to do" (exit 0), as before; the same
-config with a larger runtime.max_steps trains on, as before.
-
-The trainer's own resume checks (trainer/resume.py) refuse a run folder with checkpoints but no report the
-same way, naming `elsewhere_hint` too.
+`mw-env train` compares, before the doctor, the finished run's config (report/hyperparameters.json) and data
+(report/data_card.json, its shards by path and size) with this config and the files its globs match now:
+other data, or another model, is refused (exit 2) with the two ways on (a new run folder, or --fresh), instead
+of finding the run finished and training nothing (or continuing the old model on the new data). The same
+config again is "nothing to do" (exit 0); a larger runtime.max_steps trains on.
 """
 
 from __future__ import annotations

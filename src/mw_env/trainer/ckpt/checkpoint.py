@@ -7,10 +7,8 @@ checkpoint (with or without its sidecar) - never a half-written `step-*.pt`. Old
 only after the new one is in place. A full disk is a clean error that keeps every earlier checkpoint.
 
 Reading: weights_only=True (tensors and plain containers only), the sidecar's hash checked when there is
-one, and then the whole structure: every key the loop reads, its type, and the tensors' shapes against
-the model the checkpoint's own config describes (ckpt.parts.PARTS, the one table of what a checkpoint
-holds: add a key there). Any failure is a
-CheckpointError; `find_latest` turns it into "unreadable: falling back to the previous checkpoint".
+one, then the whole structure (ckpt/schema.py). Any failure is a CheckpointError; `find_latest` turns it
+into "unreadable: falling back to the previous checkpoint".
 """
 
 from __future__ import annotations
