@@ -1,6 +1,6 @@
 """Atomic, hashed, validated checkpoints: `checkpoints/step-XXXXXXXXX.pt` + `step-XXXXXXXXX.pt.sha256`.
 
-Write protocol (trainer-anchors.md part 4): torch.save to a temporary in the same folder, flush + fsync,
+Write protocol: torch.save to a temporary in the same folder, flush + fsync,
 os.replace onto the final name, fsync the folder; then the file's sha256 goes into a `sha256sum`-format
 sidecar, written the same way. A kill at any point leaves the old set, or the old set plus a complete new
 checkpoint (with or without its sidecar) - never a half-written `step-*.pt`. Old checkpoints are deleted
