@@ -1,19 +1,10 @@
 """Reading a row's tags out of the model's per-word scores: the argmax, or the best *valid* IOB2 sequence.
 
-The model scores each word's labels independently, so its argmax may hold sequences no gold row has:
-an I-X after O or after another type (`O I-StreetName`), or an entity's type changing mid-span. Strict
-IOB2 scoring credits no entity for them, and a person reading the output sees a broken span. Constrained
-decoding (model.decode: viterbi) picks, per row, the label sequence of the highest total log-probability
-among those whose every transition is valid: the Viterbi algorithm over the model's log-softmax scores
-with a 0 / -inf transition matrix. It adds no parameters and no training cost (Lester et al. 2020, "Constrained
-Decoding for Computationally Efficient Named Entity Recognition Taggers": as good as a CRF layer on top of
-an encoder, at a fraction of its cost).
-
-Valid (IOB2, as `scoring.spans(mode="strict")` reads entities): a row may start with O or any B-; I-X may
-follow only B-X or I-X. A label outside the B-/I- scheme (O, or any other name) may follow anything.
-
-numpy only (no torch). The algorithm is the exported model's runtime helper's (export/runtime.py, shipped
-alone beside the model, so it holds it): the trainer decodes with that very code.
+The model scores each word's labels independently, so its argmax may hold sequences no gold row has (`O
+I-StreetName`); model.decode: viterbi picks the label sequence of the highest total log-probability among those
+whose every transition is valid IOB2 (docs/training.md, Decoding, says why and at what cost). numpy only; the
+algorithm is the exported model's runtime helper's (export/runtime.py, shipped alone beside the model, so it
+holds it): the trainer decodes with that very code.
 """
 
 from __future__ import annotations
