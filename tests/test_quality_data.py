@@ -14,8 +14,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 import quality_data as qd  # noqa: E402
 import quality_forms as qf  # noqa: E402
-
-from mw_env.trainer.decoding import is_valid  # noqa: E402
+from tests.trainer.helpers import is_valid  # noqa: E402
 
 
 @pytest.fixture(scope="module")

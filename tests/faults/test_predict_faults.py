@@ -22,7 +22,7 @@ import pytest
 
 from mw_env.base.errors import InputError
 from mw_env.base.stopsignals import Stopped, stop_on_signals
-from mw_env.trainer.tagio import iter_rows, read_rows
+from mw_env.trainer.tagio import iter_rows
 from mw_env.trainer.tagout import TaggedWriter
 from proctools import MARKER, assert_none_left, kill_tagged, new_tag, wait_for
 from smokeargs import TEST_VENV
@@ -47,7 +47,7 @@ def test_rows_end_at_newline_only(tmp_path: Path) -> None:
     lines = ["12 Oak\x0cStreet", "9 Elm\u0085Road", "1 Main\u2028St", "4 Bay Rd\r", "", "7 High St"]
     text = tmp_path / "in.txt"
     text.write_bytes("\n".join(lines).encode() + b"\n")
-    rows = read_rows(text)
+    rows = list(iter_rows(text))
     assert [r.words for r in rows] == [
         ["12", "Oak", "Street"],
         ["9", "Elm", "Road"],
@@ -58,7 +58,7 @@ def test_rows_end_at_newline_only(tmp_path: Path) -> None:
     assert [r.where.rpartition(" ")[2] for r in rows] == ["1", "2", "3", "4", "6"]  # the file's own lines
     jsonl = tmp_path / "in.jsonl"
     jsonl.write_text("".join(json.dumps({"text": line}, ensure_ascii=False) + "\n" for line in lines[:3]))
-    assert len(read_rows(jsonl)) == 3
+    assert len(list(iter_rows(jsonl))) == 3
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_bad_text_is_a_sentence_naming_the_line(tmp_path: Path, name: str, data:
     path = tmp_path / name
     path.write_bytes(data)
     with pytest.raises(InputError, match=message) as caught:
-        read_rows(path)
+        list(iter_rows(path))
     assert str(path) in caught.value.message and caught.value.hint
 
 
@@ -111,7 +111,7 @@ def test_a_parquet_string_that_is_not_utf8_names_its_row(tmp_path: Path, column:
     with pytest.raises(
         InputError, match=rf"in.parquet row 1: column '{column}' holds bytes that are not UTF-8"
     ):
-        read_rows(path)
+        list(iter_rows(path))
 
 
 def test_the_input_is_streamed_not_read_whole(tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_an_empty_input_is_an_error_once_read_through(tmp_path: Path) -> None:
     path = tmp_path / "blank.txt"
     path.write_text("\n \n\x0c\n")
     with pytest.raises(InputError, match=r"blank\.txt: no rows"):
-        read_rows(path)
+        list(iter_rows(path))
 
 
 # ---------------------------------------------------------------------------------------------------------------

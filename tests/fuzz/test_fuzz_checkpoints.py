@@ -48,15 +48,15 @@ def _trainer_objects(run: Path) -> tuple[Any, Any, Any, Any]:
     import torch
 
     from mw_env.trainer.data import open_corpus
-    from mw_env.trainer.loop import _optimizer
     from mw_env.trainer.model import build_model
+    from mw_env.trainer.setup import optimizer_for
     from mw_env.trainspec.schedule import lr_factor
     from mw_env.trainspec.synthetic import LABELS
 
     resolved = tiny_config(run)
     corpus = open_corpus(resolved.config, rank=0, world=1)
     model = build_model(resolved.config, vocab_size=corpus.tokenizer.vocab_size, n_labels=len(LABELS))
-    opt = _optimizer(model, resolved)
+    opt = optimizer_for(model, resolved)
     o, rt = resolved.config.optim, resolved.config.runtime
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, o, rt.max_steps))
     return resolved, model, opt, sched
@@ -67,6 +67,7 @@ def _resume_like_the_loop(ckpts: Path, run: Path) -> str | None:
     import torch
 
     from mw_env.trainer.ckpt import checkpoint as ckpt_mod
+    from mw_env.trainer.ckpt.schema import check_for_run
     from mw_env.trainer.runtime import restore_rng_states
     from mw_env.trainer.state import LoopState
     from mw_env.trainspec.synthetic import LABELS
@@ -75,7 +76,7 @@ def _resume_like_the_loop(ckpts: Path, run: Path) -> str | None:
     warnings: list[str] = []
 
     def usable(path: Path, ckpt: dict[str, Any]) -> None:
-        ckpt_mod.check_for_run(path, ckpt, model=model, optimizer=opt, labels=list(LABELS), scheduler=sched)
+        check_for_run(path, ckpt, model=model, optimizer=opt, labels=list(LABELS), scheduler=sched)
 
     found = ckpt_mod.find_latest(ckpts, warn=warnings.append, check=usable)
     if found is None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from mw_env.base.errors import InputError, MwEnvError
-from mw_env.trainer.tracking.tracking import NullTracker, flatten, metric_values, open_trackers
+from mw_env.trainer.tracking.tracking import NullTracker, open_trackers
+from mw_env.trainer.tracking.values import flatten, metric_values
 
 EVENTS = [
     {

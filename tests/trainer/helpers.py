@@ -78,3 +78,29 @@ def files_config(out_dir: Path, corpus: Path, *extra: str) -> ResolvedConfig:
         "runtime.eval_batches=2",
         *extra,
     )
+
+
+def parameter_table(model: Any) -> list[tuple[str, int]]:
+    """(part, parameters) rows of a built TaggerNet: embeddings, each block, the head (the summary's
+    parameter_counts must say the same)."""
+    rows = [
+        ("embeddings", sum(p.numel() for p in (*model.tok_emb.parameters(), *model.pos_emb.parameters())))
+    ]
+    if model.words is not None:
+        rows.append(("word features", sum(p.numel() for p in model.words.parameters())))
+    if model.pool is not None:
+        rows.append(("word pooling", sum(p.numel() for p in model.pool.parameters())))
+    rows += [(f"block {i}", sum(p.numel() for p in b.parameters())) for i, b in enumerate(model.blocks)]
+    rows.append(("head", sum(p.numel() for p in (*model.ln_f.parameters(), *model.head.parameters()))))
+    return rows
+
+
+def is_valid(tags: list[str]) -> bool:
+    """Whether every transition of a row's tags is valid IOB2 (what the Viterbi decoding never breaks)."""
+    prev = "O"
+    for tag in tags:
+        prefix, _, typ = tag.partition("-")
+        if prefix == "I" and typ and prev not in (f"B-{typ}", f"I-{typ}"):
+            return False
+        prev = tag
+    return True

@@ -272,23 +272,6 @@ def test_sentencepiece_tokenizer_round_trips_through_a_checkpoint(tmp_path: Path
         )
 
 
-def test_byte_fast_path_equals_the_general_loop() -> None:
-    """The reader's byte-tokenizer fast path gives exactly what the per-word loop gives."""
-
-    class Words:  # the byte tokenizer's behaviour, without the fast path
-        encode_word = ByteTokenizer().encode_word
-        separator = ByteTokenizer().separator
-
-    tok = ByteTokenizer()
-    for i in range(300):
-        words, tags = _row(i)
-        words = [*words, ""] if i % 50 == 0 else words  # an empty word takes the general path (UNK)
-        tags = [*tags, "O"][: len(words)]
-        for max_len in (8, 16, 40, 128):
-            assert encode_row(tok, words, tags, max_len) == encode_row(Words(), words, tags, max_len)
-            assert encode_row(tok, words, None, max_len) == encode_row(Words(), words, None, max_len)
-
-
 @pytest.mark.torch
 def test_a_synthetic_checkpoint_from_the_in_memory_order_is_a_changed_data_order(tmp_path: Path) -> None:
     """A checkpoint written before the synthetic corpus was read by the file path recorded no window or block:

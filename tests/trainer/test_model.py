@@ -12,8 +12,9 @@ pytestmark = pytest.mark.torch
 
 def test_parameter_counts_match_formula() -> None:
     import torch
+    from tests.trainer.helpers import parameter_table
 
-    from mw_env.trainer.model import build_model, parameter_table
+    from mw_env.trainer.model import build_model
 
     for name in ("smoke", "address-tagger"):
         cfg = resolve_config(path=find_config(name)).config

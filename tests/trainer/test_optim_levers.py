@@ -68,14 +68,14 @@ def test_label_balance_range_is_checked(tmp_path: Path) -> None:
 
 
 def test_fused_adamw_by_default_and_a_loaded_state_keeps_its_implementation(tmp_path: Path) -> None:
-    from mw_env.trainer.loop import _optimizer
     from mw_env.trainer.model import build_model
+    from mw_env.trainer.setup import optimizer_for
 
     resolved = tiny_config(tmp_path)
     model = build_model(resolved.config, vocab_size=260, n_labels=5)
-    fused = _optimizer(model, resolved)
+    fused = optimizer_for(model, resolved)
     assert all(g["fused"] for g in fused.param_groups)
-    plain = _optimizer(model, tiny_config(tmp_path, "optim.fused=false"))
+    plain = optimizer_for(model, tiny_config(tmp_path, "optim.fused=false"))
     assert not any(g["fused"] for g in plain.param_groups)
     # A checkpoint written by the loop implementation resumes with it (its param groups say so).
     for p in model.parameters():

@@ -108,7 +108,10 @@ def test_no_text_of_a_figure_leaves_the_canvas(tmp_path: Path, monkeypatch: pyte
         for s in (100, 400)
     ]
     events = [*steps, *evals, {"event": "resumed", "step": 200}, {"event": "skipped_step", "step": 300}]
-    rf.run_figures(events, tmp_path, grad_clip=1.0, smoothing=0.1, n_labels=61)
+    rf.loss_figure(events, tmp_path, smoothing=0.1, n_labels=61)
+    rf.eval_figure(events, tmp_path)
+    rf.lr_figure(events, tmp_path)
+    rf.grad_norm_figure(events, tmp_path, clip=1.0)
     rf.histogram_figure(
         "h",
         "Input tokens per row: training",

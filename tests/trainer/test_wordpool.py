@@ -75,7 +75,8 @@ def test_the_static_width_an_export_traces_gives_the_same_logits(tmp_path: Path,
 
 
 def test_the_parameter_formula_and_the_config_key(tmp_path: Path) -> None:
-    from mw_env.trainer.model import parameter_table
+    from tests.trainer.helpers import parameter_table
+
     from mw_env.trainspec.summary import parameter_counts
 
     model = _model(tmp_path)
@@ -94,7 +95,7 @@ def test_a_resume_refuses_a_changed_attend_and_older_checkpoints_are_byte_models
     del old["model"]["attend"]  # a checkpoint written before the key
     before = config_from_dict(old)
     assert before.model.attend == "bytes"
-    assert architecture_diff(before, words) == ["model.attend: 'bytes' -> 'words'"]
+    assert architecture_diff(before, words) == {"model.attend": "model.attend: 'bytes' -> 'words'"}
     model = TaggerNet(before.model, vocab_size=260, n_labels=7, words=before.word_features)
     assert model.pool is None and not any(k.startswith("pool.") for k in model.state_dict())
 

@@ -1,21 +1,14 @@
 """The trainer's one signal story and its moves in the run's state record (rundir/runstate.py).
 
-SIGTERM (and SIGHUP, taken as SIGTERM) at every phase of a run ends in a documented outcome, exit 0:
+SIGTERM (and SIGHUP, taken as SIGTERM) at every phase of a run ends in a documented outcome, exit 0
+(docs/training.md has the table): at start-up StopRequested unwinds the start (nothing to checkpoint yet);
+during the steps the loop's StopFlag finishes the step and checkpoints; during the report and the manifest
+the stop is noted and the report completed first. Never an exit by signal: a signal the user sent is never
+taken for the out-of-memory killer. Only the trainer's real process installs the start-up handler.
 
-- start-up and data discovery (before the loop, nothing to checkpoint yet): StopRequested unwinds the
-  start; the run says it stopped before its first step, logs `finished` "stopped" (so `status` says
-  stopped, not dead), every checkpoint already on disk is kept, and the same command starts it again;
-- the steps, eval and checkpoint: the loop's own flag (StopFlag): finish the step, checkpoint, exit 0;
-- the report and the manifest (the steps are over): the stop is noted and the report completed first; the
-  run ends finished, its report complete, exit 0. A stop here cannot keep more work than finishing does.
-
-Never an exit by signal: a signal the user sent is never taken for the out-of-memory killer. Only the
-trainer's real process installs the start-up handler (tests that call the trainer as a function keep theirs).
-
-Rank 0 writes state.json: `running` when the loop starts, `stopping` when a SIGTERM was agreed (a
-checkpoint and the report follow), `finishing` when the loop ended, and `finished` only after the
-report and MANIFEST.sha256 are complete, so `status`, `watch` and `verify` never take a run that is
-still writing its report for a finished one.
+Rank 0 writes state.json: `running`, `stopping` (a SIGTERM agreed), `finishing` (the loop ended), and
+`finished` only after the report and MANIFEST.sha256 are complete, so `status`, `watch` and `verify` never
+take a run still writing its report for a finished one.
 
 MW_ENV_TEST_HOLD=POINT:PATH[,POINT:PATH] (tests only) holds the trainer at POINT until PATH exists,
 having first created PATH.waiting. POINT is `step-N` (before computing the step after N done steps),
@@ -225,21 +218,3 @@ class StopFlag:
         enter("finishing")  # a SIGTERM from here on waits for the report (the phases above)
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
-
-
-__all__ = [
-    "HOLD_ENV",
-    "StopFlag",
-    "StopRequested",
-    "enter",
-    "fault_error",
-    "hold",
-    "install",
-    "mark",
-    "note",
-    "own",
-    "pending",
-    "received",
-    "record_end",
-    "stopped_before_start",
-]

@@ -56,17 +56,3 @@ def sdpa_context(backend: str) -> Iterator[None]:
         chosen.append(SDPBackend.MATH)
     with sdpa_kernel(chosen):
         yield
-
-
-def parameter_table(model: TaggerNet) -> list[tuple[str, int]]:
-    """(part, parameters) rows: embeddings, each block, the head; the sum is the model's total."""
-    rows = [
-        ("embeddings", sum(p.numel() for p in (*model.tok_emb.parameters(), *model.pos_emb.parameters())))
-    ]
-    if model.words is not None:
-        rows.append(("word features", sum(p.numel() for p in model.words.parameters())))
-    if model.pool is not None:
-        rows.append(("word pooling", sum(p.numel() for p in model.pool.parameters())))
-    rows += [(f"block {i}", sum(p.numel() for p in b.parameters())) for i, b in enumerate(model.blocks)]
-    rows.append(("head", sum(p.numel() for p in (*model.ln_f.parameters(), *model.head.parameters()))))
-    return rows

@@ -1,6 +1,6 @@
 """Resume: which checkpoint to continue from, and whether this run may continue it.
 
-`pick_checkpoint` is the one place that chooses the checkpoint (multi-node agreement hooks in here);
+trainer/agree.py's `agree_on_checkpoint` chooses the checkpoint (the same on every rank);
 `check_compatible` refuses a resume that would silently train something else: a changed model
 shape, label set, or corpus (shards, row counts, data-order settings), naming what changed.
 A changed corpus may be accepted with `--set data.allow_changed_corpus=true`.
@@ -20,7 +20,6 @@ from typing import Any
 
 from mw_env.base.errors import InputError
 from mw_env.rundir.contract import CHECKPOINTS_DIR, METRICS_FILE, kept_aside
-from mw_env.trainer.agree import agree_on_checkpoint
 from mw_env.trainer.data import Corpus, identity_diff
 from mw_env.trainer.data.lanes import plural
 from mw_env.trainer.distributed import DistInfo
@@ -28,23 +27,6 @@ from mw_env.trainspec.config import TrainConfig, architecture_diff, config_from_
 from mw_env.trainspec.earlier import elsewhere_hint
 
 Echo = Callable[[str], None]
-
-
-def pick_checkpoint(
-    ckpt_dir: Path,
-    dist: DistInfo,
-    *,
-    resume: Path | None,
-    fresh: bool,
-    config: TrainConfig,
-    warn: Echo,
-    check: Callable[[Path, dict[str, Any]], None] | None = None,
-) -> tuple[Path, dict[str, Any]] | None:
-    """The checkpoint this run continues from (None: start at step 0): --resume, else the newest one that
-    loads and passes `check` (damaged newer ones warned about and skipped), the same file on every rank."""
-    return agree_on_checkpoint(
-        ckpt_dir, dist, resume=resume, fresh=fresh, config=config, warn=warn, check=check
-    )
 
 
 def move_aside(out_dir: Path, echo: Echo) -> None:
@@ -165,7 +147,7 @@ def check_compatible(
     diff = architecture_diff(saved, config)
     if diff:
         raise InputError(
-            f"cannot resume from {path}: the config changed where it must not ({'; '.join(diff)})",
+            f"cannot resume from {path}: the config changed where it must not ({'; '.join(diff.values())})",
             hint=f"restore those settings to continue it; or {elsewhere_hint(config.runtime.out_dir)}",
         )
     old, new = list(ckpt["labels"]), list(corpus.labels.names)

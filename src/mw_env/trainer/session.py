@@ -1,9 +1,4 @@
-"""One run's state between setup and the report, and the checkpoint it writes.
-
-What the checkpoint holds is one table, trainer/ckpt/parts.py PARTS (format_version, step, model,
-optimizer, scheduler, loop, world_size, config, tokenizer, labels, rng by rank, scaler in fp16, data with
-each rank's position and counts, config_sha256, config_sources, meta): `save` writes its `payload`.
-"""
+"""One run's state between setup and the report, and the checkpoint it writes (what it holds: ckpt/parts.py)."""
 
 from __future__ import annotations
 
@@ -79,7 +74,6 @@ class Session:
             config, state = self.resolved.config, self.state
             path = ckpt_mod.checkpoint_path(self.ckpt_dir, state.step)
             self.metrics.log("checkpoint", step=state.step, path=str(path), phase="start")
-            # What a checkpoint holds is ckpt.parts.PARTS' (written, restored and validated from there).
             ckpt_mod.save_checkpoint(payload(self, parts), self.ckpt_dir, keep_last=config.runtime.keep_last)
             self.metrics.log("checkpoint", step=state.step, path=str(path), phase="done")
             mode = config.runtime.portable_weights

@@ -68,13 +68,6 @@ def iter_rows(
         raise InputError(f"{path}: no rows", hint="the input holds one address a row")
 
 
-def read_rows(
-    path: Path, *, tokens_column: str = "tokens", tags_column: str = "tags", need_tags: bool = False
-) -> list[Row]:
-    """Every row at once (small inputs, tests): `iter_rows` read through."""
-    return list(iter_rows(path, tokens_column=tokens_column, tags_column=tags_column, need_tags=need_tags))
-
-
 def _check_file(path: Path) -> None:
     try:
         st = os.stat(path)

@@ -232,12 +232,12 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
     return typed.build(TrainConfig, {k: _coerce(k, v, "checkpoint config") for k, v in flat.items()})
 
 
-def architecture_diff(old: TrainConfig, new: TrainConfig) -> list[str]:
-    """Keys in ARCHITECTURE_KEYS whose values differ: `key: old -> new`."""
-    out = []
+def architecture_diff(old: TrainConfig, new: TrainConfig) -> dict[str, str]:
+    """Each key of ARCHITECTURE_KEYS whose value differs, with the change in words: `key: old -> new`."""
+    out = {}
     for key in ARCHITECTURE_KEYS:
         before, after = value_of(old, key), value_of(new, key)
         # model.words: "auto" and what it resolves to build the same model
         if old.word_features != new.word_features if key == "model.words" else before != after:
-            out.append(f"{key}: {before!r} -> {after!r}")
+            out[key] = f"{key}: {before!r} -> {after!r}"
     return out

@@ -162,15 +162,3 @@ def built_on(resolved: ResolvedConfig) -> str | None:
             "then the file's own values"
         )
     return f"config {name}: built on {shown}{through} (its `base:`), then the file's own values"
-
-
-__all__ = [
-    "BASE_KEY",
-    "CONFIGS_DIR",
-    "ConfigFile",
-    "built_on",
-    "config_chain",
-    "is_shipped",
-    "read_config_file",
-    "shipped_configs",
-]

@@ -1,15 +1,10 @@
 """The run already in a run folder, against the config about to start there (torch-free).
 
-A second dataset trained into the default run folder used to find the first run finished, train nothing and
-exit 0 ("already finished at step 200"), with a hint (raise max_steps) that would have continued the old
-model on the new data. `mw-env train` now compares before the doctor: the finished run's config
-(report/hyperparameters.json) and data (report/data_card.json, its shards by path, size and the identity the trainer recorded) against this
-config and the files its globs match now. Other data, or another model, is refused (exit 2) with the two
-ways on: a new run folder, or --fresh. The same config again is "nothing to do" (exit 0), as before; the same
-config with a larger runtime.max_steps trains on, as before.
-
-The trainer's own resume checks (trainer/resume.py) refuse a run folder with checkpoints but no report the
-same way, naming `elsewhere_hint` too.
+`mw-env train` compares, before the doctor, the finished run's config (report/hyperparameters.json) and data
+(report/data_card.json, its shards by path, size and the identity the trainer recorded) with this config and
+the files its globs match now: other data, or another model, is refused (exit 2) with the two ways on (a new run folder, or --fresh), instead
+of finding the run finished and training nothing (or continuing the old model on the new data). The same
+config again is "nothing to do" (exit 0); a larger runtime.max_steps trains on.
 """
 
 from __future__ import annotations
@@ -47,15 +42,9 @@ def elsewhere_hint(out_dir: Path | str, *, fine_tune: bool = False) -> str:
     )
 
 
-def _network(change: str) -> bool:
-    """An architecture change (`key: old -> new`) that the weights cannot cross: the network's or its
-    tokenizer's."""
-    return change.startswith(("model.", "data.tokenizer", "data.spm_model"))
-
-
-def config_changes(old: Mapping[str, object], new: TrainConfig) -> list[str]:
-    """`key: old -> new` for every setting that differs, but where the run is written and how far it goes."""
-    out = []
+def config_changes(old: Mapping[str, object], new: TrainConfig) -> dict[str, str]:
+    """Every setting that differs, but where the run is written and how far it goes: `key: old -> new`."""
+    out = {}
     for section, values in new.to_dict().items():
         was = old.get(section)
         if not isinstance(was, Mapping):
@@ -63,7 +52,7 @@ def config_changes(old: Mapping[str, object], new: TrainConfig) -> list[str]:
         for key, value in values.items():
             dotted = f"{section}.{key}"
             if dotted not in NOT_IDENTITY and key in was and was[key] != value:
-                out.append(f"{dotted}: {_short(was[key])} -> {_short(value)}")
+                out[dotted] = f"{dotted}: {_short(was[key])} -> {_short(value)}"
     return out
 
 
@@ -150,28 +139,28 @@ def check_earlier_run(
     so), False when this config trains on from it (a larger runtime.max_steps)."""
     old = hyperparameters.get("config") if hyperparameters else None
     data = data_changes(card, config, base) if card else []
-    model: list[str] = []
-    others: list[str] = []
+    model: dict[str, str] = {}
+    others: dict[str, str] = {}
     if isinstance(old, Mapping):
         others = config_changes(old, config)
         try:
             model = architecture_diff(config_from_dict(old), config)
         except InputError:  # a report of another mw-env version: its config is not this one's to compare
-            model = []
+            model = {}
     left = step < config.runtime.max_steps and reason != "early_stop"
     if data and config.data.allow_changed_corpus and left and not model:
         return False  # said by the trainer's resume: continuing on this corpus is what was asked for
     if data or model or (others and not left):
-        model_keys = {m.split(":")[0] for m in model}
-        what = data[:4] + model[:4] + [o for o in others if o.split(":")[0] not in model_keys][:4]
+        what = data[:4] + list(model.values())[:4] + [v for k, v in others.items() if k not in model][:4]
         kind = "other data" if data else ("another model" if model else "another config")
+        # init_from loads the weights when the network and its tokenizer are the same (data.source and the
+        # seeds are architecture keys for a resume's row order, not for the weights).
+        network = any(k.startswith(("model.", "data.tokenizer", "data.spm_model")) for k in model)
         raise InputError(
             f"the run in {out_dir} finished at step {step} on {kind} ({'; '.join(what)}): training here would "
             + ("continue that model on this data" if data else "not train this config")
             + ", so nothing starts",
-            # init_from loads the weights when the network and its tokenizer are the same (data.source and
-            # the seeds are architecture keys for a resume's row order, not for the weights).
-            hint=elsewhere_hint(out_dir, fine_tune=bool(data) and not [m for m in model if _network(m)]),
+            hint=elsewhere_hint(out_dir, fine_tune=bool(data) and not network),
         )
     return not left
 

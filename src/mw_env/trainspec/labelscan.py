@@ -200,17 +200,3 @@ def flow_list(labels: Sequence[str]) -> str:
         return tag if plain else json.dumps(tag)
 
     return "[" + ", ".join(one(t) for t in labels) + "]"
-
-
-__all__ = [
-    "CorpusTags",
-    "corpus_found",
-    "corpus_labels",
-    "flow_list",
-    "iob2_script",
-    "jsonl_tags",
-    "label_order",
-    "not_bio",
-    "not_bio_error",
-    "parquet_tags",
-]

@@ -1,16 +1,14 @@
 """Atomic, hashed, validated checkpoints: `checkpoints/step-XXXXXXXXX.pt` + `step-XXXXXXXXX.pt.sha256`.
 
-Write protocol (trainer-anchors.md part 4): torch.save to a temporary in the same folder, flush + fsync,
+Write protocol: torch.save to a temporary in the same folder, flush + fsync,
 os.replace onto the final name, fsync the folder; then the file's sha256 goes into a `sha256sum`-format
 sidecar, written the same way. A kill at any point leaves the old set, or the old set plus a complete new
 checkpoint (with or without its sidecar) - never a half-written `step-*.pt`. Old checkpoints are deleted
 only after the new one is in place. A full disk is a clean error that keeps every earlier checkpoint.
 
 Reading: weights_only=True (tensors and plain containers only), the sidecar's hash checked when there is
-one, and then the whole structure: every key the loop reads, its type, and the tensors' shapes against
-the model the checkpoint's own config describes (ckpt.parts.PARTS, the one table of what a checkpoint
-holds: add a key there). Any failure is a
-CheckpointError; `find_latest` turns it into "unreadable: falling back to the previous checkpoint".
+one, then the whole structure (ckpt/schema.py). Any failure is a CheckpointError; `find_latest` turns it
+into "unreadable: falling back to the previous checkpoint".
 """
 
 from __future__ import annotations
@@ -25,10 +23,8 @@ from mw_env.base.atomic import atomic_open, write_text_atomic
 from mw_env.base.errors import InputError, MwEnvError, StepFailed, os_error_in, os_fault, os_words
 from mw_env.rundir.contract import CHECKPOINT_RE, CHECKPOINT_SUFFIX, SIDECAR_SUFFIX, checkpoint_name
 from mw_env.rundir.contract import sha256_file as sha256_of  # the one file digest (sidecars, manifest)
-from mw_env.trainer.ckpt.parts import CHECKS, FORMAT_VERSION, PARTS, REQUIRED_KEYS
 from mw_env.trainer.ckpt.schema import (
     CheckpointError,
-    check_for_run,
     first_line,
     unreadable,
     validate_checkpoint,
@@ -242,23 +238,3 @@ def model_from_checkpoint(ckpt: Mapping[str, Any] | str | Path) -> tuple[TaggerN
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, tokenizer, labels
-
-
-__all__ = [
-    "CHECKS",
-    "FORMAT_VERSION",
-    "PARTS",
-    "REQUIRED_KEYS",
-    "CheckpointError",
-    "check_for_run",
-    "checkpoint_path",
-    "find_latest",
-    "latest_valid_checkpoint",
-    "list_checkpoints",
-    "load_checkpoint",
-    "model_from_checkpoint",
-    "remove_stale_temporaries",
-    "save_checkpoint",
-    "sidecar_path",
-    "validate_checkpoint",
-]

@@ -1,19 +1,14 @@
 """The checkpoint a reader of a run uses (`train predict`, `train evaluate`, `train export`), loaded once, while the
 run may still be training and writing checkpoints beside it.
 
-A run writes `step-N.pt` under a temporary name (never listed), renames it, then writes its sidecar; it
-rotates the oldest away (runtime.keep_last). A reader that listed, validated, then loaded the chosen file a
-second time could meet a file rotated away or replaced in between (a stop checkpoint written again at the
-same step), and refused the whole run folder (exit 2). Here the newest checkpoint that loads is read once;
-one that changed while it was read (gone, or another size or time: being written) is passed over for the
+A run writes `step-N.pt` under a temporary name, renames it, then writes its sidecar, and rotates the oldest
+away (runtime.keep_last): a file listed, validated, then loaded again could be gone or replaced in between.
+So the newest checkpoint that loads is read once; one that changed while it was read is passed over for the
 newest complete one, and when none was complete at that moment the folder is looked at again, a few times.
 
-A checkpoint newer than its sidecar whose hash does not match is the run writing it again (save_checkpoint
-renames the new `.pt` into place, then replaces the sidecar) only while a trainer is in the folder: its lock
-held, or processes of a launch into it alive (rundir/runlock.py `in_use`; `train` holds the lock for the whole
-run, every checkpoint written under it). With none, nothing will ever write that sidecar: the file is damaged
-(junk written over it, or a trainer killed between the two renames), named as such, and passed over for the
-previous one like any other that does not load; the files alone cannot tell the two apart.
+A checkpoint newer than its sidecar whose hash does not match is the run writing it again only while a
+trainer is in the folder (rundir/runlock.py `in_use`). With none, nothing will ever write that sidecar: the file
+is damaged, named as such, and passed over for the previous one like any other that does not load.
 """
 
 from __future__ import annotations

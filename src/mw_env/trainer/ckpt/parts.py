@@ -1,8 +1,5 @@
 """What a checkpoint holds, in one table (`PARTS`): each key, whether it must be there, what it must be, how
-a run writes it and how it is restored. ckpt.schema checks every part's test on each load, Session.save
-writes `payload()`, the loop's resume calls `restore()`: nothing else lists the keys.
-
-A part that adds a key to the checkpoint (a data position, a stream offset, a node count) adds a row to PARTS.
+a run writes it and how it is restored. Nothing else lists the keys (to add one: ckpt/__init__.py).
 """
 
 from __future__ import annotations
@@ -136,9 +133,7 @@ def _is_fp16(s: Held) -> bool:
     return bool(s.trainer.precision.name == "fp16")
 
 
-# The one table of what a checkpoint holds: validated (in this order), written and restored from here. The
-# loop, export and resume read exactly these; a part that adds a key (a data position, a stream offset) adds
-# a row here.
+# Validated in this order.
 PARTS: tuple[Part, ...] = (
     Part(
         "format_version",

@@ -1,18 +1,10 @@
 """Lanes: the data order as a function of the global sample position, not of the world size.
 
-A run fixes at its first start L lanes (its world size then) and Q rows per lane and step (optim.batch_size x
-optim.accumulation_steps then). A lane is what a rank was before: its own units (order.assign_blocks over L),
-its own endless stream of epochs and windows (order.RankOrder keyed by the lane), its own mix of weighted
-sources. The global batch of step s is lane 0's stream rows [s·Q, (s+1)·Q), then lane 1's, and so on: G = L·Q
-rows whatever the world size. Rank r of W takes the contiguous slice [r·G/W, (r+1)·G/W) of it (W must divide G),
-cut into micro-batches of at most optim.batch_size rows (the accumulation is derived from it).
-- W = L: rank r reads lane r in exactly the micro-batches it read before lanes existed;
-- W < L: a rank reads several lanes (and holds their windows);
-- W > L: ranks share a lane, each keeping its part of each step (each reads the lane's windows).
-The step's loss is normalised by the global labelled-token count (trainer/step.py), so an update means the same
-however the global batch is split. Mosaic StreamingDataset's "canonical nodes" are the same idea: the sample
-order is fixed by a number of canonical nodes chosen once, and the physical ranks take contiguous parts of it.
-Plain arithmetic (no numpy, no torch): tests check it for every W against every L.
+A run fixes at its first start L lanes (its world size then) and Q rows per lane and step; the global batch of
+step s is lane 0's stream rows [s·Q, (s+1)·Q), then lane 1's, and so on (G = L·Q rows whatever the world size),
+and rank r of W takes the contiguous slice [r·G/W, (r+1)·G/W), cut into micro-batches of at most
+optim.batch_size rows. docs/design.md (The data order) says why. Plain arithmetic (no numpy, no torch): tests
+check it for every W against every L.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Weighted sources (data.sources): which source each row of a rank's stream comes from.
 
-The semantics chosen, against the two well-known ones:
-- Mosaic streaming's `Stream(proportion=p)` fixes each stream's share of an epoch's samples, up- or
-  down-sampling a stream to reach it (`repeat`/`choose` say it in multiples or counts); its samples
-  are then shuffled together.
-- Hugging Face `datasets.interleave_datasets(probabilities=..., stopping_strategy=...)` draws the
-  source of each example at random with those probabilities; "first_exhausted" stops when a source
-  runs out, "all_exhausted" repeats the others until every source has been seen once.
-Here, as in Mosaic, the weights fix the shares and a small source is repeated (there is no end: each
-source is its own endless stream of epochs, like "all_exhausted" with no stop). Unlike both, the
-source of row p is not drawn at random but read from a fixed schedule: a period of PERIOD rows in
-which source k has exactly quota[k] rows (its weight's share, rounded by largest remainders, at least
-one), spread evenly (each row goes to the source furthest behind its share). So the shares hold
-exactly over every period and to within a row or two over any prefix, on every rank, with nothing
-random to resume: row p's (source, row in that source's stream) is arithmetic on p.
+The weights fix each source's share, a small source repeated (Mosaic streaming's `proportion`, with no end),
+but the source of row p is not drawn at random: it is read from a fixed schedule, a period of PERIOD rows in
+which source k has exactly quota[k] rows (largest remainders, at least one), each row going to the source
+furthest behind its share. The shares hold exactly over every period and to within a row or two over any
+prefix, and nothing random needs resuming: row p's (source, row in that source's stream) is arithmetic on p.
+docs/training.md (Weighted sources) compares it with Mosaic's and Hugging Face's semantics.
 """
 
 from __future__ import annotations

@@ -115,10 +115,6 @@ def encode_row(
         from mw_env.trainer.data.labels import BUNDLED
 
         label_id = BUNDLED.index
-    if isinstance(tok, ByteTokenizer):
-        fast = _encode_bytes(words, tags, max_len, label_id)
-        if fast is not None:
-            return fast
     ids, labels = [CLS], [IGNORE]
     kept = 0
     for i, word in enumerate(words):
@@ -137,30 +133,4 @@ def encode_row(
         kept += 1
     ids.append(SEP)
     labels.append(IGNORE)
-    return ids, labels, len(words) - kept
-
-
-def _encode_bytes(
-    words: Sequence[str], tags: Sequence[str] | None, max_len: int, label_id: Mapping[str, int]
-) -> tuple[list[int], list[int], int] | None:
-    """The byte tokenizer's encode_row in one pass over the joined bytes (the reader's hot path).
-    Same result as the general loop; None when a word is empty (that one needs UNK)."""
-    encoded = [w.encode("utf-8") for w in words]
-    total, kept = 1, 0
-    for i, e in enumerate(encoded):
-        if not e:
-            return None
-        n = len(e) + (1 if i else 0)
-        if total + n + 1 > max_len:
-            break
-        total += n
-        kept += 1
-    body = b" ".join(encoded[:kept])
-    ids = [CLS, *(b + N_SPECIAL for b in body), SEP]
-    labels = [IGNORE] * len(ids)
-    if tags is not None:
-        pos = 1
-        for i in range(kept):
-            labels[pos] = label_id.get(tags[i], IGNORE)
-            pos += len(encoded[i]) + 1
     return ids, labels, len(words) - kept

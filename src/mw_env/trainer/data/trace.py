@@ -1,12 +1,8 @@
 """The row trace: which rows each step of each rank read, for proving the data order end to end.
 
-Opt-in (`MW_ENV_TRACE_ROWS=1` in the trainer's environment): every rank appends one line per step to
-`<run>/row-trace/rank-<r>.jsonl`, `{"step": s, "rows": [[shard, row], ...]}`, the rows in the order the step
-read them: `shard` is the index in the run's training shard list, `row` the row's number in its file counted
-from 0 (Parquet: the rows of the row groups before it plus its row in its group; JSONL: its line number; the
-synthetic corpus: its generated row). A resumed run appends the steps it runs again; the last line of a step
-is what was trained. The tests compare the set of rows of each global batch of an uninterrupted run with
-runs resumed on another world size. Off by default: it costs a write per step.
+Opt-in (`MW_ENV_TRACE_ROWS=1` in the trainer's environment, a write per step): every rank appends one line per
+step to `<run>/row-trace/rank-<r>.jsonl` (docs/runs.md has the format), the rows in the order the step read
+them. A resumed run appends the steps it runs again; the last line of a step is what was trained.
 """
 
 from __future__ import annotations

@@ -107,6 +107,7 @@ def _export(
     """Write the ONNX file; returns the exporter used. "auto" = dynamo, else the TorchScript exporter."""
     import torch
 
+    names = {"input_names": list(INPUT_NAMES), "output_names": [OUTPUT_NAME], "opset_version": opset}
     if exporter in ("auto", "dynamo"):
         try:
             batch = torch.export.Dim("batch", min=1)
@@ -129,10 +130,8 @@ def _export(
                     model,
                     example,
                     str(path),
-                    input_names=list(INPUT_NAMES),
-                    output_names=[OUTPUT_NAME],
+                    **names,
                     dynamic_shapes=shapes,
-                    opset_version=opset,
                     dynamo=True,
                     external_data=False,  # one file: what onnxruntime-web/-node load
                     verbose=False,
@@ -151,16 +150,7 @@ def _export(
     axes = {name: {0: "batch", 1: "seq"} for name in (*INPUT_NAMES, OUTPUT_NAME)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model,
-            example,
-            str(path),
-            input_names=list(INPUT_NAMES),
-            output_names=[OUTPUT_NAME],
-            dynamic_axes=axes,
-            opset_version=opset,
-            dynamo=False,
-        )
+        torch.onnx.export(model, example, str(path), **names, dynamic_axes=axes, dynamo=False)
     return "torchscript"
 
 

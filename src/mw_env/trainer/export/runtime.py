@@ -58,8 +58,7 @@ def transitions(labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def viterbi(logits: np.ndarray, start: np.ndarray, step: np.ndarray) -> list[int]:
     """The label indices of the valid sequence with the highest total log-probability, from one row's
-    per-word logits [words, labels]. The same algorithm as mw-env's trainer/decoding.py (a test holds the
-    two equal): this file ships alone, so it keeps its own copy."""
+    per-word logits [words, labels] (mw-env's trainer/decoding.py decodes with it too)."""
     import numpy as np
 
     x = np.asarray(logits, dtype=np.float64)

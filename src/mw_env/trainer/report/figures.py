@@ -276,21 +276,3 @@ def histogram_figure(
 
     ax.xaxis.set_major_locator(MultipleLocator(bin_width * max(1, math.ceil(len(counts) / 12))))  # bin edges
     return _save(fig, out_dir, name, title)
-
-
-def run_figures(
-    events: Sequence[dict[str, Any]],
-    out_dir: Path,
-    *,
-    grad_clip: float,
-    smoothing: float = 0.0,
-    n_labels: int = 0,
-) -> list[Figure]:
-    """The curves of a run, in report order."""
-    figures = [loss_figure(events, out_dir, smoothing=smoothing, n_labels=n_labels)]
-    evals = eval_figure(events, out_dir)
-    if evals is not None:
-        figures.append(evals)
-    figures.append(lr_figure(events, out_dir))
-    figures.append(grad_norm_figure(events, out_dir, clip=grad_clip))
-    return figures

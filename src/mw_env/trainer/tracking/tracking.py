@@ -17,18 +17,8 @@ from typing import Any, Protocol
 
 from mw_env.base.errors import InputError, MwEnvError
 from mw_env.rundir.contract import TENSORBOARD_DIR
-from mw_env.trainer.tracking.values import flatten, metric_values
+from mw_env.trainer.tracking.values import metric_values
 from mw_env.trainspec.extras import bootstrap_hint
-
-__all__ = [
-    "KINDS",
-    "NullTracker",
-    "TensorBoardTracker",
-    "Tracker",
-    "flatten",
-    "metric_values",
-    "open_trackers",
-]
 
 KINDS = ("none", "tensorboard", "mlflow")
 
