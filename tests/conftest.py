@@ -34,22 +34,59 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     config = session.config
     if not _worker(config):
-        config.stash[_USER_STATE] = userstate.snapshot(USER_ENV)
+        config.stash[_USER_STATE] = {**userstate.snapshot(USER_ENV), "repo": _repo_names()}
     if not _controller(config):
         home = config._tmp_path_factory.getbasetemp() / "home"  # type: ignore[attr-defined]
         os.environ.update(userstate.redirected_env(USER_ENV, home))
 
 
+# Tool caches a developer's `make lint` (or pytest itself) may make at the top while the suite runs.
+_TOOL_CACHES = frozenset({".pytest_cache", ".ruff_cache", ".mypy_cache"})
+
+
+def _repo_names() -> dict[str, list[str] | None]:
+    """The names at the checkout's top and in its runs/ folder, the tool caches left out."""
+    out: dict[str, list[str] | None] = {}
+    for folder in (REPO, REPO / "runs"):
+        try:
+            out[f"{folder}/"] = sorted(n for n in os.listdir(folder) if n not in _TOOL_CACHES)
+        except OSError:
+            out[f"{folder}/"] = None
+    return out
+
+
+def _new_in_checkout(before: dict[str, list[str] | None], after: dict[str, list[str] | None]) -> list[str]:
+    """The names the checkout's top or runs/ gained, one line a folder. Only gained ones: a name removed
+    meanwhile is the developer's doing (a `make clean`, a run deleted), never a test's leftover."""
+    out = []
+    for folder, names in after.items():
+        made = sorted(set(names or ()) - set(before.get(folder) or ()))
+        if made:
+            out.append(f"{folder}: new {made}")
+    if out:
+        out.append(
+            "  a test opened a corpus or prepared a launch with the default relative runtime.out_dir "
+            "(runs/<name>, resolved against the cwd): give it a runtime.out_dir under its tmp_path, or "
+            "monkeypatch.chdir(tmp_path); a left corpus-index.json names the writer (its shard paths lie under "
+            "that test's tmp_path)"
+        )
+    return out
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The session fails if the user's mw-env state or HOME's folders changed while it ran."""
+    """The session fails if the user's mw-env state changed, or a run folder was left in the checkout, while
+    it ran; new names in HOME's folders are said."""
     import userstate
 
     config = session.config
     if _worker(config) or _USER_STATE not in config.stash:
         return
-    before, after = config.stash[_USER_STATE], userstate.snapshot(USER_ENV)
+    before, after = config.stash[_USER_STATE], {**userstate.snapshot(USER_ENV), "repo": _repo_names()}
     changed = userstate.changes(before["mw-env"], after["mw-env"])
+    # A run folder left in the checkout (the default runtime.out_dir is relative: runs/<name>): a test that
+    # opened a corpus or prepared a launch without a runtime.out_dir under its tmp_path.
+    changed += _new_in_checkout(before["repo"], after["repo"])
     elsewhere = userstate.changes(before["home"], after["home"])
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if elsewhere and reporter is not None:
@@ -65,7 +102,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not changed:
         return
     lines = [
-        "the suite changed the user's mw-env state (tests must write only under their temp folders):",
+        "the suite changed the user's mw-env state or the checkout (tests must write only under their temp "
+        "folders):",
         *changed,
     ]
     if reporter is not None:

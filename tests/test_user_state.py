@@ -62,6 +62,20 @@ def test_a_write_to_the_state_file_or_home_is_a_change(tmp_path):
     )
 
 
+def test_a_name_the_checkout_gained_is_a_change_and_a_removed_one_is_not():
+    # tests/conftest.py's checkout guard: a run folder a test left (runs/train/corpus-index.json from a
+    # corpus opened with the default relative runtime.out_dir) fails the session, with the way to the test.
+    from conftest import _new_in_checkout
+
+    before = {"/r/": ["Makefile", "src"], "/r/runs/": None}
+    assert _new_in_checkout(before, {"/r/": ["src"], "/r/runs/": None}) == []  # a `make clean` meanwhile
+    found = _new_in_checkout(before, {"/r/": ["Makefile", "runs", "src"], "/r/runs/": ["train"]})
+    assert found[:2] == ["/r/: new ['runs']", "/r/runs/: new ['train']"], found
+    assert (
+        "runtime.out_dir under its tmp_path" in found[2] and "corpus-index.json names the writer" in found[2]
+    )
+
+
 @pytest.mark.slow
 def test_a_session_whose_test_writes_the_users_state_fails(tmp_path):
     # A session of its own, with this suite's hooks, for a user whose HOME is a temp folder: one test writes

@@ -86,7 +86,8 @@ def test_a_single_jsonl_shard_is_told_about_blocks_not_row_groups(tmp_path: Path
 
     shard = tmp_path / "one.jsonl"
     shard.write_text(json.dumps({"tokens": ["1"], "tags": ["O"]}) + "\n")
-    cfg = resolve_config(overrides=["data.source=files", f"data.train_files=[{shard}]"]).config
+    overrides = ["data.source=files", f"data.train_files=[{shard}]", f"runtime.out_dir={tmp_path / 'run'}"]
+    cfg = resolve_config(overrides=overrides).config
     with pytest.raises(InputError) as info:
         open_corpus(cfg)
     assert "row groups" not in info.value.message + (info.value.hint or "")

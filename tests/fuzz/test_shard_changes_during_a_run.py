@@ -101,6 +101,7 @@ def test_a_shard_changing_between_open_and_read(
         LABELS,
         "optim.batch_size=4",
         "data.shuffle_rows=8",
+        f"runtime.out_dir={tmp_path / 'run'}",  # the corpus index: here, not in the checkout
     ]
     cfg = resolve_config(overrides=overrides).config
     with deadline():
@@ -131,7 +132,13 @@ def test_a_validation_shard_changing_between_evaluations(tmp_path: Path, kind: s
     shard, val = tmp_path / f"train.{kind}", tmp_path / f"val.{kind}"
     _write(shard, kind, rows=16)
     _write(val, kind, rows=16)
-    overrides = ["data.source=files", f"data.train_files=[{shard}]", f"data.val_files={val}", LABELS]
+    overrides = [
+        "data.source=files",
+        f"data.train_files=[{shard}]",
+        f"data.val_files={val}",
+        LABELS,
+        f"runtime.out_dir={tmp_path / 'run'}",
+    ]
     cfg = resolve_config(overrides=overrides).config
     with deadline():
         corpus = open_corpus(cfg)

@@ -96,6 +96,7 @@ def test_jsonl_and_parquet_shards(tmp_path: Path) -> None:
             "data.source=files",
             f"data.train_files=[{tmp_path}/*.jsonl, {tmp_path}/b.parquet]",
             "data.val_fraction=0.2",
+            f"runtime.out_dir={tmp_path / 'run'}",
         ]
     ).config
     corpus = open_corpus(cfg)
@@ -118,6 +119,7 @@ def test_explicit_val_files(tmp_path: Path) -> None:
             "data.source=files",
             f"data.train_files={tmp_path}/t.jsonl",
             f"data.val_files={tmp_path}/v.jsonl",
+            f"runtime.out_dir={tmp_path / 'run'}",
         ]
     ).config
     corpus = load_corpus(cfg)
@@ -152,6 +154,7 @@ def test_bad_shards(tmp_path: Path, line: dict | bytes, expect: str) -> None:
             f"data.train_files={shard}",
             f"data.val_files={shard}",
             "data.labels=[O, B-house_number, I-house_number, B-locality, I-locality]",
+            f"runtime.out_dir={tmp_path / 'run'}",
         ]
     ).config
     with pytest.raises(InputError) as exc:
@@ -160,7 +163,10 @@ def test_bad_shards(tmp_path: Path, line: dict | bytes, expect: str) -> None:
 
 
 def test_bad_parquet_and_missing_files(tmp_path: Path) -> None:
-    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/nope.jsonl"]).config
+    run = f"runtime.out_dir={tmp_path / 'run'}"  # the corpus index of each open: here, not in the checkout
+    cfg = resolve_config(
+        overrides=["data.source=files", f"data.train_files={tmp_path}/nope.jsonl", run]
+    ).config
     with pytest.raises(InputError, match="no file matches"):
         load_corpus(cfg)
     pa = pytest.importorskip("pyarrow")
@@ -169,16 +175,18 @@ def test_bad_parquet_and_missing_files(tmp_path: Path) -> None:
     pq.write_table(pa.table({"tokens": [["a", "b"]], "tags": [["O"]]}), tmp_path / "m.parquet")
     m = tmp_path / "m.parquet"
     cfg = resolve_config(
-        overrides=["data.source=files", f"data.train_files={m}", f"data.val_files={m}"]
+        overrides=["data.source=files", f"data.train_files={m}", f"data.val_files={m}", run]
     ).config
     with pytest.raises(InputError, match=r"m.parquet row 0 \(df.iloc\[0\]: .*\): 2 tokens but 1 tags"):
         load_corpus(cfg)
     pq.write_table(pa.table({"tokens": [["a"]]}), tmp_path / "n.parquet")
-    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/n.parquet"]).config
+    cfg = resolve_config(
+        overrides=["data.source=files", f"data.train_files={tmp_path}/n.parquet", run]
+    ).config
     with pytest.raises(InputError, match=r"missing column\(s\) \['tags'\]"):
         load_corpus(cfg)
     (tmp_path / "x.jsonl").write_text("{not json\n")
-    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/x.jsonl"]).config
+    cfg = resolve_config(overrides=["data.source=files", f"data.train_files={tmp_path}/x.jsonl", run]).config
     with pytest.raises(InputError, match="not valid JSON"):
         load_corpus(cfg)
 
