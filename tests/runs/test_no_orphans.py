@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mw_env.cli import main
+from mw_env.trainer.report.figure_pool import FIGURE_WORKERS
 from proctools import MARKER, assert_none_left, cmdline, kill_tagged, new_tag, tagged, wait_for
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
@@ -34,9 +35,11 @@ FOREVER = (
 )
 
 
-def _args(run: Path, *extra: str) -> list[str]:
+def _args(run: Path, *extra: str, figures: bool = False) -> list[str]:
+    """A never-ending smoke run. `figures`: its rank 0 starts the report's figure pool (three processes that
+    import matplotlib, a few CPU seconds): only the SIGKILL cases, which show those die with their trainer."""
     args = ["--config", "smoke", "--venv", str(VENV), "--skip-doctor", "--profile", "cpu"]
-    for item in (*FOREVER, f"runtime.out_dir={run}"):
+    for item in (*FOREVER, f"runtime.out_dir={run}", f"runtime.report_figures={str(figures).lower()}"):
         args += ["--set", item]
     return args + list(extra)
 
@@ -54,6 +57,10 @@ def _trainers(tag: str) -> list[int]:
     return [p for p in tagged(tag) if "mw_env.trainer" in cmdline(p).split() and "torchrun" not in cmdline(p)]
 
 
+def _figure_pool(tag: str) -> list[int]:
+    return [p for p in tagged(tag) if "mw_env.trainer.report.figure_pool" in cmdline(p).split()]
+
+
 @pytest.fixture
 def tag() -> str:
     value = new_tag()
@@ -61,10 +68,12 @@ def tag() -> str:
     kill_tagged(value)
 
 
-def _foreground(run: Path, tag: str, *extra: str, session: bool = False) -> subprocess.Popen[str]:
+def _foreground(
+    run: Path, tag: str, *extra: str, session: bool = False, figures: bool = False
+) -> subprocess.Popen[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src"), MARKER: tag}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mw_env", "train", *_args(run, *extra)],
+        [sys.executable, "-m", "mw_env", "train", *_args(run, *extra, figures=figures)],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -87,8 +96,9 @@ def _foreground(run: Path, tag: str, *extra: str, session: bool = False) -> subp
 )
 def test_sigkill_leaves_no_process(tmp_path: Path, tag: str, nproc: str, victim: str) -> None:
     run = tmp_path / "run"
-    proc = _foreground(run, tag, "--nproc-per-node", nproc)
+    proc = _foreground(run, tag, "--nproc-per-node", nproc, figures=True)
     wait_for(lambda: len(_trainers(tag)) == int(nproc), 30, f"{nproc} trainer process(es)")
+    wait_for(lambda: len(_figure_pool(tag)) == FIGURE_WORKERS, 30, "rank 0's figure pool")
     if victim == "torchrun":
         (pid,) = [p for p in tagged(tag) if "torchrun" in cmdline(p)]
     else:

@@ -125,6 +125,9 @@ def test_a_kill_leaves_the_folder_complete_or_absent(run: Path, tmp_path: Path) 
         "from mw_env.trainspec.config import config_from_dict\n"
         f"ckpt = load_checkpoint(Path({str(run / 'checkpoints/step-000000008.pt')!r}))\n"
         "model, tok, labels = model_from_checkpoint(ckpt)\n"
+        # A checkpoint's load in a fresh process imports no torch._dynamo and no sympy: 2-4 CPU seconds of every
+        # predict/evaluate/export child, once paid by the shape check's meta-device model (ckpt/schema.py).
+        "import sys; assert not {'torch._dynamo', 'sympy'} & set(sys.modules), 'the load imported dynamo/sympy'\n"
         f"write_weights(Path({str(target)!r}), state=model.state_dict(), config=config_from_dict(ckpt['config']),"
         " tokenizer=tok, labels=labels, step=8, source={})\n"
     )

@@ -61,7 +61,9 @@ _SALT = (0, 1_000_003, 2_000_029, 3_000_017)
 
 def byte_classes() -> torch.Tensor:
     """Class of every id below 4 + 256 (specials and marks get their mark class, used only in windows)."""
-    classes = torch.full((N_SPECIAL + 256,), 7, dtype=torch.long)  # other ASCII punctuation
+    # On the CPU whatever device a build is under: a constant table, moved with the model; under the meta device
+    # (ckpt/schema.py's shape check) its fills would import torch's symbolic shapes and sympy, seconds of CPU.
+    classes = torch.full((N_SPECIAL + 256,), 7, dtype=torch.long, device="cpu")  # other ASCII punctuation
     for b in range(256):
         ch = chr(b)
         if b >= 128:
@@ -83,7 +85,7 @@ def byte_classes() -> torch.Tensor:
 
 def lower_table() -> torch.Tensor:
     """Id -> id of the lower-cased byte (ASCII letters only: UTF-8 continuation bytes stay as they are)."""
-    table = torch.arange(N_SPECIAL + 256, dtype=torch.long)
+    table = torch.arange(N_SPECIAL + 256, dtype=torch.long, device="cpu")  # on the CPU: as byte_classes
     for b in range(ord("A"), ord("Z") + 1):
         table[b + N_SPECIAL] = b + 32 + N_SPECIAL
     return table

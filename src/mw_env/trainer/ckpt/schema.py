@@ -7,7 +7,7 @@ CheckpointError ("unreadable ...").
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +92,10 @@ def _check_shapes(ckpt: dict[str, Any], path: Path) -> None:
     vocab = _vocab_size(ckpt["tokenizer"])
     if vocab is None:
         raise unreadable(path, "its tokenizer state is invalid")
-    with torch.device("meta"):  # shapes only: no memory, however large the config says the model is
+    # Shapes only: no memory, however large the config says the model is, and no initialisation (torch's meta
+    # kernels for the random fills import torch._dynamo and sympy: 2-4 CPU seconds of every fresh process that
+    # loads a checkpoint, a `train predict` child's largest cost after torch itself).
+    with torch.device("meta"), _no_init():
         meta = TaggerNet(config.model, **net_init(config, vocab_size=vocab, n_labels=len(ckpt["labels"])))
     expected = meta.state_dict()
     found = ckpt["model"]
@@ -108,6 +111,25 @@ def _check_shapes(ckpt: dict[str, Any], path: Path) -> None:
                 f"model.{key} has shape {tuple(found[key].shape)}, its config's model needs {tuple(tensor.shape)}",
             )
     _check_optimizer(ckpt, sum(1 for _ in meta.parameters()), path)
+
+
+def _no_init() -> torch.overrides.TorchFunctionMode:
+    """A torch function mode in which torch.nn.init's functions leave their tensor as it is (they return it)."""
+    import torch
+
+    class NoInit(torch.overrides.TorchFunctionMode):
+        def __torch_function__(
+            self,
+            func: Callable[..., object],
+            types: object,
+            args: tuple[object, ...] = (),
+            kwargs: dict[str, object] | None = None,
+        ) -> object:
+            if getattr(func, "__module__", None) == "torch.nn.init":
+                return args[0] if args else (kwargs or {})["tensor"]
+            return func(*args, **(kwargs or {}))
+
+    return NoInit()
 
 
 def _vocab_size(state: Mapping[str, Any]) -> int | None:
