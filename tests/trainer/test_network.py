@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -62,3 +63,22 @@ def test_from_config_builds_the_network_training_builds(tmp_path: Path) -> None:
         assert torch.equal(trained.eval()(ids, mask), rebuilt.eval()(ids, mask))
     with pytest.raises(ValueError, match="needs a `model` and an `init`"):
         from_config({"model": {}})
+
+
+def test_the_byte_tables_follow_the_device_a_network_is_built_under() -> None:
+    """The tables are filled on the CPU (under the meta device their fills import sympy) and then moved: a
+    network built inside `with torch.device(...)` has every buffer there, as a loader that builds on the GPU
+    (or on meta, then `to_empty`) expects; built plainly, they are on the CPU with the weights."""
+    import torch
+
+    from mw_env.trainer.network import TaggerNet
+
+    cfg = SimpleNamespace(
+        d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0, max_len=32, word_buckets=64, attend="words"
+    )
+    with torch.device("meta"):
+        meta = TaggerNet(cfg, vocab_size=260, n_labels=3, words=True)
+    assert {b.device.type for b in meta.buffers()} == {"meta"}
+    plain = TaggerNet(cfg, vocab_size=260, n_labels=3, words=True)
+    assert {b.device.type for b in plain.buffers()} == {"cpu"}
+    assert plain.words is not None and int(plain.words.lower[ord("A") + 4]) == ord("a") + 4

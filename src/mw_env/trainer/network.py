@@ -61,8 +61,9 @@ _SALT = (0, 1_000_003, 2_000_029, 3_000_017)
 
 def byte_classes() -> torch.Tensor:
     """Class of every id below 4 + 256 (specials and marks get their mark class, used only in windows)."""
-    # On the CPU whatever device a build is under: a constant table, moved with the model; under the meta device
-    # (ckpt/schema.py's shape check) its fills would import torch's symbolic shapes and sympy, seconds of CPU.
+    # Filled on the CPU, then moved to the device the build is under (a `with torch.device(...)` block):
+    # under the meta device (ckpt/schema.py's shape check) 260 element fills would import torch's symbolic
+    # shapes and sympy, seconds of CPU; one move imports nothing.
     classes = torch.full((N_SPECIAL + 256,), 7, dtype=torch.long, device="cpu")  # other ASCII punctuation
     for b in range(256):
         ch = chr(b)
@@ -80,7 +81,7 @@ def byte_classes() -> torch.Tensor:
     for mark, cls in _CLASS_MARK.items():
         classes[mark] = cls
     classes[0] = _CLASS_MARK[NONE]
-    return classes
+    return classes.to(torch.get_default_device())
 
 
 def lower_table() -> torch.Tensor:
@@ -88,7 +89,7 @@ def lower_table() -> torch.Tensor:
     table = torch.arange(N_SPECIAL + 256, dtype=torch.long, device="cpu")  # on the CPU: as byte_classes
     for b in range(ord("A"), ord("Z") + 1):
         table[b + N_SPECIAL] = b + 32 + N_SPECIAL
-    return table
+    return table.to(torch.get_default_device())
 
 
 def word_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
