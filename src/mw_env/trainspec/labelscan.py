@@ -6,7 +6,7 @@ shard without them: its first LABEL_SAMPLE_ROWS rows, "sampled") and of each JSO
 LABEL_SAMPLE_ROWS non-empty lines (sampled when the shard has more). Sampled labels are said plainly, with
 the `data.labels` line to paste: a tag first met after the sample stops the run there. This reads the same: JSONL with the standard library, Parquet with tagdict.shard_tags -
 here if mw-env's interpreter has pyarrow, else in the training venv's python (which has it: the `train`
-extra), sent tagdict.py's text as a script. None when neither can.
+extra), sent tagdict.py's and thrift.py's texts as a script. None when neither can.
 """
 
 from __future__ import annotations
@@ -21,10 +21,15 @@ from pathlib import Path
 from mw_env.base.errors import InputError
 
 LABEL_SAMPLE_ROWS = 4096  # trainer/data/index.py: the rows of each shard the label set is discovered in
-# Run by the training venv's python when mw-env's has no pyarrow: tagdict.py's own text, then the loop (the
-# venv need not have this mw-env installed, and reads the shards exactly as the code here would).
+# Run by the training venv's python when mw-env's has no pyarrow: thrift.py's and tagdict.py's own texts, each
+# run as its module (tagdict's import of thrift then finds it), then the loop: the venv need not have this
+# mw-env installed, and reads the shards exactly as the code here would.
 PARQUET_LOOP = """
-import json, sys
+import json, sys, types
+for name, text in TEXTS:
+    sys.modules[name] = module = types.ModuleType(name)
+    exec(compile(text, name, "exec"), module.__dict__)
+shard_tags = module.shard_tags
 rows, column, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 seen, sampled = set(), []
 for p in paths:
@@ -36,9 +41,10 @@ print(json.dumps({"tags": sorted(seen), "sampled": sampled}))
 
 
 def _parquet_script() -> str:
-    from mw_env.trainspec.formats import tagdict
+    from mw_env.trainspec.formats import tagdict, thrift
 
-    return Path(tagdict.__file__).read_text(encoding="utf-8") + PARQUET_LOOP
+    texts = [(m.__name__, Path(str(m.__file__)).read_text(encoding="utf-8")) for m in (thrift, tagdict)]
+    return f"TEXTS = {texts!r}\n" + PARQUET_LOOP
 
 
 def label_order(tags: Iterable[str]) -> tuple[str, ...]:

@@ -1,1 +1,1 @@
-"""File formats read without their libraries: the Parquet footer and tags dictionary, Protocol Buffers/Thrift varints, the SentencePiece model's piece count."""
+"""File formats read without their libraries: the Parquet footer and tags dictionary, compact Thrift (and its varint, protobuf's too), the SentencePiece model's piece count."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mw_env.base.errors import InputError
-from mw_env.trainspec.formats.varint import read_varint as _varint
+from mw_env.trainspec.formats.thrift import read_varint as _varint
 
 _PIECES_FIELD = 1
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5

@@ -8,7 +8,7 @@ low-cardinality string column, and the dictionary page, written before the chunk
 every distinct value of the row group: for tags, a few hundred bytes. Reading it directly costs a seek,
 a read and a small decompress - and it covers the whole row group, not its first rows.
 
-What is read: the page header (Thrift compact protocol, parsed here: pyarrow exposes no dictionary page),
+What is read: the page header (Thrift compact protocol, formats/thrift.py: pyarrow exposes no dictionary page),
 the page (decompressed with pyarrow's codec), its PLAIN byte arrays. Anything unexpected (no dictionary
 page, an unknown codec, a header or page that does not parse exactly, a value that is not UTF-8, a
 dictionary over MAX_BYTES, where a writer may have stopped dictionary-encoding part way) gives None, and
@@ -23,17 +23,13 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
-from mw_env.trainspec.formats.varint import read_varint as _varint
+from mw_env.trainspec.formats.thrift import read_struct
 
 if TYPE_CHECKING:
     from pyarrow import Codec
     from pyarrow.parquet import ColumnChunkMetaData, FileMetaData
-
-# A compact-protocol value as read here: integers and booleans, structs as {field id: value}; strings,
-# doubles and containers are skipped (None), the page header needs none of them.
-Thrift: TypeAlias = "int | bool | dict[int, Thrift] | None"
 
 _U32 = struct.Struct("<I")  # a PLAIN byte array's length prefix
 MAX_BYTES = 256 << 10  # a tag dictionary is bytes to a few KiB; far below pyarrow's 1 MiB fallback point
@@ -48,94 +44,15 @@ CODECS = {  # parquet.thrift CompressionCodec name (pyarrow's spelling) -> pyarr
 }
 
 
-def _zigzag(n: int) -> int:
-    return (n >> 1) ^ -(n & 1)
-
-
-def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[Thrift, int]:
-    """One compact-protocol value of type `kind` at `pos`: (the value, or None for skipped kinds; the end)."""
-    if kind in (1, 2):  # a boolean field carries its value in the type
-        return kind == 1, pos
-    if kind == 3:
-        return buf[pos], pos + 1
-    if kind in (4, 5, 6):
-        n, pos = _varint(buf, pos)
-        return _zigzag(n), pos
-    if kind == 7:
-        return None, pos + 8
-    if kind == 8:
-        n, pos = _varint(buf, pos)
-        return None, pos + n
-    if kind in (9, 10):  # list, set
-        head = buf[pos]
-        size, elem = head >> 4, head & 0x0F
-        pos += 1
-        if size == 15:
-            size, pos = _varint(buf, pos)
-        if elem in (1, 2):  # booleans inside a container are one byte each
-            return None, pos + size
-        for _ in range(size):
-            _, pos = _value(buf, pos, elem, depth + 1)
-        return None, pos
-    if kind == 11:  # map
-        size, pos = _varint(buf, pos)
-        if size:
-            kv = buf[pos]
-            pos += 1
-            for _ in range(size):
-                for k in (kv >> 4, kv & 0x0F):
-                    pos = pos + 1 if k in (1, 2) else _value(buf, pos, k, depth + 1)[1]
-        return None, pos
-    if kind == 12 and depth < 8:
-        return _struct(buf, pos, depth + 1)
-    raise ValueError(f"thrift type {kind}")
-
-
-def _struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Thrift], int]:
-    fields: dict[int, Thrift] = {}
-    last = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        if byte == 0:
-            return fields, pos
-        delta, kind = byte >> 4, byte & 0x0F
-        if delta:
-            last += delta
-        else:
-            n, pos = _varint(buf, pos)
-            last = _zigzag(n)
-        if kind in (5, 6) and buf[pos] < 0x80:  # the common case, a one-byte integer, inline
-            fields[last] = (buf[pos] >> 1) ^ -(buf[pos] & 1)
-            pos += 1
-        else:
-            fields[last], pos = _value(buf, pos, kind, depth)
-
-
 def field_end(buf: bytes, field: int) -> int | None:
-    """Where field `field` of the compact-protocol struct at the start of `buf` ends, when the fields are in
-    ascending order (every Thrift writer's) and it is there; else None, as for bytes that do not parse.
-    For a Parquet footer (FileMetaData), field 2 is the schema: buf[:end] is its exact encoding."""
+    """Where field `field` of the compact-protocol struct at the start of `buf` ends, when it is there (else
+    None, as for bytes that do not parse). For a Parquet footer (FileMetaData), field 2 is the schema:
+    buf[:end] is its exact encoding."""
     try:
-        pos = last = 0
-        while True:
-            byte = buf[pos]
-            pos += 1
-            if byte == 0:
-                return None
-            delta, kind = byte >> 4, byte & 0x0F
-            if delta:
-                last += delta
-            else:
-                n, pos = _varint(buf, pos)
-                last = _zigzag(n)
-            if last > field:
-                return None
-            _, pos = _value(buf, pos, kind, 0)
-            if last == field:
-                return pos if pos <= len(buf) else None
+        fields, end = read_struct(buf, last=field)
     except (IndexError, ValueError):
         return None
+    return end if field in fields and end <= len(buf) else None
 
 
 def _plain_strings(page: bytes, count: int) -> list[str]:
@@ -203,7 +120,7 @@ def dictionary_values(
                 raw = os.pread(f, stop - start, start)
             finally:
                 os.close(f)
-        header, pos = _struct(raw, 0)
+        header, pos = read_struct(raw)
         page_header = header.get(7)
         if header.get(1) != DICTIONARY_PAGE or not isinstance(page_header, dict):
             return None
@@ -266,6 +183,3 @@ def shard_tags(path: str | Path, column: str, rows: int) -> tuple[set[str], bool
         return set(), False
     found = {t for t in pc.unique(pc.list_flatten(batch.column(0))).to_pylist() if t is not None}
     return found, batch.num_rows < meta.num_rows
-
-
-__all__ = ["dictionary_values", "row_groups_tags", "shard_tags"]
