@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from indexserver import serve
-from mw_env.sources.indexlist import IndexAnswerError, list_project, list_wheelhouse
-from wheelfactory import build_wheel, fake_torch, flat_dir, simple_index
+from mw_env.sources.indexlist import IndexAnswerError, list_project
+from wheelfactory import build_wheel, fake_torch, simple_index
 
 LINUX = {"abi_tag": "cp312", "platform_tag": "manylinux_2_28_x86_64"}
 
@@ -59,16 +59,6 @@ def test_html_listing_from_a_local_index_folder(index):
         listing = list_project(where, "amd_torch_device_gfx1103")
         assert listing.format == "html" and listing.versions() == ["2.14.0+rocm7.14.0"]
         assert listing.files[0].size == wheels[-1].stat().st_size  # a local file states its size
-
-
-def test_wheelhouse_listing_reads_file_names(index, tmp_path):
-    _, wheels = index
-    house = flat_dir(tmp_path / "house", wheels[:2])
-    listing = list_wheelhouse([house], "torch")
-    assert listing.format == "wheelhouse" and listing.versions("3.12") == [
-        "2.14.0+rocm7.14.0",
-        "2.13.0+rocm7.14.0",
-    ]
 
 
 @pytest.mark.parametrize(

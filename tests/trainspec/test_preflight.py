@@ -158,12 +158,13 @@ def test_train_export_without_the_export_extra_is_exit_2_at_once(tmp_path, capsy
 
 def test_without_pyarrow_here_the_parquet_tags_are_read_in_the_venv(tmp_path, monkeypatch):
     """mw-env's own interpreter has no pyarrow (it is the `train` extra): the venv's python reads row group 0."""
-    from mw_env.trainspec.labelscan import parquet_tags
+    from mw_env.trainspec.labelscan import parquet_found
 
     path = _parquet(tmp_path / "a.parquet", tokens=[["1", "Main"]], tags=[["B-HOUSE", "B-ROAD"]])
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` fails here
-    assert parquet_tags([path], "tags", Path(sys.prefix)) == {"B-HOUSE", "B-ROAD"}
-    assert parquet_tags([path], "tags", None) is None  # neither here nor a venv: unknown, not a guess
+    found = parquet_found([path], "tags", Path(sys.prefix))
+    assert found is not None and found.tags == {"B-HOUSE", "B-ROAD"}
+    assert parquet_found([path], "tags", None) is None  # neither here nor a venv: unknown, not a guess
 
 
 def test_plain_corpus_tags_are_refused_on_the_host_with_the_conversion_to_paste(tmp_path):

@@ -154,15 +154,3 @@ def run_child(
         for s, handler in old.items():
             signal.signal(s, handler)
     return ChildEnd(returncode=proc.returncode, signals=signals), out or ""
-
-
-__all__ = [
-    "STOP_SIGNALS",
-    "ChildEnd",
-    "Stopped",
-    "answer",
-    "exit_code",
-    "run_child",
-    "signal_words",
-    "stop_on_signals",
-]

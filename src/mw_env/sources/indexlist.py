@@ -1,8 +1,7 @@
 """What an index actually serves: a project's files as the Simple Repository API lists them.
 
 PEP 691 JSON when the server offers it (it carries sizes, PEP 700), else PEP 503 HTML; a local folder laid out
-as an index (`<root>/<project>/index.html`, `file://`) is read the same way, and a wheelhouse (find-links
-folder) by its file names. uv has no command that lists versions, so this is a plain GET with a timeout, and
+as an index (`<root>/<project>/index.html`, `file://`) is read the same way. uv has no command that lists versions, so this is a plain GET with a timeout, and
 packaging parses the wheel names exactly as pip and uv do. Every failure is an `IndexAnswerError` that says
 what the index answered (HTML that is not an index, a redirect loop, no such project, a timeout).
 """
@@ -12,7 +11,7 @@ from __future__ import annotations
 import html.parser
 import json
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +65,7 @@ class Listing:
     index: str
     project: str
     files: tuple[IndexFile, ...]
-    format: str  # "json" | "html" | "wheelhouse"
+    format: str  # "json" | "html"
 
     def matching(self, python: str | None = None, platform: str | None = None) -> list[IndexFile]:
         """The installable (not yanked) wheels for this Python and platform, newest version first."""
@@ -276,21 +275,6 @@ def _split_auth(url: str) -> tuple[str, dict[str, str]]:
     password = urllib.parse.unquote(parts.password or "")
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
-
-
-def list_wheelhouse(folders: Iterable[str | Path], project: str) -> Listing:
-    """A find-links folder's wheels of `project` (the offline listing)."""
-    norm = canonicalize_name(project)
-    files = []
-    for folder in folders:
-        root = _local_root(str(folder))
-        if root is None or not root.is_dir():
-            continue
-        for entry in sorted(root.iterdir()):
-            f = _file(entry.name, entry.as_uri(), size=None, requires_python=None, yanked=False)
-            if f is not None and canonicalize_name(f.filename.split("-", 1)[0]) == norm:
-                files.append(f)
-    return Listing(", ".join(map(str, folders)), norm, tuple(_with_local_sizes(files)), "wheelhouse")
 
 
 def _with_local_sizes(files: Sequence[IndexFile]) -> list[IndexFile]:

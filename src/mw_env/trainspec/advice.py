@@ -79,6 +79,3 @@ def inapplicable(config: TrainConfig) -> set[str]:
     if d.tokenizer != "sentencepiece":
         out.add("data.spm_model")
     return out
-
-
-__all__ = ["config_warnings", "cpu_warning", "inapplicable", "resume_warnings"]

@@ -105,6 +105,3 @@ def _list(value: object) -> list[object]:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) else 0
-
-
-__all__ = ["Finding", "findings", "verdict"]

@@ -115,6 +115,3 @@ def footer_kind(top: Element, subtree: list[Element]) -> str:
     else:
         return "a list of groups (structs or lists)"
     return STRING_LIST if words == "string" else f"a list of {words}"
-
-
-__all__ = ["STRING_LIST", "Element", "arrow_kind", "as_string_lists", "footer_kind", "require_string_lists"]

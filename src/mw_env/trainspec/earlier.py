@@ -163,6 +163,3 @@ def check_earlier_run(
             hint=elsewhere_hint(out_dir, fine_tune=bool(data) and not network),
         )
     return not left
-
-
-__all__ = ["NOT_IDENTITY", "check_earlier_run", "config_changes", "data_changes", "elsewhere_hint"]

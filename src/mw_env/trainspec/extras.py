@@ -55,6 +55,3 @@ def needed_extras(tracking: str, tokenizer: str) -> Sequence[str]:
     if tokenizer == "sentencepiece":
         out.append("spm")
     return out
-
-
-__all__ = ["EXTRAS", "bootstrap_hint", "installed", "missing", "needed_extras", "site_packages"]

@@ -64,10 +64,6 @@ def label_order(tags: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def jsonl_tags(path: Path, column: str) -> set[str]:
-    return jsonl_sample(path, column)[0]
-
-
 def jsonl_sample(path: Path, column: str) -> tuple[set[str], bool]:
     """The tags of the first LABEL_SAMPLE_ROWS non-empty lines, and whether the shard has more (sampled)."""
     seen: set[str] = set()
@@ -122,11 +118,6 @@ def parquet_found(paths: Sequence[Path], column: str, venv: Path | None) -> Corp
     return CorpusTags(seen, tuple(sampled))
 
 
-def parquet_tags(paths: Sequence[Path], column: str, venv: Path | None) -> set[str] | None:
-    found = parquet_found(paths, column, venv)
-    return None if found is None else found.tags
-
-
 def corpus_found(shards: Sequence[Path], column: str, *, venv: Path | None = None) -> CorpusTags | None:
     """The tags the trainer will discover in these shards (train then val), or None if unreadable here."""
     seen: set[str] = set()
@@ -143,12 +134,6 @@ def corpus_found(shards: Sequence[Path], column: str, *, venv: Path | None = Non
     if found is None:
         return None
     return CorpusTags(seen | found.tags, (*sampled, *found.sampled))
-
-
-def corpus_labels(shards: Sequence[Path], column: str, *, venv: Path | None = None) -> tuple[str, ...] | None:
-    """The label set the trainer will discover in these shards (train then val), or None if unreadable here."""
-    found = corpus_found(shards, column, venv=venv)
-    return None if found is None else label_order(found.tags)
 
 
 def not_bio(tags: Iterable[str]) -> list[str]:

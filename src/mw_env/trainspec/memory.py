@@ -112,6 +112,3 @@ def estimate(
         width=t,
         attention_matrix=attention,
     )
-
-
-__all__ = ["MemoryNeed", "estimate", "math_attention"]

@@ -23,11 +23,6 @@ from mw_env.trainspec.formats.footer import FooterError, parquet_column_kinds
 FIRST_LINE_MAX = 16 << 20  # a JSONL shard's first row longer than this is not a row
 
 
-def columns_of(path: Path, key: str) -> list[str]:
-    """The columns of one shard: the Parquet footer's, or the keys of a JSONL file's first row."""
-    return list(column_kinds(path, key))
-
-
 def column_kinds(path: Path, key: str) -> dict[str, str | None]:
     """The columns of one shard with their kinds in trainspec.columns' words (a Parquet footer's; None for
     a JSONL row's keys, whose values the trainer checks row by row)."""
@@ -90,7 +85,7 @@ def check_columns(config: TrainConfig, base: Path, venv: Path | None = None, *, 
     """Every shard has both columns, each a list of strings; with `tags`, the tags are data.labels' (when set)
     and IOB2 (when discovered). `train check` leaves the tags to its full read (every problem at once)."""
     d = config.data
-    parquet: list[tuple[Path, str]] = []
+    labelled: list[tuple[Path, str]] = []
     shards: list[Path] = []
     for key, patterns in (*d.train_globs(), ("data.val_files", d.val_files)):
         for path in expand_files(patterns, key, base):
@@ -102,12 +97,8 @@ def check_columns(config: TrainConfig, base: Path, venv: Path | None = None, *, 
             known = {c: k for c, k in kinds.items() if k is not None}
             require_string_lists(path, known, (d.tokens_column, d.tags_column))
             if tags and d.labels and d.unknown_tags == "error":
-                if path.suffix == ".jsonl":
-                    _check_tags(path, d.tags_column, d.labels, key)
-                else:
-                    parquet.append((path, key))
-    if parquet:
-        _check_parquet_tags(parquet, d.tags_column, d.labels, venv)
+                labelled.append((path, key))
+    _check_tags(labelled, d.tags_column, d.labels, venv)
     if tags and not d.labels:
         check_corpus_bio(shards, d.tags_column, venv)
 
@@ -131,33 +122,17 @@ def check_corpus_bio(shards: Sequence[Path], column: str, venv: Path | None) -> 
         )
 
 
-def _check_tags(path: Path, column: str, labels: Sequence[str], key: str) -> None:
-    """A JSONL shard's first 4,096 rows (the trainer's label sample) hold only tags of data.labels."""
-    from mw_env.trainspec.labelscan import jsonl_tags
-
-    try:
-        unknown = sorted(jsonl_tags(path, column) - set(labels))
-    except (OSError, ValueError, RecursionError):
-        return  # unreadable rows are the trainer's to report, with their line numbers
-    if unknown:
-        raise InputError(
-            f"data.labels does not list {', '.join(map(repr, unknown[:8]))}, found in {path} ({key})",
-            hint="add them to data.labels, leave data.labels empty to take the corpus's, or "
-            "--set data.unknown_tags=ignore to train without them",
-        )
-
-
-def _check_parquet_tags(
+def _check_tags(
     shards: list[tuple[Path, str]], column: str, labels: Sequence[str], venv: Path | None
 ) -> None:
-    """Every row group's tags of each Parquet shard (their dictionaries, else the first rows) against
-    data.labels (pyarrow here, else in the venv; skipped when neither can read it: the trainer then reports
-    the tag with its shard and row)."""
-    from mw_env.trainspec.labelscan import parquet_tags
+    """The tags of each shard the trainer's label sample reads (labelscan.py: a JSONL shard's first rows, each
+    Parquet row group's dictionary or first rows) are data.labels'. Unreadable here: the trainer then reports
+    the tag with its shard and row."""
+    from mw_env.trainspec.labelscan import corpus_found
 
     for path, key in shards:
-        found = parquet_tags([path], column, venv)
-        unknown = sorted((found or set()) - set(labels))
+        found = corpus_found([path], column, venv=venv)
+        unknown = sorted((found.tags if found else set()) - set(labels))
         if unknown:
             raise InputError(
                 f"data.labels does not list {', '.join(map(repr, unknown[:8]))}, found in {path} ({key})",
@@ -224,6 +199,3 @@ def check_on_host(config: TrainConfig, *, venv: Path | None, base: Path) -> None
         )
     if venv is not None:
         check_packages(config, venv)
-
-
-__all__ = ["check_columns", "check_corpus_bio", "check_on_host", "column_error", "column_kinds", "columns_of"]

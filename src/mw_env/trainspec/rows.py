@@ -99,18 +99,3 @@ def shape_problems(tokens: pa.Array, tags: pa.Array) -> tuple[np.ndarray, np.nda
             null_rows = np.repeat(np.arange(n_rows), lens)[flat.is_null().to_numpy(zero_copy_only=False)]
             problem[null_rows] = BAD_ROW
     return problem, n_words, n_tags
-
-
-__all__ = [
-    "BAD_ROW",
-    "BAD_TAG",
-    "BAD_TEXT",
-    "OK",
-    "ROW_HINT",
-    "check_row",
-    "jsonl_row",
-    "parquet_row",
-    "shape_problems",
-    "tag_error",
-    "text_error",
-]
