@@ -44,13 +44,7 @@ def _load() -> Callable[..., int] | None:
             if sys.platform.startswith("linux"):
                 try:
                     fn = _libc_prctl()
-                    fn.argtypes = [
-                        ctypes.c_int,
-                        ctypes.c_ulong,
-                        ctypes.c_ulong,
-                        ctypes.c_ulong,
-                        ctypes.c_ulong,
-                    ]
+                    fn.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
                     fn.restype = ctypes.c_int
                     _prctl = fn
                 except (OSError, AttributeError):

@@ -188,9 +188,6 @@ class Reader:
         # Fields the file may not set (e.g. Profile.path, filled in by the loader).
         self.skip = dict(skip or {})
 
-    def fail(self, issue: Issue) -> InputError:
-        return self.render(issue)
-
     def names(self, cls: type) -> list[str]:
         """The keys a file may set for `cls`, in field order."""
         return [n for n in field_types(cls) if n not in self.skip.get(cls, ())]
@@ -200,7 +197,7 @@ class Reader:
         import difflib  # only for a "did you mean"
 
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-        return self.fail(
+        return self.render(
             Issue(
                 _join(parent, name),
                 "unknown",
@@ -218,7 +215,9 @@ class Reader:
         return names
 
     def _not_mapping(self, cls: type, value: object, key: str) -> InputError:
-        return self.fail(Issue(key, "type", value, "a mapping", allowed=f"keys {', '.join(self.names(cls))}"))
+        return self.render(
+            Issue(key, "type", value, "a mapping", allowed=f"keys {', '.join(self.names(cls))}")
+        )
 
     def read(self, cls: type, data: Any, key: str = "", **extra: Any) -> Any:
         """Check `data` (a mapping) against `cls` and construct it; `extra` are fields set by the caller."""
@@ -242,7 +241,7 @@ class Reader:
                     options = (
                         ", ".join(map(str, typing.get_args(tp))) if typing.get_origin(tp) is Literal else None
                     )
-                    raise self.fail(Issue(sub, "required", allowed=rule.allowed if rule else options))
+                    raise self.render(Issue(sub, "required", allowed=rule.allowed if rule else options))
                 continue
             required = fields[name].default is dataclasses.MISSING
             kwargs[name] = self.coerce(tp, raw, sub, rule, required=required)
@@ -272,17 +271,17 @@ class Reader:
         allowed = rule.allowed if rule else None
         out = self._coerce(tp, value, key, allowed)
         if out == "" and required and self.policy.numbers_as_text:
-            raise self.fail(Issue(key, "rule", value, allowed=allowed, detail="must not be empty"))
+            raise self.render(Issue(key, "rule", value, allowed=allowed, detail="must not be empty"))
         if rule is not None and out is not None:
             for where, item in _leaves(out, key) if rule.each else [(key, out)]:
                 problem = rule.check(item)
                 if problem:
-                    raise self.fail(Issue(where, "rule", item, allowed=rule.allowed, detail=problem))
+                    raise self.render(Issue(where, "rule", item, allowed=rule.allowed, detail=problem))
         return out
 
     def _coerce(self, tp: Any, value: Any, key: str, allowed: str | None) -> Any:
         def bad(expected: str | None = None, hint: str | None = allowed) -> InputError:
-            return self.fail(Issue(key, "type", value, expected or describe(tp), allowed=hint))
+            return self.render(Issue(key, "type", value, expected or describe(tp), allowed=hint))
 
         if tp is Any:
             return value
@@ -295,7 +294,7 @@ class Reader:
             if any(value == c and type(value) is type(c) for c in options):
                 return value
             shown = ", ".join(str(c) for c in options)
-            raise self.fail(Issue(key, "choice", value, describe(tp), allowed=allowed or shown))
+            raise self.render(Issue(key, "choice", value, describe(tp), allowed=allowed or shown))
         if tp is bool:
             if isinstance(value, bool):
                 return value
@@ -345,7 +344,9 @@ class Reader:
         for i, v in enumerate(value):
             item = self._coerce(item_tp, v, f"{key}[{i}]", allowed)
             if item == "" and self.policy.numbers_as_text:
-                raise self.fail(Issue(f"{key}[{i}]", "rule", v, allowed=allowed, detail="must not be empty"))
+                raise self.render(
+                    Issue(f"{key}[{i}]", "rule", v, allowed=allowed, detail="must not be empty")
+                )
             out.append(item)
         return tuple(out)
 

@@ -199,11 +199,29 @@ def list_project(
         if files is None:
             raise _garbage(shown, norm, "an HTML page without links")
         return Listing(index, norm, tuple(_with_local_sizes(files)), "html")
+    ctype, text, final = _fetch(index, f"/{norm}/", norm, timeout)
+    try:
+        if "json" in ctype:
+            return Listing(index, norm, tuple(parse_json(text, base=final)), "json")
+        files = parse_html(text, base=final)
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise _garbage(
+            shown, norm, f"{ctype or 'an unknown type'} that is not an index page ({exc})"
+        ) from None
+    if files is None:
+        raise _garbage(shown, norm, "an HTML page without links (a login or error page?)")
+    return Listing(index, norm, tuple(files), "html")
+
+
+def _fetch(index: str, path: str, norm: str, timeout: float) -> tuple[str, str, str]:
+    """(its content type, its text, the URL it came from) of the page at `path` below the index URL
+    `index`; IndexAnswerError saying what the server answered for project `norm`."""
     import socket  # the network modules (ssl, http.client) only for an index that is a URL
     import urllib.error
     import urllib.request
 
-    url, auth = _split_auth(index.rstrip("/") + f"/{norm}/")
+    shown = redact(index)
+    url, auth = _split_auth(index.rstrip("/") + path)
     req = urllib.request.Request(url, headers={"Accept": ACCEPT, "User-Agent": "mw-env", **auth})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -247,18 +265,7 @@ def list_project(
         ) from None
     if len(body) > MAX_PAGE:
         raise _garbage(shown, norm, f"a page over {MAX_PAGE // 2**20} MiB")
-    text = body.decode("utf-8", errors="replace")
-    try:
-        if "json" in ctype:
-            return Listing(index, norm, tuple(parse_json(text, base=final)), "json")
-        files = parse_html(text, base=final)
-    except (ValueError, json.JSONDecodeError) as exc:
-        raise _garbage(
-            shown, norm, f"{ctype or 'an unknown type'} that is not an index page ({exc})"
-        ) from None
-    if files is None:
-        raise _garbage(shown, norm, "an HTML page without links (a login or error page?)")
-    return Listing(index, norm, tuple(files), "html")
+    return ctype, body.decode("utf-8", errors="replace"), final
 
 
 def _split_auth(url: str) -> tuple[str, dict[str, str]]:
@@ -322,24 +329,7 @@ def list_projects(index: str, *, timeout: float = 10.0) -> set[str]:
             raise IndexAnswerError(f"the index folder {root} has no index.html", reason="unreachable")
         text, ctype = page.read_text(encoding="utf-8", errors="replace"), "text/html"
     else:
-        import urllib.error
-        import urllib.request
-
-        req = urllib.request.Request(
-            index.rstrip("/") + "/", headers={"Accept": ACCEPT, "User-Agent": "mw-env"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                ctype = resp.headers.get("Content-Type", "")
-                text = resp.read(MAX_PAGE).decode("utf-8", errors="replace")
-        except urllib.error.HTTPError as exc:
-            raise IndexAnswerError(
-                f"the index {shown} answered HTTP {exc.code}", reason="unreachable"
-            ) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise IndexAnswerError(
-                f"the index {shown} did not answer: {getattr(exc, 'reason', exc)}", reason="unreachable"
-            ) from None
+        ctype, text, _final = _fetch(index, "/", "(root)", timeout)
     if "json" in ctype:
         try:
             data = json.loads(text)

@@ -42,15 +42,13 @@ class CommandRun:
 
 def find_uv(env: Mapping[str, str]) -> str | None:
     """uv from $UV, next to this Python (pip-installed uv), PATH, ~/.local/bin, or where install_uv put it."""
-    candidates: list[str | None] = [env.get("UV")]
-    candidates.append(str(Path(sys.executable).parent / "uv"))
-    candidates.append(shutil.which("uv", path=env.get("PATH", os.defpath)))
-    home = env.get("HOME")
-    if home:
-        candidates.append(str(Path(home) / ".local" / "bin" / "uv"))
-        candidates.append(
-            str(Path(home) / ".local" / "share" / "mw-env" / "uv" / "bin" / "uv")
-        )  # install_uv's venv
+    candidates = [
+        env.get("UV"),
+        str(Path(sys.executable).parent / "uv"),
+        shutil.which("uv", path=env.get("PATH", os.defpath)),
+    ]
+    if home := env.get("HOME"):  # ~/.local/bin, then install_uv's own venv
+        candidates += [f"{home}/.local/bin/uv", f"{home}/.local/share/mw-env/uv/bin/uv"]
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c

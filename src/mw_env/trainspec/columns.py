@@ -80,9 +80,8 @@ class Element(NamedTuple):
 
     name: str
     children: int
-    physical: int = (
-        -1
-    )  # 0 BOOLEAN 1 INT32 2 INT64 3 INT96 4 FLOAT 5 DOUBLE 6 BYTE_ARRAY 7 FIXED_LEN_BYTE_ARRAY
+    # 0 BOOLEAN 1 INT32 2 INT64 3 INT96 4 FLOAT 5 DOUBLE 6 BYTE_ARRAY 7 FIXED_LEN_BYTE_ARRAY
+    physical: int = -1
     repetition: int = -1  # 0 REQUIRED 1 OPTIONAL 2 REPEATED
     converted: int = -1  # 0 UTF8 1 MAP 2 MAP_KEY_VALUE 3 LIST 4 ENUM ...
     logical: int = -1  # the LogicalType union's member: 1 STRING 2 MAP 3 LIST 4 ENUM ...

@@ -10,6 +10,7 @@ A shipped config is the foot of every chain: it builds on nothing.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,16 +41,10 @@ def read_config_file(path: Path) -> dict[str, object]:
     # Bounded, non-blocking, UTF-8 checked: a FIFO, /dev/zero or a binary file is an error, not a hang.
     text = userfile.read_text(path, what="config")
     if suffix == ".toml":
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            try:
-                import tomli as tomllib  # type: ignore[no-redef]
-            except ModuleNotFoundError:
-                raise InputError(
-                    f"{path}: TOML configs need Python >= 3.11 or the tomli package",
-                    hint="mw-env depends on tomli on Python 3.10: reinstall mw-env, or write the config as YAML",
-                ) from None
+        else:  # Python 3.10: tomli is the same parser, and a declared dependency there
+            import tomli as tomllib
         try:
             data: object = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

@@ -70,14 +70,11 @@ class MemoryNeed:
 
 def math_attention(config: TrainConfig, *, gpu: bool) -> bool:
     """Whether attention runs the math kernel, which keeps [width x width] per head for the backward pass."""
-    backend = config.runtime.sdpa_backend
-    if backend == "math":
+    if config.runtime.sdpa_backend == "math":
         return True
-    if gpu:
-        return (
-            False  # flash / efficient (auto picks one; an explicit choice falls back to math only if refused)
-        )
-    return config.model.dropout > 0  # the CPU's flash kernel takes no dropout
+    # A GPU runs flash or efficient (auto picks one; an explicit choice falls back to math only if refused);
+    # the CPU's flash kernel takes no dropout.
+    return not gpu and config.model.dropout > 0
 
 
 def estimate(

@@ -39,7 +39,7 @@ def parameter_counts(
     rows = [("embeddings", vocab_size * d + m.max_len * d)]
     if (
         config.word_features
-    ):  # trainer/network.py WordFeatures: n-gram, shape (12^3), length (17), first-class (12) rows + proj
+    ):  # trainer/network.py WordFeatures: n-gram, shape, length, first-class rows + proj
         rows.append(("word features", (m.word_buckets + 12**3 + 17 + 12) * d + d * d + d))
     if m.attend == "words":  # trainer/network.py WordPool: in-word position (16 rows) + the mix layer
         rows.append(("word pooling", 16 * d + d * d + d))
