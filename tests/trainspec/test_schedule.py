@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mw_env.trainspec.config import OptimConfig, resolve_config
+from mw_env.trainspec.config import resolve_config
 from mw_env.trainspec.schedule import lr_factor
+from mw_env.trainspec.schema import OptimConfig
 
 
 def _optim(*sets: str) -> OptimConfig:

@@ -14,7 +14,7 @@ from typing import Any, cast
 import torch
 
 from mw_env.base.errors import StepFailed
-from mw_env.trainspec.config import RuntimeConfig, TrainConfig
+from mw_env.trainspec.schema import RuntimeConfig, TrainConfig
 
 
 def pick_device(runtime: RuntimeConfig, local_rank: int) -> torch.device:

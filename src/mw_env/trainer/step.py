@@ -29,8 +29,8 @@ from mw_env.trainer.data import IGNORE, Batch
 from mw_env.trainer.distributed import DistInfo, all_reduce
 from mw_env.trainer.model import sdpa_context
 from mw_env.trainer.runtime import ChosenPrecision, autocast
-from mw_env.trainspec.config import OptimConfig, TrainConfig
 from mw_env.trainspec.schedule import lr_factor
+from mw_env.trainspec.schema import OptimConfig, TrainConfig
 
 
 def read_host(t: torch.Tensor) -> list[list[float]]:

@@ -1,4 +1,4 @@
-"""Trainer configuration: frozen dataclasses per component, parsed from YAML or TOML, with `--set`.
+"""Trainer configuration resolved: its types (schema.py) read from YAML or TOML, with `--set`.
 
 Precedence, lowest first: dataclass defaults < the active profile's trainer defaults < the config
 file < `--set a.b=c`. Every resolved value remembers where it came from (`ResolvedConfig.sources`).
@@ -15,42 +15,16 @@ from typing import Any
 from mw_env.base import typed
 from mw_env.base.errors import InputError
 from mw_env.trainspec.configfile import CONFIGS_DIR, config_chain, shipped_configs
-from mw_env.trainspec.schema import (  # re-exported: the config's types are part of this module's API
+from mw_env.trainspec.schema import (
     ARCHITECTURE_KEYS,
     PROFILE_KEYS,
     SECTIONS,
-    DataConfig,
-    DistConfig,
-    ModelConfig,
-    OptimConfig,
     ResolvedConfig,
-    RuntimeConfig,
     TrainConfig,
     all_keys,
     value_of,
 )
 from mw_env.trainspec.validate import validate
-
-__all__ = [
-    "ARCHITECTURE_KEYS",
-    "CONFIGS_DIR",
-    "PROFILE_KEYS",
-    "SECTIONS",
-    "DataConfig",
-    "DistConfig",
-    "ModelConfig",
-    "OptimConfig",
-    "ResolvedConfig",
-    "RuntimeConfig",
-    "TrainConfig",
-    "all_keys",
-    "architecture_diff",
-    "config_from_dict",
-    "find_config",
-    "parse_set",
-    "resolve_config",
-    "shipped_configs",
-]
 
 
 def find_config(name_or_path: str | Path) -> Path:

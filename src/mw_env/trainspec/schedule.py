@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from mw_env.trainspec.config import OptimConfig
+from mw_env.trainspec.schema import OptimConfig
 
 
 def lr_factor(step: int, optim: OptimConfig, max_steps: int) -> float:

@@ -15,7 +15,7 @@ from mw_env.base.errors import InputError
 from mw_env.trainspec.extras import bootstrap_hint
 
 if TYPE_CHECKING:
-    from mw_env.trainspec.config import DataConfig
+    from mw_env.trainspec.schema import DataConfig
 
 SPM_MAX_BYTES = 512 * 1024 * 1024  # SentencePiece models are KiB to tens of MiB
 
