@@ -17,7 +17,6 @@ def expand_files(patterns: Sequence[str], key: str, base: Path | None = None) ->
     when None). A pattern that matches nothing, a link that loops or leads nowhere, or a match that is not a
     regular .jsonl/.parquet file is bad input naming the key."""
     out: list[Path] = []
-    real_dirs: dict[str, Path] = {}
     for pattern in patterns:
         full = Path(pattern).expanduser()
         if base is not None and not full.is_absolute():
@@ -30,7 +29,7 @@ def expand_files(patterns: Sequence[str], key: str, base: Path | None = None) ->
                 hint="check the path (globs are allowed; a relative path is relative to the current folder)",
             )
         for m in matches:
-            path, st = _resolve(m, key, real_dirs)
+            path, st = _resolve(m, key)
             if stat.S_ISDIR(st.st_mode):
                 raise _folder(key, pattern, path)
             if path.suffix not in (".jsonl", ".parquet"):
@@ -39,8 +38,7 @@ def expand_files(patterns: Sequence[str], key: str, base: Path | None = None) ->
                 )
             # A FIFO or a device named as a shard would block the footer read forever (or stream /dev/zero):
             # only regular files are shards.
-            regular = stat.S_ISREG(st.st_mode)
-            if not regular:
+            if not stat.S_ISREG(st.st_mode):
                 raise InputError(
                     f"{key}: {path} is not a regular file (a FIFO, device or folder)",
                     hint="data files are regular .jsonl or .parquet files",
@@ -49,22 +47,12 @@ def expand_files(patterns: Sequence[str], key: str, base: Path | None = None) ->
     return out
 
 
-def _resolve(match: str, key: str, real_dirs: dict[str, Path]) -> tuple[Path, os.stat_result]:
-    """A glob match's real path (links resolved, strict) and its stat. A match that is not itself a link
-    is its folder's real path plus its name: one lstat, and the folder resolved once for all its files
-    (a full resolve lstats every component of every path, ~15 us a shard on an 80-shard list)."""
+def _resolve(match: str, key: str) -> tuple[Path, os.stat_result]:
+    """A glob match's real path and its stat. Strict: a link loop (or a self-link) or a link to nothing is a
+    fault of the file list, said as one (Python 3.11 raises RuntimeError for a loop, later versions ELOOP)."""
     try:
-        st = os.lstat(match)
-        head, name = os.path.split(match)
-        if stat.S_ISLNK(st.st_mode) or name in ("", ".", ".."):
-            # strict: a link loop (or a self-link) is a fault of the file list, said as one; Python 3.11
-            # raises RuntimeError for a loop, later versions OSError(ELOOP).
-            path = Path(match).resolve(strict=True)
-            return path, path.stat()
-        real = real_dirs.get(head)
-        if real is None:
-            real = real_dirs[head] = Path(head or ".").resolve(strict=True)
-        return real / name, st  # the folder's parts parsed once, the name's alone here
+        path = Path(match).resolve(strict=True)
+        return path, path.stat()
     except (OSError, RuntimeError) as exc:
         reason = getattr(exc, "strerror", None) or (
             "a symbolic link loop" if isinstance(exc, RuntimeError) else str(exc)
