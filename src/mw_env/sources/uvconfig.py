@@ -172,7 +172,7 @@ def value(v: object, where: str = "") -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int | float):
-        return repr(v) if isinstance(v, float) and v == v and abs(v) != float("inf") else _special(v)
+        return repr(v)  # Python's spellings of nan, inf and -inf are TOML's too
     if isinstance(v, str):
         return json.dumps(v)
     if isinstance(v, list):
@@ -183,12 +183,6 @@ def value(v: object, where: str = "") -> str:
         f"uv configuration key {where or '?'}: a {type(v).__name__} value, which bootstrap cannot pass on",
         hint="uv's settings are strings, numbers, booleans, arrays and tables",
     )
-
-
-def _special(v: int | float) -> str:
-    if isinstance(v, int):
-        return str(v)
-    return "nan" if v != v else ("inf" if v > 0 else "-inf")
 
 
 def table_text(settings: Mapping[str, Toml], *, skip: frozenset[str] = frozenset()) -> list[str]:
