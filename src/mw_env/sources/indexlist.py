@@ -70,7 +70,7 @@ class Listing:
     def matching(self, python: str | None = None, platform: str | None = None) -> list[IndexFile]:
         """The installable (not yanked) wheels for this Python and platform, newest version first."""
         good = [f for f in self.files if not f.yanked and f.fits(python, platform)]
-        return sorted(good, key=lambda f: _version_key(f.version), reverse=True)
+        return sorted(good, key=lambda f: version_key(f.version), reverse=True)
 
     def versions(self, python: str | None = None, platform: str | None = None) -> list[str]:
         return list(dict.fromkeys(f.version for f in self.matching(python, platform)))
@@ -79,7 +79,7 @@ class Listing:
         return sorted({t.interpreter for f in self.files for t in f.tags if t.interpreter.startswith("cp")})
 
 
-def _version_key(v: str) -> Version:
+def version_key(v: str) -> Version:
     try:
         return Version(v)
     except InvalidVersion:

@@ -161,19 +161,11 @@ class WheelFile:
     def fits_python(self, version: str) -> bool:
         """Whether an interpreter of `version` ("3.11.7") can install this wheel (by its python tag)."""
         major, minor = version.split(".")[:2]
-        for tag in self.python_tags:
-            if tag in (f"cp{major}{minor}", f"py{major}", f"py{major}{minor}"):
-                return True
-        return False
+        return any(t in (f"cp{major}{minor}", f"py{major}", f"py{major}{minor}") for t in self.python_tags)
 
     def pythons(self) -> list[str]:
         """The "X.Y" versions its cpXY tags name (empty for py3 wheels)."""
-        out = []
-        for tag in self.python_tags:
-            m = re.fullmatch(r"cp(\d)(\d+)", tag)
-            if m:
-                out.append(f"{m.group(1)}.{m.group(2)}")
-        return out
+        return [f"{m[1]}.{m[2]}" for t in self.python_tags if (m := re.fullmatch(r"cp(\d)(\d+)", t))]
 
 
 def _machine_arch() -> str:
@@ -226,14 +218,9 @@ def wheels_in(find_links: Sequence[str], name: str) -> list[WheelFile]:
                     platform=".".join(platforms),
                 )
             )
+    from mw_env.sources.indexlist import version_key
 
-    def key(w: WheelFile) -> Version:
-        try:
-            return Version(w.version)
-        except InvalidVersion:
-            return Version("0")
-
-    return sorted(out, key=key, reverse=True)
+    return sorted(out, key=lambda w: version_key(w.version), reverse=True)
 
 
 def wheel_problem(path: str | os.PathLike[str]) -> str | None:
