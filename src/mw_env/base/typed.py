@@ -42,10 +42,10 @@ class Issue:
         if self.kind == "type":
             shown = type(self.value).__name__
             if self.expected != "a mapping":  # a whole mapping or list repr would swamp the message
-                shown = f"{_short(self.value)} ({shown})"
+                shown = f"{short(self.value)} ({shown})"
             return f"must be {self.expected}, got {shown}"
         if self.kind == "choice":
-            return f"invalid value {_short(self.value)}"
+            return f"invalid value {short(self.value)}"
         if self.kind == "unknown":
             return "unknown key"
         if self.kind == "required":
@@ -56,7 +56,7 @@ class Issue:
 Render = Callable[[Issue], InputError]
 
 
-def _short(value: object, limit: int = 80) -> str:
+def short(value: object, limit: int = 80) -> str:
     """repr(value), cut to `limit` characters: a pasted blob must not become a screenful of error."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -75,7 +75,7 @@ class Rule:
         compiled = re.compile(regex) if isinstance(regex, str) else regex
 
         def check(value: Any) -> str | None:
-            return None if compiled.fullmatch(value) else f"invalid value {_short(value)}"
+            return None if compiled.fullmatch(value) else f"invalid value {short(value)}"
 
         return cls(check, allowed, each=each)
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -48,14 +49,11 @@ class SourceCheck:
         }
 
 
-@dataclass
-class _Listing:
-    versions: list[str] = field(default_factory=list)  # every torch version listed
-    pythons: list[str] = field(default_factory=list)
-    projects: set[str] | None = None
-    wheels: list[tuple[str, str]] = field(
-        default_factory=list
-    )  # (version, url) of each torch wheel, newest first
+class _Listing(NamedTuple):
+    versions: list[str]  # every torch version listed
+    pythons: list[str]
+    projects: set[str] | None
+    wheels: list[tuple[str, str]]  # (version, url) of each torch wheel, newest first
 
 
 def public_version(v: str) -> Version | None:

@@ -138,12 +138,8 @@ class _Rules:
         if len(not_text):  # counted: the rest of the checks read the text of the other rows
             keep = np.ones(len(n_words), dtype=bool)
             keep[not_text] = False
-            tokens, tags, n_words, ok = (
-                tokens.filter(pa.array(keep)),
-                tags.filter(pa.array(keep)),
-                n_words[keep],
-                ok[keep],
-            )
+            mask = pa.array(keep)
+            tokens, tags, n_words, ok = tokens.filter(mask), tags.filter(mask), n_words[keep], ok[keep]
             words, tag_words = pc.list_flatten(tokens), pc.list_flatten(tags)
         values, counts = (a.to_pylist() for a in pc.value_counts(tag_words).flatten())
         r.tags.update(dict(zip(values, counts, strict=True)))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mw_env.base.errors import InputError
 from mw_env.base.shellquote import sh
+from mw_env.base.typed import short
 from mw_env.trainspec.config import TrainConfig, architecture_diff, config_from_dict
 from mw_env.trainspec.files import expand_files
 
@@ -52,13 +53,8 @@ def config_changes(old: Mapping[str, object], new: TrainConfig) -> dict[str, str
         for key, value in values.items():
             dotted = f"{section}.{key}"
             if dotted not in NOT_IDENTITY and key in was and was[key] != value:
-                out[dotted] = f"{dotted}: {_short(was[key])} -> {_short(value)}"
+                out[dotted] = f"{dotted}: {short(was[key], 60)} -> {short(value, 60)}"
     return out
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def data_changes(card: Mapping[str, object], config: TrainConfig, base: Path) -> list[str]:

@@ -1,8 +1,8 @@
 """Thrift's compact protocol, read: a Parquet footer (footer.py) and a page header (tagdict.py) are written in it.
 
 A struct reads as {field id: value}: integers (zigzag-decoded) and booleans as they are, binary as bytes, lists
-and sets as lists; a double or a map is skipped (None: no field read here is one). Bytes that do not parse raise
-ValueError or IndexError. Standard library only, and nothing of mw-env: the training venv runs this file's text
+and sets as lists; a double is skipped (None: no field read here is one). parquet.thrift declares no map, so a
+map is bytes that do not parse: those raise ValueError or IndexError. Standard library only, and nothing of mw-env: the training venv runs this file's text
 (trainspec/labelscan.py). The base-128 varint is protobuf's too (spm_vocab.py).
 """
 
@@ -66,15 +66,6 @@ def read_value(buf: bytes, pos: int, kind: int, depth: int = 0) -> tuple[Thrift,
                 item, pos = read_value(buf, pos, elem, depth + 1)
             items.append(item)
         return items, pos
-    if kind == 11:  # map
-        size, pos = read_varint(buf, pos)
-        if size:
-            kv = buf[pos]
-            pos += 1
-            for _ in range(size):
-                for k in (kv >> 4, kv & 0x0F):
-                    pos = pos + 1 if k in (1, 2) else read_value(buf, pos, k, depth + 1)[1]
-        return None, pos
     if kind == 12:
         return read_struct(buf, pos, depth + 1)
     raise ValueError(f"unknown Thrift type {kind}")
