@@ -51,13 +51,6 @@ def redact(text: str) -> str:
     return _USERINFO.sub(repl, text)
 
 
-def _escape_char(ch: str) -> str:
-    code = ord(ch)
-    if code < 0x100:
-        return {"\t": "\\t", "\n": "\\n", "\r": "\\r"}.get(ch, f"\\x{code:02x}")
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
 def _unsafe(ch: str) -> bool:
     # Cc: C0/C1 controls incl. ESC, DEL and CSI (0x9b); Cf: format characters such as the bidi overrides
     # that reorder what a terminal shows; Zl/Zp: line and paragraph separators; Cs: lone surrogates
@@ -75,7 +68,7 @@ def safe(text: object, *, limit: int | None = LINE_LIMIT, newlines: bool = False
     used = 0
     consumed = 0
     for ch in s:
-        piece = ch if (newlines and ch == "\n") or not _unsafe(ch) else _escape_char(ch)
+        piece = ch if (newlines and ch == "\n") or not _unsafe(ch) else ch.encode("unicode_escape").decode()
         if used + len(piece) > limit:
             break
         out.append(piece)

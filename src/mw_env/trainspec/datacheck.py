@@ -256,7 +256,7 @@ def _offset_row(path: Path, start: int, i: int) -> str:
 
 
 def _jsonl_batches(
-    path: Path, columns: tuple[str, str], report: DataReport, skipped: list[int]
+    path: Path, columns: tuple[str, str], report: DataReport
 ) -> Iterator[tuple[pa.Array, pa.Array, Callable[[int], str], float]]:
     """JSONL rows that parse as objects with lists of strings (the others are counted here), in batches."""
     import pyarrow as pa
@@ -276,6 +276,11 @@ def _jsonl_batches(
         del tokens[:], tags[:], lines[:]
         return out
 
+    def refused(kind: str, example: str) -> None:  # a row that joins no batch: counted here, as its problem
+        report.rows += 1
+        if (t := report.problems[kind]).counted():
+            t.examples.append(example)
+
     done = 0
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -283,30 +288,24 @@ def _jsonl_batches(
             if not raw.strip():
                 continue
             here = jsonl_row(path, lineno)
-            skipped[0] += 1  # until it joins a batch
             try:
                 obj = loads(raw)
             except (ValueError, RecursionError) as exc:
-                if (t := report.problems["unreadable"]).counted():
-                    t.examples.append(f"{here}: {json_refusal(exc)}")
+                refused("unreadable", f"{here}: {json_refusal(exc)}")
                 continue
             if not isinstance(obj, dict) or tcol not in obj or gcol not in obj:
                 keys = ", ".join(map(repr, list(obj)[:6])) if isinstance(obj, dict) else type(obj).__name__
-                if (t := report.problems["unreadable"]).counted():
-                    t.examples.append(f"{here}: has {keys}, not {tcol!r} and {gcol!r}")
+                refused("unreadable", f"{here}: has {keys}, not {tcol!r} and {gcol!r}")
                 continue
             a, b = obj[tcol], obj[gcol]
             if not all(
                 isinstance(v, list) and all(isinstance(x, str) or x is None for x in v) for v in (a, b)
             ):
-                kind = "null" if a is None or b is None else "type"
-                if (t := report.problems[kind]).counted():
-                    t.examples.append(_row_sentence(here, a, b))
+                refused("null" if a is None or b is None else "type", _row_sentence(here, a, b))
                 continue
             tokens.append(a)
             tags.append(b)
             lines.append(lineno)
-            skipped[0] -= 1
             if len(lines) >= JSONL_BATCH:
                 yield flush(done)
     if lines:
@@ -334,13 +333,12 @@ def check_dataset(
     files += [(p, "val") for p in expand_files(d.val_files, "data.val_files", base)]
     total = sum(p.stat().st_size for p, _ in files)
     rules, columns, before = _Rules(config, report), (d.tokens_column, d.tags_column), 0
-    skipped = [0]  # JSONL lines counted as problems before any column was built (not JSON, not lists)
     for path, split in files:
         size, rows0 = path.stat().st_size, report.rows
         batches = (
             _parquet_batches(path, columns)
             if path.suffix == ".parquet"
-            else _jsonl_batches(path, columns, report, skipped)
+            else _jsonl_batches(path, columns, report)
         )
         try:
             for tokens, tags, where, share in batches:
@@ -353,8 +351,6 @@ def check_dataset(
                 f"{path}: cannot be read ({type(exc).__name__}: {str(exc)[:200]})",
                 hint="re-export the file, or drop it from the file list",
             ) from None
-        report.rows += skipped[0]
-        skipped[0] = 0
         report.files.append(
             {"path": str(path), "format": path.suffix[1:], "split": split, "rows": report.rows - rows0}
         )
