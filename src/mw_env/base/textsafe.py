@@ -114,19 +114,11 @@ def tolerant_streams() -> None:
                 stream.reconfigure(errors="backslashreplace")
 
 
-def duration(seconds: float | None, *, compact: bool = False) -> str:
-    """A span of time for people: "95 s", "2 min 05 s", "1 h 02 min" (a run report's prose), or with
-    `compact` "95s" -> "1m35s", "1h02m" (status lines, ETA). "?" for a clock that is missing or not finite
-    (a mangled metrics file)."""
+def duration(seconds: float | None) -> str:
+    """A span of time for people: "95 s", "2 min 05 s", "1 h 02 min". "?" for a clock that is missing or not
+    finite (a mangled metrics file)."""
     if seconds is None or not math.isfinite(seconds):
         return "?"
-    if compact:
-        s = int(seconds)
-        if s < 90:
-            return f"{s}s"
-        if s < 90 * 60:
-            return f"{s // 60}m{s % 60:02d}s"
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
     s = round(seconds)
     if s < 120:
         return f"{s} s"

@@ -152,7 +152,7 @@ def _site_dirs(python: str, env: Mapping[str, str]) -> list[Path]:
     return dirs
 
 
-def image_pythons(env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
+def image_pythons(env: Mapping[str, str]) -> list[str]:
     """Interpreters an image would ship torch in: python3 on PATH and the usual image venvs/conda.
 
     Never the shell's active venv ($VIRTUAL_ENV, after `eval "$(mw-env env)"` or `source .../activate`) nor a
@@ -160,7 +160,7 @@ def image_pythons(env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str
     the new venv depend on the old one through a .pth file. Only an image's own interpreter is offered."""
     import shutil
 
-    found = [p for p in extra if p]
+    found = []
     for name in ("python3", "python"):
         p = shutil.which(name, path=env.get("PATH", os.defpath))
         if p:

@@ -142,7 +142,6 @@ def run_streaming(
     *,
     env: Mapping[str, str],
     on_line: Callable[[str], None] | None = None,
-    cwd: str | os.PathLike[str] | None = None,
     timeout: float | None = None,
 ) -> CommandRun:
     """Run a command, passing each output line to `on_line` as it comes; never through a shell.
@@ -156,7 +155,6 @@ def run_streaming(
         proc = subprocess.Popen(
             list(argv),
             env=dict(env),
-            cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
