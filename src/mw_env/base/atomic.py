@@ -59,7 +59,7 @@ def fault_for(path: str | Path) -> OSError | None:
 def check_faults(paths: Iterable[str | Path]) -> None:
     """The seam for files written under temporary names and committed together (an export's model, variants
     and metadata): each one's armed fault is raised before any is committed, as a real full disk fails the
-    writes, not the renames after them. Their atomic_path(…, _faults=False) leaves the seam to this."""
+    writes, not the renames after them."""
     for path in paths:
         fault = fault_for(path)
         if fault is not None:
@@ -185,7 +185,6 @@ def atomic_path(
     mode: int | None = None,
     suffix: str = "",
     durable: bool = True,
-    _faults: bool = True,
 ) -> Iterator[Path]:
     """Yield a temporary path to write (by any library: torch.save, an ONNX exporter); commit it on exit.
 
@@ -201,9 +200,6 @@ def atomic_path(
     tmp = temporary_name(final, suffix)
     try:
         yield tmp
-        fault = fault_for(final) if _faults else None  # atomic_open raises its own inside the write
-        if fault is not None:
-            raise fault
         if durable:
             _fsync_file(tmp)
         if mode is not None:
@@ -289,7 +285,7 @@ def atomic_open(
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode must be 'w' or 'wb', not {mode!r}")
     fault = fault_for(path)
-    with atomic_path(path, mode=file_mode, durable=False, _faults=False) as tmp:
+    with atomic_path(path, mode=file_mode, durable=False) as tmp:
         kwargs: dict[str, Any] = {"encoding": "utf-8"} if mode == "w" else {}
         # O_EXCL: a leftover temporary of the same name is never written through.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if file_mode is not None else 0o666)

@@ -208,7 +208,7 @@ def export_onnx(
     variants: dict[str, dict[str, Any]] = {}
     # Everything under temporary names first: a disagreeing model or variant leaves nothing behind.
     with contextlib.ExitStack() as stack:
-        tmp = stack.enter_context(atomic_path(out, suffix=ONNX_SUFFIX, _faults=False))
+        tmp = stack.enter_context(atomic_path(out, suffix=ONNX_SUFFIX))
         used = _export(model, example, tmp, opset=opset, max_len=max_len, exporter=exporter)
         onnx.checker.check_model(str(tmp))
         fp32 = verify(tmp, model, cases)
@@ -223,7 +223,7 @@ def export_onnx(
         digest = sha256_file(tmp)
         for kind in wanted:
             path = out.with_name(f"{stem}.{kind}{ONNX_SUFFIX}")
-            vtmp = stack.enter_context(atomic_path(path, suffix=ONNX_SUFFIX, _faults=False))
+            vtmp = stack.enter_context(atomic_path(path, suffix=ONNX_SUFFIX))
             bundle.make_variant(kind, tmp, vtmp)
             figures = verify(vtmp, model, cases)
             bundle.judge_variant(kind, figures, min_agreement=min_agreement)
@@ -248,7 +248,7 @@ def export_onnx(
         extra: list[Path] = []
         if isinstance(tokenizer, SentencePieceTokenizer):
             spm_path = out.parent / str(tok["model"])
-            stmp = stack.enter_context(atomic_path(spm_path, _faults=False))
+            stmp = stack.enter_context(atomic_path(spm_path))
             stmp.write_bytes(bytes(tokenizer.proto))
             tok["sha256"] = sha256_file(stmp)
             extra.append(spm_path)
@@ -291,7 +291,7 @@ def export_onnx(
                 "onnxruntime": onnxruntime.__version__,
             },
         }
-        mtmp = stack.enter_context(atomic_path(meta_path, _faults=False))
+        mtmp = stack.enter_context(atomic_path(meta_path))
         mtmp.write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
         # The test seam's full disk meets the group's writes before any is committed, as a real one does.
         check_faults([out, *(out.with_name(v["onnx"]) for v in variants.values()), *extra, meta_path])
