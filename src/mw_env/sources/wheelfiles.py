@@ -70,11 +70,6 @@ class _Ranged(io.RawIOBase):
         self.pos = max(0, base + offset)
         return self.pos
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
             n = self.size - self.pos
