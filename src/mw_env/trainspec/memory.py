@@ -48,18 +48,10 @@ class MemoryNeed:
     def what_to_lower(self, have: int | None = None) -> str:
         """The settings that shrink the part that matters: the model's when its state alone is more than
         `have` (or is the larger part), else the batch's; both when the smaller is a quarter or more."""
-        model = (
-            "model.d_model, model.n_layers, model.d_ff or model.max_len (the position table is "
-            "max_len x d_model)"
-        )
-        batch = (
-            "optim.batch_size (raise optim.accumulation_steps to keep the rows per step) or model.max_len"
-            + (
-                " (attention keeps max_len x max_len per head here; model.n_heads too)"
-                if self.attention_matrix
-                else ""
-            )
-        )
+        model = "model.d_model, model.n_layers, model.d_ff or model.max_len (the position table is max_len x d_model)"
+        batch = "optim.batch_size (raise optim.accumulation_steps to keep the rows per step) or model.max_len"
+        if self.attention_matrix:
+            batch += " (attention keeps max_len x max_len per head here; model.n_heads too)"
         if (have is not None and self.state > have) or self.activations < self.total / 4:
             return f"lower {model}"
         if self.state < self.total / 4:
