@@ -83,13 +83,16 @@ def test_the_venv_script_reads_as_here(tmp_path: Path, monkeypatch: pytest.Monke
 
     path = tmp_path / "a.parquet"
     pq.write_table(_table(), path, row_group_size=200)
+    block = tmp_path / "block"  # a venv without this mw-env installed: `import mw_env` fails there
+    block.mkdir()
+    (block / "sitecustomize.py").write_text("import sys\nsys.modules['mw_env'] = None\n")
     done = subprocess.run(
         [sys.executable, "-c", labelscan._parquet_script(), "40", "tags", str(path)],
         capture_output=True,
         text=True,
         check=True,
         cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},  # no PYTHONPATH: the script needs no mw_env
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(block)},
     )
     out = json.loads(done.stdout)
     assert (set(out["tags"]), bool(out["sampled"])) == shard_tags(path, "tags", 40) == (set(TAGS), False)
