@@ -101,10 +101,7 @@ def _read_fd(fd: int, limit: int) -> bytes:
     chunks: list[bytes] = []
     got = 0
     while got < limit:
-        try:
-            chunk = os.read(fd, min(MiB, limit - got))
-        except BlockingIOError:  # only non-regular files block; they were refused, but be safe
-            break
+        chunk = os.read(fd, min(MiB, limit - got))  # a regular file never blocks: the others were refused
         if not chunk:
             break
         chunks.append(chunk)
