@@ -238,21 +238,14 @@ def _pyenv_python(request: str, env: Mapping[str, str]) -> str | None:
     return None
 
 
-def _version_query(python: str) -> list[str]:
-    # -S: no site import (the version and the executable are known before it), half this start's time
-    return [python, "-S", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3], sys.executable)"]
-
-
 def python_version(python: str, env: Mapping[str, str]) -> tuple[str, str] | None:
     """("3.11.7", the real executable behind shims) for an interpreter, None when it does not run."""
-    res = _run_quiet(_version_query(python), env, 20.0)
-    if not res.ok:
-        return None
-    out = res.stdout.strip().splitlines()
-    parts = out[-1].strip().split(" ", 1) if out else []
-    if len(parts) != 2:
-        return None
-    return parts[0], parts[1]
+    # -S: no site import (the version and the executable are known before it), half this start's time
+    query = "import sys; print('%d.%d.%d' % sys.version_info[:3], sys.executable)"
+    res = _run_quiet([python, "-S", "-c", query], env, 20.0)
+    lines = res.stdout.strip().splitlines() if res.ok else []
+    parts = lines[-1].strip().split(" ", 1) if lines else []
+    return (parts[0], parts[1]) if len(parts) == 2 else None
 
 
 def check_version(uv: str, env: Mapping[str, str]) -> str:
