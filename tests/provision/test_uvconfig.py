@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,15 @@ def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+def test_a_uv_toml_is_read_on_python_3_10_with_tomli(tmp_path, monkeypatch):
+    """On 3.10 (no tomllib) the reader takes tomli, the same parser and a declared dependency there."""
+    _write(tmp_path / "uv.toml", "native-tls = true\n")
+    monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))
+    monkeypatch.setitem(sys.modules, "tomli", tomllib)
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # `import tomllib` fails, as on 3.10
+    assert uvconfig.load(_env(tmp_path), cwd=tmp_path).get("native-tls") is True
 
 
 def test_project_user_and_first_system_file_are_read_most_specific_first(tmp_path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +132,10 @@ def _uv_toml(path: Path) -> tuple[Path, Table]:
 
 
 def _toml(path: Path, what: str) -> Table:
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: tomli is the same parser, and a declared dependency there
+        import tomli as tomllib
 
     from mw_env.base import userfile
 
