@@ -76,12 +76,9 @@ def findings(report: Mapping[str, object], config: TrainConfig) -> list[Finding]
         if not count or not isinstance(p, Mapping):
             continue
         first = [str(e) for e in _list(p.get("examples"))]
-        more = (
-            f": {'; '.join(first)}"
-            if len(first) == count
-            else f", the first {len(first)}: {'; '.join(first)}"
-        )
-        more = more if first else ""
+        more = f", the first {len(first)}: {'; '.join(first)}" if first else ""
+        if len(first) == count:  # every row that has it
+            more = f": {'; '.join(first)}"
         level = "error" if p.get("error") else "warning"
         out.append(Finding(level, f"{count:,} {p.get('what')}{more}", hints.get(str(kind), "")))
     out += [Finding("info", str(n)) for n in _list(report.get("notes"))]
