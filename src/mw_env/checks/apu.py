@@ -34,14 +34,14 @@ def _kernel(ctx: DoctorContext) -> CheckResult:
     gpu = ctx.gpu
     kv = version_tuple(kernel)
     if gpu is None or gpu.vendor != "amd" or not gpu.integrated or not kv:
-        return result("apu.kernel", AREA, title, "pass", kernel)
+        return result("apu.kernel", title, "pass", kernel)
     if gpu.gfx_target == "gfx1151" and kv < (6, 18, 4):
         cause, fix = ctx.fix("apu.strix_kernel", kernel=kernel)
-        return result("apu.kernel", AREA, title, "warn", cause, fix)
+        return result("apu.kernel", title, "warn", cause, fix)
     if kv < (6, 10):
         cause, fix = ctx.fix("apu.old_kernel", kernel=kernel, vram=human_bytes(gpu.memory_bytes))
-        return result("apu.kernel", AREA, title, "warn", cause, fix)
-    return result("apu.kernel", AREA, title, "pass", f"{kernel} (APU memory comes from GTT)")
+        return result("apu.kernel", title, "warn", cause, fix)
+    return result("apu.kernel", title, "pass", f"{kernel} (APU memory comes from GTT)")
 
 
 def _pages_limit(ctx: DoctorContext) -> int | None:
@@ -71,8 +71,8 @@ def _gtt(ctx: DoctorContext) -> CheckResult | None:
             suggest_pages=suggest_gib * PAGES_PER_GIB,
             suggest_gib=suggest_gib,
         )
-        return result("apu.gtt", AREA, title, "warn", f"{detail}. {cause}", fix)
-    return result("apu.gtt", AREA, title, "pass", detail)
+        return result("apu.gtt", title, "warn", f"{detail}. {cause}", fix)
+    return result("apu.gtt", title, "pass", detail)
 
 
 def _miopen(ctx: DoctorContext) -> list[CheckResult]:
@@ -85,9 +85,7 @@ def _miopen(ctx: DoctorContext) -> list[CheckResult]:
     ):
         # A HOME that is not on this machine (a fake root read from another user's shell): nothing to judge.
         return [
-            result(
-                "apu.miopen", AREA, "MIOpen caches", "skip", f"HOME ({home}) does not exist on this machine"
-            )
+            result("apu.miopen", "MIOpen caches", "skip", f"HOME ({home}) does not exist on this machine")
         ]
     out = []
     for var, default in (
@@ -100,14 +98,14 @@ def _miopen(ctx: DoctorContext) -> list[CheckResult]:
         existing = _existing_ancestor(ctx, path)
         if not ctx.machine.can_access(existing, write=True):
             cause, fix = ctx.fix("apu.miopen_not_writable", path=path, var=var)
-            out.append(result(cid, AREA, title, "fail", cause, fix))
+            out.append(result(cid, title, "fail", cause, fix))
             continue
         fstype = _fstype(ctx, path)
         if fstype in VOLATILE_FS:
             cause, fix = ctx.fix("apu.miopen_not_persistent", path=path, var=var, fstype=fstype)
-            out.append(result(cid, AREA, title, "warn", cause, fix))
+            out.append(result(cid, title, "warn", cause, fix))
             continue
-        out.append(result(cid, AREA, title, "pass", f"{path} writable ({fstype or 'filesystem unknown'})"))
+        out.append(result(cid, title, "pass", f"{path} writable ({fstype or 'filesystem unknown'})"))
     return out
 
 

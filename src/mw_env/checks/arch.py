@@ -57,13 +57,11 @@ def gfx_from_override(value: str) -> str | None:
 def check_arch(ctx: DoctorContext) -> list[CheckResult]:
     gpu = ctx.gpu
     if gpu is None:
-        return [result("arch.kernels", AREA, "GPU kernels in the wheel", "skip", "no GPU")]
+        return [result("arch.kernels", "GPU kernels in the wheel", "skip", "no GPU")]
     if gpu.vendor == "nvidia":
         return [_nvidia(ctx)]
     if gpu.vendor != "amd":
-        return [
-            result("arch.kernels", AREA, "GPU kernels in the wheel", "skip", f"{gpu.vendor} GPU: not checked")
-        ]
+        return [result("arch.kernels", "GPU kernels in the wheel", "skip", f"{gpu.vendor} GPU: not checked")]
     info = ctx.torch_info()
     override = _override(ctx, info)
     return [override, _amd_kernels(ctx, info, override)]
@@ -102,11 +100,11 @@ def _override(ctx: DoctorContext, info: dict) -> CheckResult:
     env_file = ctx.venv / "mw-env.env"
     if value is not None and not value.strip():
         cause, fix = ctx.fix("arch.override_empty")
-        return result("arch.override", AREA, title, "warn", cause, fix)
+        return result("arch.override", title, "warn", cause, fix)
     if not value and not info:
-        return result("arch.override", AREA, title, "skip", "no torch to inspect (see Training venv)")
+        return result("arch.override", title, "skip", "no torch to inspect (see Training venv)")
     if not value and info.get("build") != "rocm":
-        return result("arch.override", AREA, title, "skip", "not a ROCm build (see PyTorch build)")
+        return result("arch.override", title, "skip", "not a ROCm build (see PyTorch build)")
     if value:
         target = gfx_from_override(value)
         native_ok = bool(arch) and native in arch
@@ -125,7 +123,7 @@ def _override(ctx: DoctorContext, info: dict) -> CheckResult:
                 why=why,
                 env_file=env_file,
             )
-            return result("arch.override", AREA, title, "warn", cause, fix)
+            return result("arch.override", title, "warn", cause, fix)
         if target is None or (expected and value.strip() != expected):
             cause, fix = ctx.fix(
                 "arch.override_wrong",
@@ -134,10 +132,10 @@ def _override(ctx: DoctorContext, info: dict) -> CheckResult:
                 gfx=native,
                 expected=expected or "a major.minor.stepping value such as 11.0.0",
             )
-            return result("arch.override", AREA, title, "warn", cause, fix)
+            return result("arch.override", title, "warn", cause, fix)
         risk = _override_risk(ctx, native, arch)
         note = f" - {risk}" if risk else ""
-        return result("arch.override", AREA, title, "pass", f"{value}: {native} runs {target} kernels{note}")
+        return result("arch.override", title, "pass", f"{value}: {native} runs {target} kernels{note}")
     if expected:
         cause, fix = ctx.fix(
             "arch.missing_override",
@@ -147,8 +145,8 @@ def _override(ctx: DoctorContext, info: dict) -> CheckResult:
             env_file=env_file,
             risk=_override_risk(ctx, native, arch),
         )
-        return result("arch.override", AREA, title, "fail", cause, fix)
-    return result("arch.override", AREA, title, "pass", f"not set, not needed for {native or 'this GPU'}")
+        return result("arch.override", title, "fail", cause, fix)
+    return result("arch.override", title, "pass", f"not set, not needed for {native or 'this GPU'}")
 
 
 def _amd_kernels(ctx: DoctorContext, info: dict, override: CheckResult) -> CheckResult:
@@ -157,25 +155,18 @@ def _amd_kernels(ctx: DoctorContext, info: dict, override: CheckResult) -> Check
     assert gpu is not None
     arch, source = _arch_list(ctx, info)
     if info.get("build") != "rocm":
-        return result("arch.kernels", AREA, title, "skip", "not a ROCm build (see PyTorch build)")
+        return result("arch.kernels", title, "skip", "not a ROCm build (see PyTorch build)")
     if not arch:
         why = "run without --quick to ask torch" if ctx.quick else "torch reported no arch list"
-        return result("arch.kernels", AREA, title, "skip", f"arch list unknown ({why})")
+        return result("arch.kernels", title, "skip", f"arch list unknown ({why})")
     value = (ctx.env.get(OVERRIDE) or "").strip()
     target = (gfx_from_override(value) if value else None) or gpu.gfx_target or ctx.profile.doctor.arch
     if target in arch:
         via = f" via {OVERRIDE}={value}" if value else ""
-        return result(
-            "arch.kernels", AREA, title, "pass", f"{target}{via} is in {', '.join(arch)} ({source})"
-        )
+        return result("arch.kernels", title, "pass", f"{target}{via} is in {', '.join(arch)} ({source})")
     if override.status == "fail":  # the override finding above names the fix
         return result(
-            "arch.kernels",
-            AREA,
-            title,
-            "fail",
-            f"{target} is not in {', '.join(arch)} ({source})",
-            override.fix,
+            "arch.kernels", title, "fail", f"{target} is not in {', '.join(arch)} ({source})", override.fix
         )
     cause, fix = ctx.fix(
         "arch.missing_from_wheel",
@@ -184,7 +175,7 @@ def _amd_kernels(ctx: DoctorContext, info: dict, override: CheckResult) -> Check
         error_text="HIP error: invalid device function",
         install_command=ctx.install_command(),
     )
-    return result("arch.kernels", AREA, title, "fail", cause, fix)
+    return result("arch.kernels", title, "fail", cause, fix)
 
 
 def _nvidia(ctx: DoctorContext) -> CheckResult:
@@ -198,7 +189,7 @@ def _nvidia(ctx: DoctorContext) -> CheckResult:
         ".".join(str(x) for x in rt["capability"]) if rt.get("capability") else None
     )
     if info.get("build") != "cuda":
-        return result("arch.kernels", AREA, title, "skip", "not a CUDA build (see PyTorch build)")
+        return result("arch.kernels", title, "skip", "not a CUDA build (see PyTorch build)")
     arch = list(info.get("arch_list") or [])
     if not cap or not arch:
         why = (
@@ -206,12 +197,12 @@ def _nvidia(ctx: DoctorContext) -> CheckResult:
             if not cap
             else ("run without --quick to ask torch" if ctx.quick else "arch list unknown")
         )
-        return result("arch.kernels", AREA, title, "skip", why)
+        return result("arch.kernels", title, "skip", why)
     major, _, minor = cap.partition(".")
     sm = f"sm_{major}{minor or '0'}"
     if sm in arch:
         return result(
-            "arch.kernels", AREA, title, "pass", f"{sm} (compute capability {cap}) is in {', '.join(arch)}"
+            "arch.kernels", title, "pass", f"{sm} (compute capability {cap}) is in {', '.join(arch)}"
         )
     ptx = [
         a
@@ -220,11 +211,7 @@ def _nvidia(ctx: DoctorContext) -> CheckResult:
     ]
     if ptx:
         return result(
-            "arch.kernels",
-            AREA,
-            title,
-            "pass",
-            f"{sm} runs through PTX {ptx[-1]} (JIT-compiled on first use)",
+            "arch.kernels", title, "pass", f"{sm} runs through PTX {ptx[-1]} (JIT-compiled on first use)"
         )
     cause, fix = ctx.fix(
         "arch.missing_from_wheel",
@@ -233,4 +220,4 @@ def _nvidia(ctx: DoctorContext) -> CheckResult:
         error_text="no kernel image is available for execution on the device",
         install_command=ctx.install_command(),
     )
-    return result("arch.kernels", AREA, title, "fail", cause, fix)
+    return result("arch.kernels", title, "fail", cause, fix)

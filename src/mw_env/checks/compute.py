@@ -35,10 +35,10 @@ NEXT_STEP = {
 
 def check_compute(ctx: DoctorContext) -> list[CheckResult]:
     if ctx.quick:
-        return [result("probe.run", AREA, "compute probe", "skip", "skipped with --quick")]
+        return [result("probe.run", "compute probe", "skip", "skipped with --quick")]
     probe = ctx.probe()
     if probe is None:
-        return [result("probe.run", AREA, "compute probe", "skip", "no venv python")]
+        return [result("probe.run", "compute probe", "skip", "no venv python")]
     out = [_run(ctx, probe)]
     for dtype in DTYPES:
         out.append(_matmul(ctx, probe, dtype))
@@ -88,7 +88,6 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
     if probe.error:
         return result(
             "probe.run",
-            AREA,
             title,
             "fail",
             f"could not start the venv's python: {probe.error}",
@@ -98,7 +97,7 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
     if "Memory critical error" in stderr:
         cause, fix = _memory_critical(ctx, probe)
         c, f = ctx.fix("probe.memory_critical", cause=cause, fix_hint=fix)
-        return result("probe.run", AREA, title, "fail", c, f)
+        return result("probe.run", title, "fail", c, f)
     if probe.timed_out:
         stage = probe.last_stage
         on_cpu = (probe.stage("runtime") or {}).get("device") == "cpu"
@@ -116,7 +115,7 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
             python=ctx.python,
             load=load.describe() if load else "",
         )
-        return result("probe.run", AREA, title, "fail", cause, fix)
+        return result("probe.run", title, "fail", cause, fix)
     if probe.crashed:
         hits = [h for h in ctx.catalogue.scan(stderr) if h.message.severity == "fatal"]
         message = f": {hits[0].line[:200]}" if hits else ""
@@ -128,20 +127,19 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
         cause, fix = ctx.fix(
             "probe.crashed", how=probe.how(), stage=probe.last_stage, message=message, fix_hint=hint
         )
-        return result("probe.run", AREA, title, "fail", cause, fix)
+        return result("probe.run", title, "fail", cause, fix)
     failed = [s for s in probe.order if not probe.stages[s].get("ok")]
     if failed and failed[0] in PLUMBING_STAGES:
         err = probe.stages[failed[0]].get("error")
         return result(
             "probe.run",
-            AREA,
             title,
             "fail",
             f"stage '{failed[0]}' failed: {err}",
             "See the torch and device findings above.",
         )
     device = (probe.stage("runtime") or {}).get("device", "?")
-    return result("probe.run", AREA, title, "pass", f"all stages on {device} in {probe.duration_s:.1f}s")
+    return result("probe.run", title, "pass", f"all stages on {device} in {probe.duration_s:.1f}s")
 
 
 def _expected(ctx: DoctorContext) -> dict[str, float]:
@@ -157,7 +155,7 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
     cid, title = f"probe.matmul.{dtype}", f"{dtype} matmul"
     st = probe.stage(f"matmul.{dtype}")
     if st is None:
-        return result(cid, AREA, title, "skip", f"not reached (probe stopped at '{probe.last_stage}')")
+        return result(cid, title, "skip", f"not reached (probe stopped at '{probe.last_stage}')")
     device = st.get("device", "?")
     if not st.get("ok"):
         hint = "An 'invalid device function' means the wheel lacks kernels for the GPU: see GPU architecture above."
@@ -167,7 +165,7 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
         # fp32 and the profile's training precision must work; another dtype failing (bf16 on an old GPU)
         # only rules that dtype out.
         needed = dtype in ("fp32", getattr(ctx.profile.trainer, "precision", "fp32"))
-        return result(cid, AREA, title, "fail" if needed else "warn", cause, fix)
+        return result(cid, title, "fail" if needed else "warn", cause, fix)
     err = st.get("rel_err")
     tol = float(st.get("tolerance") or 0)
     band = st.get("tf32_band")
@@ -184,7 +182,7 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
             nonfinite="" if finite else " - the result holds NaN/Inf",
             install_command=ctx.install_command(),
         )
-        return result(cid, AREA, title, "fail", cause, fix)
+        return result(cid, title, "fail", cause, fix)
     detail = f"rel. error {err:.1e} (tol {tol:.0e}), {speed} on {device}"
     info: tuple[str, ...] = ()
     if band and err is not None and err > tol:
@@ -193,7 +191,7 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
             detail += "; TF32 active (allow_tf32 / float32_matmul_precision), as configured"
         else:
             cause, fix = ctx.fix("probe.reduced_precision", err=f"{err:.1e}")
-            return result(cid, AREA, title, "warn", cause, fix)
+            return result(cid, title, "warn", cause, fix)
     expected = _expected(ctx).get(dtype)
     tflops = float(st.get("tflops") or 0)
     if expected and device == "cpu" and ctx.selection.torch.build == "cpu":
@@ -202,7 +200,6 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
         pct = 100.0 * tflops / expected
         return result(
             cid,
-            AREA,
             title,
             "pass",
             detail,
@@ -224,8 +221,8 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
                 expected=f"{expected:g}",
                 gpu=ctx.gpu.name if ctx.gpu else "this CPU",
             )
-            return result(cid, AREA, title, "warn", f"{detail}. {cause}", fix)
-    return result(cid, AREA, title, "pass", detail, info=info)
+            return result(cid, title, "warn", f"{detail}. {cause}", fix)
+    return result(cid, title, "pass", detail, info=info)
 
 
 def _load(ctx: DoctorContext) -> str:
@@ -242,7 +239,7 @@ def _train_step(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
     st = probe.stage("train_step")
     backend = getattr(ctx.profile.trainer, "sdpa_backend", "auto")
     if st is None:
-        return result(cid, AREA, title, "skip", f"not reached (probe stopped at '{probe.last_stage}')")
+        return result(cid, title, "skip", f"not reached (probe stopped at '{probe.last_stage}')")
     if not st.get("ok"):
         hint = (
             "Use the math SDPA backend (`--set model.sdpa_backend=math`); flash/efficient kernels are experimental on RDNA3."
@@ -256,10 +253,9 @@ def _train_step(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
             error=st.get("error"),
             fix_hint=hint,
         )
-        return result(cid, AREA, title, "fail", cause, fix)
+        return result(cid, title, "fail", cause, fix)
     return result(
         cid,
-        AREA,
         title,
         "pass",
         f"{backend} SDPA on {st.get('device')}: attention rel. error {st.get('attn_rel_err', 0):.1e}, loss finite",

@@ -12,17 +12,16 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 def check_device(ctx: DoctorContext) -> list[CheckResult]:
     title = "torch.cuda device"
     if ctx.quick:
-        return [result("device.available", AREA, title, "skip", "skipped with --quick")]
+        return [result("device.available", title, "skip", "skipped with --quick")]
     probe = ctx.probe()
     rt = probe.stage("runtime") if probe else None
     if rt is None:
         why = "no venv python" if probe is None else f"the probe stopped at stage '{probe.last_stage}'"
-        return [result("device.available", AREA, title, "skip", why)]
+        return [result("device.available", title, "skip", why)]
     if not rt.get("ok"):
         return [
             result(
                 "device.available",
-                AREA,
                 title,
                 "fail",
                 f"device init failed: {rt.get('error')}",
@@ -44,7 +43,6 @@ def check_device(ctx: DoctorContext) -> list[CheckResult]:
     out = [
         result(
             "device.available",
-            AREA,
             title,
             "pass",
             f"{name} ({arch}), {rt.get('device_count', 1)} device(s); {mem}",
@@ -57,7 +55,7 @@ def check_device(ctx: DoctorContext) -> list[CheckResult]:
             cause, fix = ctx.fix(
                 "device.memory_held", used=human_bytes(used), total=human_bytes(total), who=who
             )
-            out.append(result("device.memory", AREA, "GPU memory in use", "warn", cause, fix))
+            out.append(result("device.memory", "GPU memory in use", "warn", cause, fix))
     return out
 
 
@@ -75,8 +73,8 @@ def _cpu(ctx: DoctorContext, threads: int | None) -> CheckResult:
         cause, fix = ctx.fix(
             "device.cpu_threads", threads=threads, usable=usable, setting=setting, vars=" ".join(limits)
         )
-        return result("device.available", AREA, title, "warn", cause, fix)
-    return result("device.available", AREA, title, "pass", detail)
+        return result("device.available", title, "warn", cause, fix)
+    return result("device.available", title, "pass", detail)
 
 
 def _not_available(ctx: DoctorContext) -> CheckResult:
@@ -104,7 +102,7 @@ def _not_available(ctx: DoctorContext) -> CheckResult:
     label = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}.get(build, build)
     cause, fix = ctx.fix("device.not_available", build=label, reason=reason, fix_hint=hint)
     return result(
-        "device.available", AREA, "torch.cuda device", "fail", f"{cause} Training would run on the CPU.", fix
+        "device.available", "torch.cuda device", "fail", f"{cause} Training would run on the CPU.", fix
     )
 
 

@@ -41,7 +41,7 @@ def expected_nodes(ctx: DoctorContext) -> list[str]:
 def check_devices(ctx: DoctorContext) -> list[CheckResult]:
     if ctx.gpu is not None and ctx.gpu_build is None:
         detail = f"profile {ctx.profile.name} trains on the CPU: the {ctx.gpu.name}'s nodes are not needed"
-        return [result("devices.gpu", AREA, "GPU device nodes", "skip", detail)]
+        return [result("devices.gpu", "GPU device nodes", "skip", detail)]
     nodes = expected_nodes(ctx)
     if not nodes:
         return [_no_gpu(ctx)]
@@ -65,7 +65,7 @@ def check_devices(ctx: DoctorContext) -> list[CheckResult]:
     odd = [n for n in (gpu.notes if gpu is not None else ()) if not n.startswith("/dev/")]
     if gpu is not None and odd:
         cause, fix = ctx.fix("devices.detection_notes", gpu=gpu.name, notes="; ".join(odd))
-        out.append(result("devices.detection", AREA, "GPU identification", "warn", cause, fix))
+        out.append(result("devices.detection", "GPU identification", "warn", cause, fix))
     return out
 
 
@@ -79,9 +79,9 @@ def _no_gpu(ctx: DoctorContext) -> CheckResult:
         cause, fix = ctx.fix(
             "devices.driver_without_gpu", driver=driver, where=where, host_fix=ctx.host_fix()
         )
-        return result("devices.gpu", AREA, title, "warn" if build == "cpu" else "fail", cause, fix)
+        return result("devices.gpu", title, "warn" if build == "cpu" else "fail", cause, fix)
     if build == "cpu":
-        return result("devices.gpu", AREA, title, "skip", "no GPU selected: nothing to pass through")
+        return result("devices.gpu", title, "skip", "no GPU selected: nothing to pass through")
     gpus = ", ".join(f"{g.name} ({g.vendor})" for g in ctx.hardware.gpus) or "none"
     cause, fix = ctx.fix(
         "devices.no_gpu_for_profile",
@@ -90,7 +90,7 @@ def _no_gpu(ctx: DoctorContext) -> CheckResult:
         gpus=gpus,
         how="chosen with --profile" if getattr(ctx.selection, "explicit", False) else "selected",
     )
-    return result("devices.gpu", AREA, title, "fail", cause, fix)
+    return result("devices.gpu", title, "fail", cause, fix)
 
 
 # Where distributions, the NVIDIA container toolkit, incus (nvidia.runtime) and WSL put the driver library.
@@ -110,17 +110,17 @@ def _libcuda(ctx: DoctorContext) -> CheckResult:
     extra = [p.strip("/") for p in ctx.env.get("LD_LIBRARY_PATH", "").split(":") if p.strip("/")]
     for d in (*LIBCUDA_DIRS, *extra):
         if ctx.machine.exists(f"{d}/libcuda.so.1"):
-            return result("devices.libcuda", AREA, title, "pass", f"/{d}/libcuda.so.1")
+            return result("devices.libcuda", title, "pass", f"/{d}/libcuda.so.1")
     if ctx.machine.is_real:
         cache = ctx.machine.run(["ldconfig", "-p"], timeout=5)
         for line in cache.stdout.splitlines() if cache.ok else ():
             if "libcuda.so.1 " in line and "=>" in line:
-                return result("devices.libcuda", AREA, title, "pass", line.split("=>")[-1].strip())
+                return result("devices.libcuda", title, "pass", line.split("=>")[-1].strip())
     cause, fix = ctx.fix(
         "devices.no_libcuda", paths=", ".join("/" + d for d in LIBCUDA_DIRS), host_commands=ctx.host_fix()
     )
     # A warning: the library may sit somewhere unusual; the probe's torch.cuda.is_available() decides.
-    return result("devices.libcuda", AREA, title, "warn", cause, fix)
+    return result("devices.libcuda", title, "warn", cause, fix)
 
 
 # ROCm torch honours HIP_VISIBLE_DEVICES, falls back to CUDA_VISIBLE_DEVICES; the HSA runtime reads
@@ -148,7 +148,7 @@ def _visible_devices(ctx: DoctorContext) -> CheckResult:
             why = f"names no existing GPU (this machine has {len(same_vendor)})"
         if why:
             cause, fix = ctx.fix("devices.hidden_by_env", var=var, value=value, why=why)
-            return result("devices.visible", AREA, title, "fail", cause, fix)
+            return result("devices.visible", title, "fail", cause, fix)
     set_vars = [f"{v}={env[v]}" for v in _VISIBLE.get(vendor, ()) if v in env]
     gpu = ctx.gpu
     # The selection asks for HIP_VISIBLE_DEVICES when AMD GPUs of different archs share the box (an iGPU
@@ -162,8 +162,8 @@ def _visible_devices(ctx: DoctorContext) -> CheckResult:
             selected=gpu.name,
             position=wanted,
         )
-        return result("devices.visible", AREA, title, "warn", cause, fix)
-    return result("devices.visible", AREA, title, "pass", ", ".join(set_vars) or "not set (all GPUs visible)")
+        return result("devices.visible", title, "warn", cause, fix)
+    return result("devices.visible", title, "pass", ", ".join(set_vars) or "not set (all GPUs visible)")
 
 
 def _node_id(node: str) -> str:
@@ -195,10 +195,10 @@ def _check_node(ctx: DoctorContext, node: str) -> CheckResult:
                 gpu=f"{gpu.name}{f' ({gpu.gfx_target})' if gpu.gfx_target else ''}",
                 driver="amdgpu" if gpu.vendor == "amd" else "nvidia",
             )
-        return result(_node_id(node), AREA, title, "fail", f"missing: {cause}", fix)
+        return result(_node_id(node), title, "fail", f"missing: {cause}", fix)
     if st.kind != "char":
         cause, fix = ctx.fix("devices.not_char", node=node, kind=st.kind, host_commands=ctx.host_fix())
-        return result(_node_id(node), AREA, title, "fail", cause, fix)
+        return result(_node_id(node), title, "fail", cause, fix)
     owner = _owner(ctx, st.uid, st.gid)
     mode = f"{st.mode:04o}"
     if not m.can_access(node, write=True):
@@ -213,8 +213,8 @@ def _check_node(ctx: DoctorContext, node: str) -> CheckResult:
             groups=groups,
             group_fix=_group_fix(ctx, node, st.gid),
         )
-        return result(_node_id(node), AREA, title, "fail", cause, fix)
-    return result(_node_id(node), AREA, title, "pass", f"character device {owner} mode {mode}, read/write ok")
+        return result(_node_id(node), title, "fail", cause, fix)
+    return result(_node_id(node), title, "pass", f"character device {owner} mode {mode}, read/write ok")
 
 
 def _owner(ctx: DoctorContext, uid: int, gid: int) -> str:
@@ -282,6 +282,6 @@ def _gid_mismatch(ctx: DoctorContext, nodes: list[str]) -> CheckResult | None:
         )
         status: CheckStatus = "pass" if ctx.machine.can_access(node) else "warn"
         return result(
-            "devices.render_gid", AREA, "render group GID", status, cause, fix if status == "warn" else ""
+            "devices.render_gid", "render group GID", status, cause, fix if status == "warn" else ""
         )
     return None

@@ -20,7 +20,7 @@ def check_disk(ctx: DoctorContext) -> list[CheckResult]:
     # On a fake machine root the venv is a real folder but the root's meta file describes the disks.
     du = ctx.machine.disk_usage(str(path)) if ctx.machine.is_real else ctx.machine.disk_usage("/")
     if du is None:
-        return [result("disk.free", AREA, title, "skip", f"cannot stat {path}")]
+        return [result("disk.free", title, "skip", f"cannot stat {path}")]
     installed = ctx.python.exists() and os.path.isdir(ctx.venv / "lib")
     # The same figure bootstrap's preflight quotes for this source (profiles/disk.py); with torch installed,
     # room for checkpoints and caches.
@@ -30,7 +30,5 @@ def check_disk(ctx: DoctorContext) -> list[CheckResult]:
     detail = f"{human_bytes(du.free)} free of {human_bytes(du.total)} at {path}; a torch install needs {fresh.text}"
     if du.free < need:
         cause, fix = ctx.fix("disk.low", path=path, free=human_bytes(du.free), need=needs)
-        return [
-            result("disk.free", AREA, title, "fail" if du.free < min(need, CRITICAL) else "warn", cause, fix)
-        ]
-    return [result("disk.free", AREA, title, "pass", detail)]
+        return [result("disk.free", title, "fail" if du.free < min(need, CRITICAL) else "warn", cause, fix)]
+    return [result("disk.free", title, "pass", detail)]

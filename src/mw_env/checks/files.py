@@ -33,7 +33,7 @@ def check_files(ctx: DoctorContext) -> list[CheckResult]:
             if kept
             else ""
         )
-        return [result("files.record", AREA, TITLE, "pass", _checked(scan, full=ctx.hash_files) + extended)]
+        return [result("files.record", TITLE, "pass", _checked(scan, full=ctx.hash_files) + extended)]
     scan = replace(scan, damaged=damaged)
     shared = sorted({d.name for d in scan.damaged if d.shared})
     cache = (
@@ -64,7 +64,7 @@ def check_files(ctx: DoctorContext) -> list[CheckResult]:
             commands=" then ".join(f"`{s}`" for s in steps),
             names=", ".join(names),
         )
-    return [result("files.record", AREA, TITLE, "fail", cause, fix)]
+    return [result("files.record", TITLE, "fail", cause, fix)]
 
 
 def _checked(scan: Scan, *, full: bool) -> str:

@@ -72,7 +72,6 @@ def _shm(ctx: DoctorContext) -> CheckResult:
     if du is None:
         return result(
             "ipc.shm",
-            AREA,
             title,
             "warn",
             "/dev/shm is missing: DataLoader workers and ROCm IPC need it",
@@ -86,11 +85,11 @@ def _shm(ctx: DoctorContext) -> CheckResult:
         # ROCm fails every allocation there ("Memory critical error ... Memory in use"); CUDA/CPU only
         # lose DataLoader workers, so that is a warning - as it is when the probe's GPU allocation worked.
         status: CheckStatus = "fail" if ctx.vendor == "amd" and not gpu_alloc_worked(ctx) else "warn"
-        return result("ipc.shm", AREA, title, status, cause, fix)
+        return result("ipc.shm", title, status, cause, fix)
     if du.total < 1024 * MIB:
         cause, fix = ctx.fix("ipc.shm_small", size=size)
-        return result("ipc.shm", AREA, title, "warn", cause, fix)
-    return result("ipc.shm", AREA, title, "pass", f"{size} (host IPC namespace or a large --shm-size)")
+        return result("ipc.shm", title, "warn", cause, fix)
+    return result("ipc.shm", title, "pass", f"{size} (host IPC namespace or a large --shm-size)")
 
 
 def _ipc_command(ctx: DoctorContext) -> str:
@@ -106,16 +105,14 @@ def _selinux(ctx: DoctorContext) -> CheckResult:
     title = "SELinux"
     text = ctx.machine.read("sys/fs/selinux/enforce")
     if text is None:
-        return result("ipc.selinux", AREA, title, "pass", "not active")
+        return result("ipc.selinux", title, "pass", "not active")
     if text.strip() != "1":
-        return result("ipc.selinux", AREA, title, "pass", "permissive")
+        return result("ipc.selinux", title, "pass", "permissive")
     if ctx.vendor == "amd" and ctx.in_container:
         if gpu_alloc_worked(ctx):
             return result(
-                "ipc.selinux", AREA, title, "pass", "enforcing; the probe mapped /dev/kfd and allocated fine"
+                "ipc.selinux", title, "pass", "enforcing; the probe mapped /dev/kfd and allocated fine"
             )
         cause, fix = ctx.fix("ipc.selinux")
-        return result("ipc.selinux", AREA, title, "warn", cause, fix)
-    return result(
-        "ipc.selinux", AREA, title, "pass", "enforcing (no AMD GPU in a container: no known effect)"
-    )
+        return result("ipc.selinux", title, "warn", cause, fix)
+    return result("ipc.selinux", title, "pass", "enforcing (no AMD GPU in a container: no known effect)")

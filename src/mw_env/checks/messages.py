@@ -14,10 +14,10 @@ EXPLAIN_ONLY = frozenset({"cuda-build-version"})
 def check_messages(ctx: DoctorContext) -> list[CheckResult]:
     title = "known messages"
     if ctx.quick:
-        return [result("messages.known", AREA, title, "skip", "skipped with --quick")]
+        return [result("messages.known", title, "skip", "skipped with --quick")]
     probe = ctx.probe()
     if probe is None:
-        return [result("messages.known", AREA, title, "skip", "no probe output")]
+        return [result("messages.known", title, "skip", "no probe output")]
     hits = ctx.catalogue.scan(probe.stderr + "\n" + probe.stdout_other)
     out: list[CheckResult] = []
     seen: set[str] = set()
@@ -36,7 +36,6 @@ def check_messages(ctx: DoctorContext) -> list[CheckResult]:
         out.append(
             result(
                 f"messages.{msg.id}",
-                AREA,
                 msg.title,
                 status,
                 # The line itself only when the title (an example of the text) does not already say it.
@@ -47,12 +46,11 @@ def check_messages(ctx: DoctorContext) -> list[CheckResult]:
     harmless = list(dict.fromkeys(harmless))
     if not out:
         detail = f"{len(harmless)} known-harmless message(s)" if harmless else "none in the probe's output"
-        out.append(result("messages.known", AREA, title, "pass", detail, info=tuple(harmless)))
+        out.append(result("messages.known", title, "pass", detail, info=tuple(harmless)))
     elif harmless:
         out.append(
             result(
                 "messages.harmless",
-                AREA,
                 "known-harmless messages",
                 "pass",
                 f"{len(harmless)} found",

@@ -78,15 +78,10 @@ class DoctorReport:
 
 
 def result(
-    id: str,
-    area: str,
-    title: str,
-    status: CheckStatus,
-    detail: str = "",
-    fix: str = "",
-    info: tuple[str, ...] = (),
+    id: str, title: str, status: CheckStatus, detail: str = "", fix: str = "", info: tuple[str, ...] = ()
 ) -> CheckResult:
-    """Shorthand used by the check modules."""
+    """A check module's finding; its area is the head of its id ("devices" of "devices.kfd")."""
+    area = id.partition(".")[0]
     return CheckResult(id=id, area=area, title=title, status=status, detail=detail, fix=fix, info=tuple(info))
 
 

@@ -26,31 +26,27 @@ def connect(address: tuple, family: int, timeout: float) -> None:
 def check_network(ctx: DoctorContext) -> list[CheckResult]:
     title = "torch index reachable"
     if not ctx.network:
-        return [result("network.index", AREA, title, "skip", "not checked (network checks off)")]
+        return [result("network.index", title, "skip", "not checked (network checks off)")]
     # A venv whose torch came from a wheelhouse (or the image) needs no remote index: re-provisioning uses
     # the same local source, so an unreachable download.pytorch.org is not worth a warning.
     installed_from = str(getattr(ctx.record, "torch_index", "") or "")
     if installed_from and not installed_from.startswith(("http://", "https://")):
         return [
             result(
-                "network.index",
-                AREA,
-                title,
-                "skip",
-                f"not needed: this venv's torch came from {installed_from}",
+                "network.index", title, "skip", f"not needed: this venv's torch came from {installed_from}"
             )
         ]
     url = ctx.selection.torch.index_url or "https://pypi.org/simple"
     parts = urlsplit(url)
     host = parts.hostname
     if not host:
-        return [result("network.index", AREA, title, "skip", f"{redact(url)} names no host (a local index)")]
+        return [result("network.index", title, "skip", f"{redact(url)} names no host (a local index)")]
     port = parts.port or (80 if parts.scheme == "http" else 443)
     try:
         infos = resolve(host, port)
     except OSError as exc:
         cause, fix = ctx.fix("network.dns", host=host, error=exc.strerror or str(exc))
-        return [result("network.index", AREA, title, "warn", cause, fix)]
+        return [result("network.index", title, "warn", cause, fix)]
     errors = []
     for family, _, _, _, address in infos[:3]:
         try:
@@ -58,6 +54,6 @@ def check_network(ctx: DoctorContext) -> list[CheckResult]:
         except OSError as exc:
             errors.append(f"{address[0]}: {exc.strerror or exc}")
             continue
-        return [result("network.index", AREA, title, "pass", f"{host}:{port} ({redact(url)})")]
+        return [result("network.index", title, "pass", f"{host}:{port} ({redact(url)})")]
     cause, fix = ctx.fix("network.refused", host=host, port=port, error="; ".join(errors) or "no address")
-    return [result("network.index", AREA, title, "warn", cause, fix)]
+    return [result("network.index", title, "warn", cause, fix)]

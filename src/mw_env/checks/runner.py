@@ -180,13 +180,12 @@ def _run(
             # A busy machine and a hung device both end here: the load and the probe's progress tell which.
             load = read_load(ctx.machine, ctx.hardware.cpu.cores or os.cpu_count() or 1)
             detail, fix = timeout_verdict(limit, load, ctx.probe_progress() if needs == "probe" else None)
-            checks.append(result(f"{area.key}.timeout", area.key, area.title, "fail", detail, fix))
+            checks.append(result(f"{area.key}.timeout", area.title, "fail", detail, fix))
             continue
         except Exception as exc:
             checks.append(
                 result(
                     f"{area.key}.crashed",
-                    area.key,
                     area.title,
                     "fail",
                     f"check crashed: {type(exc).__name__}: {exc}",

@@ -17,9 +17,7 @@ def check_torch(ctx: DoctorContext) -> list[CheckResult]:
     static = ctx.static()
     st = static.stage("static") if static else None
     if st is None:
-        return [
-            result("torch.build", AREA, "torch build", "skip", "no working venv python (see Training venv)")
-        ]
+        return [result("torch.build", "torch build", "skip", "no working venv python (see Training venv)")]
     if not st.get("torch_found"):
         cause, fix = ctx.fix(
             "torch.missing",
@@ -27,7 +25,7 @@ def check_torch(ctx: DoctorContext) -> list[CheckResult]:
             error="No module named 'torch'",
             install_command=ctx.install_command(),
         )
-        return [result("torch.build", AREA, "torch build", "fail", cause, fix)]
+        return [result("torch.build", "torch build", "fail", cause, fix)]
     out: list[CheckResult] = []
     probe = ctx.probe()
     imp = probe.stage("import") if probe else None
@@ -35,16 +33,10 @@ def check_torch(ctx: DoctorContext) -> list[CheckResult]:
         cause, fix = ctx.fix(
             "torch.import_failed", error=imp.get("error"), install_command=ctx.install_command()
         )
-        out.append(result("torch.import", AREA, "import torch", "fail", cause, fix))
+        out.append(result("torch.import", "import torch", "fail", cause, fix))
     elif imp is not None:
         out.append(
-            result(
-                "torch.import",
-                AREA,
-                "import torch",
-                "pass",
-                f"{imp.get('version')} in {imp.get('t', 0):.1f}s",
-            )
+            result("torch.import", "import torch", "pass", f"{imp.get('version')} in {imp.get('t', 0):.1f}s")
         )
     info = ctx.torch_info()
     out.append(_build(ctx, info))
@@ -59,7 +51,7 @@ def check_torch(ctx: DoctorContext) -> list[CheckResult]:
             python=ctx.python,
             index=ctx.selection.torch.index_url or "the torch index",
         )
-        out.append(result("torch.triton", AREA, "triton packages", "warn", cause, fix))
+        out.append(result("torch.triton", "triton packages", "warn", cause, fix))
     return out
 
 
@@ -82,7 +74,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
             gpu=f"{gpu.name}{f', {gpu.gfx_target}' if gpu and gpu.gfx_target else ''}" if gpu else "?",
             install_command=ctx.install_command(),
         )
-        return result("torch.build", AREA, "torch build", "fail", cause, fix)
+        return result("torch.build", "torch build", "fail", cause, fix)
     if wanted is None and build != "cpu":
         cause, fix = ctx.fix(
             "torch.gpu_build_on_cpu",
@@ -90,7 +82,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
             build=_LABEL[build],
             install_command=ctx.install_command(),
         )
-        return result("torch.build", AREA, "torch build", "warn", cause, fix)
+        return result("torch.build", "torch build", "warn", cause, fix)
     tag = ctx.selection.torch.local_tag
     note = () if has_local_tag(version, tag) else (f"the profile's source is {tag}; this one works too",)
     if wanted is None and ctx.gpu is not None:
@@ -101,7 +93,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
             else "no torch wheel serves it"
         )
         detail += f"; profile {ctx.profile.name} ({why}) trains on the CPU, the {ctx.gpu.name} stays unused"
-    return result("torch.build", AREA, "torch build", "pass", detail, info=note)
+    return result("torch.build", "torch build", "pass", detail, info=note)
 
 
 def installed_torch_versions(venv: Path) -> list[str]:
@@ -177,14 +169,14 @@ def _installed(ctx: DoctorContext) -> CheckResult | None:
             f"torch {version} is not profile {ctx.profile.name}'s torch ({src.requirement}, {src.local_tag} build)"
         )
     if not problems:
-        return result("torch.installed", AREA, title, "pass", f"{version} (as recorded by bootstrap)")
+        return result("torch.installed", title, "pass", f"{version} (as recorded by bootstrap)")
     cause, fix = ctx.fix(
         "torch.swapped",
         problem="; ".join(problems),
         python=ctx.python,
         bootstrap=ctx.bootstrap_command(),
     )
-    return result("torch.installed", AREA, title, "fail", cause, fix)
+    return result("torch.installed", title, "fail", cause, fix)
 
 
 def _source(ctx: DoctorContext) -> list[CheckResult]:
@@ -208,7 +200,7 @@ def _source(ctx: DoctorContext) -> list[CheckResult]:
             replacement=src.replaced_by or "the profile's current source",
             command=argv,
         )
-        out.append(result("torch.source", AREA, "torch source", "warn", cause, fix))
+        out.append(result("torch.source", "torch source", "warn", cause, fix))
     wheel = getattr(rec, "wheel_archs", None)
     if wheel and getattr(rec, "arch_decision", None):
         gfx = ctx.selection.device_targets or (
@@ -225,5 +217,5 @@ def _source(ctx: DoctorContext) -> list[CheckResult]:
                 how=rec.wheel_archs_how or "installed files",
                 decision=rec.arch_decision,
             )
-            out.append(result("torch.archs", AREA, "wheel vs table", "warn", cause, fix))
+            out.append(result("torch.archs", "wheel vs table", "warn", cause, fix))
     return out

@@ -30,28 +30,28 @@ def check_venv(ctx: DoctorContext) -> list[CheckResult]:
     venv = ctx.venv
     if venv.exists() and not venv.is_dir():
         cause, fix = ctx.fix("venv.not_a_folder", venv=venv, bootstrap=ctx.bootstrap_command())
-        return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
+        return [result("venv.exists", "venv exists", "fail", cause, fix)]
     if not venv.is_dir() and os.path.lexists(venv):  # a link to nowhere: a loop, or a target that is gone
         cause, fix = ctx.fix("venv.broken_link", venv=venv, target=_link_target(venv))
-        return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
+        return [result("venv.exists", "venv exists", "fail", cause, fix)]
     if not venv.is_dir():
         cause, fix = ctx.fix("venv.missing", venv=venv, bootstrap=ctx.bootstrap_command())
-        return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
+        return [result("venv.exists", "venv exists", "fail", cause, fix)]
     py = ctx.python
     if not (venv / "pyvenv.cfg").exists() and not py.exists() and not py.is_symlink():
         from mw_env.venv.record import create_command
 
         # A command bootstrap accepts: it refuses to build in a folder it did not make (issue 30).
         cause, fix = ctx.fix("venv.not_a_venv", venv=venv, bootstrap=create_command(venv))
-        return [result("venv.exists", AREA, "venv exists", "fail", cause, fix)]
-    out = [result("venv.exists", AREA, "venv exists", "pass", str(venv))]
+        return [result("venv.exists", "venv exists", "fail", cause, fix)]
+    out = [result("venv.exists", "venv exists", "pass", str(venv))]
     try:
         read_pyvenv_cfg(venv)  # not UTF-8: the python dies in site.py; say why, not its traceback's last line
     except InputError as exc:
         cause, fix = ctx.fix(
             "venv.python_broken", python=py, error=exc.message, bootstrap=ctx.bootstrap_command(recreate=True)
         )
-        out.append(result("venv.python", AREA, "venv python runs", "fail", cause, fix))
+        out.append(result("venv.python", "venv python runs", "fail", cause, fix))
         return out
     static = ctx.static()
     if static is None or static.error or static.timed_out or static.stage("static") is None:
@@ -61,10 +61,10 @@ def check_venv(ctx: DoctorContext) -> list[CheckResult]:
             error=_python_error(py, static),
             bootstrap=ctx.bootstrap_command(recreate=True),
         )
-        out.append(result("venv.python", AREA, "venv python runs", "fail", cause, fix))
+        out.append(result("venv.python", "venv python runs", "fail", cause, fix))
         return out
     st = static.stage("static") or {}
-    out.append(result("venv.python", AREA, "venv python runs", "pass", f"Python {st.get('python')} ({py})"))
+    out.append(result("venv.python", "venv python runs", "pass", f"Python {st.get('python')} ({py})"))
     out.append(_record(ctx))
     requirements = _requirements(ctx)
     if requirements is not None:
@@ -98,17 +98,12 @@ def _record(ctx: DoctorContext) -> CheckResult:
     title = "bootstrap record"
     if ctx.record_error:
         return result(
-            "venv.record",
-            AREA,
-            title,
-            "fail",
-            ctx.record_error,
-            f"{ctx.bootstrap_command()} rewrites it",
+            "venv.record", title, "fail", ctx.record_error, f"{ctx.bootstrap_command()} rewrites it"
         )
     rec = ctx.record
     if rec is None:
         cause, fix = ctx.fix("venv.no_record", venv=ctx.venv)
-        return result("venv.record", AREA, title, "warn", cause, fix)
+        return result("venv.record", title, "warn", cause, fix)
     name = ctx.profile.name
     if rec.profile != name:
         how = (
@@ -123,8 +118,8 @@ def _record(ctx: DoctorContext) -> CheckResult:
             how=how,
             bootstrap=ctx.bootstrap_command(recreate=True),
         )
-        return result("venv.record", AREA, title, "warn", cause, fix)
-    return result("venv.record", AREA, title, "pass", f"profile {rec.profile}, {rec.torch_requirement}")
+        return result("venv.record", title, "warn", cause, fix)
+    return result("venv.record", title, "pass", f"profile {rec.profile}, {rec.torch_requirement}")
 
 
 def _requirements(ctx: DoctorContext) -> CheckResult | None:
@@ -148,10 +143,8 @@ def _requirements(ctx: DoctorContext) -> CheckResult | None:
     title = "packages have what they require"
     if found:
         cause, fix = _unmet_finding(ctx, found, set(reqs.project))
-        return result("venv.requirements", AREA, title, "fail", cause, fix)
-    return result(
-        "venv.requirements", AREA, title, "pass", f"{len(have)} packages, {len(needs)} requirements met"
-    )
+        return result("venv.requirements", title, "fail", cause, fix)
+    return result("venv.requirements", title, "pass", f"{len(have)} packages, {len(needs)} requirements met")
 
 
 def _unmet_finding(ctx: DoctorContext, found: list[Unmet], project: set[str]) -> tuple[str, str]:
@@ -286,7 +279,6 @@ def _lock(ctx: DoctorContext) -> CheckResult | None:
         )
         return result(
             "venv.lock",
-            AREA,
             title,
             "skip",
             f"no {LOCK_FILE} ({why}); `mw-env lock --venv {sh(ctx.venv)}` writes one or says why it cannot",
@@ -295,7 +287,7 @@ def _lock(ctx: DoctorContext) -> CheckResult | None:
         lock = read_lock(path)
     except InputError as exc:
         cause, fix = ctx.fix("venv.lock_invalid", lock=path, error=exc.message, venv=ctx.venv)
-        return result("venv.lock", AREA, title, "warn", cause, fix)
+        return result("venv.lock", title, "warn", cause, fix)
     drift = compare(lock, installed(ctx.venv))
     if drift.any:
         cause, fix = ctx.fix(
@@ -304,10 +296,9 @@ def _lock(ctx: DoctorContext) -> CheckResult | None:
             changes="; ".join(drift.lines()),
             venv=ctx.venv,
         )
-        return result("venv.lock", AREA, title, "warn", cause, fix)
+        return result("venv.lock", title, "warn", cause, fix)
     return result(
         "venv.lock",
-        AREA,
         title,
         "pass",
         f"{len(lock.packages)} packages as locked (sha256 {lock.sha256[:12]}, {lock.meta.hardware()})",
@@ -333,7 +324,6 @@ def _env_file(ctx: DoctorContext) -> CheckResult | None:
     if absent:
         return result(
             "venv.env",
-            AREA,
             title,
             "warn",
             f"{env_file} lacks {', '.join(absent)} (recorded in mw-env.json)",
@@ -346,7 +336,5 @@ def _env_file(ctx: DoctorContext) -> CheckResult | None:
             "venv.env_not_applied", missing=", ".join(unset), env_file=env_file, venv=ctx.venv
         )
         # Informational: mw-env train applies the file itself; only the user's own scripts need it.
-        return result(
-            "venv.env", AREA, title, "pass", f"{pairs} (applied by mw-env train)", info=(cause, fix)
-        )
-    return result("venv.env", AREA, title, "pass", f"{pairs} (set in this shell)")
+        return result("venv.env", title, "pass", f"{pairs} (applied by mw-env train)", info=(cause, fix))
+    return result("venv.env", title, "pass", f"{pairs} (set in this shell)")

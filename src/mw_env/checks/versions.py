@@ -14,13 +14,12 @@ MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 def check_versions(ctx: DoctorContext) -> list[CheckResult]:
     info = ctx.torch_info()
     if not info:
-        return [result("versions.runtime", AREA, "HIP / CUDA runtime", "skip", "no torch to inspect")]
+        return [result("versions.runtime", "HIP / CUDA runtime", "skip", "no torch to inspect")]
     wanted = ctx.gpu_build
     if wanted and info.get("build") != wanted:
         return [
             result(
                 "versions.runtime",
-                AREA,
                 "HIP / CUDA runtime",
                 "skip",
                 "not the build this GPU needs (see PyTorch build)",
@@ -35,9 +34,7 @@ def check_versions(ctx: DoctorContext) -> list[CheckResult]:
         out.append(_minimum(ctx, "CUDA", info["cuda"], doctor.min_cuda, "versions.cuda_too_old", name))
         out.append(_driver(ctx, info["cuda"]))
     else:
-        out.append(
-            result("versions.runtime", AREA, "HIP / CUDA runtime", "skip", "CPU build: no GPU runtime")
-        )
+        out.append(result("versions.runtime", "HIP / CUDA runtime", "skip", "CPU build: no GPU runtime"))
     return out
 
 
@@ -49,13 +46,9 @@ def _minimum(
         cause, fix = ctx.fix(
             fix_id, found=found, needed=needed, profile=profile, install_command=ctx.install_command()
         )
-        return result("versions.runtime", AREA, title, "fail", cause, fix)
+        return result("versions.runtime", title, "fail", cause, fix)
     return result(
-        "versions.runtime",
-        AREA,
-        title,
-        "pass",
-        f"{found}" + (f" (profile needs >= {needed})" if needed else ""),
+        "versions.runtime", title, "pass", f"{found}" + (f" (profile needs >= {needed})" if needed else "")
     )
 
 
@@ -67,13 +60,12 @@ def _driver(ctx: DoctorContext, cuda: str) -> CheckResult:
     major = (version_tuple(cuda) or (0,))[0]
     needed = MIN_DRIVER.get(major)
     if not driver:
-        return result("versions.driver", AREA, title, "skip", "no NVIDIA driver version found")
+        return result("versions.driver", title, "skip", "no NVIDIA driver version found")
     if needed and version_tuple(driver) < version_tuple(needed):
         cause, fix = ctx.fix("versions.driver_too_old", driver=driver, cuda=cuda, needed=needed)
-        return result("versions.driver", AREA, title, "fail", cause, fix)
+        return result("versions.driver", title, "fail", cause, fix)
     return result(
         "versions.driver",
-        AREA,
         title,
         "pass",
         f"{driver} runs CUDA {cuda}" + (f" (needs >= {needed})" if needed else ""),
