@@ -334,17 +334,3 @@ def test_each_vendor_gets_its_own_out_of_memory_fix(capsys, tmp_path):
     assert "PYTORCH_CUDA_ALLOC_CONF" in out["CUDA"] and "ttm.pages_limit" not in out["CUDA"]
     assert "PYTORCH_HIP_ALLOC_CONF" not in out["CUDA"]
     assert "PYTORCH_HIP_ALLOC_CONF" in out["HIP"] and "PYTORCH_CUDA_ALLOC_CONF" not in out["HIP"]
-
-
-def test_a_users_catalogue_that_is_not_yaml_is_named(tmp_path):
-    from mw_env.base.errors import InputError
-    from mw_env.checks.catalogue import load_catalogue
-
-    bad = tmp_path / "extra.yaml"
-    bad.write_text("messages:\n  - id: a\n    pattern: [unclosed\n")
-    with pytest.raises(InputError, match=str(bad)):
-        load_catalogue(extra_files=[bad])
-    dup = tmp_path / "dup.yaml"
-    dup.write_text("messages: []\nmessages: []\n")  # a key twice is refused, not the later one silently kept
-    with pytest.raises(InputError, match="twice"):
-        load_catalogue(extra_files=[dup])

@@ -79,12 +79,8 @@ def _expected_override(ctx: DoctorContext, native: str | None, arch: list[str]) 
     if value:
         return value
     if arch and native and native not in arch:
-        when_missing = getattr(ctx.profile, "hsa_override_when_missing", None)
-        if when_missing:
-            return when_missing
-        for ov in getattr(ctx.profile, "arch_overrides", ()) or ():
-            if ov.gfx == native:
-                return ov.hsa_override
+        known = (o.hsa_override for o in ctx.profile.arch_overrides if o.gfx == native)
+        return ctx.profile.hsa_override_when_missing or next(known, None)
     return None
 
 

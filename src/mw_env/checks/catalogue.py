@@ -310,28 +310,23 @@ def parse_catalogue(data: Any, *, source: str) -> Catalogue:
     return Catalogue(messages=tuple(messages), fixes=fixes)
 
 
-@lru_cache(maxsize=4)
-def _load_file(path: str) -> Catalogue:
+@lru_cache(maxsize=1)
+def _shipped() -> Catalogue:
     from mw_env.base.userfile import load_yaml
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from exc
-    # The shipped catalogue (110 KB) with libyaml's parser: 6 ms instead of PyYAML's 85, on every doctor run
-    # (bootstrap's last step, `mw-env train`'s pre-flight). A user's file: the bounded, strict loader.
-    data = load_yaml(text, source=path, shipped=Path(path) == CATALOGUE_FILE)
-    return parse_catalogue(data, source=path)
+    # libyaml's parser: 6 ms instead of PyYAML's 85 for these 110 KB, on every doctor run (bootstrap's last
+    # step, `mw-env train`'s pre-flight).
+    data = load_yaml(CATALOGUE_FILE.read_text(encoding="utf-8"), source=str(CATALOGUE_FILE), shipped=True)
+    return parse_catalogue(data, source=str(CATALOGUE_FILE))
 
 
 def profile_messages(profile: Profile) -> list[Message]:
     """A profile's additions: `doctor.harmless_messages` substrings and optional `doctor.catalogue` entries."""
-    doctor = getattr(profile, "doctor", None)
-    name = getattr(profile, "name", "profile")
-    out: list[Message] = []
-    for i, entry in enumerate(getattr(doctor, "catalogue", None) or ()):
-        out.append(_message(entry, f"profile {name}: doctor.catalogue[{i}]"))
-    for i, text in enumerate(getattr(doctor, "harmless_messages", None) or ()):
+    name = profile.name
+    out = [
+        _message(e, f"profile {name}: doctor.catalogue[{i}]") for i, e in enumerate(profile.doctor.catalogue)
+    ]
+    for i, text in enumerate(profile.doctor.harmless_messages):
         out.append(
             Message(
                 id=f"{name}-harmless-{i + 1}",
@@ -356,26 +351,16 @@ def general_advice() -> Advice:
 
 
 def load_catalogue(
-    *,
-    profile: Profile | None = None,
-    extra_files: Sequence[Path] = (),
-    advice: Advice | None = None,
-    machine: str | None = None,
+    *, profile: Profile | None = None, advice: Advice | None = None, machine: str | None = None
 ) -> Catalogue:
-    """The shipped catalogue, extended by extra YAML files and the profile's entries, its GPU advice derived
-    from the profiles (`advice`: this machine's, from checks.gpuadvice.for_machine; default: every GPU's), each
-    message as it reads on `machine` (MACHINES; None: the general text, for a log read away from its machine)."""
-    return _load(profile, tuple(extra_files)).advised(advice or general_advice()).on(machine)
-
-
-def _load(profile: Profile | None, extra_files: Sequence[Path]) -> Catalogue:
-    cat = _load_file(str(CATALOGUE_FILE))
-    for path in extra_files:
-        cat = cat.extended(_load_file(str(path)).messages)
+    """The shipped catalogue, extended by the profile's entries, its GPU advice derived from the profiles
+    (`advice`: this machine's, from checks.gpuadvice.for_machine; default: every GPU's), each message as it
+    reads on `machine` (MACHINES; None: the general text, for a log read away from its machine)."""
+    cat = _shipped()
     if profile is not None:
         shipped = [m for m in cat.messages if m.severity == "harmless"]
         # A profile's harmless substring that a shipped harmless entry already covers adds nothing but a
         # poorer explanation; one that re-classifies a warning or a fatal entry goes first and wins.
         extra = [m for m in profile_messages(profile) if not any(s.regex.search(m.title) for s in shipped)]
         cat = cat.extended(extra)
-    return cat
+    return cat.advised(advice or general_advice()).on(machine)

@@ -7,11 +7,9 @@ and the machine's facts tell them apart, not the string.
 from __future__ import annotations
 
 import math
-import os
 
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.ipc import selinux_enforcing, shm_private
-from mw_env.checks.load import read_load
 from mw_env.checks.model import CheckResult, result
 from mw_env.checks.probe import ProbeResult
 
@@ -53,12 +51,12 @@ def _memory_critical(ctx: DoctorContext, probe: ProbeResult) -> tuple[str, str]:
     early = stage in ("start", "static", "import", "runtime") or (
         stage == "alloc" and not (probe.stage("alloc") or {}).get("ok")
     )
-    if early and shm_private(ctx) and ctx.in_container:
+    if early and shm_private(ctx.machine) and ctx.in_container:
         return (
             f"Failed at stage '{stage}' (before any compute) in a container with a private 64 MiB /dev/shm: the cause is IPC, not memory.",
             "Restart the container with `--ipc=host`.",
         )
-    if early and selinux_enforcing(ctx):
+    if early and selinux_enforcing(ctx.machine):
         return (
             f"Failed at stage '{stage}' (before any compute) with SELinux enforcing: SELinux denies the `map` of /dev/kfd.",
             "On the host: `sudo setsebool -P container_use_devices true`, or `--security-opt label=disable`.",
@@ -103,7 +101,7 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
         on_cpu = (probe.stage("runtime") or {}).get("device") == "cpu"
         # Stuck before torch touched a device (or computing on the CPU): slowness, not a GPU fault. Nor is it
         # one on an overloaded machine, where every stage waits its turn for a CPU.
-        load = read_load(ctx.machine, ctx.hardware.cpu.cores or os.cpu_count() or 1)
+        load = ctx.load()
         fix_id = "probe.timeout_slow" if stage in ("start", "static") or on_cpu else "probe.timeout"
         if fix_id == "probe.timeout" and load is not None and load.overloaded:
             fix_id = "probe.timeout_overloaded"
@@ -142,15 +140,6 @@ def _run(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
     return result("probe.run", title, "pass", f"all stages on {device} in {probe.duration_s:.1f}s")
 
 
-def _expected(ctx: DoctorContext) -> dict[str, float]:
-    doctor = ctx.profile.doctor
-    gpu = ctx.gpu
-    tflops_for = getattr(doctor, "tflops_for", None)
-    if callable(tflops_for):
-        return dict(tflops_for(gpu.name if gpu else None))
-    return dict(getattr(doctor, "expected_tflops", {}) or {})
-
-
 def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
     cid, title = f"probe.matmul.{dtype}", f"{dtype} matmul"
     st = probe.stage(f"matmul.{dtype}")
@@ -164,7 +153,7 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
         )
         # fp32 and the profile's training precision must work; another dtype failing (bf16 on an old GPU)
         # only rules that dtype out.
-        needed = dtype in ("fp32", getattr(ctx.profile.trainer, "precision", "fp32"))
+        needed = dtype in ("fp32", ctx.profile.trainer.precision)
         return result(cid, title, "fail" if needed else "warn", cause, fix)
     err = st.get("rel_err")
     tol = float(st.get("tolerance") or 0)
@@ -192,19 +181,15 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
         else:
             cause, fix = ctx.fix("probe.reduced_precision", err=f"{err:.1e}")
             return result(cid, title, "warn", cause, fix)
-    expected = _expected(ctx).get(dtype)
+    expected = ctx.profile.doctor.tflops_for(ctx.gpu.name if ctx.gpu else None).get(dtype)
     tflops = float(st.get("tflops") or 0)
     if expected and device == "cpu" and ctx.selection.torch.build == "cpu":
         # A CPU profile has no fallback to detect: its figure is a 2-vCPU floor, and a CPU's speed follows
         # its cores and whatever else runs on them. Report it; do not judge it.
         pct = 100.0 * tflops / expected
-        return result(
-            cid,
-            title,
-            "pass",
-            detail,
-            info=(f"{pct:.0f}% of the profile's {expected:g} TFLOP/s (a 2-vCPU floor){_load(ctx)}",),
-        )
+        load = ctx.load()
+        floor = f"{pct:.0f}% of the profile's {expected:g} TFLOP/s (a 2-vCPU floor)"
+        return result(cid, title, "pass", detail, info=(floor + (f"; {load.describe()}" if load else ""),))
     if expected:
         pct = 100.0 * tflops / expected
         info = (f"{pct:.0f}% of the {expected:g} TFLOP/s expected for this profile",)
@@ -225,19 +210,10 @@ def _matmul(ctx: DoctorContext, probe: ProbeResult, dtype: str) -> CheckResult:
     return result(cid, title, "pass", detail, info=info)
 
 
-def _load(ctx: DoctorContext) -> str:
-    """'; load average 5.1 on 2 CPUs' from /proc/loadavg, or '' where it cannot be read."""
-    fields = (ctx.machine.read("proc/loadavg") or "").split()
-    cores = ctx.hardware.cpu.cores
-    if not fields or not cores:
-        return ""
-    return f"; load average {fields[0]} on {cores} CPUs"
-
-
 def _train_step(ctx: DoctorContext, probe: ProbeResult) -> CheckResult:
     cid, title = "probe.train_step", "Linear + SDPA forward/backward"
     st = probe.stage("train_step")
-    backend = getattr(ctx.profile.trainer, "sdpa_backend", "auto")
+    backend = ctx.profile.trainer.sdpa_backend
     if st is None:
         return result(cid, title, "skip", f"not reached (probe stopped at '{probe.last_stage}')")
     if not st.get("ok"):

@@ -6,6 +6,7 @@ doctor starts; checks that need them wait (bounded) for their result.
 
 from __future__ import annotations
 
+import os
 import shlex
 import threading
 import time
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from mw_env.base.errors import MwEnvError
 from mw_env.checks.catalogue import Catalogue
+from mw_env.checks.load import Load, read_load
 from mw_env.checks.probe import ProbeResult, run_probe
 
 if TYPE_CHECKING:
@@ -128,8 +130,11 @@ class DoctorContext:
             return dict(self.run_env)
         merged = dict(self.machine.env)
         if self.record is not None:
-            merged.update(getattr(self.record, "env", {}) or {})
+            merged.update(self.record.env)
         return merged
+
+    def load(self) -> Load | None:
+        return read_load(self.machine, self.hardware.cpu.cores or os.cpu_count() or 1)
 
     def fix(self, fix_id: str, **values: object) -> tuple[str, str]:
         return self.catalogue.fix_for(fix_id, **values)
@@ -137,7 +142,7 @@ class DoctorContext:
     def bootstrap_command(self, *, recreate: bool = False) -> str:
         """`mw-env bootstrap` for this venv (and the profile, when it was chosen by name), as one fix."""
         argv = ["mw-env", "bootstrap", "--venv", str(self.venv)]
-        if getattr(self.selection, "explicit", False):
+        if self.selection.explicit:
             argv += ["--profile", self.profile.name]
         if recreate:
             argv.append("--recreate")
@@ -207,7 +212,7 @@ class DoctorContext:
         big = 2048 if (gpu is not None and gpu.integrated) else 4096
         return {
             "mode": "full",
-            "sdpa_backend": getattr(self.profile.trainer, "sdpa_backend", "auto"),
+            "sdpa_backend": self.profile.trainer.sdpa_backend,
             # Timing only informs on a CPU profile (never judged there): a shorter window keeps the doctor quick.
             "bench_seconds": 0.25 if self.selection.torch.build == "cpu" else 0.5,
             "sizes": {"cuda": {"check": 1024, "bench": big}, "cpu": {}},

@@ -81,8 +81,8 @@ def _not_available(ctx: DoctorContext) -> CheckResult:
     info = ctx.torch_info()
     build = info.get("build", "unknown")
     wanted = "rocm" if ctx.vendor == "amd" else "cuda"
+    label = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}.get(build, build)
     if build != wanted:
-        label = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}.get(build, build)
         reason, hint = (
             f": a {label} build cannot use this {'AMD' if ctx.vendor == 'amd' else 'NVIDIA'} GPU",
             f"Install the right build: {ctx.install_command()}",
@@ -99,7 +99,6 @@ def _not_available(ctx: DoctorContext) -> CheckResult:
             " although the device nodes look fine",
             "See the device-node and known-message findings; on the host check `dmesg | grep -i amdgpu` or `nvidia-smi`.",
         )
-    label = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}.get(build, build)
     cause, fix = ctx.fix("device.not_available", build=label, reason=reason, fix_hint=hint)
     return result(
         "device.available", "torch.cuda device", "fail", f"{cause} Training would run on the CPU.", fix

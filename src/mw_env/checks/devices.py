@@ -32,7 +32,7 @@ def expected_nodes(ctx: DoctorContext) -> list[str]:
     else:
         return []
     # A profile may name extra fixed nodes; globs are covered by the vendor defaults above.
-    for extra in getattr(ctx.profile.doctor, "device_nodes", ()) or ():
+    for extra in ctx.profile.doctor.device_nodes:
         if "*" not in extra and extra not in nodes:
             nodes.append(extra)
     return nodes
@@ -88,7 +88,7 @@ def _no_gpu(ctx: DoctorContext) -> CheckResult:
         profile=ctx.profile.name,
         build={"rocm": "ROCm", "cuda": "CUDA"}.get(build, build),
         gpus=gpus,
-        how="chosen with --profile" if getattr(ctx.selection, "explicit", False) else "selected",
+        how="chosen with --profile" if ctx.selection.explicit else "selected",
     )
     return result("devices.gpu", title, "fail", cause, fix)
 

@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from mw_env.checks.context import DoctorContext, human_bytes
 from mw_env.checks.model import CheckResult, CheckStatus, result
-
-if TYPE_CHECKING:
-    from mw_env.hardware.machine import Machine
+from mw_env.hardware.machine import Machine
 
 AREA = "ipc"
 MIB = 1024**2
 DOCKER_DEFAULT_SHM = 64 * MIB
 
 
-def shm_private(ctx: DoctorContext) -> bool:
+def shm_private(machine: Machine) -> bool:
     """docker/podman/k8s default: a private IPC namespace whose /dev/shm is 64 MiB."""
-    du = ctx.machine.disk_usage("/dev/shm")
+    du = machine.disk_usage("/dev/shm")
     return du is not None and du.total <= DOCKER_DEFAULT_SHM
 
 
-def selinux_enforcing(ctx: DoctorContext) -> bool:
-    return (ctx.machine.read("sys/fs/selinux/enforce") or "").strip() == "1"
+def selinux_enforcing(machine: Machine) -> bool:
+    return (machine.read("sys/fs/selinux/enforce") or "").strip() == "1"
 
 
 # Known messages whose usual cause is /dev/shm (docker's private 64 MiB): DataLoader workers and NCCL/RCCL.
@@ -38,8 +34,7 @@ def explain_here(machine: Machine, message_id: str) -> str | None:
     if message_id not in ("memory-critical-in-use", *_SHM_MESSAGES):
         return None
     du = machine.disk_usage("/dev/shm")
-    private = du is not None and du.total <= DOCKER_DEFAULT_SHM
-    enforcing = (machine.read("sys/fs/selinux/enforce") or "").strip() == "1"
+    private = shm_private(machine)
     size = human_bytes(du.total) if du is not None else "missing"
     if message_id in _SHM_MESSAGES:
         if private:
@@ -47,7 +42,7 @@ def explain_here(machine: Machine, message_id: str) -> str | None:
         return f"/dev/shm here is {size}: if the log is from this machine, the workers filled it (lower num_workers)."
     if private:
         return f"/dev/shm here is {size} - a private IPC namespace: cause (1); restart the container with `--ipc=host`."
-    if enforcing:
+    if selinux_enforcing(machine):
         return "SELinux is enforcing here: cause (2); on the host `sudo setsebool -P container_use_devices true`."
     return (
         f"/dev/shm here is {size} and SELinux is not enforcing, so (1) and (2) do not apply to this machine: "

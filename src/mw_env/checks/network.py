@@ -29,7 +29,7 @@ def check_network(ctx: DoctorContext) -> list[CheckResult]:
         return [result("network.index", title, "skip", "not checked (network checks off)")]
     # A venv whose torch came from a wheelhouse (or the image) needs no remote index: re-provisioning uses
     # the same local source, so an unreachable download.pytorch.org is not worth a warning.
-    installed_from = str(getattr(ctx.record, "torch_index", "") or "")
+    installed_from = ctx.record.torch_index if ctx.record is not None else None
     if installed_from and not installed_from.startswith(("http://", "https://")):
         return [
             result(

@@ -6,7 +6,6 @@ probe timeout), so a hung GPU costs the probe timeout plus a moment, never a hun
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from mw_env.checks.catalogue import general_advice, load_catalogue
 from mw_env.checks.context import Background, DoctorContext
 from mw_env.checks.explain import machine_kind
 from mw_env.checks.gpuadvice import for_machine
-from mw_env.checks.load import read_load, timeout_verdict
+from mw_env.checks.load import timeout_verdict
 from mw_env.checks.model import CheckResult, DoctorReport, result
 from mw_env.checks.probe import kill_active
 
@@ -178,8 +177,9 @@ def _run(
             results, took = job.get(remaining)
         except TimeoutError:
             # A busy machine and a hung device both end here: the load and the probe's progress tell which.
-            load = read_load(ctx.machine, ctx.hardware.cpu.cores or os.cpu_count() or 1)
-            detail, fix = timeout_verdict(limit, load, ctx.probe_progress() if needs == "probe" else None)
+            detail, fix = timeout_verdict(
+                limit, ctx.load(), ctx.probe_progress() if needs == "probe" else None
+            )
             checks.append(result(f"{area.key}.timeout", area.title, "fail", detail, fix))
             continue
         except Exception as exc:

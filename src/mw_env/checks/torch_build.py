@@ -87,11 +87,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
     note = () if has_local_tag(version, tag) else (f"the profile's source is {tag}; this one works too",)
     if wanted is None and ctx.gpu is not None:
         # A CPU profile on a machine with a GPU is a choice (or the GPU has no wheel): say so, once.
-        why = (
-            "chosen with --profile"
-            if getattr(ctx.selection, "explicit", False)
-            else "no torch wheel serves it"
-        )
+        why = "chosen with --profile" if ctx.selection.explicit else "no torch wheel serves it"
         detail += f"; profile {ctx.profile.name} ({why}) trains on the CPU, the {ctx.gpu.name} stays unused"
     return result("torch.build", "torch build", "pass", detail, info=note)
 
@@ -160,11 +156,11 @@ def _installed(ctx: DoctorContext) -> CheckResult | None:
     if len(versions) > 1:
         problems.append(f"torch is installed twice ({', '.join(versions)}), a torn or overlapping install")
     version = versions[0]
-    recorded = getattr(rec, "torch_version", "") or ""
+    recorded = rec.torch_version
     if recorded and not any(_same(v, recorded) for v in versions):
         problems.append(f"torch {version} is installed, but bootstrap installed {recorded} (mw-env.json)")
     same_profile = rec.profile == ctx.profile.name
-    if same_profile and not getattr(rec, "adopted", False) and not any(src.accepts(v) for v in versions):
+    if same_profile and not rec.adopted and not any(src.accepts(v) for v in versions):
         problems.append(
             f"torch {version} is not profile {ctx.profile.name}'s torch ({src.requirement}, {src.local_tag} build)"
         )
@@ -185,7 +181,7 @@ def _source(ctx: DoctorContext) -> list[CheckResult]:
     out: list[CheckResult] = []
     rec = ctx.record
     src = ctx.selection.torch
-    if rec is None or getattr(rec, "torch_source", None) != src.id:
+    if rec is None or rec.torch_source != src.id:
         return out
     if src.retired:
         argv = f"`mw-env bootstrap --venv {sh(ctx.venv)} --recreate" + (
@@ -201,8 +197,8 @@ def _source(ctx: DoctorContext) -> list[CheckResult]:
             command=argv,
         )
         out.append(result("torch.source", "torch source", "warn", cause, fix))
-    wheel = getattr(rec, "wheel_archs", None)
-    if wheel and getattr(rec, "arch_decision", None):
+    wheel = rec.wheel_archs
+    if wheel and rec.arch_decision:
         gfx = ctx.selection.device_targets or (
             (ctx.selection.required_arch,) if ctx.selection.required_arch else ()
         )

@@ -106,11 +106,7 @@ def _record(ctx: DoctorContext) -> CheckResult:
         return result("venv.record", title, "warn", cause, fix)
     name = ctx.profile.name
     if rec.profile != name:
-        how = (
-            "chosen with --profile"
-            if getattr(ctx.selection, "explicit", False)
-            else "detected for this machine"
-        )
+        how = "chosen with --profile" if ctx.selection.explicit else "detected for this machine"
         cause, fix = ctx.fix(
             "venv.record_profile",
             recorded=rec.profile,
@@ -218,7 +214,7 @@ def _shown(found: list[Unmet]) -> str:
 
 def _constraints_file(ctx: DoctorContext) -> Path | None:
     """The venv's pin file (torch and its companions, `name==version`) as bootstrap recorded it."""
-    recorded = getattr(ctx.record, "constraints_file", None) if ctx.record is not None else None
+    recorded = ctx.record.constraints_file if ctx.record is not None else None
     if not recorded or not recorded.endswith(".txt") or "constraints" not in Path(recorded).name:
         return None  # an adopted torch's overrides file pins nothing by version
     return Path(recorded)
