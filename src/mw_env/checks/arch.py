@@ -3,10 +3,9 @@ HSA_OVERRIDE_GFX_VERSION set where the profile needs it and flagged where it is 
 
 from __future__ import annotations
 
-import re
-
 from mw_env.checks.context import DoctorContext
 from mw_env.checks.model import CheckResult, result
+from mw_env.profiles.amd import decide_override, override_to_gfx, rank_native
 
 AREA = "arch"
 OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
@@ -16,8 +15,6 @@ def _native_only(ctx: DoctorContext, gfx: str | None) -> str | None:
     """The sources with native `gfx` kernels when the profile knows no override for it (gfx1151, gfx1100...):
     there an override only hurts (doctor-anchors B2#15, legacy#6348). Derived from the profile's source table,
     as bootstrap decides (issue 30), never a list typed here."""
-    from mw_env.profiles.amd import rank_native
-
     profile = ctx.profile
     if not gfx or profile.hsa_override_when_missing or any(o.gfx == gfx for o in profile.arch_overrides):
         return None
@@ -28,30 +25,12 @@ def _native_only(ctx: DoctorContext, gfx: str | None) -> str | None:
 def _override_risk(ctx: DoctorContext, gfx: str | None, arch: list[str]) -> str:
     """The hang warning bootstrap gives for this override (profiles.amd.decide_override), with the source that
     has native kernels instead, if any."""
-    from mw_env.profiles.amd import decide_override, rank_native
-
     if not gfx:
         return ""
     profile = ctx.profile
-    d = decide_override(
-        profile,
-        gfx,
-        arch,
-        source_id=ctx.selection.torch.id,
-        alternatives=rank_native(profile.sources, gfx),
-    )
+    native = rank_native(profile.sources, gfx)
+    d = decide_override(profile, gfx, arch, source_id=ctx.selection.torch.id, alternatives=native)
     return "; ".join(d.warnings)
-
-
-def gfx_from_override(value: str) -> str | None:
-    """'11.0.0' -> 'gfx1100', '9.0.12' -> 'gfx90c'; None when the value is malformed."""
-    m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value)
-    if not m:
-        return None
-    major, minor, step = (int(x) for x in m.groups())
-    if minor > 15 or step > 15:
-        return None
-    return f"gfx{major}{minor:x}{step:x}"
 
 
 def check_arch(ctx: DoctorContext) -> list[CheckResult]:
@@ -102,7 +81,7 @@ def _override(ctx: DoctorContext, info: dict) -> CheckResult:
     if not value and info.get("build") != "rocm":
         return result("arch.override", title, "skip", "not a ROCm build (see PyTorch build)")
     if value:
-        target = gfx_from_override(value)
+        target = override_to_gfx(value)
         native_ok = bool(arch) and native in arch
         native_only = _native_only(ctx, native)
         if native_only or native_ok:
@@ -156,7 +135,7 @@ def _amd_kernels(ctx: DoctorContext, info: dict, override: CheckResult) -> Check
         why = "run without --quick to ask torch" if ctx.quick else "torch reported no arch list"
         return result("arch.kernels", title, "skip", f"arch list unknown ({why})")
     value = (ctx.env.get(OVERRIDE) or "").strip()
-    target = (gfx_from_override(value) if value else None) or gpu.gfx_target or ctx.profile.doctor.arch
+    target = (override_to_gfx(value) if value else None) or gpu.gfx_target or ctx.profile.doctor.arch
     if target in arch:
         via = f" via {OVERRIDE}={value}" if value else ""
         return result("arch.kernels", title, "pass", f"{target}{via} is in {', '.join(arch)} ({source})")

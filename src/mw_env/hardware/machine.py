@@ -36,6 +36,12 @@ from mw_env.base.userfile import open_regular
 FAKE_META = ".mw-env-fake.yaml"
 DEFAULT_TIMEOUT = 10.0
 _MAX_READ = 1024 * 1024  # larger reads of /proc/sys files fail with ENOMEM
+_KINDS = (
+    (stat_mod.S_ISCHR, "char"),
+    (stat_mod.S_ISBLK, "block"),
+    (stat_mod.S_ISDIR, "dir"),
+    (stat_mod.S_ISREG, "file"),
+)
 
 
 @dataclass(frozen=True)
@@ -190,22 +196,14 @@ class Machine:
             st = os.stat(self.path(rel))
         except OSError:
             return None
-        mode = st.st_mode
-        if stat_mod.S_ISCHR(mode):
-            kind = "char"
-        elif stat_mod.S_ISBLK(mode):
-            kind = "block"
-        elif stat_mod.S_ISDIR(mode):
-            kind = "dir"
-        elif stat_mod.S_ISREG(mode):
-            kind = "file"
-        else:
-            kind = "other"
-        return FileStat(kind=kind, mode=stat_mod.S_IMODE(mode), uid=st.st_uid, gid=st.st_gid, size=st.st_size)
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "other")
+        return FileStat(
+            kind=kind, mode=stat_mod.S_IMODE(st.st_mode), uid=st.st_uid, gid=st.st_gid, size=st.st_size
+        )
 
     def user(self) -> UserIdentity:
         """Who runs mw-env: the real process, or the user a fake root declares."""
-        meta = (self._load_meta() or {}).get("user")
+        meta = self._load_meta().get("user")
         if isinstance(meta, dict):
             try:
                 uid = int(meta.get("uid", 1000))
@@ -251,7 +249,7 @@ class Machine:
         return out
 
     def disk_usage(self, rel: str | os.PathLike[str]) -> DiskUsage | None:
-        disks = (self._load_meta() or {}).get("disk") or {}
+        disks = self._load_meta().get("disk") or {}
         key = "/" + str(rel).strip("/")
         if isinstance(disks, dict) and (key in disks or "/" + str(rel).lstrip("/") in disks):
             d = disks.get(key) or disks.get("/" + str(rel).lstrip("/")) or {}
@@ -303,8 +301,6 @@ class Machine:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        input: str | None = None,
     ) -> CommandResult:
         """Run a command (never through a shell) and capture its output; never raises."""
         argv = tuple(str(a) for a in argv)
@@ -320,9 +316,7 @@ class Machine:
                 errors="replace",
                 timeout=timeout,
                 env=dict(self.env if env is None else env),
-                cwd=cwd,
-                input=input,
-                stdin=None if input is not None else subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:

@@ -16,6 +16,7 @@ SMI_TIMEOUT = 20.0
 _FIELDS = ("index", "pci.bus_id", "name", "driver_version", "compute_cap", "memory.total", "uuid")
 _VERSION = re.compile(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b")
 _MIB = 1024 * 1024
+_NO_VALUE = ("N/A", "Not Supported", "Unknown Error", "Insufficient Permissions")  # nvidia-smi's, maybe in []
 WSL_SMI = "usr/lib/wsl/lib/nvidia-smi"
 
 
@@ -186,14 +187,7 @@ def _device_minor(probe: Probe, slot: str | None) -> int | None:
 
 def _value(raw: str) -> str | None:
     value = raw.strip()
-    if not value or value.strip("[]") in {
-        "N/A",
-        "Not Supported",
-        "Unknown Error",
-        "Insufficient Permissions",
-    }:
-        return None
-    return value
+    return None if not value or value.strip("[]") in _NO_VALUE else value
 
 
 def _int(value: str | None) -> int | None:

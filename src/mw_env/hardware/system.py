@@ -173,7 +173,7 @@ def uv_info(probe: Probe) -> UvInfo | None:
 
 
 def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
-    """python3 and python3.X on PATH (each run once, in parallel, with a timeout), the Pythons pyenv installed
+    """python3 and python3.X on PATH (each run once, with a timeout), the Pythons pyenv installed
     (read from its versions folder: a pyenv shim is never run), plus uv's interpreters."""
     m = probe.machine
     # Listed by the machine: a fake root's own (fake) Pythons, never the host's.
@@ -181,25 +181,11 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
     roots = {p: _pyenv_root(m, p) for p in on_path}
     # A pyenv shim is a bash script that runs pyenv's own programs: ~100 processes a start, ~1,400 for the
     # python3.X shims of a host with pyenv (1.9x py-cpuinfo's time). What it would run is in versions/.
-    candidates = [p for p in on_path if roots[p] is None]
-    seen = {os.path.realpath(p) for p in candidates}
+    seen = {os.path.realpath(p) for p in on_path if roots[p] is None}
 
-    # Real interpreters start in ~20 ms: side by side, but no more at once than there are cores.
     def ask(p: str, timeout: float = PYTHON_TIMEOUT) -> CommandResult:
         return m.run([p, "-I", "-S", "-c", _VERSION_SNIPPET], timeout=timeout)
 
-    results: list[CommandResult] = []
-    if candidates:
-        # Imported here: the thread pool (with logging) costs ~8 ms of start-up that a root with no Python
-        # on its PATH should not pay.
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-            results = list(pool.map(ask, candidates))
-    # A timeout is slowness, not breakage: each one gets a second try alone, with twice the time.
-    ran = {
-        p: ask(p, 2 * PYTHON_TIMEOUT) if r.timed_out else r for p, r in zip(candidates, results, strict=True)
-    }
     found: list[PythonInfo] = []
     broken: list[str] = []
     slow: list[str] = []
@@ -211,7 +197,9 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
                     seen.add(os.path.realpath(exe))
                     found.append(PythonInfo(version=version, path=exe, source="pyenv"))
             continue
-        result = ran[path]
+        result = ask(path)
+        if result.timed_out:  # slowness, not breakage: a second try, with twice the time
+            result = ask(path, 2 * PYTHON_TIMEOUT)
         lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if result.ok else []
         at = next((i for i, ln in enumerate(lines) if re.fullmatch(r"\d+\.\d+\.\d+", ln)), None)
         if at is None:

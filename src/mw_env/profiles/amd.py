@@ -9,6 +9,7 @@ table's arch list before installing and on the installed wheel's own arch list a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -18,10 +19,13 @@ from mw_env.profiles.model import Profile, TorchSource
 HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
 
 
-def override_to_gfx(value: str) -> str:
-    """HSA_OVERRIDE_GFX_VERSION "11.0.0" -> "gfx1100", "9.0.10" -> "gfx90a" (the ISA the GPU will run)."""
-    major, minor, step = (int(p) for p in value.split("."))
-    return f"gfx{major}{minor:x}{step:x}"
+def override_to_gfx(value: str) -> str | None:
+    """HSA_OVERRIDE_GFX_VERSION "11.0.0" -> "gfx1100", "9.0.10" -> "gfx90a" (the ISA the GPU will run); None
+    when the value is malformed."""
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value)
+    if m is None or int(m[2]) > 15 or int(m[3]) > 15:
+        return None
+    return f"gfx{int(m[1])}{int(m[2]):x}{int(m[3]):x}"
 
 
 def _size_key(src: TorchSource) -> tuple[int, float]:
@@ -110,7 +114,7 @@ def decide_override(
                 "'invalid device function'",
             ),
         )
-    target = override_to_gfx(override)
+    target = override_to_gfx(override) or override
     notes = (f"{where} lacks {gfx} kernels, so {HSA_OVERRIDE}={override} makes the GPU run {target} code",)
     alt = f"; `--source {alternatives[0].id}` installs native {gfx} kernels instead" if alternatives else ""
     warns = [
