@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,21 +26,6 @@ if TYPE_CHECKING:
 CATALOGUE_FILE = Path(__file__).with_name("catalogue.yaml")
 Severity = Literal["harmless", "warning", "fatal"]
 SEVERITIES: tuple[str, ...] = ("harmless", "warning", "fatal")
-_MESSAGE_KEYS = (
-    "id",
-    "pattern",
-    "severity",
-    "title",
-    "cause",
-    "fix",
-    "source",
-    "doctor_fix",
-    "examples",
-    "here",
-    "kind",
-    "family",
-    "machines",
-)
 # The anomaly kinds of `mw-env train status/watch` a known message can stand for (mw_env.runs.anomalies.KINDS).
 KINDS: tuple[str, ...] = ("oom", "gpu_fault", "comms")
 _FIX_KEYS = ("title", "cause", "fix")
@@ -93,6 +78,10 @@ class Message:
             # Inside the doctor the machine-specific fix is the finding's fix (doctor_fix is the general one's).
             doctor_fix="" if variant.get("fix") else self.doctor_fix,
         )
+
+
+# The keys of a catalogue entry: the fields of Message, in its order.
+_MESSAGE_KEYS = tuple(f.name for f in fields(Message))
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,7 @@ def host_lines(ctx: DoctorContext) -> list[str]:
     runtime = (
         kind if kind in ("incus", "docker", "podman", "kubernetes") else ("incus" if kind == "lxc" else None)
     )
-    render_gid = next((gid for gid, group in ctx.machine.groups().items() if group == "render"), None)
+    render_gid = ctx.machine.group_id("render")
     from mw_env.host.fallback import fallback_lines
 
     if runtime is None:  # an unknown container or none: host_commands would assume incus

@@ -226,20 +226,13 @@ def _group_label(ctx: DoctorContext, gid: int) -> str:
     return f"{gid}({name})" if name else str(gid)
 
 
-def _named_gid(ctx: DoctorContext, name: str) -> int | None:
-    for gid, gname in ctx.machine.groups().items():
-        if gname == name:
-            return gid
-    return None
-
-
 def _group_fix(ctx: DoctorContext, node: str, gid: int) -> str:
     """The group fix for this runtime: incus sets the node's gid; docker/podman add the group; a host adds the user."""
     kind = ctx.container_kind
     # Names read from the machine go into the commands as shell words (a placeholder stays as it is).
     name = sh(ctx.hardware.container.name) if ctx.hardware.container.name else "<container>"
     user = ctx.machine.user()
-    render = _named_gid(ctx, "render")
+    render = ctx.machine.group_id("render")
     target = render if render is not None else "<render gid in the container>"
     if kind in ("incus", "lxc"):
         device = "kfd" if node == "/dev/kfd" else "<gpu device>"
@@ -262,7 +255,7 @@ def _group_fix(ctx: DoctorContext, node: str, gid: int) -> str:
 
 def _gid_mismatch(ctx: DoctorContext, nodes: list[str]) -> CheckResult | None:
     """A `render` group whose GID differs from the render node's: the image's and the host's GIDs disagree."""
-    render_gid = _named_gid(ctx, "render")
+    render_gid = ctx.machine.group_id("render")
     if render_gid is None:
         return None
     for node in nodes:

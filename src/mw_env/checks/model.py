@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 CheckStatus = Literal["pass", "warn", "fail", "skip"]
@@ -28,16 +28,7 @@ class CheckResult:
         return replace(self, duration_s=round(seconds, 4))
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "area": self.area,
-            "title": self.title,
-            "status": self.status,
-            "detail": self.detail,
-            "fix": self.fix,
-            "duration_s": self.duration_s,
-            "info": list(self.info),
-        }
+        return {**asdict(self), "info": list(self.info)}
 
 
 @dataclass(frozen=True)

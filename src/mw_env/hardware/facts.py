@@ -92,9 +92,8 @@ class ContainerInfo:
 class PythonInfo:
     version: str  # "3.12.3"
     path: str
-    source: str = (
-        "PATH"  # "PATH" (found on PATH and run) | "pyenv" (its versions folder, read) | "uv" (uv python list)
-    )
+    # "PATH" (found on PATH and run) | "pyenv" (its versions folder, read) | "uv" (uv python list)
+    source: str = "PATH"
 
 
 @dataclass(frozen=True)

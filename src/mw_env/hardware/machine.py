@@ -239,6 +239,9 @@ class Machine:
         """The name of a group id according to this machine's etc/group (the container's view)."""
         return self.groups().get(gid)
 
+    def group_id(self, name: str) -> int | None:
+        return next((gid for gid, group in self.groups().items() if group == name), None)
+
     def groups(self) -> dict[int, str]:
         """gid -> name from etc/group under the root."""
         out: dict[int, str] = {}

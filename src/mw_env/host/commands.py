@@ -14,12 +14,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mw_env.base.errors import InputError
+from mw_env.base.shellquote import sh
 from mw_env.hardware.facts import Hardware
-from mw_env.host.oci import HostPlan
-from mw_env.host.oci import node_of as _node
-from mw_env.host.oci import oci_amd as _oci_amd
-from mw_env.host.oci import oci_nvidia as _oci_nvidia
-from mw_env.host.oci import quote as _q
+from mw_env.host.oci import HostPlan, node_of, oci_amd, oci_nvidia
 
 if TYPE_CHECKING:
     from mw_env.hardware.machine import Machine
@@ -118,13 +115,13 @@ def host_plan(
                 container, hardware if inside else _without_nodes(hardware), machine if inside else None
             )
             if runtime == "incus"
-            else _oci_amd(runtime, container, hardware, image, in_docker=info.kind == "docker", venv=venv)
+            else oci_amd(runtime, container, hardware, image, in_docker=info.kind == "docker", venv=venv)
         )
     else:
         plan = (
             _incus_nvidia(container)
             if runtime == "incus"
-            else _oci_nvidia(runtime, container, image, venv=venv)
+            else oci_nvidia(runtime, container, image, venv=venv)
         )
     if id_note:
         plan = replace(plan, notes=(id_note, *plan.notes))
@@ -138,7 +135,7 @@ def _nothing_to_change(plan: HostPlan, runtime: str, container: str) -> HostPlan
     """The nodes already work: only a check is left to run; the recipe stays as a note for a new container."""
     if runtime in ("docker", "podman"):
         what = "nvidia-smi" if plan.vendor == "nvidia" else "ls -ln /dev/kfd /dev/dri"
-        checks: tuple[str, ...] = (f"{runtime} exec {_q(container)} {what}",)  # this container, not a new one
+        checks: tuple[str, ...] = (f"{runtime} exec {sh(container)} {what}",)  # this container, not a new one
     else:
         checks = plan.checks
     notes = ["this container can already open the GPU's device nodes: nothing to change for it"]
@@ -197,7 +194,7 @@ def _bare_metal(hardware: Hardware, vendor: str, machine: Machine | None) -> Hos
             f"{', '.join(denied)} exist but this user cannot open them: join the owning groups, then log in "
             f"again (or `newgrp {groups.split(',')[0]}`)"
         )
-        commands.append(f"sudo usermod -aG {groups} {name if name == '$USER' else _q(name)}")
+        commands.append(f"sudo usermod -aG {groups} {name if name == '$USER' else sh(name)}")
     else:
         notes.append("the GPU's device nodes are usable here: nothing to change")
     notes.append(
@@ -270,10 +267,8 @@ def _vendor(hardware: Hardware, selection: Selection) -> str:
 
 def _render_gid(hardware: Hardware, machine: Machine | None) -> int | None:
     """The render group's number in THIS container: its /etc/group, else a device node owned by `render`."""
-    if machine is not None:
-        for gid, name in machine.groups().items():
-            if name == "render":
-                return gid
+    if machine is not None and (gid := machine.group_id("render")) is not None:
+        return gid
     for node in hardware.gpu.device_nodes if hardware.gpu else ():
         if node.group == "render" and node.gid is not None:
             return node.gid
@@ -286,7 +281,7 @@ def _a(word: str) -> str:
 
 
 def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> HostPlan:
-    c = _q(container)
+    c = sh(container)
     commands: list[str] = []
     notes: list[str] = []
     gid = _render_gid(hardware, machine)
@@ -313,7 +308,7 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
             f"gid={gid} is the 'render' group's number inside {container} (read from its /etc/group)"
         )
 
-    kfd, render = _node(hardware, "/dev/kfd"), _node(hardware, "/dev/dri/renderD")
+    kfd, render = node_of(hardware, "/dev/kfd"), node_of(hardware, "/dev/dri/renderD")
     adds = (
         ("gpu", render, f"incus config device add {c} gpu gpu gid={g}"),
         ("kfd", kfd, f"incus config device add {c} kfd unix-char source=/dev/kfd path=/dev/kfd gid={g}"),
@@ -341,7 +336,7 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
         )
     elif user is not None and user.uid != 0 and (gid is None or gid not in user.groups):
         if user.name and _USER_NAME.fullmatch(user.name):
-            commands.append(f"incus exec {c} -- usermod -aG render {_q(user.name)}")
+            commands.append(f"incus exec {c} -- usermod -aG render {sh(user.name)}")
             notes.append(
                 f"{user.name} joins 'render'; log in again (or `newgrp render`) for it to take effect"
             )
@@ -358,7 +353,7 @@ def _incus_amd(container: str, hardware: Hardware, machine: Machine | None) -> H
 
 
 def _incus_nvidia(container: str) -> HostPlan:
-    c = _q(container)
+    c = sh(container)
     check = f"incus exec {c} -- nvidia-smi"
     commands = (
         f"incus config device add {c} gpu gpu gputype=physical mode=0666",
@@ -403,9 +398,9 @@ def _kubernetes(pod: str, vendor: str) -> HostPlan:
         f"        {resource}: 1",
     ]
     checks = (
-        (f"kubectl exec {_q(pod)} -- ls -l /dev/kfd /dev/dri",)
+        (f"kubectl exec {sh(pod)} -- ls -l /dev/kfd /dev/dri",)
         if vendor == "amd"
-        else (f"kubectl exec {_q(pod)} -- nvidia-smi",)
+        else (f"kubectl exec {sh(pod)} -- nvidia-smi",)
     )
     edit = f"the container's resources.limits {{{resource}: 1}}" + (
         " and the pod's spec.securityContext.supplementalGroups [the node's render gid]"
@@ -416,7 +411,7 @@ def _kubernetes(pod: str, vendor: str) -> HostPlan:
         runtime="kubernetes",
         container=pod,
         commands=(
-            f"kubectl get pod {_q(pod)} -o yaml > {_q(pod + '.yaml')}  # add {edit}, then re-create",
+            f"kubectl get pod {sh(pod)} -o yaml > {sh(pod + '.yaml')}  # add {edit}, then re-create",
             *checks,
         ),
         notes=tuple(notes),

@@ -36,10 +36,6 @@ def node_of(hardware: Hardware, prefix: str) -> DeviceNode | None:
     return next((n for n in nodes if n.path == prefix or n.path.startswith(prefix)), None)
 
 
-def quote(value: str) -> str:
-    return sh(value)
-
-
 def _committed_image(container: str) -> str:
     """An image name for `docker commit` of the container: repository names are lower-case, [a-z0-9._-]."""
     base = re.sub(r"[^a-z0-9]+", "-", container.lower()).strip("-") or "container"
@@ -56,11 +52,11 @@ def _recreate(runtime: str, container: str, image: str | None, venv: str) -> tup
     new = _gpu_name(container)
     # The venv path is the container's ($MW_ENV_VENV): any text, so every command that names it quotes it.
     keep_volume = (
-        f"-v {quote('mw-env-venv:' + venv)}"
+        f"-v {sh('mw-env-venv:' + venv)}"
         if venv.startswith("/")
         else "-v mw-env-venv:<the venv's absolute path inside it>"
     )
-    lock_copy = quote(f"{container}:{venv.rstrip('/')}/pylock.mw-env.toml")
+    lock_copy = sh(f"{container}:{venv.rstrip('/')}/pylock.mw-env.toml")
     if image is not None:
         notes = [
             f"{runtime} cannot add devices to a running container: this starts {new} from {image} with the GPU. "
@@ -70,7 +66,7 @@ def _recreate(runtime: str, container: str, image: str | None, venv: str) -> tup
             f"recreations, put it on a volume ({keep_volume})",
             f"repeat your own volumes, ports and env (see `{runtime} inspect {container}`)",
         ]
-        return [], quote(image), notes
+        return [], sh(image), notes
     committed = _committed_image(container)
     notes = [
         f"{runtime} cannot add devices to a running container: {runtime} commit saves {container} (the "
@@ -80,7 +76,7 @@ def _recreate(runtime: str, container: str, image: str | None, venv: str) -> tup
         f"and env (see `{runtime} inspect {container}`); to keep the venv across recreations without a commit, "
         f"put it on a volume ({keep_volume})",
     ]
-    return [f"{runtime} commit {quote(container)} {committed}"], committed, notes
+    return [f"{runtime} commit {sh(container)} {committed}"], committed, notes
 
 
 def _gpu_name(container: str) -> str:
@@ -128,8 +124,8 @@ def oci_amd(
     notes.append(
         "--ipc=host: without it ROCm allocations fail with 'Memory critical error ... Memory in use'"
     )
-    run = " ".join([runtime, "run", "-dit", "--name", quote(new), *flags, image_expr])
-    check = f"{runtime} exec {quote(new)} ls -ln /dev/kfd /dev/dri"
+    run = " ".join([runtime, "run", "-dit", "--name", sh(new), *flags, image_expr])
+    check = f"{runtime} exec {sh(new)} ls -ln /dev/kfd /dev/dri"
     return HostPlan(runtime, container, (*before, run, check), tuple(notes), vendor="amd", checks=(check,))
 
 
@@ -151,7 +147,7 @@ def oci_nvidia(runtime: str, container: str, image: str | None, *, venv: str) ->
         flags = ["--device", "nvidia.com/gpu=all", "--security-opt", "label=disable"]
     flags.append("--ipc=host")
     commands += before
-    commands.append(" ".join([runtime, "run", "-dit", "--name", quote(new), *flags, image_expr]))
-    check = f"{runtime} exec {quote(new)} nvidia-smi"
+    commands.append(" ".join([runtime, "run", "-dit", "--name", sh(new), *flags, image_expr]))
+    check = f"{runtime} exec {sh(new)} nvidia-smi"
     commands.append(check)
     return HostPlan(runtime, container, tuple(commands), tuple(notes), vendor="nvidia", checks=(check,))

@@ -21,15 +21,6 @@ from mw_env.profiles.torchsources import CATALOGUE_FILE, Entries
 SHIPPED_DIR = Path(__file__).resolve().parent
 PROFILES_ENV = "MW_ENV_PROFILES"
 
-__all__ = [
-    "PROFILES_ENV",
-    "SHIPPED_DIR",
-    "load_profile_file",
-    "load_profiles",
-    "parse_profile",
-    "profile_dirs_from_env",
-]
-
 
 def load_profile_file(path: Path, *, shipped: bool = False, catalogue: Entries | None = None) -> Profile:
     """Read and validate one profile file (a bounded read of a regular UTF-8 file, then strict YAML); its

@@ -112,9 +112,8 @@ class TorchSource:
     download_gb: float | None = None  # the stated download for one GPU (every GPU when devices.extra is "")
     retired: str = ""  # why no new releases come from this index (a venv built from it keeps working)
     replaced_by: str | None = None  # the source id that replaces a retired one
-    pythons: tuple[
-        str, ...
-    ] = ()  # CPython tags the index has wheels for ("cp312"); `profiles --check` compares
+    # CPython tags the index has wheels for ("cp312"); `profiles --check` compares
+    pythons: tuple[str, ...] = ()
     # What the index answers for a project it does not hold: 404, or 403 (AMD's indexes, LocalAI#10997, and
     # pytorch.org's). The torch step tells uv to read a 403 from it as "not here" (provision/torchindex.py).
     unserved: Literal[403, 404] = 404
@@ -154,9 +153,6 @@ class TorchSource:
         from packaging.specifiers import SpecifierSet
 
         return SpecifierSet(self.version).contains(Version(v.public), prereleases=True)
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

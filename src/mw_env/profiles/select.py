@@ -46,54 +46,47 @@ def select(
         raise InputError(
             "no profiles loaded", hint="the package's shipped profiles are missing; reinstall mw-env"
         )
-    gpu = hardware.gpu
     if name is not None:
         profile = get_profile(profiles, name)
         return _build(
             profile, hardware, source, why=f"profile {profile.name!r} chosen with --profile", explicit=True
         )
+    matched, why = _match(hardware, profiles, source)
+    return _build(matched or _cpu_profile(profiles), hardware, source, why=why, explicit=False)
 
+
+def _match(
+    hardware: Hardware, profiles: Mapping[str, Profile], source: str | None
+) -> tuple[Profile | None, str]:
+    """The profile matching the hardware's GPU (None: the CPU profile) and why."""
+    gpu = hardware.gpu
     if gpu is None:
         cpu = _cpu_profile(profiles)
-        why = (
-            hardware.selection_reason or "no AMD or NVIDIA GPU found"
-        ) + f"; profile {cpu.name!r} uses the CPU"
-        return _build(cpu, hardware, source, why=why, explicit=False)
-
+        why = hardware.selection_reason or "no AMD or NVIDIA GPU found"
+        return cpu, f"{why}; profile {cpu.name!r} uses the CPU"
     label = _gpu_label(gpu, hardware)
     if gpu.vendor == "amd":
         amd, how = _match_amd(gpu, profiles)
         if amd is None:
-            cpu = _cpu_profile(profiles)
-            why = (
+            return None, (
                 f"{label}: {how}; using the CPU build. `--profile rocm` tries the GPU anyway "
                 "(expect 'invalid device function')"
             )
-            return _build(cpu, hardware, source, why=why, explicit=False)
-        return _build(amd, hardware, source, why=f"{label} {how}", explicit=False)
-
-    if gpu.vendor == "nvidia":
-        matched = _best(p for p in profiles.values() if _vendor_matches(p, gpu))
-        if matched is None:
-            cpu = _cpu_profile(profiles)
-            return _build(
-                cpu, hardware, source, why=f"{label}: no profile matches NVIDIA GPUs", explicit=False
-            )
-        choice = _cuda_choice(matched, hardware)
-        if choice.source is None and source is None:
-            cpu = _cpu_profile(profiles)
-            hint = minimum_driver_hint(matched.sources, _nvidia_ccs(hardware))
-            why = f"{label}: {choice.reason}; using the CPU build"
-            if hint:
-                why += f". A host driver >= {hint} would allow a CUDA build"
-            return _build(cpu, hardware, source, why=why, explicit=False)
-        return _build(
-            matched, hardware, source, why=f"{label} matches profile {matched.name!r}", explicit=False
+        return amd, f"{label} {how}"
+    if gpu.vendor != "nvidia":
+        return (
+            None,
+            f"{label}: {gpu.vendor} GPUs have no mw-env profile (ROCm and CUDA only); using the CPU build",
         )
-
-    cpu = _cpu_profile(profiles)
-    why = f"{label}: {gpu.vendor} GPUs have no mw-env profile (ROCm and CUDA only); using the CPU build"
-    return _build(cpu, hardware, source, why=why, explicit=False)
+    matched = _best(p for p in profiles.values() if _vendor_matches(p, gpu))
+    if matched is None:
+        return None, f"{label}: no profile matches NVIDIA GPUs"
+    choice = _cuda_choice(matched, hardware)
+    if choice.source is None and source is None:
+        hint = minimum_driver_hint(matched.sources, _nvidia_ccs(hardware))
+        why = f"{label}: {choice.reason}; using the CPU build"
+        return None, why + (f". A host driver >= {hint} would allow a CUDA build" if hint else "")
+    return matched, f"{label} matches profile {matched.name!r}"
 
 
 select_profile = select
