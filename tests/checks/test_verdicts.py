@@ -47,8 +47,7 @@ def ctx_for(
         venv=Path("/nonexistent"),
         catalogue=load_catalogue(profile=sel.profile),
     )
-    bg = Background(lambda: probe)
-    ctx._probe = bg.start()
+    ctx._probe = Background(lambda: probe)
     ctx._static = Background(
         lambda: probe_of(
             {
@@ -59,7 +58,7 @@ def ctx_for(
                 "version_hip": "6.4.1",
             }
         )
-    ).start()
+    )
     return ctx
 
 

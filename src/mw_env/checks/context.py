@@ -32,36 +32,26 @@ _CONTAINER_KINDS = ("incus", "lxc", "docker", "podman", "kubernetes")
 
 
 class Background(Generic[T]):
-    """A value computed once in a daemon thread; `get` waits at most `timeout` seconds.
+    """A value computed once in a daemon thread, started at once; `get` waits at most `timeout` seconds.
 
     Daemon threads, not an executor: a check stuck in a syscall must never keep the doctor from exiting.
     """
 
     def __init__(self, fn: Callable[[], T]) -> None:
-        self._fn = fn
         self._done = threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
-        self._started = False
-        self._lock = threading.Lock()
+        threading.Thread(target=self._run, args=(fn,), daemon=True, name="mw-env-doctor-bg").start()
 
-    def start(self) -> Background[T]:
-        with self._lock:
-            if not self._started:
-                self._started = True
-                threading.Thread(target=self._run, daemon=True, name="mw-env-doctor-bg").start()
-        return self
-
-    def _run(self) -> None:
+    def _run(self, fn: Callable[[], T]) -> None:
         try:
-            self._value = self._fn()
+            self._value = fn()
         except BaseException as exc:  # handed to whoever waits
             self._error = exc
         finally:
             self._done.set()
 
     def get(self, timeout: float) -> T:
-        self.start()
         if not self._done.wait(timeout):
             raise TimeoutError(f"no result within {timeout:.0f}s")
         if self._error is not None:
@@ -184,7 +174,6 @@ class DoctorContext:
         self._static = Background(
             lambda: run_probe(python=self.python, env=self.env, timeout=30, config={"mode": "static"})
         )
-        self._static.start()
         if not self.quick:
             self.probe_started = time.monotonic()
             self._probe = Background(
@@ -196,7 +185,6 @@ class DoctorContext:
                     progress=self.probe_stages,
                 )
             )
-            self._probe.start()
 
     def probe_progress(self) -> str | None:
         """How far the full probe got, in words (None when none was started)."""
@@ -215,7 +203,7 @@ class DoctorContext:
             "sdpa_backend": self.profile.trainer.sdpa_backend,
             # Timing only informs on a CPU profile (never judged there): a shorter window keeps the doctor quick.
             "bench_seconds": 0.25 if self.selection.torch.build == "cpu" else 0.5,
-            "sizes": {"cuda": {"check": 1024, "bench": big}, "cpu": {}},
+            "gpu_sizes": {"check": 1024, "bench": big},  # the CPU's are the probe's own
         }
 
     def static(self) -> ProbeResult | None:

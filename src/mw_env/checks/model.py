@@ -52,10 +52,7 @@ class DoctorReport:
         return tuple(c for c in self.checks if c.status == "warn")
 
     def get(self, check_id: str) -> CheckResult | None:
-        for c in self.checks:
-            if c.id == check_id:
-                return c
-        return None
+        return next((c for c in self.checks if c.id == check_id), None)
 
     def to_dict(self) -> dict[str, object]:
         return {

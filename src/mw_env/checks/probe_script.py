@@ -156,15 +156,10 @@ def main(argv: list[str]) -> int:
 
     # Sizes per device: a GPU build that fell back to the CPU must not try 4096^3 fp16 products there
     # (CPU fp16 GEMM runs at ~1 GFLOP/s).
-    sizes = (
-        {**CPU_SIZES, **((cfg.get("sizes") or {}).get("cpu") or {})}
-        if device == "cpu"
-        else ((cfg.get("sizes") or {}).get("cuda") or {})
-    )
+    sizes = CPU_SIZES if device == "cpu" else cfg.get("gpu_sizes") or {}
     budget = float(cfg.get("bench_seconds", 0.5))
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    for name in cfg.get("dtypes", ["fp32", "bf16", "fp16"]):
-        dt = dtypes[name]
+    for name, dt in dtypes.items():
         n_check = int(sizes.get(f"check_{name}", sizes.get("check", 1024)))
         n_bench = int(sizes.get(f"bench_{name}", sizes.get("bench", 4096)))
         try:

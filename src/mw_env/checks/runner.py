@@ -158,7 +158,6 @@ def _run(
     for area in AREAS:
         job: Background[tuple[list[CheckResult], float]] = Background(_timed(area.check, ctx))
         running.append((area, job))
-        job.start()
     checks: list[CheckResult] = []
     for area, job in running:
         needs = area.needs

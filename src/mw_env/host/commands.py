@@ -36,6 +36,14 @@ _LIST = {
 }
 # kubernetes pod names: a DNS-1123 subdomain.
 _K8S_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$")
+_NAME_RULES = {
+    "incus": (_INCUS_NAME, "1-63 letters, digits and '-', starting with a letter and not ending with '-'"),
+    "kubernetes": (
+        _K8S_NAME,
+        "1-253 lower-case letters, digits, '-' and '.', starting and ending alphanumeric",
+    ),
+    "docker": (_OCI_NAME, "2-128 characters from [A-Za-z0-9_.-], starting with a letter or digit"),
+}
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
@@ -51,18 +59,7 @@ def validate_container_name(runtime: str, name: str) -> str:
     """`name` when it is a valid container name for `runtime`; InputError naming the rule otherwise."""
     if runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}", hint=f"allowed: {', '.join(RUNTIMES)}")
-    if runtime == "incus":
-        pattern, rule = (
-            _INCUS_NAME,
-            "1-63 letters, digits and '-', starting with a letter and not ending with '-'",
-        )
-    elif runtime == "kubernetes":
-        pattern, rule = (
-            _K8S_NAME,
-            "1-253 lower-case letters, digits, '-' and '.', starting and ending alphanumeric",
-        )
-    else:
-        pattern, rule = _OCI_NAME, "2-128 characters from [A-Za-z0-9_.-], starting with a letter or digit"
+    pattern, rule = _NAME_RULES.get(runtime, _NAME_RULES["docker"])
     if not pattern.fullmatch(name or ""):
         raise InputError(
             f"invalid {runtime} container name {name!r}", hint=f"{_a(runtime)} {runtime} name is {rule}"

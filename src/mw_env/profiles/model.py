@@ -245,16 +245,10 @@ class Profile:
 
     @property
     def default_source(self) -> TorchSource:
-        for src in self.sources:
-            if src.default:
-                return src
-        return self.sources[0]
+        return next((src for src in self.sources if src.default), self.sources[0])
 
     def source(self, source_id: str) -> TorchSource | None:
-        for src in self.sources:
-            if src.id == source_id:
-                return src
-        return None
+        return next((src for src in self.sources if src.id == source_id), None)
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)

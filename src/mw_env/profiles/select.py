@@ -168,12 +168,8 @@ def _nvidia_ccs(hardware: Hardware) -> list[str | None]:
 
 
 def _nvidia_driver(hardware: Hardware) -> str | None:
-    if hardware.nvidia_driver:
-        return hardware.nvidia_driver
-    for g in hardware.gpus:
-        if g.vendor == "nvidia" and g.driver_version:
-            return g.driver_version
-    return None
+    drivers = (g.driver_version for g in hardware.gpus if g.vendor == "nvidia" and g.driver_version)
+    return hardware.nvidia_driver or next(drivers, None)
 
 
 def _cuda_choice(profile: Profile, hardware: Hardware) -> CudaChoice:
