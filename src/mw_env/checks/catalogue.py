@@ -128,20 +128,14 @@ class Catalogue:
         """The per-line match of `scan` over `indexes` (every line when None): the exact definition."""
         hits: list[Hit] = []
         for i in range(len(lines)) if indexes is None else indexes:
-            msg = self._match(lines[i])
+            msg = self.first_match(lines[i])
             if msg is not None:
                 hits.append(Hit(message=msg, line_no=i + 1, line=lines[i].strip()))
         return hits
 
     def first_match(self, line: str) -> Message | None:
-        """The entry that explains one line (the first that matches), as `scan` would pick it."""
-        screen = _screen(tuple(m.pattern for m in self.messages))
-        if not screen.search(line) and not screen.search(unwrap(line)):
-            return None  # the common case, one or two regex calls for the whole catalogue
-        return self._match(line)
-
-    def _match(self, line: str) -> Message | None:
-        """The first entry matching the line as it is, or as its library printed it (checks/logline.py)."""
+        """The entry that explains one line: the first matching it as it is, or as its library printed it
+        (checks/logline.py). A long log's lines are screened first (`candidates`)."""
         core = unwrap(line)
         for msg in self.messages:
             if msg.regex.search(line) or (core != line and msg.regex.search(core)):
@@ -196,15 +190,6 @@ def _fill(template: str, values: Mapping[str, object]) -> str:
 @lru_cache(maxsize=256)
 def _compile(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
-
-
-@lru_cache(maxsize=8)
-def _screen(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """One alternation of every pattern: a line that matches none of them is rejected in one call."""
-    try:
-        return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
-    except re.error:  # a pattern that cannot be embedded (an inline global flag): let every line through
-        return re.compile("")
 
 
 def _message(entry: Any, where: str) -> Message:

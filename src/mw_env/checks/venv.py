@@ -123,7 +123,7 @@ def _requirements(ctx: DoctorContext) -> CheckResult | None:
     bootstrap installed, from the record): a lock that lacked numpy matched the venv exactly, and the run
     died on `import numpy`. The venv's own requirements, not the lock's list (envlock.requires)."""
     from mw_env.venv.lock.requires import read_requirements
-    from mw_env.venv.venvinfo import read_pyvenv_cfg, site_packages
+    from mw_env.venv.venvinfo import site_packages
 
     site = site_packages(ctx.venv)
     if site is None:
@@ -258,7 +258,6 @@ def _lock(ctx: DoctorContext) -> CheckResult | None:
     package is drift, named with both versions."""
     if ctx.record is None:
         return None
-    from mw_env.base.errors import InputError
     from mw_env.venv.lock import LOCK_FILE
     from mw_env.venv.lock.drift import compare, installed
     from mw_env.venv.lock.lockfile import read_lock
@@ -309,7 +308,6 @@ def _env_file(ctx: DoctorContext) -> CheckResult | None:
     title = "runtime env file"
     env_file = ctx.venv / "mw-env.env"
     from mw_env.base import userfile
-    from mw_env.base.errors import InputError
 
     try:
         text = userfile.read_text(env_file, what="env file")

@@ -80,9 +80,8 @@ def usable_cpus(read: Read = real_read) -> Cpus:
 @dataclass(frozen=True)
 class Memory:
     available: int | None  # bytes the process may still take; None when nothing could be read
-    source: (
-        str  # which limit that is, in words ("MemAvailable", "cgroup memory.max 4.0 GiB, 3.1 GiB of it free")
-    )
+    # which limit that is, in words ("MemAvailable", "cgroup memory.max 4.0 GiB, 3.1 GiB of it free")
+    source: str
 
 
 def available_memory(read: Read = real_read) -> Memory:
