@@ -13,9 +13,8 @@ from pathlib import Path
 
 from mw_env.base.errors import InputError
 from mw_env.profiles import torchsources
-from mw_env.profiles._readers import Ctx
 from mw_env.profiles.model import Profile
-from mw_env.profiles.schema import parse_profile
+from mw_env.profiles.schema import Ctx, parse_profile
 from mw_env.profiles.torchsources import CATALOGUE_FILE, Entries
 
 SHIPPED_DIR = Path(__file__).resolve().parent
