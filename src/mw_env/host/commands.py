@@ -106,20 +106,15 @@ def host_plan(
 
     if runtime == "kubernetes":
         plan = _kubernetes(container, vendor)
+    elif runtime == "incus" and vendor == "amd":
+        seen = hardware if inside else _without_nodes(hardware)
+        plan = _incus_amd(container, seen, machine if inside else None)
+    elif runtime == "incus":
+        plan = _incus_nvidia(container)
     elif vendor == "amd":
-        plan = (
-            _incus_amd(
-                container, hardware if inside else _without_nodes(hardware), machine if inside else None
-            )
-            if runtime == "incus"
-            else oci_amd(runtime, container, hardware, image, in_docker=info.kind == "docker", venv=venv)
-        )
+        plan = oci_amd(runtime, container, hardware, image, in_docker=info.kind == "docker", venv=venv)
     else:
-        plan = (
-            _incus_nvidia(container)
-            if runtime == "incus"
-            else oci_nvidia(runtime, container, image, venv=venv)
-        )
+        plan = oci_nvidia(runtime, container, image, venv=venv)
     if id_note:
         plan = replace(plan, notes=(id_note, *plan.notes))
     gpu = hardware.gpu

@@ -46,7 +46,6 @@ CONFIGMAP_MAX = 1_000_000  # a ConfigMap holds at most 1 MiB, keys and metadata 
 class Manifest:
     text: str  # YAML documents, ready for `kubectl apply -f -`
     notes: tuple[str, ...]
-    documents: tuple[dict[str, object], ...]
 
     def to_dict(self) -> dict[str, object]:
         return {"runtime": "kubernetes", "manifest": self.text, "notes": list(self.notes)}
@@ -265,7 +264,7 @@ def multinode_manifest(
             },
         )
     text = yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, width=1000)
-    return Manifest(text=text, notes=tuple(notes), documents=tuple(docs))
+    return Manifest(text=text, notes=tuple(notes))
 
 
 def _device_gid(hardware: Hardware) -> int | None:

@@ -20,7 +20,7 @@ from mw_env.profiles.model import (
     TrainerDefaults,
 )
 from mw_env.profiles.resolve import resolve, resolve_for_venv
-from mw_env.profiles.select import get_profile, runtime_env, select, select_profile
+from mw_env.profiles.select import get_profile, runtime_env, select
 
 __all__ = [
     "PROFILES_ENV",
@@ -41,5 +41,4 @@ __all__ = [
     "resolve_for_venv",
     "runtime_env",
     "select",
-    "select_profile",
 ]

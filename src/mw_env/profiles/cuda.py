@@ -22,7 +22,6 @@ __all__ = ["CudaChoice", "choose_cuda_source", "covers", "minimum_driver_hint", 
 class CudaChoice:
     source: TorchSource | None  # None: no CUDA wheel fits
     reason: str
-    rejected: tuple[str, ...] = ()  # "cu130: no kernels for sm_61", one per source that did not fit
 
 
 def choose_cuda_source(
@@ -59,7 +58,6 @@ def choose_cuda_source(
         return CudaChoice(
             source=None,
             reason=f"no CUDA torch wheel fits {what} and compute capability {caps} ({'; '.join(rejected)})",
-            rejected=tuple(rejected),
         )
 
     def rank(src: TorchSource) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -78,7 +76,7 @@ def choose_cuda_source(
         parts.append(f"kernels cover {', '.join(sm_name(c) for c in ccs)}")
     if unknown_cc:
         parts.append("compute capability unknown for some GPU: SM coverage not checked")
-    return CudaChoice(source=best, reason="; ".join(parts), rejected=tuple(rejected))
+    return CudaChoice(source=best, reason="; ".join(parts))
 
 
 def minimum_driver_hint(sources: Sequence[TorchSource], capabilities: Sequence[str | None]) -> str | None:

@@ -89,9 +89,6 @@ def _match(
     return matched, f"{label} matches profile {matched.name!r}"
 
 
-select_profile = select
-
-
 def runtime_env(selection: Selection) -> dict[str, str]:
     """The variables to export before running torch for this selection."""
     return dict(selection.env)
