@@ -178,9 +178,9 @@ def pythons(probe: Probe, uv: UvInfo | None) -> tuple[PythonInfo, ...]:
     m = probe.machine
     # Listed by the machine: a fake root's own (fake) Pythons, never the host's.
     on_path = m.programs(_PYTHON_NAME)
-    roots = {p: _pyenv_root(m, p) for p in on_path}
     # A pyenv shim is a bash script that runs pyenv's own programs: ~100 processes a start, ~1,400 for the
     # python3.X shims of a host with pyenv (1.9x py-cpuinfo's time). What it would run is in versions/.
+    roots = {p: _pyenv_root(m, p) for p in on_path}
     seen = {os.path.realpath(p) for p in on_path if roots[p] is None}
 
     def ask(p: str, timeout: float = PYTHON_TIMEOUT) -> CommandResult:
