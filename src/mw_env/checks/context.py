@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 GIB = 1024**3
+BUILD_LABEL = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}  # a torch build as the findings name it
 _CONTAINER_KINDS = ("incus", "lxc", "docker", "podman", "kubernetes")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mw_env.checks.context import GIB, DoctorContext, human_bytes
+from mw_env.checks.context import BUILD_LABEL, GIB, DoctorContext, human_bytes
 from mw_env.checks.model import CheckResult, result
 
 AREA = "device"
@@ -81,7 +81,7 @@ def _not_available(ctx: DoctorContext) -> CheckResult:
     info = ctx.torch_info()
     build = info.get("build", "unknown")
     wanted = "rocm" if ctx.vendor == "amd" else "cuda"
-    label = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}.get(build, build)
+    label = BUILD_LABEL.get(build, build)
     if build != wanted:
         reason, hint = (
             f": a {label} build cannot use this {'AMD' if ctx.vendor == 'amd' else 'NVIDIA'} GPU",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mw_env.base.shellquote import sh
-from mw_env.checks.context import DoctorContext
+from mw_env.checks.context import BUILD_LABEL, DoctorContext
 from mw_env.checks.model import CheckResult, CheckStatus, result
 
 AREA = "devices"
@@ -86,7 +86,7 @@ def _no_gpu(ctx: DoctorContext) -> CheckResult:
     cause, fix = ctx.fix(
         "devices.no_gpu_for_profile",
         profile=ctx.profile.name,
-        build={"rocm": "ROCm", "cuda": "CUDA"}.get(build, build),
+        build=BUILD_LABEL.get(build, build),
         gpus=gpus,
         how="chosen with --profile" if ctx.selection.explicit else "selected",
     )

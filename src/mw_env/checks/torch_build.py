@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from mw_env.base.shellquote import sh
-from mw_env.checks.context import DoctorContext
+from mw_env.checks.context import BUILD_LABEL, DoctorContext
 from mw_env.checks.model import CheckResult, result
 from mw_env.profiles.model import has_local_tag
 
 AREA = "torch"
-_LABEL = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
 
 
 def check_torch(ctx: DoctorContext) -> list[CheckResult]:
@@ -61,7 +60,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
     runtime = (
         f", HIP {info['hip']}" if info.get("hip") else f", CUDA {info['cuda']}" if info.get("cuda") else ""
     )
-    detail = f"torch {version}: {_LABEL[build]} build{runtime}"
+    detail = f"torch {version}: {BUILD_LABEL[build]} build{runtime}"
     vendor = ctx.vendor
     wanted = ctx.gpu_build
     if wanted and build != wanted:
@@ -69,7 +68,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
         cause, fix = ctx.fix(
             "torch.cpu_fallback",
             version=version,
-            build=_LABEL[build],
+            build=BUILD_LABEL[build],
             vendor=vendor.upper() if vendor == "amd" else "NVIDIA",
             gpu=f"{gpu.name}{f', {gpu.gfx_target}' if gpu and gpu.gfx_target else ''}" if gpu else "?",
             install_command=ctx.install_command(),
@@ -79,7 +78,7 @@ def _build(ctx: DoctorContext, info: dict) -> CheckResult:
         cause, fix = ctx.fix(
             "torch.gpu_build_on_cpu",
             version=version,
-            build=_LABEL[build],
+            build=BUILD_LABEL[build],
             install_command=ctx.install_command(),
         )
         return result("torch.build", "torch build", "warn", cause, fix)
