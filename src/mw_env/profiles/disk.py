@@ -10,10 +10,6 @@ download (uv's cache) plus the installed size (the venv) plus a margin for the r
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from mw_env.profiles.model import TorchSource
 
 GB = 10**9
 GiB = 1024**3
@@ -91,25 +87,33 @@ class DiskNeed:
         return {**asdict(self), "need_bytes": self.need_bytes, "text": self.text}
 
 
-def install_kind(source: TorchSource, *, all_devices: bool = False) -> str:
+def install_kind(source: object, *, all_devices: bool = False) -> str:
     """Which row of SIZES a source's install is: by its build, and for ROCm by whether one GPU's kernels come
     alone (a per-GPU device extra, not --all-devices)."""
-    if source.build != "rocm":
-        return source.build
-    return "one-gpu" if source.per_gpu and not all_devices else "all-gpus"
+    build = getattr(source, "build", "cpu")
+    if build == "cuda":
+        return "cuda"
+    if build != "rocm":
+        return "cpu"
+    devices = getattr(source, "devices", None)
+    per_gpu = devices is not None and bool(getattr(devices, "extra", ""))
+    return "one-gpu" if per_gpu and not all_devices else "all-gpus"
 
 
-def disk_need(source: TorchSource, *, all_devices: bool = False) -> DiskNeed:
-    """The disk a fresh install of `source` needs."""
+def disk_need(source: object, *, all_devices: bool = False) -> DiskNeed:
+    """The disk a fresh install of `source` (a profiles.model.TorchSource) needs."""
     kind = install_kind(source, all_devices=all_devices)
     size = SIZES[kind]
+    stated = getattr(source, "download_gb", None)
     # A source's stated download is for one GPU (every GPU when it has no per-GPU extra): it replaces the
     # table's download when it describes this install, not for --all-devices of a per-GPU source.
-    describes = source.download_gb is not None and (kind != "all-gpus" or not source.per_gpu)
-    download = source.download_gb if describes and source.download_gb is not None else size.download_gb
-    installed = source.installed_gb if describes and source.installed_gb is not None else size.installed_gb
+    per_gpu_source = bool(getattr(getattr(source, "devices", None), "extra", ""))
+    describes = stated is not None and (kind != "all-gpus" or not per_gpu_source)
+    download = float(stated) if describes and stated is not None else size.download_gb
+    stated_installed = getattr(source, "installed_gb", None)
+    installed = float(stated_installed) if describes and stated_installed is not None else size.installed_gb
     return DiskNeed(
-        source=source.id or "torch",
+        source=getattr(source, "id", None) or "torch",
         kind=kind,
         label=size.label,
         download_bytes=int(download * GB),
