@@ -143,8 +143,8 @@ def _no_run_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     import signal
 
+    from mw_env.rundir.occupants import marked_processes
     from mw_env.runs.runs import RUN_FILE, read_run
-    from mw_env.runs.supervise import marked_processes
 
     for found in tmp.rglob(RUN_FILE):
         try:

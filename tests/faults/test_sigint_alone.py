@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mw_env.base.errors import EXIT_INTERRUPTED
 from mw_env.runs import foreground
+from mw_env.runs.rendezvous import Nodes
 
 # The child blocks SIGINT first, so the one passed on is waited for (sigwait), never lost before a pause().
 INTERRUPTED = """
@@ -39,7 +40,7 @@ class _Launch:
     out_dir: Path
     env: dict = field(default_factory=lambda: dict(os.environ))
     cwd: Path = Path(".")
-    nodes: object = None
+    nodes: Nodes = field(default_factory=Nodes)
 
 
 def test_a_sigint_to_mw_env_alone_reaches_the_trainer(tmp_path: Path) -> None:

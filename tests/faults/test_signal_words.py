@@ -11,6 +11,7 @@ import pytest
 
 from mw_env.base.errors import StepFailed
 from mw_env.runs import foreground
+from mw_env.runs.rendezvous import Nodes
 
 
 def test_words_for_each_cause(tmp_path: Path) -> None:
@@ -37,7 +38,7 @@ class _Launch:
     out_dir: Path
     env: dict = field(default_factory=dict)
     cwd: Path = Path(".")
-    nodes: object = None
+    nodes: Nodes = field(default_factory=Nodes)
     memory_need: int | None = None
     memory_lower: str = ""
 

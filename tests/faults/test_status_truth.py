@@ -20,10 +20,10 @@ import pytest
 from tests.runs.runs_helpers import wait_until
 
 from mw_env.cli import main
+from mw_env.rundir.occupants import proc_stat
 from mw_env.runs.foreground import children
 from mw_env.runs.runstatus import run_status
 from mw_env.runs.startup import stopped_at_start_up
-from mw_env.runs.supervise import proc_stat
 from proctools import kill_tagged, new_tag
 from smokeargs import TRAIN, smoke_args
 

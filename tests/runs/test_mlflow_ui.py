@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.runs.supervise import marked_processes
+from mw_env.rundir.occupants import marked_processes
 
 
 def _has_ui() -> bool:

@@ -15,7 +15,7 @@ import pytest
 from tests.runs.runs_helpers import wait_until
 
 from mw_env.cli import main
-from mw_env.runs.supervise import RUN_DIR_ENV, proc_stat
+from mw_env.rundir.occupants import RUN_DIR_ENV, proc_stat
 from mw_env.trainer import folderwatch
 from proctools import kill_tagged, new_tag
 from smokeargs import TRAIN, smoke_args

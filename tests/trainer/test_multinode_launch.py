@@ -9,7 +9,8 @@ import pytest
 
 from mw_env.base.errors import InputError
 from mw_env.cli import main
-from mw_env.runs.launch import LaunchRequest, check_nodes, default_rdzv_id, prepare
+from mw_env.runs.launch import LaunchRequest, prepare
+from mw_env.runs.rendezvous import check_nodes, default_rdzv_id
 
 from .test_train_cli import _doctor, _fake_venv
 

@@ -226,11 +226,11 @@ def _render_status(result: RunStatus) -> None:
 @json_option
 def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
     """Ask the run to stop: it finishes its step, checkpoints and writes its report; SIGKILL only after the grace."""
+    from mw_env.rundir.occupants import RUN_DIR_ENV
     from mw_env.runs.liveness import detached_processes
     from mw_env.runs.runs import is_alive, read_run
     from mw_env.runs.runstatus import run_status
     from mw_env.runs.stop import STOP_REPORT, recent_events, stop_grace, stop_run
-    from mw_env.runs.supervise import RUN_DIR_ENV
 
     record = read_run(out_dir.resolve())
     # Announce the wait only when there is a live run to stop (no run: stop_run raises the error).

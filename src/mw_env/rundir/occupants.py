@@ -97,17 +97,3 @@ def cmdline(pid: int, *, proc: Path = PROC) -> str:
         )
     except OSError:
         return ""
-
-
-__all__ = [
-    "DETACHED_ENV",
-    "PROC",
-    "RUN_DIR_ENV",
-    "RUN_ID_ENV",
-    "cmdline",
-    "environ",
-    "marked_processes",
-    "other_launches",
-    "proc_stat",
-    "processes_of_folder",
-]

@@ -164,16 +164,3 @@ def clear(run_dir: Path) -> None:
     """A new start: the previous run's ending is not this run's."""
     with contextlib.suppress(FileNotFoundError):
         (Path(run_dir) / STATE_FILE).unlink()
-
-
-__all__ = [
-    "STATES",
-    "STATE_FILE",
-    "TERMINAL",
-    "clear",
-    "exit_facts",
-    "read_state",
-    "record_exit",
-    "record_failure",
-    "set_state",
-]

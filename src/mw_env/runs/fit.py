@@ -108,6 +108,3 @@ def oom_hint(need: int | None, lower: str, resume: str) -> str:
     elif not batch:
         ways.append(f"or start again with --fresh and {what} lowered")
     return "; ".join(ways)
-
-
-__all__ = ["Fit", "check_fits", "judge", "on_gpu", "oom_hint"]

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.base.lifeline import preexec
@@ -28,29 +28,11 @@ from mw_env.rundir.contract import MANIFEST, checkpoints_dir, metrics_path
 from mw_env.runs import rendezvous
 from mw_env.runs.fit import oom_hint
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
-from mw_env.runs.rendezvous import Nodes
 from mw_env.runs.startup import signal_ended, stopped_at_start_up
 from mw_env.runs.torchrun_output import TorchrunStderr
 
-
-class Launched(Protocol):
-    """What running a launch needs of runs.launch.Launch (which imports this package's supervisor: a
-    Protocol here, not an import, keeps the modules free of a cycle)."""
-
-    @property
-    def argv(self) -> list[str]: ...
-    @property
-    def env(self) -> dict[str, str]: ...
-    @property
-    def out_dir(self) -> Path: ...
-    @property
-    def cwd(self) -> Path: ...
-    @property
-    def nodes(self) -> Nodes | None: ...
-    @property
-    def memory_need(self) -> int | None: ...
-    @property
-    def memory_lower(self) -> str: ...
+if TYPE_CHECKING:
+    from mw_env.runs.launch import Launch
 
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
@@ -92,19 +74,17 @@ def stopped_before_launch(signum: int) -> str:
     )
 
 
-def run_foreground(launch: Launched, *, write: Callable[[str], None], early: list[int] | None = None) -> int:
-    """Run `launch` (a runs.launch.Launch) to its end; `write` receives each relayed stderr line. `early`:
+def run_foreground(launch: Launch, *, write: Callable[[str], None], early: list[int] | None = None) -> int:
+    """Run `launch` to its end; `write` receives each relayed stderr line. `early`:
     signals recorded before (stoppable_start): they stop the run before or right after its start."""
     early = early if early is not None else []
     if early:
         write(stopped_before_launch(early[0]))
         return 0
     torchrun = Path(launch.argv[0]).name == "torchrun"
-    nodes: Nodes | None = getattr(launch, "nodes", None)  # a stand-in launch may have none
-    multi_nodes = nodes if nodes is not None and nodes.multi else None
-    multi = multi_nodes is not None
-    started = rendezvous.started_file(launch.out_dir, multi_nodes.node_rank if multi_nodes is not None else 0)
-    if multi:
+    multi_nodes = launch.nodes if launch.nodes.multi else None
+    started = rendezvous.started_file(launch.out_dir, launch.nodes.node_rank)
+    if multi_nodes is not None:
         launch.out_dir.mkdir(parents=True, exist_ok=True)
         started.unlink(missing_ok=True)
         launch.env[rendezvous.STARTED_ENV] = str(started)

@@ -23,14 +23,9 @@ from typing import TYPE_CHECKING, TypedDict
 
 from mw_env.base.errors import InputError, MwEnvError
 from mw_env.rundir.contract import ALLOW_ENV_MISMATCH, doctor_pending_file
+from mw_env.rundir.occupants import RUN_DIR_ENV, RUN_ID_ENV
 from mw_env.runs.fit import check_fits
-from mw_env.runs.rendezvous import (  # noqa: F401  (re-exported)
-    DEFAULT_RDZV_TIMEOUT,
-    Nodes,
-    check_nodes,
-    default_rdzv_id,
-)
-from mw_env.runs.supervise import RUN_DIR_ENV, RUN_ID_ENV
+from mw_env.runs.rendezvous import Nodes, check_nodes
 from mw_env.trainspec.config import find_config, resolve_config
 from mw_env.trainspec.configfile import built_on
 from mw_env.trainspec.preflight import check_on_host, weights_note

@@ -12,10 +12,16 @@ from pathlib import Path
 from mw_env.base.errors import InputError
 from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
-from mw_env.rundir.occupants import DETACHED_ENV, cmdline, other_launches
+from mw_env.rundir.occupants import (
+    DETACHED_ENV,
+    RUN_DIR_ENV,
+    cmdline,
+    other_launches,
+    proc_stat,
+    processes_of_folder,
+)
 from mw_env.runs.anomalies import Liveness
 from mw_env.runs.runs import RunRecord, is_alive, read_exit
-from mw_env.runs.supervise import RUN_DIR_ENV, proc_stat, processes_of_folder
 
 SUPERVISOR = "mw_env.runs.supervise"  # in the supervisor's command line
 
@@ -113,6 +119,3 @@ def orphan_run(out_dir: Path) -> None:
             "deleted or replaced under it",
             hint=f"`mw-env train stop {sh(out_dir)}` stops them",
         )
-
-
-__all__ = ["foreground_liveness", "life_alive", "liveness", "orphan_run"]

@@ -23,19 +23,11 @@ from mw_env.base.atomic import open_append, open_regular, write_json_atomic
 from mw_env.base.errors import InputError, StepFailed, os_fault
 from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
-from mw_env.rundir.contract import LOG_FILE, METRICS_FILE, RUN_FILE, RUN_LOCK, STATE_FILE
+from mw_env.rundir.contract import LOG_FILE, METRICS_FILE, RUN_FILE, RUN_LOCK
+from mw_env.rundir.occupants import DETACHED_ENV, PROC, RUN_DIR_ENV, RUN_ID_ENV, proc_stat
 from mw_env.runs.logscan import RUN_HEADER
-from mw_env.runs.supervise import (
-    DETACHED_ENV,
-    PROC,
-    RUN_DIR_ENV,
-    RUN_ID_ENV,
-    group_members,
-    proc_stat,
-    same_process_alive,
-)
+from mw_env.runs.supervise import same_process_alive
 
-EXIT_FILE = STATE_FILE
 SPAWN_TIMEOUT_S = 30.0
 
 
@@ -352,17 +344,3 @@ def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
     if not data:
         return {"error": f"the supervisor exited with code {proc.poll()} before starting the trainer"}
     return data
-
-
-__all__ = [
-    "EXIT_FILE",
-    "ExitRecord",
-    "RunRecord",
-    "group_members",
-    "is_alive",
-    "proc_stat",
-    "read_exit",
-    "read_run",
-    "same_process_alive",
-    "start_run",
-]

@@ -20,6 +20,7 @@ from mw_env.base.errors import InputError
 from mw_env.base.shellquote import sh
 from mw_env.base.textsafe import safe_message
 from mw_env.rundir import runstate
+from mw_env.rundir.contract import LOG_FILE, METRICS_FILE
 from mw_env.runs.anomalies import (
     INTERRUPTED,
     Anomaly,
@@ -31,7 +32,7 @@ from mw_env.runs.anomalies import (
 from mw_env.runs.liveness import detached_processes, life_alive, orphan_run
 from mw_env.runs.liveness import liveness as read_liveness
 from mw_env.runs.logscan import LogScanner
-from mw_env.runs.runs import LOG_FILE, METRICS_FILE, RunRecord, read_run
+from mw_env.runs.runs import RunRecord, read_run
 from mw_env.runs.tail import MetricsTail, Tail
 
 LOG_SCAN_MAX = 64 * 1024 * 1024  # a huge log is scanned from its last 64 MiB

@@ -87,6 +87,3 @@ def torchrun_output(log: Path, offset: int) -> TorchrunStderr:
                 for line in fh.read().decode("utf-8", errors="replace").splitlines():
                     filt.feed(line)
     return filt
-
-
-__all__ = ["signal_ended", "stopped_at_start_up", "torchrun_output"]

@@ -24,11 +24,11 @@ from mw_env.base.atomic import write_json_atomic, write_text_atomic
 from mw_env.base.errors import InputError
 from mw_env.rundir import contract as rd
 from mw_env.rundir import runstate
-from mw_env.rundir.contract import checkpoints_dir, metrics_path
-from mw_env.rundir.occupants import cmdline
+from mw_env.rundir.contract import RUN_FILE, checkpoints_dir, metrics_path
+from mw_env.rundir.occupants import cmdline, marked_processes, processes_of_folder
 from mw_env.runs.liveness import SUPERVISOR, detached_processes
-from mw_env.runs.runs import RUN_FILE, RunRecord, _run_lock, is_alive, read_run
-from mw_env.runs.supervise import group_members, marked_processes, processes_of_folder, same_process_alive
+from mw_env.runs.runs import RunRecord, _run_lock, is_alive, read_run
+from mw_env.runs.supervise import group_members, same_process_alive
 
 GRACE_FLOOR_S = 90.0  # never less than the old fixed grace: imports and a first step are not measured yet
 REPORT_S = 60.0  # the report (figures) and the manifest (hashing every checkpoint) after the last checkpoint
@@ -384,14 +384,3 @@ def _with_stop(record: RunRecord, stop: dict[str, Any]) -> RunRecord:
     updated = replace(record, stop=stop)
     write_json_atomic(record.run_dir / RUN_FILE, updated.to_dict())
     return updated
-
-
-__all__ = [
-    "Grace",
-    "StopResult",
-    "last_good_checkpoint",
-    "recent_events",
-    "record_kill",
-    "stop_grace",
-    "stop_run",
-]

@@ -22,23 +22,13 @@ from pathlib import Path
 from types import FrameType
 
 from mw_env.rundir.contract import LOG_FILE
-from mw_env.rundir.occupants import (  # noqa: F401  (re-exported: the host side's one import of them)
-    DETACHED_ENV,
-    PROC,
-    RUN_DIR_ENV,
-    RUN_ID_ENV,
-    marked_processes,
-    proc_stat,
-    processes_of_folder,
-)
-from mw_env.rundir.runstate import STATE_FILE, record_exit, set_state  # noqa: F401  (STATE_FILE: re-exported)
+from mw_env.rundir.occupants import PROC, proc_stat
+from mw_env.rundir.runstate import record_exit, set_state
 from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.startup import signal_ended, stopped_at_start_up, torchrun_output
 
 # state.json (runstate.py): the supervisor writes "running" once the trainer is started and adds the
-# exit facts when it ended; the trainer moves it through stopping/finishing/finished in between. (The
-# name is one the run manifest leaves out: it changes after the trainer wrote MANIFEST.sha256.)
-# The processes of a run are found by their environment (rundir/occupants.py: MW_ENV_RUN_ID, MW_ENV_RUN_DIR).
+# exit facts when it ended; the trainer moves it through stopping/finishing/finished in between.
 
 
 def same_process_alive(pid: int, start_ticks: int, *, proc: Path = PROC) -> bool:

@@ -85,6 +85,3 @@ class MetricsTail:
             else:
                 self.bad_lines += 1
         return events
-
-
-__all__ = ["MetricsTail", "Tail"]

@@ -9,13 +9,12 @@ from mw_env.base.errors import InputError
 from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
 from mw_env.runs.anomalies import Liveness
-from mw_env.runs.liveness import life_alive as _life_alive
+from mw_env.runs.liveness import life_alive
 from mw_env.runs.runs import is_alive, read_run
 
 
 def check_verifiable(out_dir: Path) -> None:
-    """InputError unless the run in `out_dir` is finished: MANIFEST.sha256 is the last file a run writes,
-    so checking it against a run that is still going (or was killed) lists differences that are not."""
+    """InputError unless the run in `out_dir` is finished."""
     from mw_env.rundir.contract import MANIFEST
 
     out_dir = Path(out_dir).resolve()
@@ -26,7 +25,7 @@ def check_verifiable(out_dir: Path) -> None:
         return
     if life is not None and current == "exited" and "during" not in life and life.get("returncode") == 0:
         return  # written before runs had states (the supervisor's bare exit record): judge by the manifest
-    alive = is_alive(record) if record is not None else _life_alive(life or {}, Liveness(alive=None))
+    alive = is_alive(record) if record is not None else life_alive(life or {}, Liveness(alive=None))
     earlier = (
         f"; the {MANIFEST} there is from an earlier finish and does not cover this attempt's files"
         if (out_dir / MANIFEST).is_file()
@@ -52,6 +51,3 @@ def check_verifiable(out_dir: Path) -> None:
             f"the run in {out_dir} ended without finishing (it was {during}){earlier}",
             hint=f"`mw-env train status {sh(out_dir)}` says why; start it again with the same config to finish",
         )
-
-
-__all__ = ["check_verifiable"]
