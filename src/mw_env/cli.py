@@ -173,10 +173,7 @@ def _run(argv: list[str] | None) -> int:
         if exc.hint:
             click.echo(f"hint: {safe_message(exc.hint)}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
         return EXIT_INTERRUPTED
     except click.exceptions.Exit as exc:

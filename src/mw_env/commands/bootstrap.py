@@ -239,7 +239,9 @@ def _bootstrap(args: BootstrapArgs) -> int:
     from rich.markup import escape
 
     if result.doctor_report is not None and not as_json:
-        _render_doctor(result.doctor_report)
+        from mw_env.commands.doctor import render_report
+
+        render_report(result.doctor_report, verbose=False)
     if as_json:
         echo_json(result.to_dict())
     if not result.ok:
@@ -293,12 +295,6 @@ def _doctor_hook(resolved: Any, out: Any) -> Any:
         return bool(report.ok), report
 
     return hook
-
-
-def _render_doctor(report: Any) -> None:
-    from mw_env.commands.doctor import render_report
-
-    render_report(report, verbose=False)
 
 
 def rerun_command(ctx: click.Context, venv: Path) -> str:

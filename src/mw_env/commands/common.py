@@ -46,14 +46,18 @@ def root_option(func: F) -> F:
     )(func)
 
 
-def profile_options(func: F) -> F:
-    func = click.option(
+def profiles_dir_option(func: F) -> F:
+    return click.option(
         "--profiles-dir",
         "profiles_dirs",
         multiple=True,
         type=click.Path(file_okay=False),
         help="Extra folder of profile YAML files (repeatable; env MW_ENV_PROFILES, ':'-separated).",
     )(func)
+
+
+def profile_options(func: F) -> F:
+    func = profiles_dir_option(func)
     func = click.option("--profile", default=None, envvar="MW_ENV_PROFILE", help="Use this profile by name.")(
         func
     )

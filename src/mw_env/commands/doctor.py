@@ -48,15 +48,10 @@ def render_report(report: DoctorReport, *, verbose: bool) -> None:
     for c in report.checks:
         by_area.setdefault(c.area, []).append(c)
     for area, checks in by_area.items():
+        statuses = {c.status for c in checks}
         worst = (
-            "fail"
-            if any(c.status == "fail" for c in checks)
-            else "warn"
-            if any(c.status == "warn" for c in checks)
-            else "pass"
+            "skip" if statuses == {"skip"} else next((s for s in ("fail", "warn") if s in statuses), "pass")
         )
-        if all(c.status == "skip" for c in checks):
-            worst = "skip"
         mark, colour = MARKS[worst]
         # One area's checks come from one function, so they share its duration: shown once, on the area.
         took = f" [bright_black]({_ms(max(c.duration_s for c in checks))})[/]" if verbose else ""
@@ -102,9 +97,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
-def render_hits(
-    hits: list[Hit], *, source: str, lines: int | None = None, here: dict[str, str] | None = None
-) -> None:
+def render_hits(hits: list[Hit], *, source: str, lines: int, here: dict[str, str]) -> None:
     from rich.markup import escape
 
     con = _console()
@@ -112,8 +105,7 @@ def render_hits(
         if lines == 0:
             con.print(f"{escape(source)} is empty: nothing to explain.")
         else:
-            read = f" ({lines} lines read)" if lines is not None else ""
-            con.print(f"No known messages in {escape(source)}{read}.")
+            con.print(f"No known messages in {escape(source)} ({lines} lines read).")
         return
     seen: set[str] = set()
     for hit in hits:
@@ -128,7 +120,7 @@ def render_hits(
         con.print(f"    [bold]{msg.severity}[/] · {escape(msg.title)}")
         con.print(f"    cause: {escape(msg.cause)}")
         con.print(f"    fix: {escape(msg.fix)}")
-        if here and here.get(msg.id):
+        if here.get(msg.id):
             con.print(f"    [bold]here:[/] {escape(here[msg.id])}")
         elif msg.here:
             con.print(f"    check here: {escape(msg.here)}")
@@ -188,7 +180,7 @@ def _explain(
     from mw_env.profiles import resolve_for_venv
     from mw_env.venv.record import default_venv
 
-    text, source_name, note = read_log(path)
+    text, source_name, note = read_log(path)  # `source` names the torch source
     # The log usually comes from this machine: its GPU and the venv's record (which torch source it was built
     # from, the archs its wheel carries) decide the GPU advice, as they decided the install.
     chosen = Path(venv).expanduser().absolute() if venv else default_venv(os.environ).absolute()
@@ -212,18 +204,16 @@ def _explain(
     fatal = any(h.message.severity == "fatal" for h in hits)
     # Messages whose cause is a fact of the machine (its /dev/shm, SELinux, where hipBLASLt's library is):
     # read it here, in case the log came from this machine, as it usually does.
-    machine = resolved.machine
-    source = source_name
     here: dict[str, str] = {}
     for h in hits:
         if h.message.id not in here:
-            found = explain_here(machine, h.message.id, h.line, venv=chosen, gpu=seen)
+            found = explain_here(resolved.machine, h.message.id, h.line, venv=chosen, gpu=seen)
             if found is not None:
                 here[h.message.id] = found
     if as_json:
         echo_json(
             {
-                "source": safe(source),
+                "source": safe(source_name),
                 "fatal": fatal,
                 "note": note,
                 # Whom the GPU advice in the fixes is for: this machine's GPU and venv, or null (every GPU).
@@ -252,7 +242,7 @@ def _explain(
             from rich.markup import escape
 
             _console().print(f"[yellow]note:[/] {escape(note)}")
-        render_hits(hits, source=safe(source), lines=len(text.splitlines()), here=here)
+        render_hits(hits, source=safe(source_name), lines=len(text.splitlines()), here=here)
     return EXIT_FAILED if fatal else EXIT_OK
 
 

@@ -130,9 +130,9 @@ def env_cmd(
             hint=f"pass the venv bootstrap made, or create one: {create_command(target)}",
         )
     path = env_path(target)
-    bin_dir = target / "bin"
-    on_path = str(bin_dir) in os.environ.get("PATH", "").split(os.pathsep)
-    if path.is_file():
+    prepend = None
+    bootstrapped = path.is_file()
+    if bootstrapped:
         env = _read_exports(path)
         try:
             record = read_record(target)
@@ -145,43 +145,40 @@ def env_cmd(
                 "--recreate` rebuilds this one)",
                 err=True,
             )
+        profile_name = record.profile if record else None
+        bin_dir = target / "bin"
+        on_path = str(bin_dir) in os.environ.get("PATH", "").split(os.pathsep)
         prepend = str(bin_dir) if venv_mw_env(target) is not None and not on_path else None
-        if as_json:
-            echo_json(
-                {
-                    "venv": str(target),
-                    "bootstrapped": True,
-                    "profile": record.profile if record else None,
-                    "env": env,
-                    "path_prepend": prepend,
-                }
-            )
-            return 0
-        sys.stdout.write(export_lines(env))
-        if prepend:
-            # "$PATH" stays for the shell to expand at eval time.
-            sys.stdout.write(f'export PATH={shlex.quote(prepend)}:"$PATH"\n')
-        return 0
-    from mw_env.profiles import resolve
+    else:
+        from mw_env.profiles import resolve
 
-    resolved = resolve(
-        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, source=source, interpreters=False
-    )
-    click.echo(
-        f"# no bootstrapped venv at {target}: the {resolved.selection.profile.name} profile's environment "
-        "(the torch pin appears after `mw-env bootstrap`)",
-        err=True,
-    )
+        selection = resolve(
+            root=root,
+            profile=profile,
+            profiles_dirs=profiles_dirs,
+            gpu=gpu,
+            source=source,
+            interpreters=False,
+        ).selection
+        profile_name, env = selection.profile.name, dict(selection.env)
+        click.echo(
+            f"# no bootstrapped venv at {target}: the {profile_name} profile's environment "
+            "(the torch pin appears after `mw-env bootstrap`)",
+            err=True,
+        )
     if as_json:
         echo_json(
             {
                 "venv": str(target),
-                "bootstrapped": False,
-                "profile": resolved.selection.profile.name,
-                "env": dict(resolved.selection.env),
-                "path_prepend": None,
+                "bootstrapped": bootstrapped,
+                "profile": profile_name,
+                "env": env,
+                "path_prepend": prepend,
             }
         )
         return 0
-    sys.stdout.write(export_lines(resolved.selection.env))
+    sys.stdout.write(export_lines(env))
+    if prepend:
+        # "$PATH" stays for the shell to expand at eval time.
+        sys.stdout.write(f'export PATH={shlex.quote(prepend)}:"$PATH"\n')
     return 0

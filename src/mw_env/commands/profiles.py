@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from mw_env.base.textsafe import redact
-from mw_env.commands.common import echo_json, json_option
+from mw_env.commands.common import echo_json, json_option, profiles_dir_option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -29,13 +29,7 @@ def _matches(p: Profile) -> str:
 
 @click.command("profiles")
 @click.argument("name", required=False)
-@click.option(
-    "--profiles-dir",
-    "profiles_dirs",
-    multiple=True,
-    type=click.Path(file_okay=False),
-    help="Extra folder of profile YAML files (repeatable; env MW_ENV_PROFILES, ':'-separated).",
-)
+@profiles_dir_option
 @click.option(
     "--check",
     is_flag=True,

@@ -2,11 +2,12 @@
 
 `mw-env train --config smoke` runs the doctor's quick checks, then the trainer with the venv's python
 (torchrun for --nproc-per-node > 1). `config`, `summary`, `check` and `verify` run here, without torch.
-`start status stop watch export predict evaluate` come from mw_env.commands.train_runs, imported when asked for.
+The others (RUN_COMMANDS) are imported when asked for.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,31 +30,29 @@ if TYPE_CHECKING:
     from mw_env.commands.train_options import ConfigSelection
     from mw_env.runs.launch import LaunchOptions
 
-RUN_COMMANDS = ("start", "status", "stop", "watch", "export", "predict", "evaluate")
+# name -> the module whose attribute of that name is the command (imported only when asked for).
+RUN_COMMANDS = {
+    "start": "mw_env.commands.train_runs",
+    "status": "mw_env.commands.train_runs",
+    "stop": "mw_env.commands.train_runs",
+    "watch": "mw_env.commands.train_runs",
+    "export": "mw_env.commands.train_export",
+    "predict": "mw_env.commands.train_predict",
+    "evaluate": "mw_env.commands.train_predict",
+}
 
 
 class TrainGroup(click.Group):
-    """Built-in subcommands plus the detached-run ones (imported only when asked for: `--help` stays fast)."""
+    """Built-in subcommands plus RUN_COMMANDS, imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        names = list(super().list_commands(ctx))
-        return names + [n for n in RUN_COMMANDS if self._run_command(n) is not None]
+        return [*super().list_commands(ctx), *RUN_COMMANDS]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        cmd = super().get_command(ctx, cmd_name)
-        if cmd is None and cmd_name in RUN_COMMANDS:
-            return self._run_command(cmd_name)
-        return cmd
-
-    @staticmethod
-    def _run_command(name: str) -> click.Command | None:
-        from mw_env.commands import train_runs  # imported only when a run command is asked for
-
-        for attr in (name, f"{name}_cmd", f"{name}_command"):
-            cmd = getattr(train_runs, attr, None)
-            if isinstance(cmd, click.Command):
-                return cmd
-        return None
+        if cmd_name in RUN_COMMANDS:
+            command: click.Command = getattr(importlib.import_module(RUN_COMMANDS[cmd_name]), cmd_name)
+            return command
+        return super().get_command(ctx, cmd_name)
 
 
 @click.group(cls=TrainGroup, invoke_without_command=True)

@@ -50,12 +50,11 @@ def _in_venv(
             "train check reads the rows with pyarrow, which neither mw-env's python nor a training venv has",
             hint="bootstrap the training venv (`mw-env bootstrap`), or point MW_ENV_VENV at it",
         )
-    env = dict(os.environ)
-    import mw_env
+    from mw_env.runs.launch import source_pythonpath
 
-    src = Path(mw_env.__file__).resolve().parents[1]
-    if src.name not in ("site-packages", "dist-packages"):  # a source checkout: the venv imports this mw-env
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
+    env = dict(os.environ)
+    if pythonpath := source_pythonpath(env):
+        env["PYTHONPATH"] = pythonpath
     request = json.dumps({"config": config.to_dict(), "base": str(base)})
     proc = subprocess.Popen(
         [str(python), "-m", "mw_env.trainspec.datacheck", request],

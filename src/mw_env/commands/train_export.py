@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING
 
 import click
 
@@ -184,11 +184,13 @@ def _export_weights(target: Path, out: Path | None, venv: Path | None, as_json: 
         click.echo(f"writing the portable weights of {target} with {python}...", err=True)
     from mw_env.base.stopsignals import run_child
 
-    raw = _result(*run_child(argv, env=env, stdout=subprocess.PIPE))  # dies with us; signals reach it
+    # trainer/weights/export.py's result: folder, step, checkpoint, files, max_abs_diff, manifest.
+    result: dict = _result(
+        *run_child(argv, env=env, stdout=subprocess.PIPE)
+    )  # dies with us; signals reach it
     if as_json:
-        echo_json(raw)
+        echo_json(result)
         return 0
-    result = cast(WeightsExported, raw)
     click.echo(f"wrote {result['folder']} (step {result['step']}, from {result['checkpoint']})")
     click.echo(f"  files: {', '.join(result['files'])}")
     click.echo(
@@ -198,17 +200,6 @@ def _export_weights(target: Path, out: Path | None, venv: Path | None, as_json: 
     if result.get("manifest"):
         click.echo(f"  manifest {result['manifest']}")
     return 0
-
-
-class WeightsExported(TypedDict):
-    """trainer/weights/export.py's result line."""
-
-    folder: str
-    step: int
-    checkpoint: str
-    files: list[str]
-    max_abs_diff: float
-    manifest: str | None
 
 
 def _result(end: ChildEnd, stdout: str) -> dict[str, object]:
@@ -257,7 +248,7 @@ def no_result(command: str, end: ChildEnd) -> MwEnvError:
 
 def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
     """The training venv's python and an env in which it imports this mw-env."""
-    from mw_env.runs.launch import training_python
+    from mw_env.runs.launch import source_pythonpath, training_python
     from mw_env.venv.record import default_venv, read_record
 
     venv_path = Path(venv).expanduser() if venv else default_venv(os.environ)
@@ -266,10 +257,8 @@ def _venv_python(venv: Path | None) -> tuple[Path, dict[str, str]]:
     record = read_record(venv_path)
     if record:
         env.update(record.env)
-    # A source checkout of mw-env is not installed in the venv: let it import this one.
-    pkg_parent = Path(__file__).resolve().parents[2]
-    if pkg_parent.name not in ("site-packages", "dist-packages"):
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pkg_parent), env.get("PYTHONPATH")) if p)
+    if pythonpath := source_pythonpath(env):
+        env["PYTHONPATH"] = pythonpath
     env.pop("PYTHONHOME", None)
     return python, env
 

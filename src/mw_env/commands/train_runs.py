@@ -1,15 +1,16 @@
-"""`mw-env train start|status|stop|watch|export`: detached runs and ONNX export.
+"""`mw-env train start|status|stop|watch`: detached runs.
 
 `start` builds the trainer's command line exactly as `mw-env train` does (launch.prepare) and runs
-it detached; `status`, `stop` and `watch` read the run folder (docs/runs.md); `export` runs
-mw_env.trainer.export.onnx_export inside the training venv, where torch lives.
+it detached; `status`, `stop` and `watch` read the run folder (docs/runs.md).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,10 +18,8 @@ import click
 
 from mw_env.base.errors import EXIT_FAILED
 from mw_env.base.textsafe import bounded, duration
-from mw_env.commands.common import F, echo_json, json_option
-from mw_env.commands.train_export import export
+from mw_env.commands.common import echo_json, json_option
 from mw_env.commands.train_options import launch_options, prepare_launch, run_folder_options
-from mw_env.commands.train_predict import evaluate, predict
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -37,46 +36,46 @@ STATUS_EPILOG = (
 )
 
 
-def _threshold_options(func: F) -> F:
-    func = click.option(
-        "--divergence-factor",
-        type=click.FloatRange(min=1.0, min_open=True),
-        default=3.0,
-        show_default=True,
-        help="Divergence: loss above this multiple of its running minimum.",
-    )(func)
-    func = click.option(
-        "--checkpoint-minutes",
-        type=click.FloatRange(min=0, min_open=True),
-        default=45.0,
-        show_default=True,
-        help="Silence allowed while a checkpoint is being written.",
-    )(func)
-    func = click.option(
+# (option, default, the lowest value (excluded), help), in `--help` order.
+_THRESHOLDS = (
+    ("--silence-minutes", 15.0, 0, "No output for this long between steps is a stall."),
+    (
         "--first-step-minutes",
-        type=click.FloatRange(min=0, min_open=True),
-        default=60.0,
-        show_default=True,
-        help="Silence allowed before the first step (imports, data, kernel searches).",
-    )(func)
-    return click.option(
-        "--silence-minutes",
-        type=click.FloatRange(min=0, min_open=True),
-        default=15.0,
-        show_default=True,
-        help="No output for this long between steps is a stall.",
-    )(func)
+        60.0,
+        0,
+        "Silence allowed before the first step (imports, data, kernel searches).",
+    ),
+    ("--checkpoint-minutes", 45.0, 0, "Silence allowed while a checkpoint is being written."),
+    ("--divergence-factor", 3.0, 1.0, "Divergence: loss above this multiple of its running minimum."),
+)
 
 
-def _thresholds(silence: float, first: float, checkpoint: float, factor: float) -> Thresholds:
-    from mw_env.runs.anomalies import Thresholds
+def _threshold_options(func: Callable[..., int]) -> Callable[..., int]:
+    """The anomaly thresholds' options; the function receives them as `thresholds`."""
 
-    return Thresholds(
-        silence_s=silence * 60,
-        first_step_silence_s=first * 60,
-        checkpoint_silence_s=checkpoint * 60,
-        divergence_factor=factor,
-    )
+    @functools.wraps(func)
+    def wrapper(
+        *args: object,
+        silence_minutes: float,
+        first_step_minutes: float,
+        checkpoint_minutes: float,
+        divergence_factor: float,
+        **kwargs: object,
+    ) -> int:
+        from mw_env.runs.anomalies import Thresholds
+
+        thresholds = Thresholds(
+            silence_s=silence_minutes * 60,
+            first_step_silence_s=first_step_minutes * 60,
+            checkpoint_silence_s=checkpoint_minutes * 60,
+            divergence_factor=divergence_factor,
+        )
+        return func(*args, thresholds=thresholds, **kwargs)
+
+    for name, default, low, help_ in reversed(_THRESHOLDS):
+        kind = click.FloatRange(min=low, min_open=True)
+        wrapper = click.option(name, type=kind, default=default, show_default=True, help=help_)(wrapper)
+    return wrapper
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,16 +131,12 @@ def start(config_name: str | None, as_json: bool, **options: Unpack[LaunchOption
 @json_option
 def status(
     out_dir: Path,
-    silence_minutes: float,
-    first_step_minutes: float,
-    checkpoint_minutes: float,
-    divergence_factor: float,
+    thresholds: Thresholds,
     as_json: bool,
 ) -> int:
     """Progress of a run and anything that looks wrong; never touches the run."""
     from mw_env.runs.runstatus import run_status
 
-    thresholds = _thresholds(silence_minutes, first_step_minutes, checkpoint_minutes, divergence_factor)
     result = run_status(out_dir=out_dir, thresholds=thresholds)
     if as_json:
         echo_json(bounded(result.to_dict()))
@@ -323,21 +318,14 @@ def watch(
     out_dir: Path,
     poll: float,
     tail_only: bool,
-    silence_minutes: float,
-    first_step_minutes: float,
-    checkpoint_minutes: float,
-    divergence_factor: float,
+    thresholds: Thresholds,
 ) -> int:
     """Stream one JSON event per line (progress, eval, checkpoint, anomaly, finished) until the run ends."""
     from mw_env.runs.runstatus import RunWatcher
 
-    thresholds = _thresholds(silence_minutes, first_step_minutes, checkpoint_minutes, divergence_factor)
     watcher = RunWatcher(out_dir=out_dir, thresholds=thresholds, replay=not tail_only)
     for event in watcher.events(poll_s=poll):
         # Events re-emit what the run's files hold: every string escaped and capped (textsafe.bounded).
         sys.stdout.write(json.dumps(bounded(event), allow_nan=False, default=str) + "\n")
         sys.stdout.flush()
     return watcher.exit_code
-
-
-__all__ = ["evaluate", "export", "predict", "start", "status", "stop", "watch"]

@@ -78,7 +78,7 @@ def profile_defaults(selection: Selection) -> dict[str, object]:
     }
 
 
-def _python_path(env: Mapping[str, str]) -> str | None:
+def source_pythonpath(env: Mapping[str, str]) -> str | None:
     """Let the venv import this very mw-env when it is a source checkout (never a foreign site-packages)."""
     pkg_parent = Path(__file__).resolve().parents[2]
     if pkg_parent.name in ("site-packages", "dist-packages"):
@@ -310,8 +310,7 @@ def prepare(request: LaunchRequest) -> Launch:
     env["PATH"] = f"{venv_path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONHOME", None)
-    pythonpath = _python_path(env_in)
-    if pythonpath:
+    if pythonpath := source_pythonpath(env_in):
         env["PYTHONPATH"] = pythonpath
     run_id = uuid.uuid4().hex
     env[RUN_ID_ENV] = run_id
