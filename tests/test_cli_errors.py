@@ -16,7 +16,6 @@ from pathlib import Path
 import click
 import pytest
 
-from mw_env import cli as cli_module
 from mw_env.cli import COMMANDS, main, split_debug
 
 
@@ -40,12 +39,6 @@ def _two_lines(err: str) -> list[str]:
     assert lines[0].startswith("error: ") and lines[1].startswith("hint: "), err
     assert "Traceback" not in err
     return lines
-
-
-def test_train_subcommands_table_matches_the_group():
-    assert sorted(p[1] for p in PATHS if len(p) == 2 and p[0] == "train") == sorted(
-        cli_module._TRAIN_SUBCOMMANDS
-    )
 
 
 @pytest.mark.parametrize("path", PATHS, ids=" ".join)

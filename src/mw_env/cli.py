@@ -95,28 +95,15 @@ def split_debug(args: list[str]) -> tuple[list[str], bool]:
     return head + args[end:], len(head) != end
 
 
-# `mw-env train`'s subcommands (tests/test_cli_errors.py keeps this in step with the train group).
-_TRAIN_SUBCOMMANDS = (
-    "config",
-    "summary",
-    "check",
-    "verify",
-    "start",
-    "status",
-    "stop",
-    "watch",
-    "export",
-    "predict",
-    "evaluate",
-)
-
-
 def _command_path(args: list[str]) -> str:
     """`mw-env train start` for the words of `args` that name commands (some usage errors carry no context)."""
+    from mw_env.commands.train import train  # on an error's path only: `--help` stays light
+
+    train_commands = train.list_commands(click.Context(train))
     words = ["mw-env"]
     for arg in (a for a in args if not a.startswith("-")):
         if (len(words) == 1 and arg in COMMANDS) or (
-            len(words) == 2 and words[1] == "train" and arg in _TRAIN_SUBCOMMANDS
+            len(words) == 2 and words[1] == "train" and arg in train_commands
         ):
             words.append(arg)
         else:

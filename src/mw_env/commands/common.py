@@ -83,9 +83,13 @@ def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON only, on stdout.")(func)
 
 
+def json_text(data: object) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
 def echo_json(data: object) -> None:
     """JSON on stdout, nothing else."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.write(json_text(data))
 
 
 def source_option(func: F) -> F:

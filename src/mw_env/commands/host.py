@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import click
 
-from mw_env.commands.common import json_option, profile_options, root_option, source_option
+from mw_env.commands.common import json_option, json_text, profile_options, root_option, source_option
 
 if TYPE_CHECKING:  # the CLI module stays light at start-up: the type only, for the checker
     from typing import Unpack
@@ -37,13 +37,6 @@ class HostOptions(TypedDict):
     pvc: str | None
     lock: str | None
     as_json: bool
-
-
-def json_text(data: object) -> str:
-    """What echo_json prints, as text (the output may go to --out instead of stdout)."""
-    import json
-
-    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
 
 @click.command("host-commands")

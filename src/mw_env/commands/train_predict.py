@@ -7,9 +7,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import click
 
@@ -34,27 +32,16 @@ _WEIGHTS = click.option(
     help="Use this portable weights folder (model.safetensors + config.json; or a run folder: its newest) "
     "instead of a checkpoint; RUN may be left out.",
 )
-_COLUMNS = (
-    click.option(
-        "--tokens-column", default=None, help="The words' column/key (default: the run's, `tokens`)."
-    ),
-    click.option("--tags-column", default=None, help="The tags' column/key (default: the run's, `tags`)."),
+_TOKENS = click.option(
+    "--tokens-column", default=None, help="The words' column/key (default: the run's, `tokens`)."
 )
+_TAGS = click.option("--tags-column", default=None, help="The tags' column/key (default: the run's, `tags`).")
 _DEVICE = click.option(
     "--device",
     default="auto",
     show_default=True,
     help="cpu, cuda, cuda:N, or auto (a GPU when torch sees one).",
 )
-
-
-F = TypeVar("F", bound=Callable[..., object])
-
-
-def _columns(f: F) -> F:
-    for option in reversed(_COLUMNS):
-        f = option(f)
-    return f
 
 
 @click.command(
@@ -78,7 +65,8 @@ def _columns(f: F) -> F:
 )
 @_EXPORT
 @_WEIGHTS
-@_columns
+@_TOKENS
+@_TAGS
 @_DEVICE
 @_VENV
 def predict(
@@ -135,7 +123,8 @@ def predict(
 )
 @_EXPORT
 @_WEIGHTS
-@_columns
+@_TOKENS
+@_TAGS
 @_DEVICE
 @_VENV
 @json_option

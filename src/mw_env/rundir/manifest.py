@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mw_env.base.atomic import write_text_atomic
@@ -51,16 +51,7 @@ class ManifestCheck:
         return f"FAILED: {', '.join(kinds)} (of {self.checked} files listed in {where})"
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "checked": self.checked,
-            "mismatched": list(self.mismatched),
-            "missing": list(self.missing),
-            "unlisted": list(self.unlisted),
-            "malformed": list(self.malformed),
-            "outside": list(self.outside),
-            "unreadable": list(self.unreadable),
-        }
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 def _artifacts(run_dir: Path) -> list[str]:

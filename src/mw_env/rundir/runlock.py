@@ -56,53 +56,49 @@ class RunLock:
         """The lock file is still the one held; one deleted or replaced is made (and locked) again. What
         happened, in words (None: nothing did)."""
         with self._mutex:
-            return self._keep()
-
-    def _keep(self) -> str | None:
-        if self.fd is None:
-            return None
-        try:
-            held = os.fstat(self.fd)
-            now = os.stat(self.path)
-            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-                self._missing = None
+            if self.fd is None:
                 return None
-        except FileNotFoundError:
-            # Made again only once it stayed missing for a whole look while the folder's other entries stayed:
-            # `rm -rf RUN` removes them too, and a lock file made again inside a folder being deleted made its
-            # last rmdir fail (ENOTEMPTY) while the watcher then ends the run on the folder being gone.
-            entries = _entry_count(self.path.parent)
-            before, self._missing = self._missing, entries
-            if before is None or not entries or entries < before:
-                return None  # the next look decides
-        except OSError:
-            return None  # unreadable for a moment: the next look decides
-        try:
-            fd = open_regular(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except (OSError, InputError) as exc:
-            return f"the run folder's lock file {self.path} is gone and cannot be made again ({exc})"
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+            try:
+                held = os.fstat(self.fd)
+                now = os.stat(self.path)
+                if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                    self._missing = None
+                    return None
+            except FileNotFoundError:
+                # Made again only once it stayed missing for a whole look while the folder's other entries stayed:
+                # `rm -rf RUN` removes them too, and a lock file made again inside a folder being deleted made its
+                # last rmdir fail (ENOTEMPTY) while the watcher then ends the run on the folder being gone.
+                entries = _entry_count(self.path.parent)
+                before, self._missing = self._missing, entries
+                if before is None or not entries or entries < before:
+                    return None  # the next look decides
+            except OSError:
+                return None  # unreadable for a moment: the next look decides
+            try:
+                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except (OSError, InputError) as exc:
+                return f"the run folder's lock file {self.path} is gone and cannot be made again ({exc})"
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return (
+                    f"the run folder's lock file {self.path} was replaced, and another process holds the new one "
+                    f"({describe(holder(self.path.parent))}): two trainers may be writing this folder"
+                )
+            _write_info(fd, self.info or {})
+            os.close(self.fd)  # its lock was on a file nobody can open any more
+            self.fd, self._missing = fd, None
             return (
-                f"the run folder's lock file {self.path} was replaced, and another process holds the new one "
-                f"({describe(holder(self.path.parent))}): two trainers may be writing this folder"
+                f"the run folder's lock file {self.path} was deleted; this trainer made it again and holds it"
             )
-        _write_info(fd, self.info or {})
-        os.close(self.fd)  # its lock was on a file nobody can open any more
-        self.fd, self._missing = fd, None
-        return f"the run folder's lock file {self.path} was deleted; this trainer made it again and holds it"
 
     def release(self) -> None:
         with self._mutex:
-            self._release()
-
-    def _release(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)  # closing drops the flock
-            self.fd = None
+            if self.fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)  # closing drops the flock
+                self.fd = None
 
 
 def lock_path(run_dir: Path) -> Path:
@@ -198,7 +194,8 @@ def check_free(run_dir: Path, *, processes: bool = True) -> None:
     """Raise the refusal when a live trainer holds `run_dir`'s lock (naming the holder the lock file names), or
     (`processes`) lives there without it (its lock file deleted): probe only, nothing is kept. Before a launch
     every process of the folder is another's."""
-    _check_flock(run_dir)
+    if _flock_held(run_dir):
+        raise refusal(Path(run_dir))
     found = others(run_dir, mine=None) if processes else {}
     if found:
         raise refusal(Path(run_dir), found)
@@ -217,11 +214,6 @@ def _entry_count(folder: Path) -> int | None:
             return sum(1 for _ in entries)
     except OSError:
         return None
-
-
-def _check_flock(run_dir: Path) -> None:
-    if _flock_held(run_dir):
-        raise refusal(Path(run_dir))
 
 
 def _flock_held(run_dir: Path) -> bool:

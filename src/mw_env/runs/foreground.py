@@ -92,9 +92,8 @@ def run_foreground(launch: Launch, *, write: Callable[[str], None], early: list[
     forwarded: list[int] = []
     interrupted: list[int] = []  # SIGINTs passed on to the trainer
     box: list[subprocess.Popen[str]] = []
-    handlers = (
-        contextlib.ExitStack()
-    )  # from before the start: a SIGTERM in between is passed on, never our death
+    # From before the start: a SIGTERM in between is passed on, never our death.
+    handlers = contextlib.ExitStack()
     handlers.enter_context(_forwarding(box, forwarded, workers=torchrun, interrupted=interrupted))
     # Under torchrun its own failure traceback is filtered out and the workers' exit code kept.
     began = time.time()
@@ -124,6 +123,10 @@ def run_foreground(launch: Launch, *, write: Callable[[str], None], early: list[
         if multi_nodes is not None
         else contextlib.nullcontext()
     )
+    # Under torchrun the workers' own "interrupted" goes to torchrun's stderr: said once for them all.
+    interrupted_line = (
+        f"interrupted: the checkpoints in {checkpoints_dir(launch.out_dir)} stay; the same command resumes"
+    )
     try:
         with handlers, announcer:
             if torchrun:
@@ -136,18 +139,14 @@ def run_foreground(launch: Launch, *, write: Callable[[str], None], early: list[
             for _ in proc.stderr:  # keep draining, or workers writing their last lines block
                 pass
         proc.wait()
-        if torchrun:  # the workers' own "interrupted" went to torchrun's stderr, drained above
-            write(
-                f"interrupted: the checkpoints in {checkpoints_dir(launch.out_dir)} stay; the same command resumes"
-            )
+        if torchrun:
+            write(interrupted_line)
         return EXIT_INTERRUPTED
     if interrupted and (torchrun or code in (0, EXIT_INTERRUPTED, -signal.SIGINT)):
         # The trainer's own answer to the SIGINT: 130 interrupted, or 0 when it had finished first (torchrun
         # makes 1 of its workers' 130).
-        if code != 0 and torchrun:  # the workers' own "interrupted" went to torchrun's stderr
-            write(
-                f"interrupted: the checkpoints in {checkpoints_dir(launch.out_dir)} stay; the same command resumes"
-            )
+        if code != 0 and torchrun:
+            write(interrupted_line)
         return 0 if code == 0 else EXIT_INTERRUPTED
     if filt is not None:
         log = rendezvous.write_log(launch.out_dir, filt.dropped)  # torchrun's tracebacks: the log, not here

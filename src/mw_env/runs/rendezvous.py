@@ -170,19 +170,13 @@ class Announcer:
 
 def node_command(argv: Sequence[str], node_rank: int) -> str:
     """This node's `mw-env train ...` command with --node-rank replaced: what to run on another node."""
-    args = list(argv)
+    args = iter(argv)
     out: list[str] = []
-    skip = False
-    for i, a in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if a == "--node-rank" and i + 1 < len(args):
-            skip = True
-            continue
-        if a.startswith("--node-rank="):
-            continue
-        out.append(a)
+    for a in args:
+        if a == "--node-rank":
+            next(args, None)  # its value
+        elif not a.startswith("--node-rank="):
+            out.append(a)
     return shlex.join(["mw-env", *out, "--node-rank", str(node_rank)])
 
 
