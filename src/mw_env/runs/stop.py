@@ -109,12 +109,10 @@ class StopResult:
     killed_pids: tuple[int, ...] = field(default_factory=tuple)
     grace: Grace | None = None
     last_good_checkpoint: str | None = None  # after a kill: the newest checkpoint whose sha256 checks out
-    orphans: tuple[
-        int, ...
-    ] = ()  # no run.json: the processes found by their folder (MW_ENV_RUN_DIR) and stopped
-    folder_kept: bool = (
-        False  # with `orphans`: only run.json was gone (a detached run), the folder is the run's
-    )
+    # No run.json: the processes found by their folder (MW_ENV_RUN_DIR) and stopped; `folder_kept`: only
+    # run.json was gone (a detached run), the folder is the run's.
+    orphans: tuple[int, ...] = ()
+    folder_kept: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -130,17 +128,9 @@ class StopResult:
         }
 
 
-def stop_run(
-    *,
-    out_dir: Path,
-    grace_s: float | None = None,
-    poll_s: float = 0.2,
-    events: Sequence[dict[str, Any]] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> StopResult:
+def stop_run(*, out_dir: Path, grace_s: float | None = None, poll_s: float = 0.2) -> StopResult:
     """SIGTERM the run and wait for it to finish its step, checkpoint and report; SIGKILL everything of
-    it only if it is still there after the grace (`grace_s`, else computed from `events`)."""
+    it only if it is still there after the grace (`grace_s`, else computed from the run's events)."""
     out_dir = Path(out_dir).resolve()
     record = read_run(out_dir)
     if record is None:
@@ -150,8 +140,8 @@ def stop_run(
         bare = not metrics_path(out_dir).exists() and runstate.read_state(out_dir) is None
         found = processes_of_folder(out_dir)
         if found and (bare or detached_processes(out_dir)):
-            grace = stop_grace((), override=grace_s) if bare else _grace_of(out_dir, events, grace_s)
-            return _stop_orphans(out_dir, found, grace, poll_s, clock, sleep, record=not bare)
+            grace = stop_grace((), override=grace_s) if bare else _grace_of(out_dir, grace_s)
+            return _stop_orphans(out_dir, found, grace, poll_s, record=not bare)
         running = (
             f" (a foreground run is training there: pid {', '.join(map(str, found[:8]))})" if found else ""
         )
@@ -160,7 +150,7 @@ def stop_run(
             hint="runs started with `mw-env train start` can be stopped; a foreground run stops with Ctrl-C in "
             "its terminal (or SIGTERM to its `mw-env train`: the same graceful stop)",
         )
-    grace = _grace_of(out_dir, events, grace_s)
+    grace = _grace_of(out_dir, grace_s)
     with _run_lock(out_dir):
         if not is_alive(record):
             return StopResult(run_dir=out_dir, was_running=False)
@@ -175,33 +165,39 @@ def stop_run(
             os.kill(target, signal.SIGTERM)
         except ProcessLookupError:
             return StopResult(run_dir=out_dir, was_running=False)
-        started = clock()
-        deadline, seen = started + grace.seconds, None
-        while clock() < deadline:
-            if not is_alive(record) and _gone(record):
-                return StopResult(out_dir, was_running=True, waited_s=clock() - started, grace=grace)
-            state = (runstate.read_state(out_dir) or {}).get("state")
-            if state != seen and state in ("stopping", "finishing") and not grace.overridden:
-                # The trainer acknowledged and moves on: the checkpoint and the report get their own time.
-                deadline, seen = max(deadline, clock() + grace.after_ack_s), state
-            sleep(poll_s)
-        return _kill(record, grace, started, poll_s, clock, sleep)
+        started = time.monotonic()
+        if _wait(lambda: not is_alive(record) and _gone(record), out_dir, grace, poll_s):
+            return StopResult(out_dir, was_running=True, waited_s=time.monotonic() - started, grace=grace)
+        return _kill(record, grace, started, poll_s)
 
 
-def _grace_of(out_dir: Path, events: Sequence[dict[str, Any]] | None, grace_s: float | None) -> Grace:
-    return stop_grace(recent_events(out_dir) if events is None else events, override=grace_s)
+def _grace_of(out_dir: Path, grace_s: float | None) -> Grace:
+    return stop_grace(recent_events(out_dir), override=grace_s)
 
 
-def _stop_orphans(
-    out_dir: Path,
-    pids: list[int],
-    grace: Grace,
-    poll_s: float,
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
-    *,
-    record: bool = False,
-) -> StopResult:
+def _wait(done: Callable[[], bool], state_of: Path | None, grace: Grace, poll_s: float) -> bool:
+    """Up to the grace for `done()`; once the trainer acknowledged (state.json in `state_of` says stopping or
+    finishing) its checkpoint and report get their own time."""
+    deadline, seen = time.monotonic() + grace.seconds, None
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        state = (runstate.read_state(state_of) or {}).get("state") if state_of is not None else None
+        if state != seen and state in ("stopping", "finishing") and not grace.overridden:
+            deadline, seen = max(deadline, time.monotonic() + grace.after_ack_s), state
+        time.sleep(poll_s)
+    return False
+
+
+def _settle(done: Callable[[], bool], poll_s: float) -> None:
+    """Up to 10 s after a SIGKILL: the processes gone, and the kernel has let go of the flock."""
+    for _ in range(int(10 / max(poll_s, 0.01))):
+        if done():
+            return
+        time.sleep(poll_s)
+
+
+def _stop_orphans(out_dir: Path, pids: list[int], grace: Grace, poll_s: float, *, record: bool) -> StopResult:
     """A run with no record left but processes alive: SIGTERM it as `stop` does (its supervisor, which passes
     the stop on and records the end; else the trainer, or torchrun's workers), SIGKILL what is still there
     after the grace. `record`: the folder is the run's (only its run.json is gone), so a kill is recorded in
@@ -216,24 +212,16 @@ def _stop_orphans(
     for pid in targets:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
-    started = clock()
-    deadline, seen = started + grace.seconds, None
-    while clock() < deadline and processes_of_folder(out_dir):
-        state = (runstate.read_state(out_dir) or {}).get("state") if record else None
-        if state != seen and state in ("stopping", "finishing") and not grace.overridden:
-            deadline, seen = max(deadline, clock() + grace.after_ack_s), state  # as a stop with run.json
-        sleep(poll_s)
+    started = time.monotonic()
+    _wait(lambda: not processes_of_folder(out_dir), out_dir if record else None, grace, poll_s)
     left = processes_of_folder(out_dir)
     for pid in left:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-    waited = clock() - started
+    waited = time.monotonic() - started
     last_good = None
     if left and record:
-        for _ in range(int(10 / max(poll_s, 0.01))):  # gone, and the kernel has let go of the flock
-            if not processes_of_folder(out_dir):
-                break
-            sleep(poll_s)
+        _settle(lambda: not processes_of_folder(out_dir), poll_s)
         last_good = record_kill(out_dir, grace=grace, waited_s=waited, killed=left)
     return StopResult(
         out_dir,
@@ -248,14 +236,7 @@ def _stop_orphans(
     )
 
 
-def _kill(
-    record: RunRecord,
-    grace: Grace,
-    started: float,
-    poll_s: float,
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
-) -> StopResult:
+def _kill(record: RunRecord, grace: Grace, started: float, poll_s: float) -> StopResult:
     # The group id is the supervisor's pid; it cannot be reused while the group has members. The workers
     # torchrun started (each in its own session) carry the run id: they are killed by pid, alike.
     members = tuple(_members(record))
@@ -266,11 +247,8 @@ def _kill(
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     _with_stop(record, {**(record.stop or {}), "escalated": True, "killed": list(members)})
-    for _ in range(int(10 / max(poll_s, 0.01))):
-        if _gone(record):
-            break
-        sleep(poll_s)
-    waited = clock() - started
+    _settle(lambda: _gone(record), poll_s)
+    waited = time.monotonic() - started
     last_good = record_kill(record.run_dir, grace=grace, waited_s=waited, killed=members)
     return StopResult(
         record.run_dir,
