@@ -48,19 +48,6 @@ class ConfigSelection(TypedDict):
     gpu: int | None
 
 
-def _profile_defaults(
-    root: str | None, profile: str | None, profiles_dirs: tuple[str, ...], gpu: int | None
-) -> tuple[dict[str, object], str, str]:
-    """(the profile's trainer defaults, its name, the config it trains when --config is not given)."""
-    from mw_env.profiles import resolve
-    from mw_env.runs.launch import default_config, profile_defaults
-
-    selection = resolve(
-        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False
-    ).selection
-    return profile_defaults(selection), selection.profile.name, default_config(selection)
-
-
 def resolve_train_config(
     *,
     config_name: str | None,
@@ -70,12 +57,19 @@ def resolve_train_config(
     profiles_dirs: tuple[str, ...],
     gpu: int | None,
 ) -> ResolvedConfig:
+    from mw_env.profiles import resolve
+    from mw_env.runs.launch import profile_defaults
     from mw_env.trainspec.config import find_config, resolve_config
 
     path = find_config(config_name) if config_name else None
-    defaults, name, default = _profile_defaults(root, profile, profiles_dirs, gpu)
+    selection = resolve(
+        root=root, profile=profile, profiles_dirs=profiles_dirs, gpu=gpu, interpreters=False
+    ).selection
     return resolve_config(
-        path=path or find_config(default), overrides=overrides, profile_defaults=defaults, profile_name=name
+        path=path or find_config(selection.trainer.config),  # no --config: the profile's
+        overrides=overrides,
+        profile_defaults=profile_defaults(selection),
+        profile_name=selection.profile.name,
     )
 
 

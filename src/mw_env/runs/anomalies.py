@@ -8,6 +8,7 @@ the OOM is what the operator has to fix.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -115,18 +116,18 @@ class Liveness:
 # Metrics
 
 
+def number(value: object) -> float | None:
+    """A JSON number as a float (never a bool), else None."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _as_float(value: object) -> float | None:
     """A metrics number; strings like "nan"/"inf" (some loggers write those) count too."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             return float(value)
-        except ValueError:
-            return None
-    return None
+        return None
+    return number(value)
 
 
 def _finite(value: object) -> bool:

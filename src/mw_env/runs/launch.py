@@ -58,19 +58,13 @@ class Launch:
     memory_lower: str = ""
 
 
-def default_config(selection: Selection) -> str:
-    """The shipped config the profile trains when none is named (its `trainer.config`)."""
-    trainer = getattr(selection, "trainer", None) or selection.profile.trainer
-    return trainer.config
-
-
 def profile_defaults(selection: Selection) -> dict[str, object]:
     # The profile's defaults fitted to this GPU (bf16 only where it is native), not the profile's raw ones.
-    trainer = getattr(selection, "trainer", None) or selection.profile.trainer
+    trainer = selection.trainer
     return {
         "profile": selection.profile.name,
         # A config file of one's own that names no `base:` builds on this one (trainspec/configfile.py).
-        "config": default_config(selection),
+        "config": trainer.config,
         "device": trainer.device,
         "precision": trainer.precision,
         "sdpa_backend": trainer.sdpa_backend,
@@ -271,7 +265,7 @@ def prepare(request: LaunchRequest) -> Launch:
     )
     selection = resolved_env.selection
     if config_path is None:
-        config_path = find_config(default_config(selection))
+        config_path = find_config(selection.trainer.config)  # the profile's own
     defaults = profile_defaults(selection)
     # Validate the config and the --set values here, before any process starts.
     resolved = resolve_config(

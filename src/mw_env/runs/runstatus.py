@@ -28,6 +28,7 @@ from mw_env.runs.anomalies import (
     Thresholds,
     analyze,
     exit_code_for,
+    number,
 )
 from mw_env.runs.liveness import detached_processes, life_alive, orphan_run
 from mw_env.runs.liveness import liveness as read_liveness
@@ -71,15 +72,11 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def _num(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _finite(value: object) -> float | None:
     """A step, a count or a time: a finite number (Python's json reads NaN, Infinity and 1e400 too; a loss
     may be NaN, a step may not)."""
-    number = _num(value)
-    return number if number is not None and math.isfinite(number) else None
+    found = number(value)
+    return found if found is not None and math.isfinite(found) else None
 
 
 def compute_progress(events: Sequence[dict[str, Any]], *, max_steps: int | None) -> Progress:
@@ -101,13 +98,13 @@ def compute_progress(events: Sequence[dict[str, Any]], *, max_steps: int | None)
     eta = None
     if rate and rate > 0 and max_steps is not None and step is not None:
         eta = max(0.0, (max_steps - step) / rate)
-    loss = _num(last.get("loss"))
+    loss = number(last.get("loss"))
     return Progress(
         step=step,
         max_steps=max_steps,
         loss=loss,
-        lr=_num(last.get("lr")),
-        tokens_per_s=_num(last.get("tokens_per_s")),
+        lr=number(last.get("lr")),
+        tokens_per_s=number(last.get("tokens_per_s")),
         steps_per_s=rate,
         eta_s=eta,
         **_last_markers(events),

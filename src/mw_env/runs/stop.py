@@ -26,6 +26,7 @@ from mw_env.rundir import contract as rd
 from mw_env.rundir import runstate
 from mw_env.rundir.contract import RUN_FILE, checkpoints_dir, metrics_path
 from mw_env.rundir.occupants import cmdline, marked_processes, processes_of_folder
+from mw_env.runs.anomalies import number
 from mw_env.runs.liveness import SUPERVISOR, detached_processes
 from mw_env.runs.runs import RunRecord, _run_lock, is_alive, read_run
 from mw_env.runs.supervise import group_members, same_process_alive
@@ -66,24 +67,20 @@ class Grace:
         return f"{self.seconds:.0f}s ({measured}; --grace overrides)"
 
 
-def _num(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def stop_grace(events: Sequence[dict[str, Any]], *, override: float | None = None) -> Grace:
     """The grace for this run: two of its longest step (the stop is agreed at the end of a step, so a
     SIGTERM just after that point costs one more), twice its longest checkpoint and eval, and the report."""
     if override is not None:
         return Grace(seconds=float(override), overridden=True)
     step_s = max(
-        (v for e in events if e.get("event") == "step" and (v := _num(e.get("step_s")))), default=None
+        (v for e in events if e.get("event") == "step" and (v := number(e.get("step_s")))), default=None
     )
     started: dict[Any, float] = {}
     ckpt_s = None
     step_times: dict[Any, float] = {}
     eval_s = None
     for e in events:
-        t = _num(e.get("time"))
+        t = number(e.get("time"))
         if t is None:
             continue
         kind = e.get("event")
