@@ -225,7 +225,7 @@ def test_a_signal_at_a_phase(tmp_path: Path, phase: str, sig: str, mode: str, la
 
 def test_sigterm_to_torchrun_itself(tmp_path: Path) -> None:
     """Case 14: SIGTERM to torchrun (the child of `mw-env train`): the workers stop cleanly, exit 0."""
-    from mw_env.runs.foreground import children
+    from mw_env.rundir.occupants import children
 
     run, hold, tag = tmp_path / "run", tmp_path / "go", new_tag()
     env = {

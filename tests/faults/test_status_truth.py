@@ -20,8 +20,7 @@ import pytest
 from tests.runs.runs_helpers import wait_until
 
 from mw_env.cli import main
-from mw_env.rundir.occupants import proc_stat
-from mw_env.runs.foreground import children
+from mw_env.rundir.occupants import children, proc_stat
 from mw_env.runs.runstatus import run_status
 from mw_env.runs.startup import stopped_at_start_up
 from proctools import kill_tagged, new_tag

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from mw_env.rundir.occupants import group_members
 from mw_env.runs.runs import RunRecord, start_run
-from mw_env.runs.supervise import group_members
 
 # Prelude of every stand-in trainer: `ev(...)` appends one metrics event like the real trainer.
 PRELUDE = textwrap.dedent(

@@ -73,7 +73,7 @@ def test_proc_stat_parses_names_with_spaces_and_parens(tmp_path):
     (tmp_path / "42").mkdir()
     fields = ["S", "1", "7", "7"] + ["0"] * 15 + ["123456"] + ["0"] * 10
     (tmp_path / "42" / "stat").write_text("42 (my (odd) name) " + " ".join(fields) + "\n")
-    assert proc_stat(42, proc=tmp_path) == ("S", 7, 123456)
+    assert proc_stat(42, proc=tmp_path) == ("S", 7, 123456, 1)
     assert proc_stat(43, proc=tmp_path) is None
 
 

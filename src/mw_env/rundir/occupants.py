@@ -12,7 +12,9 @@ only (another user's environ is unreadable, and their runs are not ours to judge
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 PROC = Path("/proc")
 # Set by runs.launch in the environment of every process of one launch.
@@ -23,8 +25,21 @@ RUN_DIR_ENV = "MW_ENV_RUN_DIR"
 DETACHED_ENV = "MW_ENV_DETACHED"
 
 
-def proc_stat(pid: int, *, proc: Path = PROC) -> tuple[str, int, int] | None:
-    """(state, process group, start ticks) from /proc/<pid>/stat, or None when there is no such pid."""
+class Stat(NamedTuple):
+    """Fields 3, 5, 22 and 4 of /proc/<pid>/stat."""
+
+    state: str
+    pgrp: int
+    start_ticks: int  # with the pid, names one process: a pid is reused, never with the same start
+    ppid: int
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X", "x")  # not a zombie, not dead
+
+
+def proc_stat(pid: int, *, proc: Path = PROC) -> Stat | None:
+    """The process's Stat, or None when there is no such pid."""
     try:
         text = (proc / str(pid) / "stat").read_text()
     except OSError:
@@ -32,9 +47,30 @@ def proc_stat(pid: int, *, proc: Path = PROC) -> tuple[str, int, int] | None:
     # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
     rest = text[text.rfind(")") + 2 :].split()
     try:
-        return rest[0], int(rest[2]), int(rest[19])  # fields 3, 5 and 22
+        return Stat(rest[0], int(rest[2]), int(rest[19]), int(rest[1]))
     except (IndexError, ValueError):
         return None
+
+
+def live_processes(*, proc: Path = PROC) -> Iterator[tuple[int, Stat]]:
+    """Every live process (pid, Stat), of any user; none where /proc cannot be read."""
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if entry.name.isdigit() and (stat := proc_stat(int(entry.name), proc=proc)) and stat.alive:
+            yield int(entry.name), stat
+
+
+def same_process_alive(pid: int, start_ticks: int, *, proc: Path = PROC) -> bool:
+    """True while `pid` is running and is the process that started at `start_ticks` (not a zombie)."""
+    stat = proc_stat(pid, proc=proc)
+    return stat is not None and stat.alive and stat.start_ticks == start_ticks
+
+
+def group_members(pgid: int, *, proc: Path = PROC) -> list[int]:
+    return [pid for pid, stat in live_processes(proc=proc) if stat.pgrp == pgid]
+
+
+def children(pid: int) -> list[int]:
+    return [child for child, stat in live_processes() if stat.ppid == pid]
 
 
 def environ(pid: int, *, proc: Path = PROC) -> dict[str, str] | None:
@@ -44,7 +80,7 @@ def environ(pid: int, *, proc: Path = PROC) -> dict[str, str] | None:
     except OSError:
         return None
     stat = proc_stat(pid, proc=proc)
-    if stat is None or stat[0] in ("Z", "X", "x"):
+    if stat is None or not stat.alive:
         return None
     out = {}
     for item in raw.split(b"\0"):
@@ -69,7 +105,7 @@ def marked_processes(value: str, *, key: str = RUN_ID_ENV, proc: Path = PROC) ->
             continue
         if needle in env.split(b"\0"):
             stat = proc_stat(int(entry.name), proc=proc)
-            if stat and stat[0] not in ("Z", "X", "x"):
+            if stat and stat.alive:
                 found.append(int(entry.name))
     return found
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from mw_env.base.errors import EXIT_FAILED, EXIT_INTERRUPTED, StepFailed
 from mw_env.base.lifeline import preexec
 from mw_env.rundir.contract import MANIFEST, checkpoints_dir, metrics_path
+from mw_env.rundir.occupants import children
 from mw_env.runs import rendezvous
 from mw_env.runs.fit import oom_hint
 from mw_env.runs.procinfo import cgroup_oom_kills, signal_name
@@ -299,27 +300,6 @@ def stop_targets(torchrun_pid: int) -> list[int]:
     workers 30 s later, which would cut rank 0's report after rank 1 has ended. (A worker torchrun starts
     after the signal does not get it; torchrun starts them all within a few milliseconds.)"""
     return children(torchrun_pid) or [torchrun_pid]
-
-
-def children(pid: int) -> list[int]:
-    """The live child processes of `pid` (from /proc; empty where it cannot be read)."""
-    found: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
-        if len(fields) > 1 and fields[0] != "Z" and fields[1] == str(pid):
-            found.append(int(entry))
-    return found
 
 
 def relay_torchrun_stderr(proc: subprocess.Popen[str], *, write: Callable[[str], None]) -> TorchrunStderr:

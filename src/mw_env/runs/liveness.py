@@ -105,7 +105,7 @@ def life_alive(life: Mapping[str, object], liveness: Liveness) -> bool:
         return liveness.alive
     pid = life.get("pid")
     stat = proc_stat(pid) if isinstance(pid, int) and pid > 0 else None
-    return stat is not None and stat[0] not in ("Z", "X", "x")
+    return stat is not None and stat.alive
 
 
 def orphan_run(out_dir: Path) -> None:

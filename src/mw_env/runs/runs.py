@@ -24,9 +24,8 @@ from mw_env.base.errors import InputError, StepFailed, os_fault
 from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
 from mw_env.rundir.contract import LOG_FILE, METRICS_FILE, RUN_FILE, RUN_LOCK
-from mw_env.rundir.occupants import DETACHED_ENV, PROC, RUN_DIR_ENV, RUN_ID_ENV, proc_stat
+from mw_env.rundir.occupants import DETACHED_ENV, RUN_DIR_ENV, RUN_ID_ENV, proc_stat, same_process_alive
 from mw_env.runs.logscan import RUN_HEADER
-from mw_env.runs.supervise import same_process_alive
 
 SPAWN_TIMEOUT_S = 30.0
 
@@ -113,22 +112,19 @@ class ExitRecord:
 # Processes
 
 
-def is_alive(record: RunRecord, *, proc: Path = PROC) -> bool:
-    """The run's supervisor is running, and the trainer has not been seen to end.
+def is_alive(record: RunRecord) -> bool:
+    """The run's supervisor is running, or the trainer outlived it (killed alone: the run goes on,
+    unsupervised), and the trainer has not been seen to end.
 
     The supervisor writes the exit record just before it exits itself: once the record is there
     the run is over, whatever the supervisor's last milliseconds look like.
     """
     if read_exit(record.run_dir) is not None:
         return False
-    return same_process_alive(record.pid, record.start_ticks, proc=proc) or _trainer_alive(record, proc=proc)
-
-
-def _trainer_alive(record: RunRecord, *, proc: Path = PROC) -> bool:
-    """The trainer outlived its supervisor (killed alone): the run goes on, unsupervised."""
-    if record.child_pid is None or record.child_start_ticks is None:
-        return False
-    return same_process_alive(record.child_pid, record.child_start_ticks, proc=proc)
+    if same_process_alive(record.pid, record.start_ticks):
+        return True
+    child, ticks = record.child_pid, record.child_start_ticks
+    return child is not None and ticks is not None and same_process_alive(child, ticks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +259,7 @@ def start_run(
                 os.close(report_w)
         # Our child: its /proc entry stays (as a zombie at worst) until we reap it.
         stat = proc_stat(proc.pid)
-        start_ticks = stat[2] if stat else None
+        start_ticks = stat.start_ticks if stat else None
         try:
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(spec).encode())
@@ -273,7 +269,7 @@ def start_run(
             os.close(report_r)
         child_pid = report.get("child_pid")
         child_stat = proc_stat(child_pid) if isinstance(child_pid, int) else None
-        child_ticks = child_stat[2] if child_stat else None
+        child_ticks = child_stat.start_ticks if child_stat else None
         if "error" in report or start_ticks is None:
             raise StepFailed(
                 f"the trainer could not be started: {report.get('error', 'the supervisor vanished')}",

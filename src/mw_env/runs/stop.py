@@ -25,11 +25,16 @@ from mw_env.base.errors import InputError
 from mw_env.rundir import contract as rd
 from mw_env.rundir import runstate
 from mw_env.rundir.contract import RUN_FILE, checkpoints_dir, metrics_path
-from mw_env.rundir.occupants import cmdline, marked_processes, processes_of_folder
+from mw_env.rundir.occupants import (
+    cmdline,
+    group_members,
+    marked_processes,
+    processes_of_folder,
+    same_process_alive,
+)
 from mw_env.runs.anomalies import number
 from mw_env.runs.liveness import SUPERVISOR, detached_processes
 from mw_env.runs.runs import RunRecord, _run_lock, is_alive, read_run
-from mw_env.runs.supervise import group_members, same_process_alive
 
 GRACE_FLOOR_S = 90.0  # never less than the old fixed grace: imports and a first step are not measured yet
 REPORT_S = 60.0  # the report (figures) and the manifest (hashing every checkpoint) after the last checkpoint

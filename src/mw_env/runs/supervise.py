@@ -1,4 +1,4 @@
-"""The detached run's supervisor, and the process facts runs are judged by.
+"""The detached run's supervisor.
 
 `python -m mw_env.runs.supervise REPORT_FD` (started by `mw-env train start`, in its own
 session) reads {argv, env, cwd, run_dir} on stdin, starts the trainer as its child, reports the
@@ -22,30 +22,12 @@ from pathlib import Path
 from types import FrameType
 
 from mw_env.rundir.contract import LOG_FILE
-from mw_env.rundir.occupants import PROC, proc_stat
 from mw_env.rundir.runstate import record_exit, set_state
 from mw_env.runs.procinfo import cgroup_oom_kills
 from mw_env.runs.startup import signal_ended, stopped_at_start_up, torchrun_output
 
 # state.json (runstate.py): the supervisor writes "running" once the trainer is started and adds the
 # exit facts when it ended; the trainer moves it through stopping/finishing/finished in between.
-
-
-def same_process_alive(pid: int, start_ticks: int, *, proc: Path = PROC) -> bool:
-    """True while `pid` is running and is the process that started at `start_ticks` (not a zombie)."""
-    stat = proc_stat(pid, proc=proc)
-    return stat is not None and stat[0] not in ("Z", "X", "x") and stat[2] == start_ticks
-
-
-def group_members(pgid: int, *, proc: Path = PROC) -> list[int]:
-    """Live (non-zombie) processes in process group `pgid`."""
-    members = []
-    for entry in proc.iterdir() if proc.is_dir() else ():
-        if entry.name.isdigit():
-            stat = proc_stat(int(entry.name), proc=proc)
-            if stat and stat[1] == pgid and stat[0] not in ("Z", "X", "x"):
-                members.append(int(entry.name))
-    return members
 
 
 def supervise(report_fd: int) -> int:
