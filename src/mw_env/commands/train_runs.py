@@ -225,7 +225,8 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
     from mw_env.runs.liveness import detached_processes
     from mw_env.runs.runs import is_alive, read_run
     from mw_env.runs.runstatus import run_status
-    from mw_env.runs.stop import STOP_REPORT, recent_events, stop_grace, stop_run
+    from mw_env.runs.stop import STOP_REPORT, stop_grace, stop_run
+    from mw_env.runs.tail import recent_events
 
     record = read_run(out_dir.resolve())
     # Announce the wait only when there is a live run to stop (no run: stop_run raises the error).

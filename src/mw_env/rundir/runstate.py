@@ -60,13 +60,11 @@ def read_state(run_dir: Path) -> dict[str, object] | None:
 
 
 @contextlib.contextmanager
-def _locked(run_dir: Path) -> Iterator[None]:
-    with open_append(Path(run_dir) / STATE_LOCK) as fh:
+def flocked(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` (made if missing) for the block: closing the file drops it."""
+    with open_append(path) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        yield
 
 
 def set_state(run_dir: Path, state: str, **fields: object) -> dict[str, object]:
@@ -75,7 +73,7 @@ def set_state(run_dir: Path, state: str, **fields: object) -> dict[str, object]:
         raise ValueError(f"unknown run state {state!r}")
     run_dir = Path(run_dir)
     now = time.time()
-    with _locked(run_dir):
+    with flocked(run_dir / STATE_LOCK):
         old = read_state(run_dir) or {}
         # A new life ("running") starts without the previous one's exit facts.
         kept: dict[str, object] = {
@@ -99,7 +97,7 @@ def record_exit(
     """The supervisor saw the trainer end: keep `finished`, else `exited` (during the state it was in)."""
     run_dir = Path(run_dir)
     now = time.time()
-    with _locked(run_dir):
+    with flocked(run_dir / STATE_LOCK):
         old = read_state(run_dir) or {}
         was = str(old.get("state") or "running")
         state = was if was in ("finished", "killed") else "exited"
@@ -125,7 +123,7 @@ def record_failure(
     of the same end, after this one, keeps them."""
     run_dir = Path(run_dir)
     now = time.time()
-    with _locked(run_dir):
+    with flocked(run_dir / STATE_LOCK):
         old = read_state(run_dir) or {}
         exit_facts = {"returncode": returncode, "signal": None, "oom_kills": 0, "time": now}
         record: dict[str, object] = {

@@ -6,7 +6,6 @@ whether it is still the same process (stopping one: stop.py). run.json says who 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import select
@@ -14,12 +13,12 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mw_env.base.atomic import open_append, open_regular, write_json_atomic
+from mw_env.base.atomic import open_regular, write_json_atomic
 from mw_env.base.errors import InputError, StepFailed, os_fault
 from mw_env.base.shellquote import sh
 from mw_env.rundir import runstate
@@ -164,17 +163,6 @@ def read_exit(out_dir: Path) -> ExitRecord | None:
         return None
 
 
-@contextlib.contextmanager
-def _run_lock(out_dir: Path) -> Iterator[None]:
-    """Serialise start/stop on one folder, so two `start`s cannot both see "no live run"."""
-    with open_append(out_dir / RUN_LOCK) as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -206,7 +194,8 @@ def start_run(
         raise InputError(
             f"cannot create the run folder {out_dir}: {exc}", hint="choose a writable --out-dir"
         ) from exc
-    with _run_lock(out_dir):
+    # Start and stop one at a time in a folder: two `start`s cannot both see "no live run".
+    with runstate.flocked(out_dir / RUN_LOCK):
         old = read_run(out_dir)
         if old is not None and is_alive(old):
             raise InputError(

@@ -18,6 +18,7 @@ from pathlib import Path
 from mw_env.base.atomic import open_append
 from mw_env.base.errors import MwEnvError
 from mw_env.rundir.contract import CHECKPOINT_GLOB, checkpoints_dir, metrics_path
+from mw_env.runs.tail import recent_events
 from mw_env.runs.torchrun_output import TorchrunStderr
 
 
@@ -29,24 +30,13 @@ def stopped_at_start_up(run_dir: Path, *, since: float) -> str | None:
     and the exit recorded as 0. Returns what to say, or None (judged as before) once a step or a `finished`
     event was written. A folder not made yet (a foreground start stopped that early) gets no event."""
     path = metrics_path(run_dir)
-    with contextlib.suppress(OSError):
-        if not stat_mod.S_ISREG(path.stat().st_mode):
-            return None  # a FIFO or a device planted there is never opened (it could block us)
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, os.fstat(fh.fileno()).st_size - (1 << 20)))
-            tail = fh.read().decode("utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        tail = []
-    except OSError:
-        return None
-    for line in tail:
-        with contextlib.suppress(ValueError, RecursionError):
-            event = json.loads(line)
-            if isinstance(event, dict) and event.get("event") in ("step", "finished"):
-                moment = event.get("time")
-                if not isinstance(moment, int | float) or moment >= since:
-                    return None
+    if path.exists() and not path.is_file():
+        return None  # a FIFO or a device planted there is never written to (it could block us)
+    for event in recent_events(run_dir, 1 << 20):
+        if event.get("event") in ("step", "finished"):
+            moment = event.get("time")
+            if not isinstance(moment, int | float) or moment >= since:
+                return None
     ckpts = (
         sorted(checkpoints_dir(run_dir).glob(CHECKPOINT_GLOB)) if checkpoints_dir(run_dir).is_dir() else []
     )

@@ -24,7 +24,7 @@ from mw_env.base.atomic import write_json_atomic, write_text_atomic
 from mw_env.base.errors import InputError
 from mw_env.rundir import contract as rd
 from mw_env.rundir import runstate
-from mw_env.rundir.contract import RUN_FILE, checkpoints_dir, metrics_path
+from mw_env.rundir.contract import RUN_FILE, RUN_LOCK, checkpoints_dir, metrics_path
 from mw_env.rundir.occupants import (
     cmdline,
     group_members,
@@ -34,7 +34,8 @@ from mw_env.rundir.occupants import (
 )
 from mw_env.runs.anomalies import number
 from mw_env.runs.liveness import SUPERVISOR, detached_processes
-from mw_env.runs.runs import RunRecord, _run_lock, is_alive, read_run
+from mw_env.runs.runs import RunRecord, is_alive, read_run
+from mw_env.runs.tail import recent_events
 
 GRACE_FLOOR_S = 90.0  # never less than the old fixed grace: imports and a first step are not measured yet
 REPORT_S = 60.0  # the report (figures) and the manifest (hashing every checkpoint) after the last checkpoint
@@ -153,7 +154,7 @@ def stop_run(*, out_dir: Path, grace_s: float | None = None, poll_s: float = 0.2
             "its terminal (or SIGTERM to its `mw-env train`: the same graceful stop)",
         )
     grace = _grace_of(out_dir, grace_s)
-    with _run_lock(out_dir):
+    with runstate.flocked(out_dir / RUN_LOCK):
         if not is_alive(record):
             return StopResult(run_dir=out_dir, was_running=False)
         record = _with_stop(
@@ -261,29 +262,6 @@ def _kill(record: RunRecord, grace: Grace, started: float, poll_s: float) -> Sto
         grace=grace,
         last_good_checkpoint=last_good,
     )
-
-
-def recent_events(run_dir: Path, limit: int = 4 << 20) -> list[dict[str, Any]]:
-    """The last few MiB of metrics.jsonl: enough steps and checkpoints to measure (earlier attempts' too)."""
-    import json
-
-    path = metrics_path(run_dir)
-    if not path.is_file():  # a FIFO planted there would block the open
-        return []
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - limit))
-            lines = fh.read(limit).split(b"\n")[1 if size > limit else 0 :]
-    except OSError:
-        return []
-    events = []
-    for line in lines:
-        with contextlib.suppress(ValueError, RecursionError):
-            event = json.loads(line)
-            if isinstance(event, dict):
-                events.append(event)
-    return events
 
 
 def last_good_checkpoint(run_dir: Path) -> Path | None:

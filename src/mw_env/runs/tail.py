@@ -7,11 +7,15 @@ folder (a train.log linked to /etc/shadow, or run.json naming it as the log: its
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mw_env.rundir.contract import METRICS_FILE
 
 
 @dataclass
@@ -85,3 +89,25 @@ class MetricsTail:
             else:
                 self.bad_lines += 1
         return events
+
+
+def recent_events(run_dir: Path, limit: int = 4 << 20) -> list[dict[str, Any]]:
+    """The events in the last `limit` bytes of metrics.jsonl (a stop measures its steps and checkpoints there,
+    earlier attempts' too); none where it cannot be read (a FIFO planted there is never opened)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():  # a FIFO planted there would block the open
+        return []
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            lines = fh.read(limit).split(b"\n")[1 if size > limit else 0 :]
+    except OSError:
+        return []
+    events = []
+    for line in lines:
+        with contextlib.suppress(ValueError, RecursionError):
+            event = json.loads(line)
+            if isinstance(event, dict):
+                events.append(event)
+    return events
