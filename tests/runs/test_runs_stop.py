@@ -50,7 +50,7 @@ def test_verify_refuses_an_unfinished_run_and_judges_an_old_one_by_its_manifest(
 
     from mw_env.base.errors import InputError
     from mw_env.rundir.runstate import record_exit, set_state
-    from mw_env.runs.verifiable import check_verifiable
+    from mw_env.runs.liveness import check_verifiable
 
     run = tmp_path / "run"
     run.mkdir()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mw_env.base.errors import EXIT_FAILED
+from mw_env.base.errors import EXIT_FAILED, InputError
 from mw_env.base.textsafe import safe
 from mw_env.commands.common import echo_json, json_option, profile_options, root_option
 from mw_env.commands.train_options import (
@@ -25,10 +25,13 @@ from mw_env.commands.train_options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Unpack
 
     from mw_env.commands.train_options import ConfigSelection
     from mw_env.runs.launch import LaunchOptions
+    from mw_env.trainspec.config import TrainConfig
+    from mw_env.trainspec.datacheck import ReadProgress
 
 # name -> the module whose attribute of that name is the command (imported only when asked for).
 RUN_COMMANDS = {
@@ -203,9 +206,126 @@ def summary_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> None:
 def check_cmd(as_json: bool, **selection: Unpack[ConfigSelection]) -> int:
     """Read every row of the dataset once, before training: columns, tags (IOB2 or plain), labels, rows whose
     tokens and tags differ in length, nulls, rows longer than model.max_len; each with the rows that have it."""
-    from mw_env.commands.train_check import run_check
+    config, venv = resolve_train_config(**selection).config, _default_venv()
+    from mw_env.trainspec.checkreport import findings, verdict
+    from mw_env.trainspec.datacheck import check_dataset
+    from mw_env.trainspec.preflight import check_columns, check_labels
 
-    return run_check(resolve_train_config(**selection).config, venv=_default_venv(), as_json=as_json)
+    if config.data.source != "files":
+        raise InputError(
+            "train check reads a corpus of files, and this config trains on the synthetic corpus",
+            hint="name your files: --set 'data.train_files=[/data/*.parquet]' (data.source=files is implied)",
+        )
+    base = Path.cwd()
+    check_labels(config)
+    check_columns(config, base, venv, tags=False)  # the files and their columns; the rows are read below
+    from mw_env.trainspec.files import expand_files
+
+    d = config.data
+    paths = [
+        p
+        for key, globs in (*d.train_globs(), ("data.val_files", d.val_files))
+        for p in expand_files(globs, key, base)
+    ]
+    size = sum(p.stat().st_size for p in paths)
+    click.echo(f"reading every row of {len(paths)} file(s), {size / 1e6:,.1f} MB ...", err=True)
+    show = _progress_printer()
+    try:
+        import pyarrow  # noqa: F401  (here or in the venv)
+    except ImportError:
+        report = _check_in_venv(config, base, venv, show)
+    else:
+        report = check_dataset(config, base=base, progress=show).to_dict()
+    items = findings(report, config)
+    if as_json:
+        echo_json({**report, "findings": [f.__dict__ for f in items], "verdict": verdict(items)})
+    else:
+        for f in items:
+            prefix = "" if f.level == "info" else f"{f.level}: "
+            click.echo(prefix + f.text)
+            if f.hint:
+                click.echo(f"  {'hint' if f.level != 'info' else 'paste'}: {f.hint}")
+        click.echo(verdict(items))
+    return EXIT_FAILED if any(f.level == "error" for f in items) else 0
+
+
+PROGRESS_S, PROGRESS_PIPE_S = 2.0, 10.0
+
+
+def _progress_printer() -> Callable[[ReadProgress], None]:
+    """ReadProgress on stderr: a line every PROGRESS_S on a terminal, every PROGRESS_PIPE_S otherwise."""
+    import sys
+    import time
+
+    every = PROGRESS_S if sys.stderr.isatty() else PROGRESS_PIPE_S
+    last = [time.monotonic()]
+
+    def show(p: ReadProgress) -> None:
+        now = time.monotonic()
+        if now - last[0] < every:
+            return
+        last[0] = now
+        share = f", {100 * p.done_bytes / p.total_bytes:.0f}% of the bytes" if p.total_bytes else ""
+        click.echo(f"  read {p.rows:,} rows{share} ({Path(p.path).name})", err=True)
+
+    return show
+
+
+def _check_in_venv(
+    config: TrainConfig, base: Path, venv: Path | None, show: Callable[[ReadProgress], None]
+) -> dict[str, object]:
+    """The check run by the training venv's python, where mw-env's own has no pyarrow (the venv has it: the
+    `train` extra): `python -m mw_env.trainspec.datacheck`, whose JSON lines (progress, then the report) are read
+    back."""
+    import json
+    import os
+    import subprocess
+
+    from mw_env.base.errors import MwEnvError
+    from mw_env.trainspec.datacheck import ReadProgress
+
+    python = venv / "bin" / "python" if venv else None
+    if python is None or not python.exists():
+        raise InputError(
+            "train check reads the rows with pyarrow, which neither mw-env's python nor a training venv has",
+            hint="bootstrap the training venv (`mw-env bootstrap`), or point MW_ENV_VENV at it",
+        )
+    from mw_env.runs.launch import source_pythonpath
+
+    env = dict(os.environ)
+    if pythonpath := source_pythonpath(env):
+        env["PYTHONPATH"] = pythonpath
+    request = json.dumps({"config": config.to_dict(), "base": str(base)})
+    proc = subprocess.Popen(
+        [str(python), "-m", "mw_env.trainspec.datacheck", request],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    result: dict[str, object] | None = None
+    for line in proc.stdout:
+        msg = json.loads(line)
+        if "progress" in msg:
+            show(ReadProgress(**msg["progress"]))
+        elif "error" in msg:
+            e = msg["error"]
+            proc.wait()
+            raise (
+                MwEnvError(e["message"], hint=e.get("hint"))
+                if e.get("exit") != 2
+                else InputError(e["message"], hint=e.get("hint"))
+            )
+        else:
+            result = msg["report"]
+    err = proc.stderr.read()
+    if proc.wait() != 0 or result is None:
+        raise MwEnvError(
+            f"the check in {python} failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}",
+            hint="run `mw-env doctor`: the training venv may be damaged",
+        )
+    return result
 
 
 def _default_venv() -> Path | None:
@@ -228,7 +348,7 @@ def _default_venv() -> Path | None:
 def verify_cmd(out_dir: Path, as_json: bool) -> int:
     """Check a finished run folder against its MANIFEST.sha256."""
     from mw_env.rundir.manifest import verify_manifest
-    from mw_env.runs.verifiable import check_verifiable
+    from mw_env.runs.liveness import check_verifiable
 
     check_verifiable(out_dir)
     check = verify_manifest(out_dir)
