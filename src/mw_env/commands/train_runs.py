@@ -244,43 +244,36 @@ def stop(out_dir: Path, grace: float | None, as_json: bool) -> int:
             err=True,
         )
     result = stop_run(out_dir=out_dir, grace_s=grace)
-    if result.orphans and result.folder_kept:  # a detached run whose run.json is gone, found by its processes
-        after = run_status(out_dir=out_dir)
-        if as_json:
-            echo_json({**result.to_dict(), "state": after.state})
-        else:
-            how = (
-                f"killed with SIGKILL after {duration(result.waited_s)} (last good checkpoint: "
-                f"{result.last_good_checkpoint or 'none'})"
-                if result.escalated
-                else f"stopped after {duration(result.waited_s)}; state {after.state}"
-            )
-            click.echo(
-                f"the detached run in {out_dir} has no run.json; its processes "
-                f"{', '.join(map(str, result.orphans))}, found by {RUN_DIR_ENV} in their environment, were {how}"
-            )
-        return EXIT_FAILED if result.escalated else 0
-    if result.orphans:  # no record left in the folder: the run was found by its processes
-        if as_json:
-            echo_json(result.to_dict())
-        else:
-            click.echo(
-                f"the run started in {out_dir} has no record there (its folder was deleted or replaced); its "
-                f"processes {', '.join(map(str, result.orphans))}, found by {RUN_DIR_ENV} in their environment, "
-                + (
-                    f"were killed with SIGKILL after {duration(result.waited_s)}"
-                    if result.escalated
-                    else "stopped"
-                )
-            )
-        return EXIT_FAILED if result.escalated else 0
-    after = run_status(out_dir=out_dir)
     code = EXIT_FAILED if result.escalated else 0
+    # Only a folder deleted or replaced under the run has no status: its processes were found by their folder.
+    after = run_status(out_dir=out_dir) if result.folder_kept or not result.orphans else None
     if as_json:
-        echo_json(
-            {**result.to_dict(), "state": after.state, "last_checkpoint": after.progress.last_checkpoint}
+        said: dict[str, object] = {} if after is None else {"state": after.state}
+        if after is not None and not result.orphans:
+            said["last_checkpoint"] = after.progress.last_checkpoint
+        echo_json({**result.to_dict(), **said})
+        return code
+    pids = ", ".join(map(str, result.orphans))
+    if result.orphans and after is not None:  # a detached run whose run.json is gone, found by its processes
+        how = (
+            f"killed with SIGKILL after {duration(result.waited_s)} (last good checkpoint: "
+            f"{result.last_good_checkpoint or 'none'})"
+            if result.escalated
+            else f"stopped after {duration(result.waited_s)}; state {after.state}"
+        )
+        click.echo(
+            f"the detached run in {out_dir} has no run.json; its processes {pids}, found by {RUN_DIR_ENV} in "
+            f"their environment, were {how}"
         )
         return code
+    if result.orphans:
+        how = f"were killed with SIGKILL after {duration(result.waited_s)}" if result.escalated else "stopped"
+        click.echo(
+            f"the run started in {out_dir} has no record there (its folder was deleted or replaced); its "
+            f"processes {pids}, found by {RUN_DIR_ENV} in their environment, {how}"
+        )
+        return code
+    assert after is not None
     if not result.was_running:
         click.echo(f"no live run in {result.run_dir} (state: {after.state})")
         return 0

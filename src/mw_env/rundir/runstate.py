@@ -34,7 +34,6 @@ from mw_env.base.atomic import open_append, write_json_atomic
 from mw_env.rundir.contract import STATE_FILE, STATE_LOCK
 
 STATES = ("running", "stopping", "finishing", "finished", "exited", "killed")
-TERMINAL = ("finished", "exited", "killed")
 READ_LIMIT = 1 << 20  # a state record is small; anything bigger is not one
 
 
