@@ -54,9 +54,8 @@ TORCHRUN_LOG = "torchrun.log"  # torchrun's own stderr, filtered out of the term
 DOCTOR_FILE = "doctor.json"  # the doctor's report at launch (launch.py)
 DOCTOR_PENDING = ".doctor-pending.json"  # ...until the run's report moves it to DOCTOR_FILE (launch.py)
 LOCK_NAME = ".lock"  # one trainer per run folder (runlock.py); a dotfile, so the manifest skips it
-ROW_TRACE_DIR = (
-    "row-trace"  # rank-<r>.jsonl: the rows each step read, with MW_ENV_TRACE_ROWS=1 (trainer/data/trace.py)
-)
+# rank-<r>.jsonl: the rows each step read, with MW_ENV_TRACE_ROWS=1 (trainer/data/trace.py)
+ROW_TRACE_DIR = "row-trace"
 CORPUS_INDEX = "corpus-index.json"  # each shard's blocks and identity, cached (trainer/data/index.py)
 SHARD_DIGESTS = "shard-sha256.json"  # the shards' sha256, cached (trainer/data/digest.py)
 TENSORBOARD_DIR = "tensorboard"  # runtime.tracking=tensorboard (trainer/tracking/tracking.py)
