@@ -63,11 +63,22 @@ test-env: install
 	  $(UV) venv --quiet --allow-existing --python $(PYTHON) $(TEST_VENV) && \
 	  $(UV) pip install --quiet --python $(TEST_VENV)/bin/python -e '.[dev]' 'numpy>=1.24' 'pyarrow>=14'; \
 	fi
+	@test -e $(TEST_VENV)/.compiled || { $(TEST_VENV)/bin/python -c "$$COMPILE_SITE" && touch $(TEST_VENV)/.compiled; }
+
+# The test venv's packages compiled to bytecode once (a stamp: again only after `rm $(TEST_VENV)/.compiled`).
+# uv installs without bytecode and a host that sets PYTHONDONTWRITEBYTECODE (this CI's does) never keeps
+# what an import compiles, so each of the suite's few hundred trainer, torchrun and worker processes compiled
+# torch from source again: 4.3 CPU seconds an `import torch` instead of 1-2, test_ddp.py 44 CPU-s instead of
+# 18. A few files are for newer Pythons only (torch's py312_intrinsics.py) and never compile here, as uv's
+# --compile-bytecode leaves them too: the result is not an error.
+export COMPILE_SITE := import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)
 
 # Two pytest-xdist workers (the CI machine has 2 cores); a test file stays on one worker, so its module
 # fixtures (trained checkpoints, built indexes) are built once. Files are handed out in collection order,
 # longest first (tests/conftest.py, tests/durations.json), not by test count (xdist's default reorder, which
-# put a file of 2,900 sub-second cases first and the minute-long ones last). TEST_WORKERS=0: one process.
+# put a file of 2,900 sub-second cases first and the minute-long ones last). The files that start several
+# torch processes at once are one unit, run on one worker one after another (tests/conftest.py MULTIPROCESS:
+# two at once on 2 cores took 2-3x as long each). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: test-env

@@ -174,12 +174,58 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
+# The files whose tests start several torch processes at once: torchrun with two workers, two nodes, a
+# trainer beside the report's figure pool. On the 2 cores CI has, two of them running at once (one on each
+# xdist worker) each took 2-3x as long as alone (test_signals 68 s -> 184 s, 11:23 of tests instead of
+# 8:23). They are one unit of the schedule: run one after another on one worker while the other worker runs
+# the single-process files. A file that starts such a run belongs here (a name that is gone fails collection).
+MULTIPROCESS = frozenset(
+    {
+        "tests/faults/test_disk_faults.py",
+        "tests/faults/test_multinode_faults.py",
+        "tests/faults/test_signals.py",
+        "tests/faults/test_status_truth.py",
+        "tests/runs/test_no_orphans.py",
+        "tests/trainer/test_ddp.py",
+        "tests/trainer/test_elastic.py",
+        "tests/trainer/test_multinode.py",
+        "tests/trainer/test_multinode_env.py",
+        "tests/trainer/test_stream_resume.py",
+    }
+)
+MULTIPROCESS_UNIT = "multiprocess"  # the unit's name in tests/durations.json's order and in xdist's log
+
+
+def _unit(file: str) -> str:
+    """The unit of the schedule a test file belongs to: the file itself, or the multi-process unit."""
+    return MULTIPROCESS_UNIT if file in MULTIPROCESS else file
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile`, with the MULTIPROCESS files as one unit: a file still runs whole on one worker, in
+    its order, and the multi-process files run one after another on one worker.
+
+    Not `--dist loadgroup` with an xdist_group per file: that appends `@group` to every test's id, so a
+    FAILED line's id no longer selects the test it names. Other --dist modes are xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _LoadUnits(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(super()._split_scope(nodeid))
+
+    return _LoadUnits(config, log)
+
+
 def _longest_files_first(items: list[pytest.Item]) -> None:
     """Collect the test files longest first (tests/durations.json, scripts/test_durations.py): `--dist
-    loadfile` hands out whole files in collection order, and a long file handed out last ran alone while the
-    other worker idled. A file the table does not know is placed by its test count (the table's median
-    seconds a test). The sort is stable, so a file's tests keep their order and stay together; every worker
-    sorts the same collection the same way, as xdist requires."""
+    loadfile` hands out whole units (a file, or the MULTIPROCESS files together) in collection order, and a
+    long unit handed out last ran alone while the other worker idled. A unit weighs the seconds of its files;
+    a file the table does not know is placed by its test count (the table's median seconds a test). The sort
+    is stable, so a file's tests keep their order and stay together; every worker sorts the same collection
+    the same way, as xdist requires."""
     import json
 
     try:
@@ -191,11 +237,22 @@ def _longest_files_first(items: list[pytest.Item]) -> None:
         counts[item.location[0]] = counts.get(item.location[0], 0) + 1
     known = sorted(table[f] / counts[f] for f in counts if f in table and counts[f])
     each = known[len(known) // 2] if known else 0.1
-    weight = {f: table.get(f, n * each) for f, n in counts.items()}
-    items.sort(key=lambda item: -weight[item.location[0]])
+    weight: dict[str, float] = {}
+    for f, n in counts.items():
+        weight[_unit(f)] = weight.get(_unit(f), 0.0) + table.get(f, n * each)
+    items.sort(key=lambda item: (-weight[_unit(item.location[0])], _unit(item.location[0])))
+
+
+def _multiprocess_files_exist() -> None:
+    gone = sorted(f for f in MULTIPROCESS if not (REPO / f).is_file())
+    if gone:
+        raise pytest.UsageError(
+            f"tests/conftest.py MULTIPROCESS names files that are gone: {', '.join(gone)}"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _multiprocess_files_exist()
     _longest_files_first(items)
     if HAVE_TORCH:
         return
