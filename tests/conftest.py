@@ -210,13 +210,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     FAILED line's id no longer selects the test it names. Other --dist modes are xdist's own."""
     if config.getvalue("dist") != "loadfile":
         return None
+    return _unit_scheduling()(config, log)
+
+
+def _unit_scheduling() -> type:
+    """xdist's loadfile scheduling whose unit of work is `_unit(file)` (imported here: xdist is a plugin)."""
     from xdist.scheduler import LoadFileScheduling
 
-    class _LoadUnits(LoadFileScheduling):
+    class LoadUnitScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return _unit(super()._split_scope(nodeid))
 
-    return _LoadUnits(config, log)
+    return LoadUnitScheduling
 
 
 def _longest_files_first(items: list[pytest.Item]) -> None:
@@ -232,6 +237,10 @@ def _longest_files_first(items: list[pytest.Item]) -> None:
         table: dict[str, float] = json.loads((REPO / "tests" / "durations.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
+    _order_units(items, table)
+
+
+def _order_units(items: list[pytest.Item], table: dict[str, float]) -> None:
     counts: dict[str, int] = {}
     for item in items:
         counts[item.location[0]] = counts.get(item.location[0], 0) + 1
