@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from mw_env.base.errors import InputError
+from proctools import MARKER, assert_none_left, kill_tagged, new_tag
 
 from .helpers import TINY, files_config, step_losses, write_parquet_corpus
 from .test_resume import _assert_same
@@ -79,10 +80,11 @@ def _run(argv: list[str], **env: str) -> None:
 
 
 def _kill_after_checkpoint(argv: list[str], marker: Path) -> None:
+    tag = new_tag()
     child = subprocess.Popen(
         argv,
         cwd=REPO,
-        env=_env(MW_TEST_HANG_AT="5", MW_TEST_MARKER=str(marker)),
+        env=_env(MW_TEST_HANG_AT="5", MW_TEST_MARKER=str(marker), **{MARKER: tag}),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -94,9 +96,15 @@ def _kill_after_checkpoint(argv: list[str], marker: Path) -> None:
                 raise AssertionError(child.stderr.read().decode()[-3000:] if child.stderr else "died")
             assert time.monotonic() < deadline, "the child never reached step 6"
             time.sleep(0.05)
-        os.killpg(child.pid, signal.SIGKILL)  # the whole group: torchrun and its workers
+        os.killpg(child.pid, signal.SIGKILL)  # torchrun's group (the one process without torchrun)
     finally:
+        # and torchrun's workers, each in a session of its own (torch elastic starts them so), with their data
+        # workers, which share the run folder's lock.
+        kill_tagged(tag)
         child.wait(timeout=60)
+    # The same command, next, takes that lock: once nothing of the killed run is left. Without this wait a
+    # worker left to notice its torchrun's death still held it at a load of 15 (a full run, 2026-12-08).
+    assert_none_left(tag, within=60.0)
 
 
 def _state(run: Path, step: int = 8) -> dict[str, Any]:
