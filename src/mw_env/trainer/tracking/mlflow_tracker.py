@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -29,7 +29,7 @@ from mw_env.base.atomic import write_json_atomic
 from mw_env.base.errors import MwEnvError
 from mw_env.rundir.contract import MANIFEST, METRICS_FILE, MLRUNS_DIR, REPORT_DIR, sha256_file
 from mw_env.rundir.contract import MLFLOW_RUN_FILE as RUN_FILE
-from mw_env.trainer.tracking.values import flatten, metric_values
+from mw_env.trainer.tracking.values import Guarded, flatten, metric_values
 from mw_env.trainspec.extras import bootstrap_hint
 
 if TYPE_CHECKING:
@@ -71,11 +71,11 @@ def missing(exc: ImportError) -> MwEnvError:
     )
 
 
-class MLflowTracker:
+class MLflowTracker(Guarded):
     """Metrics events -> one MLflow run (see the module docstring for where)."""
 
     def __init__(self, run_dir: Path, hparams: Mapping[str, Any]) -> None:
-        self.name, self.failed = "mlflow", False
+        super().__init__("mlflow")
         try:
             from mlflow.entities import Param
             from mlflow.tracking import MlflowClient
@@ -145,25 +145,10 @@ class MLflowTracker:
         self.client.update_run(run_id, status="RUNNING")
         return run_id
 
-    def _guard(self, action: str, func: Callable[..., object], *args: object, **kwargs: object) -> None:
-        """A failure mid-run is one line on stderr, then silence: metrics.jsonl keeps every event."""
-        if self.failed:
-            return
-        try:
-            func(*args, **kwargs)
-        except Exception as exc:
-            self.failed = True
-            print(
-                f"mw-env: mlflow tracking stopped ({action}: {exc.__class__.__name__}: {exc}); "
-                "metrics.jsonl still has every event",
-                file=sys.stderr,
-                flush=True,
-            )
-
     def _flush(self) -> None:
         while self._pending:
             batch, self._pending = self._pending[:BATCH_LIMIT], self._pending[BATCH_LIMIT:]
-            self._guard("log_batch", self.client.log_batch, self.run_id, metrics=batch)
+            self.guard("log_batch", self.client.log_batch, self.run_id, metrics=batch)
         self._last_flush = time.monotonic()
 
     def log(self, event: dict[str, Any]) -> None:
@@ -177,7 +162,7 @@ class MLflowTracker:
         kind = event.get("event")
         if kind == "finished":
             self._status = "FAILED" if event.get("reason") == "nonfinite" else "FINISHED"
-            self._guard(
+            self.guard(
                 "set_tag", self.client.set_tag, self.run_id, "mw-env.finished", str(event.get("reason"))
             )
         if kind in ("eval", "finished") or time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
@@ -185,7 +170,7 @@ class MLflowTracker:
 
     def close(self) -> None:
         self._flush()
-        self._guard("set_terminated", self.client.set_terminated, self.run_id, self._status)
+        self.guard("set_terminated", self.client.set_terminated, self.run_id, self._status)
 
 
 def log_run_artifacts(run_dir: Path, *, checkpoint: Path | None, checkpoint_sha256: str | None) -> str | None:

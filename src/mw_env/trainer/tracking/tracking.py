@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from mw_env.base.errors import InputError, MwEnvError
 from mw_env.rundir.contract import TENSORBOARD_DIR
-from mw_env.trainer.tracking.values import metric_values
+from mw_env.trainer.tracking.values import Guarded, metric_values
 from mw_env.trainspec.extras import bootstrap_hint
 
 KINDS = ("none", "tensorboard", "mlflow")
@@ -37,29 +37,7 @@ class NullTracker:
         return None
 
 
-class _Guarded:
-    """Turns a failing tracker into one warning on stderr, then silence (see module docstring)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.failed = False
-
-    def guard(self, action: str, func: Callable[..., object], *args: object, **kwargs: object) -> None:
-        if self.failed:
-            return
-        try:
-            func(*args, **kwargs)
-        except Exception as exc:  # any tracker failure: metrics.jsonl already has the data
-            self.failed = True
-            print(
-                f"mw-env: {self.name} tracking stopped ({action}: {exc.__class__.__name__}: {exc}); "
-                "metrics.jsonl still has every event",
-                file=sys.stderr,
-                flush=True,
-            )
-
-
-class TensorBoardTracker(_Guarded):
+class TensorBoardTracker(Guarded):
     """Scalars in <run_dir>/tensorboard (`tensorboard --logdir <run_dir>/tensorboard`)."""
 
     def __init__(self, run_dir: Path, hparams: Mapping[str, object]) -> None:

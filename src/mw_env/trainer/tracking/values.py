@@ -1,4 +1,5 @@
-"""Metrics events as tracker values: scalars named "<train|eval>/<field>", hyperparameters as flat strings.
+"""Metrics events as tracker values: scalars named "<train|eval>/<field>", hyperparameters as flat strings;
+and `Guarded`, a tracker's failure mid-run turned into one warning.
 
 A leaf module: both trackers (tracking, tracking.mlflow_tracker) import it.
 """
@@ -6,7 +7,8 @@ A leaf module: both trackers (tracking, tracking.mlflow_tracker) import it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 
 # Event fields that are not metrics.
 _NOT_METRICS = {"event", "step", "time", "phase", "path", "reason"}
@@ -40,3 +42,25 @@ def flatten(hparams: Mapping[str, object], prefix: str = "") -> dict[str, str]:
             text = json.dumps(value) if isinstance(value, list | tuple) else str(value)
             out[name] = text[:500]
     return out
+
+
+class Guarded:
+    """A tracker whose failure mid-run is one warning on stderr, then silence: metrics.jsonl keeps every event."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.failed = False
+
+    def guard(self, action: str, func: Callable[..., object], *args: object, **kwargs: object) -> None:
+        if self.failed:
+            return
+        try:
+            func(*args, **kwargs)
+        except Exception as exc:  # any tracker failure: metrics.jsonl already has the data
+            self.failed = True
+            print(
+                f"mw-env: {self.name} tracking stopped ({action}: {exc.__class__.__name__}: {exc}); "
+                "metrics.jsonl still has every event",
+                file=sys.stderr,
+                flush=True,
+            )
