@@ -88,7 +88,7 @@ def test_every_rank_draws_in_proportion_and_repeats_the_small_source(
     corpus: Path, tmp_path: Path, world: int
 ) -> None:
     from mw_env.trainer.data import Counts, open_corpus
-    from mw_env.trainer.data.datacard import data_card
+    from mw_env.trainer.finish import data_card
 
     cfg = _config(corpus, tmp_path / "run")
     for rank in range(world):

@@ -2,6 +2,10 @@
 
 The loop calls `finish` once, on every rank, after its last step (max_steps, early stop, a stop request or
 too many non-finite steps); the state moves to `finishing`, then `finished` once the report is written.
+
+The data card (report/data_card.json; docs/training.md lists its keys): positions are arithmetic on the step,
+every lane's stream stands at row step·Q (Q: a lane's rows a step) whatever the world size, so the card of a
+run resumed on another world size reads as an uninterrupted one's.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from typing import Any
 from mw_env.base.errors import StepFailed
 from mw_env.rundir.contract import MANIFEST
 from mw_env.trainer.ckpt import checkpoint as ckpt_mod
-from mw_env.trainer.data import sum_counts
-from mw_env.trainer.data.datacard import data_card
+from mw_env.trainer.data import Corpus, Counts, sum_counts
+from mw_env.trainer.data.card import length_distribution, tag_distribution
 from mw_env.trainer.distributed import gather_objects
 from mw_env.trainer.evaluate import evaluation_card
 from mw_env.trainer.lifecycle import hold, mark
@@ -87,3 +91,84 @@ def finish(
         s.trainer.precision.name,
         tuple(losses),
     )
+
+
+def lane_positions(corpus: Corpus, step: int) -> list[dict[str, object]]:
+    """Each lane's position before step `step`."""
+    q = corpus.layout.lane_rows
+    out = []
+    for lane in range(corpus.lanes):
+        row, per_epoch = step * q, corpus.lane_rows(lane)
+        out.append(
+            {
+                "lane": lane,
+                "rows_per_epoch": per_epoch,
+                "next_step": step,
+                "stream_row": row,
+                **({"epoch": row // per_epoch} if corpus.weighted is None and per_epoch else {}),
+                "ranks": corpus.layout.ranks_of(lane),
+            }
+        )
+    return out
+
+
+def data_card(corpus: Corpus, train: Counts, step: int) -> dict[str, Any]:
+    c = corpus
+    val = c.val.counts or Counts(len(c.labels))
+    names = c.labels.names
+    layout = c.layout
+    lanes = lane_positions(c, step)
+    return {
+        "source": c.source,
+        "tokenizer": c.tokenizer.kind,
+        "labels": list(names),
+        "labels_from": c.labels.origin,
+        "rows": {"train": c.train_rows, "val": c.val.rows},
+        "validation": {
+            "rows": c.val.rows,
+            "share": c.units["val_share"],
+            "from": c.units["val_from"],
+        },
+        "units": {"unit": c.units["unit"], "why": c.units["why"]},
+        "consumed": {
+            "rows": train.rows,
+            "tokens": train.tokens,
+            "words": train.words,
+            "epochs": train.rows / c.train_rows if c.train_rows else 0.0,
+        },
+        "tag_distribution": {
+            "train": tag_distribution(train, names),
+            "val": tag_distribution(val, names),
+        },
+        "token_lengths": {
+            "train": length_distribution(train),
+            "val": length_distribution(val),
+        },
+        "truncated_words": train.truncated_words,
+        "unknown_tag_words": {"train": train.unknown_tag_words, "val": val.unknown_tag_words},
+        "bio_inconsistencies": {
+            "train": train.bio_errors,
+            "val": val.bio_errors,
+            "examples": train.bio_examples + val.bio_examples,
+        },
+        "shuffle": {
+            "seed": c.config.runtime.seed,
+            "block": c.units["unit"],
+            "window_rows": c.config.data.shuffle_rows,
+        },
+        "batch": {
+            "lanes": layout.lanes,
+            "lane_rows": layout.lane_rows,
+            "global_rows": layout.global_rows,
+            "world_size": layout.world,
+            "rows_per_process": layout.share,
+            "micro_batches": layout.micro_batches,
+        },
+        "lanes": lanes,
+        "ranks": [
+            {"rank": r, "lanes": layout.lanes_of(r), "rows_per_step": layout.share, "next_step": step}
+            for r in range(layout.world)
+        ],
+        "sources": c.sources,
+        **({"mix": c.weighted.card(lanes)} if c.weighted is not None else {}),
+    }

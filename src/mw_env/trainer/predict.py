@@ -99,24 +99,32 @@ class CheckpointTagger:
         self.decoder = Decoder(labels, config.model.decode)
 
     def tag(self, rows: Sequence[list[str]]) -> list[list[str]]:
+        import numpy as np
+        import pyarrow as pa
         import torch
 
-        from mw_env.trainer.data.memory import collate, encode_split
+        from mw_env.trainer.data.reader import SYNTHETIC, Chunk
+        from mw_env.trainer.data.stream import Rows, gather
         from mw_env.trainer.evaluate import batch_logits, word_scores
 
-        # Any label will do as the input's tag: it only marks each word's first sub-token, where the
+        # The rows in memory, through the run's encoder and the corpus's gather/pad: what training fed the
+        # model. Any label will do as the input's tag: it only marks each word's first sub-token, where the
         # prediction is read (a word cut off by max_len has none).
-        mark = self.labels[0]
-        split = encode_split(((w, [mark] * len(w)) for w in rows), self.encoder, self.label_set)
+        typ, n = pa.list_(pa.string()), len(rows)
+        tags = pa.array([[self.labels[0]] * len(w) for w in rows], typ)
+        chunk = Chunk(
+            pa.array(rows, typ), tags, np.zeros(n, np.int32), np.full(n, SYNTHETIC, np.int32), np.arange(n)
+        )
+        encoded = Rows([(chunk, self.encoder.encode(chunk.tokens, chunk.tags))], self.label_set, [])
         out: list[list[str]] = []
         with torch.no_grad():
-            for start in range(0, len(rows), self.batch_size):
-                idx = range(start, min(start + self.batch_size, len(rows)))
-                batch = collate(split, idx)
+            for start in range(0, n, self.batch_size):
+                idx = np.arange(start, min(start + self.batch_size, n))
+                batch = gather([(encoded, idx)], None)
                 logits = batch_logits(
                     self.model, batch.to(self.device), self.device, self.precision, self.sdpa_backend
                 )
-                for r, scores in zip(idx, word_scores(logits, batch.labels), strict=True):
+                for r, scores in zip(idx.tolist(), word_scores(logits, batch.labels), strict=True):
                     seen = self.decoder.tags(scores)
                     self.truncated += len(rows[r]) - len(seen)
                     out.append(seen + [OUTSIDE] * (len(rows[r]) - len(seen)))

@@ -131,7 +131,7 @@ def entity_counts(gold: Sequence[str], pred: Sequence[str], mode: F1Mode) -> tup
 
 def evaluated_rows(val_rows: int, *, world: int, batch_size: int, eval_batches: int) -> int:
     """The validation rows an evaluation reads: each of `world` processes its contiguous share, at most
-    `eval_batches` batches of it (0: all of it), as trainer/data/corpus.py's ValSource reads them."""
+    `eval_batches` batches of it (0: all of it), as trainer/data/stream.py's ValSource reads them."""
     total = 0
     for r in range(world):
         share = val_rows * (r + 1) // world - val_rows * r // world

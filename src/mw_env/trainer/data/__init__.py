@@ -14,14 +14,11 @@ way), the resumable order.
 - mix.py        weighted sources: which source each row of a lane's stream comes from (a fixed schedule)
 - sources.py    the training sources (data.train_files, or data.sources with weights) and their units per lane
 - batches.py    the Batch and padding
-- stream.py     encoded rows, gather/pad/count, the background reader, validation pieces
+- stream.py     encoded rows, gather/pad/count, the background reader, the validation split (ValSource)
 - producer.py   a rank's steps: its lanes' windows and each step's micro-batches
-- valsource.py  the validation split as evaluations read it
 - trace.py      the opt-in row trace (MW_ENV_TRACE_ROWS): the rows each step of each rank read
 - workers.py    encoder worker processes
-- memory.py     rows held in memory (train predict/evaluate) on the same encoder and gather
-- card.py       counts of what was read, for the data card
-- datacard.py   the data card
+- card.py       the data card, and the counts of what was read for it
 - corpus.py     opening a corpus (its index), laying it out in lanes
 """
 
@@ -30,8 +27,7 @@ from __future__ import annotations
 from mw_env.trainer.data.batches import Batch
 from mw_env.trainer.data.card import Counts, sum_counts
 from mw_env.trainer.data.corpus import Corpus, ValSource, open_corpus
-from mw_env.trainer.data.labels import BUNDLED, LabelSet
-from mw_env.trainer.data.memory import Split, collate
+from mw_env.trainer.data.labels import BUNDLED
 from mw_env.trainer.data.shards import identity_diff
 from mw_env.trainer.data.stream import Prefetcher, StepData
 from mw_env.trainer.data.tokenize import (
@@ -45,10 +41,8 @@ from mw_env.trainer.data.tokenize import (
     SentencePieceTokenizer,
     Tokenizer,
     encode_row,
-    make_tokenizer,
     tokenizer_from_state,
 )
-from mw_env.trainspec.files import expand_files
 from mw_env.trainspec.labelscan import label_order
 
 __all__ = [
@@ -63,19 +57,14 @@ __all__ = [
     "ByteTokenizer",
     "Corpus",
     "Counts",
-    "LabelSet",
     "Prefetcher",
     "SentencePieceTokenizer",
-    "Split",
     "StepData",
     "Tokenizer",
     "ValSource",
-    "collate",
     "encode_row",
-    "expand_files",
     "identity_diff",
     "label_order",
-    "make_tokenizer",
     "open_corpus",
     "sum_counts",
     "tokenizer_from_state",

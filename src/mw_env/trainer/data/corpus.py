@@ -29,9 +29,8 @@ from mw_env.trainer.data.reader import PieceReader
 from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainer.data.sources import WeightedSources, index_train
 from mw_env.trainer.data.split import split_files, units_record
-from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding
+from mw_env.trainer.data.stream import ENCODE_ROWS, Encoding, ValSource
 from mw_env.trainer.data.tokenize import Tokenizer, make_tokenizer
-from mw_env.trainer.data.valsource import ValSource, val_batches
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.files import expand_files
 from mw_env.trainspec.schema import order_record
@@ -104,7 +103,7 @@ class Corpus:
         columns = _columns(c)
         encoding = Encoding(
             PieceReader(self.shards, self.blocks, columns),
-            _encoder(self.tokenizer, self.labels, c),
+            encoder_for(self.tokenizer, self.labels, c),
             self.labels,
             self.workers,
             min_rows=ENCODE_ROWS if auto else 0,
@@ -153,14 +152,9 @@ def _columns(c: TrainConfig) -> tuple[str, str]:
 
 def encoder_for(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
     """The encoder a run's rows go through (train predict/evaluate encode their input with it too)."""
-    return _encoder(tok, labels, c)
-
-
-def _encoder(tok: Tokenizer, labels: LabelSet, c: TrainConfig) -> VectorEncoder:
-    proto = getattr(tok, "proto", None)
     return VectorEncoder(
         kind=tok.kind,
-        spm_proto=proto,
+        spm_proto=getattr(tok, "proto", None),
         label_names=labels.names,
         max_len=c.model.max_len,
         unknown_tags=c.data.unknown_tags,
@@ -244,11 +238,9 @@ def _assemble(o: _Opened, lanes: int, lane_rows: int) -> Corpus:
     if mixed is not None:
         order_key["sources"] = mixed.order_key()
     val_encoding = Encoding(
-        PieceReader(split.val_from, split.val, columns), _encoder(o.tokenizer, o.labels, config), o.labels
+        PieceReader(split.val_from, split.val, columns), encoder_for(o.tokenizer, o.labels, config), o.labels
     )
-    val = ValSource(
-        sum(b.rows for b in split.val), val_batches(val_encoding, split.val), rank=o.rank, world=o.world
-    )
+    val = ValSource(sum(b.rows for b in split.val), val_encoding, split.val, rank=o.rank, world=o.world)
     train_ids, val_ids = [s.identity() for s in o.train], [s.identity() for s in o.val]
     if mixed is not None:  # a shard moved to another source is a changed corpus
         train_ids = [{**i, "source": mixed.names[k]} for i, k in zip(train_ids, o.source_of, strict=True)]
@@ -291,7 +283,7 @@ def _assemble_synthetic(o: _Opened, layout: Layout, order_key: dict[str, Any]) -
     val = o.val[0]
     order_key["block_rows"] = block_rows
     val_encoding = Encoding(
-        PieceReader([val], val.blocks, _columns(config)), _encoder(o.tokenizer, BUNDLED, config), BUNDLED
+        PieceReader([val], val.blocks, _columns(config)), encoder_for(o.tokenizer, BUNDLED, config), BUNDLED
     )
     assert o.described is not None
     return Corpus(
@@ -299,7 +291,7 @@ def _assemble_synthetic(o: _Opened, layout: Layout, order_key: dict[str, Any]) -
         tokenizer=o.tokenizer,
         labels=BUNDLED,
         train_rows=data.synthetic_rows,
-        val=ValSource(val.rows, val_batches(val_encoding, val.blocks), rank=o.rank, world=o.world),
+        val=ValSource(val.rows, val_encoding, val.blocks, rank=o.rank, world=o.world),
         identity={"source": "synthetic", "order": order_key, "shards": [o.described], "val_shards": []},
         sources=[dict(o.described)],
         config=config,

@@ -7,7 +7,7 @@ starts a new reader at the checkpoint's step.
 
 `Encoding` reads pieces of blocks and encodes them (in this process, or split across worker processes:
 workers.py, with `data.workers` > 0); `Rows` holds the encoded rows with where each came from; `gather` pads
-rows of several windows into one batch. Validation is read here too, from the start at every evaluation.
+rows of several windows into one batch. Validation is read here too, from the start at every evaluation (`ValSource`).
 """
 
 from __future__ import annotations
@@ -291,9 +291,38 @@ def val_pieces(blocks: Sequence[Block], first: int, stop: int) -> list[Piece]:
     return out
 
 
-def iter_val_rows(
-    encoding: Encoding, blocks: Sequence[Block], first: int, stop: int, chunk: int, head: int
-) -> Iterator[Rows]:
-    """This rank's share of the validation rows, `chunk` rows at a time, in corpus order."""
-    for a in range(first, stop, chunk):
-        yield encoding.rows(val_pieces(blocks, a, min(a + chunk, stop)), head if a == first else 0)
+VAL_CHUNK = 4096  # validation rows read and encoded at a time
+SAMPLE_ROWS = 16  # rows whose words are kept for the printed samples
+
+
+@dataclass
+class ValSource:
+    """The validation split, read from the start at every evaluation, sharded over the processes (rank r of W
+    evaluates the contiguous rows [r·n/W, (r+1)·n/W) of the n held-out rows)."""
+
+    rows: int
+    encoding: Encoding
+    blocks: Sequence[Block]
+    counts: Counts | None = None  # what the last full evaluation read
+    rank: int = 0
+    world: int = 1
+
+    def batches(self, batch_size: int, max_batches: int) -> Iterator[tuple[Batch, list[list[str]]]]:
+        """This rank's share (at most `max_batches` batches of it; 0: all), in corpus order, with the words of
+        rank 0's first SAMPLE_ROWS rows (the printed samples)."""
+        counts = Counts(len(self.encoding.labels))
+        first, stop = self.rows * self.rank // self.world, self.rows * (self.rank + 1) // self.world
+        if max_batches:
+            stop = min(stop, first + max_batches * batch_size)
+        done, chunk = 0, max(VAL_CHUNK, batch_size)
+        for a in range(first, stop, chunk):
+            rows = self.encoding.rows(
+                val_pieces(self.blocks, a, min(a + chunk, stop)), SAMPLE_ROWS if a == first else 0
+            )
+            for b in range(0, len(rows.enc), batch_size):
+                idx = np.arange(b, min(b + batch_size, len(rows.enc)))
+                head = rows.head if done < SAMPLE_ROWS and self.rank == 0 else []
+                words = [head[i] if i < len(head) else [] for i in idx.tolist()]
+                yield gather([(rows, idx)], counts), words
+                done += len(idx)
+        self.counts = counts
