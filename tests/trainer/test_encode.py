@@ -96,6 +96,8 @@ def test_invalid_utf8_is_a_row_error_not_a_crash(tmp_path: Path) -> None:
 
 
 def test_sharded_evaluation_equals_one_process(tmp_path: Path) -> None:
+    from dataclasses import astuple
+
     import torch
 
     from mw_env.trainer.data import open_corpus
@@ -121,9 +123,9 @@ def test_sharded_evaluation_equals_one_process(tmp_path: Path) -> None:
     parts = [
         evaluate_share(model, open_corpus(cfg, rank=r, world=2).val, one.labels.names, **kw) for r in (0, 1)
     ]
-    summed = EvalSums(*(sum(x) for x in zip(*(p.as_list() for p, _ in parts), strict=True)))
+    summed = EvalSums(*(sum(x) for x in zip(*(astuple(p) for p, _ in parts), strict=True)))
     assert parts[0][0].rows and parts[1][0].rows and summed.rows == whole.rows == one.val.rows
-    assert summed.as_list()[1:] == whole.as_list()[1:]  # counts, spans: exactly
+    assert astuple(summed)[1:] == astuple(whole)[1:]  # counts, spans: exactly
     assert summed.loss == pytest.approx(whole.loss, rel=1e-9)  # a float sum in another order
     a, b = summed.result(samples), whole.result(samples)
     assert (a.entity_f1, a.token_acc, a.rows) == (b.entity_f1, b.token_acc, b.rows)

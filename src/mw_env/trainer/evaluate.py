@@ -9,7 +9,7 @@ modes and names the one it shows (`f1_mode`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, astuple, dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,16 +32,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EvalResult:
+    """An evaluation, its fields in the order the `eval` event has them."""
+
     loss: float
     token_acc: float
     entity_f1: float
     entity_precision: float
     entity_recall: float
+    f1_mode: F1Mode  # which mode entity_* are in
+    entity_f1_conlleval: float
+    entity_f1_strict: float
     rows: int
     samples: tuple[str, ...]
-    f1_mode: F1Mode = "conlleval"  # which mode entity_* are in
-    entity_f1_conlleval: float = 0.0
-    entity_f1_strict: float = 0.0
 
 
 def render_tagged(words: list[str], tags: list[str]) -> str:
@@ -85,20 +87,6 @@ class EvalSums:
     strict_tp: int = 0
     strict_gold: int = 0
     strict_pred: int = 0
-
-    def as_list(self) -> list[float]:
-        return [
-            self.loss,
-            self.correct,
-            self.counted,
-            self.tp,
-            self.gold,
-            self.pred,
-            self.rows,
-            self.strict_tp,
-            self.strict_gold,
-            self.strict_pred,
-        ]
 
     def result(self, samples: tuple[str, ...], mode: F1Mode = "conlleval") -> EvalResult:
         conll = prf(self.tp, self.gold, self.pred)
@@ -192,14 +180,6 @@ def evaluate_share(
     return sums, tuple(samples)
 
 
-def evaluate(
-    model: torch.nn.Module, val: ValSource, labels: Sequence[str], f1_mode: F1Mode = "conlleval", **kw: object
-) -> EvalResult:
-    """One process's evaluation of its share (the whole split when it is the only one)."""
-    sums, samples = evaluate_share(model, val, labels, **kw)
-    return sums.result(samples, f1_mode)
-
-
 def evaluate_and_decide(s: Session) -> bool:
     """Every rank evaluates its share of the split; one all-reduce sums them (and carries no decision:
     rank 0 decides early stopping and shares it in a second, tiny reduce). s.state is updated in place:
@@ -225,27 +205,15 @@ def evaluate_and_decide(s: Session) -> bool:
         decode=s.resolved.config.model.decode,
     )
     if dist.enabled:
-        total = torch.tensor(sums.as_list(), dtype=torch.float64, device=device)
+        total = torch.tensor(astuple(sums), dtype=torch.float64, device=device)
         all_reduce(total, dist)
         vals = total.tolist()
         sums = EvalSums(vals[0], *(round(v) for v in vals[1:]))
     if dist.main:
         result = sums.result(samples, rt.f1_mode)
-        s.metrics.log(
-            "eval",
-            step=state.step,
-            loss=result.loss,
-            token_acc=result.token_acc,
-            entity_f1=result.entity_f1,
-            entity_precision=result.entity_precision,
-            entity_recall=result.entity_recall,
-            f1_mode=result.f1_mode,
-            entity_f1_conlleval=result.entity_f1_conlleval,
-            entity_f1_strict=result.entity_f1_strict,
-            rows=result.rows,
-            val_rows=corpus.val.rows,
-            samples=list(result.samples),
-        )
+        fields = asdict(result)
+        samples = fields.pop("samples")
+        s.metrics.log("eval", step=state.step, **fields, val_rows=corpus.val.rows, samples=list(samples))
         say(
             f"eval step {state.step}: loss {result.loss:.4f}  token acc {result.token_acc:.4f}  "
             f"entity F1 ({result.f1_mode}) {result.entity_f1:.4f} {eval_scope(result.rows, corpus.val.rows)}"

@@ -68,7 +68,8 @@ def _loop_ok(v: object) -> bool:
 
 
 def _data_ok(v: object) -> bool:
-    """The streamed corpus's record (DATA_KEYS below): what the resume and the data card read."""
+    """The corpus record (source, order, shards, val_shards, per-rank position and counts): what the resume and
+    the data card read."""
     if not isinstance(v, Mapping):
         return False
     lists = ("shards", "val_shards", "position", "counts")
@@ -83,7 +84,6 @@ def _data_ok(v: object) -> bool:
 # What a run writes once per rank and gathers before rank 0 writes the checkpoint (Session.save).
 Gathered = list[dict[str, Any]]
 OMIT = object()  # a writer's answer for a part this run does not write (the scaler outside fp16)
-DATA_KEYS = ("source", "order", "shards", "val_shards", "position", "counts")  # the `data` part's keys
 
 
 @dataclass(frozen=True)
