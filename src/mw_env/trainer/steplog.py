@@ -81,7 +81,7 @@ class StepLog:
             )
             if slow:
                 self.say(f"warning: {slow}")
-        if step % self.log_every == 0 or step == 1 or monotonic() - self._last_read >= FLUSH_S:
+        if log_step or monotonic() - self._last_read >= FLUSH_S:
             self.flush()
 
     def flush(self) -> dict[str, object] | None:

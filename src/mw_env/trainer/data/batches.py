@@ -21,18 +21,17 @@ class Batch:
 
     def to(self, device: Any, non_blocking: bool = False) -> Batch:
         return Batch(
-            self.input_ids.to(device, non_blocking=non_blocking),
-            self.labels.to(device, non_blocking=non_blocking),
-            self.attention_mask.to(device, non_blocking=non_blocking),
+            *(
+                t.to(device, non_blocking=non_blocking)
+                for t in (self.input_ids, self.labels, self.attention_mask)
+            ),
             self.n_tokens,
             self.n_labelled,
         )
 
     def pin_memory(self) -> Batch:
         return Batch(
-            self.input_ids.pin_memory(),
-            self.labels.pin_memory(),
-            self.attention_mask.pin_memory(),
+            *(t.pin_memory() for t in (self.input_ids, self.labels, self.attention_mask)),
             self.n_tokens,
             self.n_labelled,
         )
@@ -43,13 +42,12 @@ def pad_flat(ids: Any, labels: Any, lengths: Any) -> Batch:
     import numpy as np
     import torch
 
+    from mw_env.trainer.data.encode import _excl_cumsum
+
     n = len(lengths)
     width = int(lengths.max()) if n else 1
     row = np.repeat(np.arange(n), lengths)
-    starts = np.zeros(n, dtype=np.int64)
-    if n > 1:
-        np.cumsum(lengths[:-1], out=starts[1:])
-    col = np.arange(len(ids), dtype=np.int64) - np.repeat(starts, lengths)
+    col = np.arange(len(ids), dtype=np.int64) - np.repeat(_excl_cumsum(lengths), lengths)
     out_ids = np.full((n, width), PAD, dtype=np.int64)
     out_labels = np.full((n, width), IGNORE, dtype=np.int64)
     out_ids[row, col] = ids

@@ -17,7 +17,7 @@ No torch here: the data worker processes import this module only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -59,17 +59,12 @@ class Encoded:
         lens = np.concatenate([p.lengths for p in parts])
         offsets = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
-        cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
-        return Encoded(
-            cat("ids"),
-            cat("labels"),
-            offsets,
-            cat("kept"),
-            cat("truncated"),
-            cat("unknown"),
-            cat("bio"),
-            cat("problem"),
-        )
+        cat = {
+            f.name: np.concatenate([getattr(p, f.name) for p in parts])
+            for f in fields(Encoded)
+            if f.name != "offsets"
+        }
+        return Encoded(**cat, offsets=offsets)
 
 
 def _string_buffers(words: pa.Array) -> tuple[np.ndarray, np.ndarray]:

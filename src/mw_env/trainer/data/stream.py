@@ -24,7 +24,7 @@ import numpy as np
 from mw_env.base.errors import InputError
 from mw_env.trainer.data.batches import Batch, pad_flat
 from mw_env.trainer.data.card import Counts
-from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, BAD_TEXT, Encoded, VectorEncoder
+from mw_env.trainer.data.encode import BAD_ROW, BAD_TAG, BAD_TEXT, Encoded, VectorEncoder, _ranges
 from mw_env.trainer.data.labels import LabelSet
 from mw_env.trainer.data.order import Piece
 from mw_env.trainer.data.reader import Chunk, PieceReader, check_row, where
@@ -111,8 +111,6 @@ def gather(parts: Sequence[tuple[Rows, np.ndarray]], counts: Counts | None) -> B
         rows.check(idx)
         e = rows.enc
         n = e.lengths[idx]
-        from mw_env.trainer.data.encode import _ranges
-
         src = _ranges(e.offsets[idx], n)
         ids.append(e.ids[src])
         labels.append(e.labels[src])
