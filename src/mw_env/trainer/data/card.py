@@ -33,19 +33,6 @@ class Counts:
         if not self.labels:
             self.labels = [0] * self.n_labels
 
-    def add_row(self, n_tokens: int, label_ids: list[int], *, truncated: int, unknown: int) -> None:
-        self.rows += 1
-        self.tokens += n_tokens
-        self.words += len(label_ids) + unknown
-        self.truncated_words += truncated
-        self.unknown_tag_words += unknown
-        for k in label_ids:
-            self.labels[k] += 1
-        b = n_tokens // LENGTH_BIN
-        if b >= len(self.lengths):
-            self.lengths.extend([0] * (b + 1 - len(self.lengths)))
-        self.lengths[b] += 1
-
     def add_rows(
         self,
         n_tokens: np.ndarray,
@@ -56,7 +43,7 @@ class Counts:
         bio: np.ndarray,
         bio_where: list[str],
     ) -> None:
-        """add_row for many rows at once (numpy arrays; label_ids: every position, IGNORE included)."""
+        """Rows read (numpy arrays, one entry per row; label_ids: every position, IGNORE included)."""
         import numpy as np
 
         self.rows += len(n_tokens)

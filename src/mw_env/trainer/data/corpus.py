@@ -75,10 +75,6 @@ class Corpus:
     opened: _Opened | None = None
 
     @property
-    def world(self) -> int:
-        return self.layout.world
-
-    @property
     def lanes(self) -> int:
         return self.layout.lanes
 

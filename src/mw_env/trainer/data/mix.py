@@ -59,9 +59,6 @@ class Mix:
             taken[s] += 1
         self.source, self.nth = source, nth
 
-    def __len__(self) -> int:
-        return len(self.quota)
-
     def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Stream rows -> (their sources, their rows in each source's stream)."""
         turn, j = rows // self.period, rows % self.period

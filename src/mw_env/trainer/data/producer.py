@@ -136,11 +136,6 @@ class FileProducer:
         self.lanes, self.layout, self.rank = lanes, layout, rank
         self.encoding, self.labels, self.ids = encoding, labels, ids
 
-    @property
-    def order(self) -> RankOrder:
-        """The first lane's order (one lane per rank: the rank's own)."""
-        return self.lanes[min(self.lanes)].order
-
     def __call__(self, step: int) -> StepData:
         counts = Counts(len(self.labels))
         micro = []

@@ -12,7 +12,7 @@ from mw_env.trainer.data.shards import Block, Shard
 from mw_env.trainer.data.sources import WeightedSources, weighted
 from mw_env.trainspec.config import TrainConfig
 from mw_env.trainspec.splitscan import UnitsRecord, noun_of, record, source_keys
-from mw_env.trainspec.units import BlockRows, UnitPlan, plan_units, unit_name
+from mw_env.trainspec.units import BlockRows, UnitPlan, plan_units
 
 
 @dataclass
@@ -24,10 +24,6 @@ class FilesSplit:
     owned: list[list[int]]  # unit indices per lane
     weighted: WeightedSources | None
     noun: str  # a block of these shards: `row group`, `block of lines`, `block`
-
-    @property
-    def unit(self) -> str:
-        return unit_name(self.plan, self.noun)
 
     def held_out(self, shards: list[Shard]) -> list[str]:
         """Each held-out unit, as the data card lists it: `one.parquet row group 0 rows 187-249`."""

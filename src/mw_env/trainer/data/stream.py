@@ -169,10 +169,6 @@ class Encoding:
         # rank's lanes and sources (`for_reader`), whose read-ahead threads may encode at the same time.
         self._shared = _Shared()
 
-    @property
-    def pool(self) -> WorkerPool | None:
-        return self._shared.pool
-
     def for_reader(self, reader: PieceReader) -> Encoding:
         """The same encoder and worker pool over another reader (a lane's own: its own cursors)."""
         other = Encoding(reader, self.encoder, self.labels, self.workers, min_rows=self.min_rows)
