@@ -76,7 +76,6 @@ def watch(
     interval: float = INTERVAL_S,
     on_lost: Callable[[Path, str], None] = end,
     keep: RunLock | None = None,
-    say: Callable[[str], None] | None = None,
 ) -> threading.Event:
     """Start the watcher; set the returned event to end it (the run's end: the report may move files)."""
     folder = Path(folder)
@@ -93,15 +92,11 @@ def watch(
             news = keep.keep() if keep is not None else None
             if news is not None and news not in said:
                 said.add(news)
-                (say or _warn)(f"warning: {news}")
+                sys.stderr.write(f"warning: {news}\n")
+                sys.stderr.flush()
 
     threading.Thread(target=run, name="mw-env-folder-watch", daemon=True).start()
     return done
-
-
-def _warn(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
 
 
 @contextlib.contextmanager

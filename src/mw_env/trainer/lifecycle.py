@@ -100,11 +100,7 @@ def stopped_before_start(out_dir: Path | None, signum: int) -> str:
     name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else str(signum)
     kept = "no checkpoint yet"
     if out_dir is not None:
-        ckpts = (
-            sorted(checkpoints_dir(out_dir).glob(CHECKPOINT_GLOB))
-            if checkpoints_dir(out_dir).is_dir()
-            else []
-        )
+        ckpts = sorted(checkpoints_dir(out_dir).glob(CHECKPOINT_GLOB))  # none in a folder not made yet
         if ckpts:
             kept = f"the checkpoints are kept (newest: {ckpts[-1].name})"
         if os.environ.get("RANK", "0") in ("", "0"):

@@ -232,9 +232,7 @@ def export_onnx(
                 "sha256": sha256_file(vtmp),
                 "bytes": vtmp.stat().st_size,
                 "verification": {
-                    "max_abs_diff": figures["max_abs_diff"],
-                    "mean_abs_diff": figures["mean_abs_diff"],
-                    "argmax_agreement": figures["argmax_agreement"],
+                    **{k: figures[k] for k in ("max_abs_diff", "mean_abs_diff", "argmax_agreement")},
                     "min_agreement": min_agreement,
                     "bound": FP16_MAX_DIFF if kind == "fp16" else None,
                     "cases": figures["cases"],

@@ -83,6 +83,12 @@ def moving_average(points: Points, window: int) -> Points:
     ]
 
 
+def f1_mode(event: dict[str, Any]) -> str:
+    """The entity F1 mode an eval event shows; events from before f1_mode was logged were conlleval's."""
+    mode = event.get("f1_mode")
+    return mode if mode in ("conlleval", "strict") else "conlleval"
+
+
 def _new_figure(title: str, xlabel: str, ylabel: str) -> tuple[MplFigure, Axes]:
     from matplotlib.figure import Figure as MplFigure
 
@@ -181,27 +187,19 @@ def loss_figure(
             linewidth=1.0,
             label=f"floor of the smoothed training loss: {floor:.3f} ({n_labels} labels)",
         )
-    skipped = [
-        e["step"] for e in events if e.get("event") == "skipped_step" and isinstance(e.get("step"), int)
-    ]
-    for i, step in enumerate(sorted(set(skipped))):
-        ax.axvline(
-            step,
-            color="tab:red",
-            linewidth=0.8,
-            alpha=0.6,
-            label="skipped step (non-finite)" if i == 0 else None,
-        )
-    resumed = [e["step"] for e in events if e.get("event") == "resumed" and isinstance(e.get("step"), int)]
-    for i, step in enumerate(sorted(set(resumed))):  # where the run was stopped and continued
-        ax.axvline(
-            step,
-            color="tab:green",
-            linestyle="--",
-            linewidth=1.0,
-            alpha=0.8,
-            label="resumed from a checkpoint" if i == 0 else None,
-        )
+    # Where the run skipped a step (non-finite) and where it was stopped and continued: one legend entry each.
+    marks = (
+        ("skipped_step", {"color": "tab:red", "linewidth": 0.8, "alpha": 0.6}, "skipped step (non-finite)"),
+        (
+            "resumed",
+            {"color": "tab:green", "linestyle": "--", "linewidth": 1.0, "alpha": 0.8},
+            "resumed from a checkpoint",
+        ),
+    )
+    for kind, style, label in marks:
+        steps = {e["step"] for e in events if e.get("event") == kind and isinstance(e.get("step"), int)}
+        for i, step in enumerate(sorted(steps)):
+            ax.axvline(step, **style, label=label if i == 0 else None)
     if not (train or evals):
         ax.text(0.5, 0.5, "no finite loss recorded", transform=ax.transAxes, ha="center", va="center")
     else:
@@ -211,8 +209,8 @@ def loss_figure(
 
 def eval_figure(events: Sequence[dict[str, Any]], out_dir: Path) -> Figure | None:
     """Entity F1 / precision / recall and token accuracy per evaluation; None when no eval ran."""
-    modes = [e.get("f1_mode") for e in events if e.get("event") == "eval"]
-    mode = modes[-1] if modes and modes[-1] in ("conlleval", "strict") else "conlleval"
+    evals = [e for e in events if e.get("event") == "eval"]
+    mode = f1_mode(evals[-1]) if evals else "conlleval"
     curves = [
         (f"{label} ({mode})" if key == "entity_f1" else label, series(events, "eval", key))
         for key, label in EVAL_METRICS

@@ -42,7 +42,7 @@ from mw_env.trainer.report.doc import (
     to_markdown,
 )
 from mw_env.trainer.report.figure_pool import FigurePool
-from mw_env.trainer.report.figures import Figure
+from mw_env.trainer.report.figures import Figure, f1_mode
 from mw_env.trainer.scoring import eval_scope
 from mw_env.trainspec.advice import inapplicable
 from mw_env.trainspec.config import ResolvedConfig
@@ -124,7 +124,7 @@ def summary_pairs(
     ]
     if evals:
         last = evals[-1]
-        mode = _f1_mode(last)
+        mode = f1_mode(last)
         other = "strict" if mode == "conlleval" else "conlleval"
         pairs += [
             (
@@ -219,22 +219,24 @@ def _draw_figures(
     resolved: ResolvedConfig,
     n_labels: int = 0,
     have: dict[str, Figure | None] | None = None,
-) -> tuple[tuple[list[Figure], str | None], HistogramDrawer]:
-    """((the run figures, a note), the histogram drawer): figures need matplotlib; without it, a note
-    instead. `have`: the figures a FigurePool drew (trainer/report/figure_pool.py); any it lacks are drawn here."""
+) -> tuple[list[Figure], str | None, HistogramDrawer]:
+    """The run figures (or a note instead: figures need matplotlib) and the histogram drawer. `have`: the
+    figures a FigurePool drew (trainer/report/figure_pool.py); any it lacks are drawn here."""
     import importlib.util
 
     have = have or {}
     if not resolved.config.runtime.report_figures:
-        return ([], "Figures not drawn: runtime.report_figures is false (metrics.jsonl has every value)."), (
-            lambda *_a: None
+        return (
+            [],
+            "Figures not drawn: runtime.report_figures is false (metrics.jsonl has every value).",
+            _none,
         )
     if importlib.util.find_spec("matplotlib") is None and not have:
         note = (
             "Figures skipped: matplotlib is not installed in this venv; add the `train` extra "
             f"({bootstrap_hint(sys.prefix, 'train')}) for figures in the next report."
         )
-        return ([], note), lambda *_a: None
+        return [], note, _none
 
     def draw(name: str, title: str, counts: Sequence[float], width: float) -> Figure | None:
         if name in have:
@@ -254,11 +256,15 @@ def _draw_figures(
             Path(), out, grad_clip=o.grad_clip, smoothing=o.label_smoothing, n_labels=n_labels
         )
         found = [have[r["name"]] if r["name"] in have else figure_pool.draw(r, events) for r in reqs]
-        return ([f for f in found if f is not None], None), draw
+        return [f for f in found if f is not None], None, draw
     except Exception as exc:  # a plotting failure must not cost the rest of the report (a disk fault does)
         if os_error_in(exc) is not None:
             raise
-        return ([], f"Figures failed: {type(exc).__name__}: {exc} (metrics.jsonl has every value)."), draw
+        return [], f"Figures failed: {type(exc).__name__}: {exc} (metrics.jsonl has every value).", draw
+
+
+def _none(*_args: object) -> None:
+    return None  # the histogram drawer where no figure is drawn: the data card shows its bins as a table
 
 
 def submit_figures(
@@ -297,7 +303,7 @@ def build_blocks(
 ) -> list[DocBlock]:
     labels = card.get("labels") if isinstance(card, dict) else None
     n_labels = len(labels) if isinstance(labels, list) else 0
-    (figures, note), draw = _draw_figures(events, out, resolved, n_labels, drawn() if drawn else None)
+    figures, note, draw = _draw_figures(events, out, resolved, n_labels, drawn() if drawn else None)
     blocks: list[DocBlock] = [
         Heading("Summary"),
         kv_table(summary_pairs(run_dir, events, facts, doctor, resolved), "kv summary"),
@@ -412,9 +418,3 @@ def _log_to_mlflow(run_dir: Path) -> None:
     warning = log_run_artifacts(run_dir, checkpoint=ckpt, checkpoint_sha256=digest)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-
-
-def _f1_mode(event: dict[str, object]) -> str:
-    """The entity F1 mode an eval event shows; events from before f1_mode was logged were conlleval's."""
-    mode = event.get("f1_mode")
-    return mode if isinstance(mode, str) and mode in ("conlleval", "strict") else "conlleval"
