@@ -21,17 +21,18 @@ class Batch:
 
     def to(self, device: Any, non_blocking: bool = False) -> Batch:
         return Batch(
-            *(
-                t.to(device, non_blocking=non_blocking)
-                for t in (self.input_ids, self.labels, self.attention_mask)
-            ),
+            self.input_ids.to(device, non_blocking=non_blocking),
+            self.labels.to(device, non_blocking=non_blocking),
+            self.attention_mask.to(device, non_blocking=non_blocking),
             self.n_tokens,
             self.n_labelled,
         )
 
     def pin_memory(self) -> Batch:
         return Batch(
-            *(t.pin_memory() for t in (self.input_ids, self.labels, self.attention_mask)),
+            self.input_ids.pin_memory(),
+            self.labels.pin_memory(),
+            self.attention_mask.pin_memory(),
             self.n_tokens,
             self.n_labelled,
         )
