@@ -51,8 +51,17 @@ def uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def hermetic_env(tmp_path: Path, uv_bin: str, uv_cache: Path, indexes: Indexes) -> dict[str, str]:
-    """No pip.conf, uv.toml or index variables of this machine leak in; the "default index" is the trap."""
+def hermetic_env(
+    tmp_path: Path, uv_bin: str, uv_cache: Path, indexes: Indexes, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """No pip.conf, uv.toml or index variables of this machine leak in; the "default index" is the trap.
+
+    Nor does this machine's free disk: the loopback indexes serve wheels of a few KB, but the preflight asks
+    for the real source's figure (~29 GB for a ROCm profile), so a plan executed in this process would fail
+    on any machine with less free. A test about the disk check sets its own `free_bytes` after this one."""
+    from mw_env.venv import venvinfo
+
+    monkeypatch.setattr(venvinfo, "free_bytes", lambda _path: 1024**4)
     home = tmp_path / "home"
     home.mkdir()
     return {
