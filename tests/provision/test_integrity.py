@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mw_env.venv import installtimes
 from mw_env.venv.integrity import CHANGED, EXTENDED, MISSING, SIZE, canonical, scan, scan_venv
 from mw_env.venv.venvinfo import installed_fingerprint
 
@@ -146,3 +147,49 @@ def test_only_reads_the_named_packages_by_their_canonical_name(venv):
     assert scan(_site(venv), only=["torch"]).damaged == ()
     assert [d.name for d in scan(_site(venv), only=["NumPy"]).damaged] == ["numpy"]
     assert canonical("Torch_Audio.x") == "torch-audio-x"
+
+
+def test_files_written_while_bootstraps_uv_ran_are_not_hashed_and_an_edit_outside_is(venv):
+    """uv unpacks a wheel's files in parallel: on a fresh install many are later than their METADATA. Written
+    inside one of bootstrap's install windows (venv/installtimes.py), they are trusted without a hash; an edit
+    after the install, or one made in uv's cache before a NEW venv linked the file, is outside every window."""
+    site = _site(venv)
+    s = 1_000_000_000
+    unpacked = os.stat(site / "torch-2.10.0+cpu.dist-info" / "METADATA").st_mtime_ns - 100 * s  # in the past
+    for info in ("torch-2.10.0+cpu", "numpy-2.4.6"):
+        os.utime(site / f"{info}.dist-info" / "METADATA", ns=(unpacked, unpacked))
+    for path in site.glob("*/*.py"):  # unpacked after METADATA, as uv's parallel unzip leaves a share of them
+        os.utime(path, ns=(unpacked + 2 * s, unpacked + 2 * s))
+    assert scan_venv(venv).hashed == 4  # no window recorded: hashed as before
+    installtimes.add((unpacked + s, unpacked + 3 * s))  # the install that wrote them
+    clean = scan_venv(venv)
+    assert clean.damaged == () and clean.hashed == 0
+    assert scan_venv(venv, full=True).hashed == clean.files  # `doctor -v` still hashes every file
+
+    # An edit of the same size after the install (in this venv, or in the cache it is linked to): hashed, found.
+    (site / "torch" / "version.py").write_bytes(b"v = 2\n")
+    # One made in uv's cache before the install that linked it (unpacked earlier, edited, then linked): the
+    # mtime is between the unpack and the install, outside the window.
+    numpy = site / "numpy" / "version.py"
+    numpy.write_bytes(b"nv = 9\n")
+    os.utime(numpy, ns=(unpacked + s // 2, unpacked + s // 2))
+    found = scan_venv(venv)
+    assert [(d.name, [f.kind for f in d.faults]) for d in found.damaged] == [
+        ("numpy", [CHANGED]),
+        ("torch", [CHANGED]),
+    ]
+    assert found.hashed == 2
+
+
+def test_install_windows_merge_and_survive_a_torn_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("MW_ENV_STATE_DIR", str(tmp_path / "state"))
+    assert installtimes.load() == ()
+    with installtimes.recorded():
+        pass
+    ((start, end),) = installtimes.load()
+    assert start < end and installtimes.within(end, installtimes.load())
+    installtimes.add((10, 20))
+    installtimes.add((15, 30))
+    assert installtimes.load()[0] == (10, 30) and not installtimes.within(31, installtimes.load()[:1])
+    (tmp_path / "state" / installtimes.FILE).write_text('{"windows": [[1, "x"')
+    assert installtimes.load() == ()  # torn: every later file is hashed, as without windows

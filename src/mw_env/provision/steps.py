@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -20,7 +21,7 @@ from mw_env.provision.events import StepWarning
 from mw_env.provision.model import GiB, Plan, Step
 from mw_env.provision.state import STATE_FILE, State
 from mw_env.sources import uv as uvmod
-from mw_env.venv import integrity, venvinfo
+from mw_env.venv import installtimes, integrity, venvinfo
 from mw_env.venv.record import VenvRecord, now, read_record, write_record
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ class Run:
     doctor: DoctorHook | None
     doctor_report: DoctorReport | None = None
     outputs: dict[str, str] = field(default_factory=dict)
+    # The installed files' fingerprint from the extras step's scan, for the verify key (one stat pass less);
+    # an install after that scan clears it.
+    fingerprint: str | None = None
 
     def command(
         self,
@@ -47,12 +51,16 @@ class Run:
         env: Mapping[str, str] | None = None,
     ) -> uvmod.CommandRun:
         argv = tuple(self.uv if (i == 0 and a == "uv" and self.uv) else a for i, a in enumerate(argv))
-        res = uvmod.run_streaming(
-            argv,
-            env=uvmod.uv_env(self.plan.env) if env is None else env,
-            on_line=lambda line: self.events.step_output(step, line),
-            timeout=timeout,
-        )
+        # An install's files are trusted by the integrity scans without a hash (venv/installtimes.py).
+        if "install" in argv:
+            self.fingerprint = None
+        with installtimes.recorded() if "install" in argv else contextlib.nullcontext():
+            res = uvmod.run_streaming(
+                argv,
+                env=uvmod.uv_env(self.plan.env) if env is None else env,
+                on_line=lambda line: self.events.step_output(step, line),
+                timeout=timeout,
+            )
         self.outputs[step.id] = res.output
         return res
 
@@ -268,7 +276,9 @@ def repair_files(run: Run, step: Step) -> str:
 def _check_installed(run: Run, step: Step) -> str:
     p = run.plan
     family = repair.torch_family(p)
-    damaged = repair.other_damage(integrity.scan_venv(p.build_venv), p)
+    scan = integrity.scan_venv(p.build_venv)
+    run.fingerprint = scan.fingerprint
+    damaged = repair.other_damage(scan, p)
     if not damaged:
         return ""
     known = {integrity.canonical(d.name): d for d in damaged}

@@ -3,8 +3,8 @@ each file, PEP 376/627), not only its records: the packages whose files are miss
 
 Issue 40: with numpy's version.py deleted, bootstrap called the venv complete and the doctor passed; with
 torch/version.py edited in place, every NEW venv failed its verify with the same edited file. uv installs by
-hard-linking each file from its cache (its default link mode on Linux), so an edit in place in one venv is an
-edit of the cache's copy and of every venv linked to it: such a file's inode has more than one link
+hard-linking each file from its cache (on Linux where the filesystem cannot clone), so an edit in place in one
+venv is an edit of the cache's copy and of every venv linked to it: such a file's inode has more than one link
 (`FileFault.shared`), and reinstalling only links the same edited file again until the cache's entry is
 cleaned (`uv cache clean NAME`; `--refresh-package` does not re-extract, checked with uv 0.13).
 
@@ -13,10 +13,13 @@ about 15 s for a ROCm build's 5.7 GB; a stat of every file is 50 ms; bench/bench
 - always: every file's size (a stat): a deleted or truncated file;
 - a file's hash where its mtime is later than its package's METADATA (an edit after the package was unpacked:
   the installer writes every file of a wheel before its dist-info, and an edit in place or a rewrite moves the
-  mtime; uv's cache keeps the unpack time, so a new venv linked to an edited cache file is caught too); the
-  dist-info's own files are left to the size check (the installer writes INSTALLER, REQUESTED, ... later);
+  mtime; uv's cache keeps the unpack time, so a new venv linked to an edited cache file is caught too), unless
+  the mtime falls inside one of bootstrap's own uv commands (venv/installtimes.py: uv unpacks a wheel's files
+  in parallel, so a share of them is later than METADATA on every fresh install); the dist-info's own files
+  are left to the size check (the installer writes INSTALLER, REQUESTED, ... later);
 - every file's hash with `full` (`mw-env doctor -v`), and the files found changed before after a repair.
-An edit that keeps both size and mtime (a bit flip on the disk, `touch -r`) is found by `full` only.
+An edit that keeps both size and mtime (a bit flip on the disk, `touch -r`), or one made while a bootstrap's uv
+command ran, is found by `full` only.
 
 Plain strings and os.stat over the RECORD's rows, as venv/damage.py reads them: a torch venv has some
 20,000 files.
@@ -28,9 +31,10 @@ import csv
 import hashlib
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mw_env.venv import installtimes
 from mw_env.venv.damage import appended, file_hash
 
 # What a fault is, in the words a finding uses. EXTENDED: the file is its installed bytes with more appended
@@ -117,10 +121,12 @@ def scan(
     full: bool = False,
     only: Collection[str] | None = None,
     recheck: Mapping[str, Collection[str]] | None = None,
+    windows: Sequence[installtimes.InstallTime] = (),
 ) -> Scan:
     """The packages in `site` whose files differ from their RECORD (see the module's docstring for what is
     hashed). `only`: these project names; `recheck`: name -> RECORD paths to hash whatever their mtime (the
-    files found changed before a reinstall: one linked again from an edited cache keeps the cache's mtime)."""
+    files found changed before a reinstall: one linked again from an edited cache keeps the cache's mtime);
+    `windows`: when bootstrap's uv commands ran (installtimes.load()), a file written then is not hashed."""
     root = os.fspath(site).rstrip(os.sep) + os.sep
     wanted = {canonical(n) for n in only} if only is not None else None
     again = {canonical(k): set(v) for k, v in (recheck or {}).items()}
@@ -147,7 +153,7 @@ def scan(
                 digest.update(f"{folder}\0unreadable\n".encode())
             continue
         packages += 1
-        pkg = _check_package(root, folder, rows, full=full, recheck=again.get(key, set()))
+        pkg = _check_package(root, folder, rows, full=full, recheck=again.get(key, set()), windows=windows)
         files, hashed, hashed_bytes = files + pkg.files, hashed + pkg.hashed, hashed_bytes + pkg.hashed_bytes
         for line in pkg.size_lines:
             digest.update(line)
@@ -175,14 +181,20 @@ class _Package:
 
 
 def _check_package(
-    root: str, folder: str, rows: list[list[str]], *, full: bool, recheck: set[str]
+    root: str,
+    folder: str,
+    rows: list[list[str]],
+    *,
+    full: bool,
+    recheck: set[str],
+    windows: Sequence[installtimes.InstallTime],
 ) -> _Package:
     out = _Package()
     try:
         unpacked = os.stat(root + folder + "/METADATA").st_mtime_ns
     except OSError:
         unpacked = -1  # no METADATA: every file is suspect
-    stat = os.stat
+    stat, within = os.stat, installtimes.within
     own = folder + "/"  # the dist-info's own files: written by the installer itself (INSTALLER, RECORD, ...)
     for row in rows:
         # RECORD itself and byte-code have no hash or size; files outside site-packages (scripts in bin/,
@@ -206,7 +218,8 @@ def _check_package(
             if not grown:  # an appended file is no damage to the fingerprint either (venv/damage.py)
                 out.size_lines.append(f"{rel}\0{st.st_size}\n".encode())
             continue
-        later = st.st_mtime_ns > unpacked and not rel.startswith(own)
+        mtime = st.st_mtime_ns
+        later = mtime > unpacked and not rel.startswith(own) and not within(mtime, windows)
         if not want or not (full or later or rel in recheck):
             continue
         got = file_hash(path, algo)
@@ -226,7 +239,7 @@ def scan_venv(
     only: Collection[str] | None = None,
     recheck: Mapping[str, Collection[str]] | None = None,
 ) -> Scan:
-    """`scan` of the venv's site-packages (an empty Scan where it has none)."""
+    """`scan` of the venv's site-packages (an empty Scan where it has none), with the windows recorded."""
     from pathlib import Path
 
     from mw_env.venv.venvinfo import site_packages
@@ -234,4 +247,5 @@ def scan_venv(
     site = site_packages(Path(venv))
     if site is None:  # no files, no damage: the digest of nothing, as installed_fingerprint gives it
         return Scan(fingerprint=hashlib.sha256().hexdigest()[:16])
-    return scan(site, full=full, only=only, recheck=recheck)
+    windows = () if full else installtimes.load()
+    return scan(site, full=full, only=only, recheck=recheck, windows=windows)

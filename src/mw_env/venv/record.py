@@ -19,7 +19,8 @@ from mw_env.base.shellquote import sh
 from mw_env.base.textsafe import redact
 
 RECORD_FILE = "mw-env.json"
-STATE_FILE = ".mw-env-state.json"  # bootstrap's step state (provision/state.py), in the venv beside the record
+# bootstrap's step state (provision/state.py), in the venv beside the record
+STATE_FILE = ".mw-env-state.json"
 ENV_FILE = "mw-env.env"
 RECORD_VERSION = 1
 
