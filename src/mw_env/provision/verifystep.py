@@ -130,7 +130,9 @@ def verify_finish(run: Run, step: Step, output: str, *, record: bool = True) -> 
         raise
     if record:
         # The key digests the installed files: a file lost later makes the next run verify again.
-        run.state.mark(step.id, "done", keys.verify_key(p, keys.current_torch(p)))
+        run.state.mark(
+            step.id, "done", keys.verify_key(p, keys.current_torch(p), fingerprint=run.fingerprint)
+        )
     return f"torch {found.version} ({found.build}{', hip ' + found.hip if found.hip else ''}" + (
         f", cuda {found.cuda})" if found.cuda else ")"
     )
