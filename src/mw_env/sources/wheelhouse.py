@@ -224,23 +224,53 @@ def wheels_in(find_links: Sequence[str], name: str) -> list[WheelFile]:
 
 
 def wheel_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why a wheel file cannot be installed, in words (None: it reads as a whole zip). Its central directory is
-    read, not its members (a torch wheel's 12,000 entries: a few MB at its end, not the 200 MB to inflate): a
-    download or a copy that stopped early ends without one (issue 40: a truncated torch in --find-links was
-    told as "no torch of this build matches")."""
+    """Why a wheel file cannot be installed, in words (None: it reads as a whole zip). Its end record and
+    central directory are read, not its members (a torch wheel's 12,000 entries: a few MB at its end, not the
+    200 MB to inflate; zipfile's parse of them was 80 ms of a bootstrap's preflight): a download or a copy that
+    stopped early ends without them (issue 40: a truncated torch in --find-links was told as "no torch of this
+    build matches")."""
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - (22 + 0xFFFF)))  # the end record, after at most a 64 KiB comment
+            tail = fh.read()
+            at = tail.rfind(b"PK\x05\x06")
+            if at < 0 or len(tail) - at < 22:
+                return _not_whole(size, "no end of central directory")
+            length, offset = struct.unpack("<II", tail[at + 12 : at + 20])
+            if offset == 0xFFFFFFFF or length == 0xFFFFFFFF:
+                return _zip64_problem(path, size)
+            fh.seek(offset)
+            directory = fh.read(length)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if len(directory) != length or not directory.startswith(b"PK\x01\x02"):
+        return _not_whole(size, "its central directory is not where its end record says")
+    if b".dist-info/RECORD" not in directory:
+        return "it holds no .dist-info/RECORD: not a wheel"
+    return None
+
+
+def _not_whole(size: int, why: object) -> str:
+    return (
+        f"it is not a whole zip file ({size / 1e6:,.1f} MB; {why}): a download or a copy that stopped early "
+        "leaves it so"
+    )
+
+
+def _zip64_problem(path: str | os.PathLike[str], size: int) -> str | None:
+    """A zip over 4 GiB (or 65,535 entries): its directory read by zipfile."""
     import zipfile
 
     try:
-        size = os.stat(path).st_size
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
     except OSError as exc:
         return f"it cannot be read ({exc.strerror or exc})"
     except (zipfile.BadZipFile, EOFError, ValueError) as exc:
-        return (
-            f"it is not a whole zip file ({size / 1e6:,.1f} MB; {exc}): a download or a copy that stopped early "
-            "leaves it so"
-        )
+        return _not_whole(size, exc)
     if not any(n.endswith(".dist-info/RECORD") for n in names):
         return "it holds no .dist-info/RECORD: not a wheel"
     return None
