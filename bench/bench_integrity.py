@@ -2,7 +2,7 @@
 
 Measures, in-process, CPU seconds (time.process_time: the machine's other jobs inflate wall time, not this),
 the page cache warm (each read once, untimed, first), median of REPEATS interleaved rounds:
-  sizes   venvinfo.installed_fingerprint: a stat of every installed file against its RECORD's size (the
+  sizes   integrity.installed_fingerprint: a stat of every installed file against its RECORD's size (the
           verify key's part; the whole per-plan read before issue 40's check)
   scan    integrity.scan_venv: the same stats, the hash of each file whose mtime is later than its package's
           METADATA, and the fingerprint from the same pass (what every bootstrap plan and every doctor reads)
@@ -70,8 +70,7 @@ def _cpu(fn: Callable[[], object]) -> float:
 
 def main() -> int:
     sys.path.insert(0, str(REPO / "src"))
-    from mw_env.venv.integrity import scan_venv
-    from mw_env.venv.venvinfo import installed_fingerprint
+    from mw_env.venv.integrity import installed_fingerprint, scan_venv
 
     venv, what = _venv()
     if venv is None:

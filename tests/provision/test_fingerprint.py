@@ -1,4 +1,4 @@
-"""The verify key's fingerprint (venvinfo.installed_fingerprint): the files whose size differs from their RECORD.
+"""The verify key's fingerprint (integrity.installed_fingerprint): the files whose size differs from their RECORD.
 
 The digest stays the one earlier versions recorded (a key that changed would make every finished venv verify again
 after an upgrade).
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mw_env.venv.venvinfo import installed_fingerprint, site_packages
+from mw_env.venv.integrity import installed_fingerprint
+from mw_env.venv.venvinfo import site_packages
 
 # installed_fingerprint of _venv()'s venv as mw-env 0.3.0 computed it.
 DIGEST_BEFORE = "ba1beb12c65679f5"

@@ -14,8 +14,16 @@ from pathlib import Path
 import pytest
 
 from mw_env.venv import installtimes
-from mw_env.venv.integrity import CHANGED, EXTENDED, MISSING, SIZE, canonical, scan, scan_venv
-from mw_env.venv.venvinfo import installed_fingerprint
+from mw_env.venv.integrity import (
+    CHANGED,
+    EXTENDED,
+    MISSING,
+    SIZE,
+    canonical,
+    installed_fingerprint,
+    scan,
+    scan_venv,
+)
 
 
 def _digest(data: bytes) -> str:

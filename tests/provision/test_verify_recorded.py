@@ -11,8 +11,8 @@ from pathlib import Path
 
 from mw_env.provision.execute import execute
 from mw_env.provision.plan import plan
-from mw_env.venv.integrity import scan_venv
-from mw_env.venv.venvinfo import installed_fingerprint, site_packages
+from mw_env.venv.integrity import installed_fingerprint, scan_venv
+from mw_env.venv.venvinfo import site_packages
 
 from .provision_support import ROCM, offline_options
 
@@ -39,7 +39,7 @@ def test_a_torch_whose_files_are_damaged_is_reinstalled_and_verified_again(tmp_p
     text = cuda.read_text()
     cuda.unlink()  # never write through: uv installs by hard links to its cache
     cuda.write_text(text + "raise ImportError('cannot import name version (half-written)')\n")
-    # Bytes appended are outside the verify key's fingerprint (a CA bundle extended on purpose: venv/damage.py),
+    # Bytes appended are outside the verify key's fingerprint (a CA bundle extended on purpose: venv/integrity.py),
     # but torch's own files are never kept changed: the plan's scan names it.
     assert installed_fingerprint(venv) == before and scan_venv(venv).of(["torch"])
 

@@ -9,7 +9,8 @@ from mw_env.profiles.model import has_local_tag
 from mw_env.provision import pin as pinmod
 from mw_env.provision.choose import version_fits
 from mw_env.provision.model import Plan
-from mw_env.venv.venvinfo import installed_fingerprint, installed_version, short_hash
+from mw_env.venv.integrity import installed_fingerprint
+from mw_env.venv.venvinfo import installed_version, short_hash
 
 
 def torch_fits(venv: Path, installed: str | None, local_tag: str, version_spec: str) -> bool:

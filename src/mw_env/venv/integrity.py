@@ -21,12 +21,13 @@ about 15 s for a ROCm build's 5.7 GB; a stat of every file is 50 ms; bench/bench
 An edit that keeps both size and mtime (a bit flip on the disk, `touch -r`), or one made while a bootstrap's uv
 command ran, is found by `full` only.
 
-Plain strings and os.stat over the RECORD's rows, as venv/damage.py reads them: a torch venv has some
-20,000 files.
+Plain strings and os.stat over the RECORD's rows, not Path objects: a torch venv has some 20,000 files
+(pathlib's joins were half of the 0.11 s a pass took).
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import hashlib
 import os
@@ -35,7 +36,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mw_env.venv import installtimes
-from mw_env.venv.damage import appended, file_hash
 
 # What a fault is, in the words a finding uses. EXTENDED: the file is its installed bytes with more appended
 # (a CA bundle extended for a company's proxy: `cat corp.pem >> certifi/cacert.pem`, as this project's own
@@ -96,8 +96,7 @@ class Scan:
     hashed_bytes: int = 0
     packages: int = 0
     unowned: tuple[str, ...] = field(default=())  # dist-info folders without a RECORD (nothing to check)
-    # venvinfo.installed_fingerprint's digest, read in the same pass (a whole scan only): the verify key's
-    # part, so a re-run stats the venv's files once.
+    # The digest of every file whose size differs from its RECORD (a whole scan only: installed_fingerprint).
     fingerprint: str = ""
 
     def of(self, names: Collection[str]) -> tuple[Damaged, ...]:
@@ -122,11 +121,13 @@ def scan(
     only: Collection[str] | None = None,
     recheck: Mapping[str, Collection[str]] | None = None,
     windows: Sequence[installtimes.InstallTime] = (),
+    sizes_only: bool = False,
 ) -> Scan:
     """The packages in `site` whose files differ from their RECORD (see the module's docstring for what is
     hashed). `only`: these project names; `recheck`: name -> RECORD paths to hash whatever their mtime (the
     files found changed before a reinstall: one linked again from an edited cache keeps the cache's mtime);
-    `windows`: when bootstrap's uv commands ran (installtimes.load()), a file written then is not hashed."""
+    `windows`: when bootstrap's uv commands ran (installtimes.load()), a file written then is not hashed;
+    `sizes_only`: no file is hashed."""
     root = os.fspath(site).rstrip(os.sep) + os.sep
     wanted = {canonical(n) for n in only} if only is not None else None
     again = {canonical(k): set(v) for k, v in (recheck or {}).items()}
@@ -135,7 +136,7 @@ def scan(
     files = hashed = hashed_bytes = packages = 0
     digest = hashlib.sha256()
     try:
-        names = sorted(os.listdir(root))  # the order of installed_fingerprint's sorted RECORD paths
+        names = sorted(os.listdir(root))  # the fingerprint's order
     except OSError:
         return Scan(fingerprint=digest.hexdigest()[:16] if wanted is None else "")
     for folder in names:
@@ -149,11 +150,19 @@ def scan(
         rows = _rows(record)
         if rows is None:
             unowned.append(folder)
-            if os.path.exists(record):  # damage.records lists it, damage.damage calls it unreadable
+            if os.path.exists(record):  # a RECORD there but unreadable is damage too
                 digest.update(f"{folder}\0unreadable\n".encode())
             continue
         packages += 1
-        pkg = _check_package(root, folder, rows, full=full, recheck=again.get(key, set()), windows=windows)
+        pkg = _check_package(
+            root,
+            folder,
+            rows,
+            full=full,
+            recheck=again.get(key, set()),
+            windows=windows,
+            hashes=not sizes_only,
+        )
         files, hashed, hashed_bytes = files + pkg.files, hashed + pkg.hashed, hashed_bytes + pkg.hashed_bytes
         for line in pkg.size_lines:
             digest.update(line)
@@ -177,7 +186,7 @@ class _Package:
     hashed: int = 0
     hashed_bytes: int = 0
     faults: list[FileFault] = field(default_factory=list)
-    size_lines: list[bytes] = field(default_factory=list)  # venv/damage.py's lines, for the fingerprint
+    size_lines: list[bytes] = field(default_factory=list)  # the files whose size differs, for the fingerprint
 
 
 def _check_package(
@@ -188,6 +197,7 @@ def _check_package(
     full: bool,
     recheck: set[str],
     windows: Sequence[installtimes.InstallTime],
+    hashes: bool,
 ) -> _Package:
     out = _Package()
     try:
@@ -215,12 +225,12 @@ def _check_package(
         if st.st_size != size:
             grown = appended(path, digest, size, st.st_size)
             out.faults.append(FileFault(rel, EXTENDED if grown else SIZE, shared))
-            if not grown:  # an appended file is no damage to the fingerprint either (venv/damage.py)
+            if not grown:  # an appended file (a change made on purpose) leaves the fingerprint alone
                 out.size_lines.append(f"{rel}\0{st.st_size}\n".encode())
             continue
         mtime = st.st_mtime_ns
         later = mtime > unpacked and not rel.startswith(own) and not within(mtime, windows)
-        if not want or not (full or later or rel in recheck):
+        if not want or not hashes or not (full or later or rel in recheck):
             continue
         got = file_hash(path, algo)
         out.hashed += 1
@@ -238,6 +248,7 @@ def scan_venv(
     full: bool = False,
     only: Collection[str] | None = None,
     recheck: Mapping[str, Collection[str]] | None = None,
+    sizes_only: bool = False,
 ) -> Scan:
     """`scan` of the venv's site-packages (an empty Scan where it has none), with the windows recorded."""
     from pathlib import Path
@@ -245,7 +256,43 @@ def scan_venv(
     from mw_env.venv.venvinfo import site_packages
 
     site = site_packages(Path(venv))
-    if site is None:  # no files, no damage: the digest of nothing, as installed_fingerprint gives it
+    if site is None:  # no files, no damage: the digest of nothing
         return Scan(fingerprint=hashlib.sha256().hexdigest()[:16])
-    windows = () if full else installtimes.load()
-    return scan(site, full=full, only=only, recheck=recheck, windows=windows)
+    windows = () if full or sizes_only else installtimes.load()
+    return scan(site, full=full, only=only, recheck=recheck, windows=windows, sizes_only=sizes_only)
+
+
+def installed_fingerprint(venv: str | os.PathLike[str]) -> str:
+    """A digest of the installed files whose size differs from their RECORD (a stat per file, no hash).
+
+    Part of the verify step's key: a venv that was verified and later lost or damaged a file (a disk that
+    filled during an install leaves numpy without version.py; a user's `rm`) no longer matches, so bootstrap
+    verifies again instead of saying "already complete" over a torch that does not import. Only the damage
+    is digested, not the list of packages: a later `pip install` of something else leaves a healthy venv's
+    key unchanged, so a re-run stays a no-op."""
+    return scan_venv(venv, sizes_only=True).fingerprint
+
+
+def appended(path: str, digest: str, recorded: int, size: int) -> bool:
+    """The file is longer than recorded and its first `recorded` bytes are the recorded ones (read only for a
+    file whose size already differs: rare, and then one file)."""
+    algo, _, want = digest.partition("=")
+    return size > recorded and bool(want) and file_hash(path, algo, recorded) == want
+
+
+def file_hash(path: str, algo: str, limit: int | None = None) -> str | None:
+    """The file's digest (of its first `limit` bytes) as a RECORD writes it (urlsafe base64 without padding);
+    None when unreadable."""
+    try:
+        h = hashlib.new(algo)
+    except ValueError:
+        return None
+    left = -1 if limit is None else limit
+    try:
+        with open(path, "rb") as fh:
+            while left and (chunk := fh.read(1 << 20 if left < 0 else min(left, 1 << 20))):
+                h.update(chunk)
+                left = left - len(chunk) if left > 0 else left
+    except OSError:
+        return None
+    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()

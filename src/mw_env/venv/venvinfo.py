@@ -10,7 +10,6 @@ from pathlib import Path
 from mw_env.base.errors import InputError
 from mw_env.base.shellquote import sh
 from mw_env.sources.pythons import read_project_meta
-from mw_env.venv import damage
 
 ADOPT_PTH = "_mw_env_adopted_torch.pth"
 
@@ -159,23 +158,3 @@ def free_bytes(path: Path) -> int | None:
         return shutil.disk_usage(p).free
     except OSError:
         return None
-
-
-def installed_fingerprint(venv: Path) -> str:
-    """A digest of the installed files that differ from what their dist-info's RECORD says (no interpreter).
-
-    Part of the verify step's key: a venv that was verified and later lost or damaged a file (a disk that
-    filled during an install leaves numpy without version.py; a user's `rm`) no longer matches, so bootstrap
-    verifies again instead of saying "already complete" over a torch that does not import. Only the damage
-    is digested, not the list of packages: a later `pip install` of something else leaves a healthy venv's
-    key unchanged, so a re-run stays a no-op. Sizes, not hashes, are compared: a stat per file is cheap,
-    and a half-written or truncated file changes its size (venv/damage.py)."""
-    site = site_packages(venv)
-    h = hashlib.sha256()
-    if site is None:
-        return h.hexdigest()[:16]
-    root = str(site) + os.sep
-    for path in sorted(damage.records(str(site))):
-        for line in damage.damage(root, path):
-            h.update(line)
-    return h.hexdigest()[:16]
